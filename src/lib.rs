@@ -1,0 +1,5 @@
+//! mragent: long-term conversational memory for LLM agents.
+
+pub mod dataset;
+pub mod llm;
+pub mod results;
