@@ -2,4 +2,5 @@
 
 pub mod dataset;
 pub mod llm;
+pub mod memory;
 pub mod results;
