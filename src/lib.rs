@@ -13,4 +13,5 @@ pub mod prompts;
 
 pub mod dataset;
 pub mod llm;
+pub mod memory;
 pub mod results;
