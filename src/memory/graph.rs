@@ -368,6 +368,27 @@ impl MemoryGraph {
         self.episodes.get(sentence_id.trim()).map(|&node| self.episode(node))
     }
 
+    /// The episodes rewritten from one turn (`D3:5`), in natural id order.
+    pub fn episodes_of_turn(&self, dia_id: &str) -> impl Iterator<Item = &Episode> + '_ {
+        self.origin_episodes(dia_id.trim()).iter().map(|&node| self.episode(node))
+    }
+
+    /// A raw turn by dia_id.
+    pub fn turn(&self, dia_id: &str) -> Option<&TurnNode> {
+        match self.turns.get(dia_id.trim()).map(|&node| &self.graph[node]) {
+            Some(Node::Turn(turn)) => Some(turn),
+            _ => None,
+        }
+    }
+
+    /// A topic by id (`D3:t1`).
+    pub fn topic(&self, topic_id: &str) -> Option<&Topic> {
+        match self.topics.get(topic_id.trim()).map(|&node| &self.graph[node]) {
+            Some(Node::Topic(topic)) => Some(topic),
+            _ => None,
+        }
+    }
+
     /// All topics in natural id order.
     pub fn topics(&self) -> impl Iterator<Item = &Topic> + '_ {
         self.topic_order.iter().filter_map(|&node| match &self.graph[node] {
