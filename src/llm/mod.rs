@@ -3,6 +3,28 @@
 //! Everything above this module talks to models through the provider-neutral types defined here
 //! ([`ChatRequest`], [`ChatResponse`], [`Message`], [`ToolSpec`]) and the two traits
 //! [`ChatModel`] and [`Embedder`]. Wire formats stay at the edge (`openai.rs`).
+//!
+//! The real stack, assembled only by [`build_chat_model`] / [`build_embedder`], is
+//! `Retrying<RateLimited<OpenAiChat>>`: every HTTP attempt first waits on the shared `governor`
+//! limiters, the retry layer sees each attempt's raw status and `Retry-After`, and one
+//! [`UsageMeter`] counts every request and token. `scripted.rs` is the OpenAI-compatible
+//! loopback server tests and offline demos talk to.
+
+pub mod models;
+pub mod openai;
+pub mod rate_limit;
+pub mod retry;
+pub mod scripted;
+pub mod secret;
+pub mod stack;
+pub mod structured;
+pub mod usage;
+
+pub use models::{estimate_cost_usd, resolve_model_alias};
+pub use secret::Secret;
+pub use stack::{Client, EmbedClient, EmbedderConfig, LlmConfig, build_chat_model, build_embedder};
+pub use structured::{StructuredResponse, chat_json, chat_typed};
+pub use usage::{UsageMeter, UsageTotals};
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,15 +77,30 @@ pub struct Message {
 impl Message {
     /// A system message.
     pub fn system(text: impl Into<String>) -> Self {
-        Self { role: Role::System, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: Role::System,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
     /// A user message.
     pub fn user(text: impl Into<String>) -> Self {
-        Self { role: Role::User, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: Role::User,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
     /// An assistant text message.
     pub fn assistant(text: impl Into<String>) -> Self {
-        Self { role: Role::Assistant, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: Role::Assistant,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
     /// A tool result answering the call `tool_call_id`.
     pub fn tool(tool_call_id: impl Into<String>, text: impl Into<String>) -> Self {
@@ -221,6 +258,8 @@ pub enum Error {
         attempts: u32,
         /// Response body excerpt.
         body: String,
+        /// The wait the endpoint asked for (`Retry-After`), if it sent one.
+        retry_after: Option<Duration>,
     },
     /// A non-success HTTP status that is not retryable, or still failing after all retries.
     #[error("endpoint returned status {status} after {attempts} attempts: {body}")]
@@ -231,6 +270,8 @@ pub enum Error {
         attempts: u32,
         /// Response body excerpt.
         body: String,
+        /// The wait the endpoint asked for (`Retry-After`), if it sent one.
+        retry_after: Option<Duration>,
     },
     /// The prompt does not fit the model's context window (a 400 saying so).
     #[error("prompt exceeds the model's context length: {body}")]
@@ -261,7 +302,9 @@ pub enum Error {
         message: String,
     },
     /// Structured output still invalid after the allowed re-asks.
-    #[error("model output does not match schema `{schema}` at `{path}` after {attempts} attempts: {message}")]
+    #[error(
+        "model output does not match schema `{schema}` at `{path}` after {attempts} attempts: {message}"
+    )]
     SchemaInvalid {
         /// Schema name.
         schema: String,
@@ -281,7 +324,10 @@ pub enum Error {
 /// limits) and whatever tests wrap around the scripted endpoint.
 pub trait ChatModel: Send + Sync {
     /// Send one chat completion request.
-    fn chat(&self, request: &ChatRequest) -> impl Future<Output = Result<ChatResponse, Error>> + Send;
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send;
 }
 
 /// A text embedder. Implementations: the API embedder and the local MiniLM embedder.
@@ -293,7 +339,10 @@ pub trait Embedder: Send + Sync {
 }
 
 impl<M: ChatModel> ChatModel for std::sync::Arc<M> {
-    fn chat(&self, request: &ChatRequest) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
         (**self).chat(request)
     }
 }
