@@ -6,6 +6,7 @@
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders.
 //! - [`llm`]: the only module that talks to model endpoints.
 //! - [`results`]: the per-question result-line format.
+//! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 
 pub mod cli;
 pub mod logging;
@@ -14,3 +15,5 @@ pub mod prompts;
 pub mod dataset;
 pub mod llm;
 pub mod results;
+
+pub mod eval;

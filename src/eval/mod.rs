@@ -1,0 +1,269 @@
+//! Scoring of answered runs: reads `result/<dataset>/*_result_<model>_<file>.jsonl`, scores every
+//! question (official LoCoMo F1 and exact match, evidence recall, LLM judge), and writes
+//! `eval/<dataset>/<file>/`: `scores.jsonl` (one scored question per line), `judgements.jsonl`
+//! (the judge cache), `summary.json`, `summary.md` and two SVG plots.
+//!
+//! `eval` reads result files only; it never imports `agent`. The scorer (`f1`, `porter`) and the
+//! aggregation (`report`) are pure; only [`evaluate`] does IO and only `judge` calls a model.
+
+pub mod audit;
+pub mod f1;
+pub mod judge;
+pub mod porter;
+pub mod recall;
+pub mod report;
+pub mod svg;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use self::audit::{AuditAction, AuditEntry};
+use self::judge::Verdict;
+use self::recall::EvidenceRecall;
+use self::report::{Prices, Row};
+use crate::dataset::{Category, DatasetKind};
+use crate::llm::{ChatModel, Usage};
+use crate::results::{ResultLine, Status};
+
+/// Everything `eval` needs, resolved by the CLI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalSettings {
+    /// Project root holding `result/` (read) and `eval/` (written).
+    pub root: PathBuf,
+    /// Dataset (`locomo` or `LM` in paths).
+    pub dataset: DatasetKind,
+    /// Model tag of the result files (`--model`).
+    pub model: String,
+    /// Run tag of the result files (`--file`); also names the output directory.
+    pub file: String,
+    /// Judge model id sent to the endpoint; `None` skips the LLM judge.
+    pub judge_model: Option<String>,
+    /// Independent judge runs per question (≥ 1); accuracy is reported as mean ± std over runs.
+    pub judge_runs: u32,
+    /// Judge requests in flight at once.
+    pub concurrency: usize,
+    /// Also report LoCoMo scores with the audit corrections (ignored for LongMemEval).
+    pub audit: bool,
+    /// Prices of the answering model, for the cost column; `None` leaves it out.
+    pub prices: Option<Prices>,
+}
+
+impl EvalSettings {
+    /// Defaults for a run: no judge, one judge run, 8 in flight, audit on, no prices.
+    pub fn new(root: impl Into<PathBuf>, dataset: DatasetKind, model: &str, file: &str) -> Self {
+        Self {
+            root: root.into(),
+            dataset,
+            model: model.to_string(),
+            file: file.to_string(),
+            judge_model: None,
+            judge_runs: 1,
+            concurrency: 8,
+            audit: true,
+            prices: None,
+        }
+    }
+
+    /// `eval/<dataset>/<file>/` under the root.
+    pub fn output_dir(&self) -> PathBuf {
+        self.root.join("eval").join(self.dataset.as_str()).join(&self.file)
+    }
+}
+
+/// One scored question: a line of `scores.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemScore {
+    /// Question id.
+    pub question_id: String,
+    /// Sample id.
+    pub sample: String,
+    /// Category.
+    pub category: Category,
+    /// Question text.
+    pub question: String,
+    /// Gold answer.
+    pub answer: Option<String>,
+    /// The model's answer.
+    pub prediction: String,
+    /// Whether answering succeeded.
+    pub status: Status,
+    /// Official LoCoMo score (LoCoMo only).
+    pub f1: Option<f64>,
+    /// Exact match (LoCoMo only).
+    pub exact_match: Option<bool>,
+    /// Recall of the gold evidence in the cited context.
+    pub recall: Option<EvidenceRecall>,
+    /// Judge verdicts, one per judge run (empty when not judged).
+    #[serde(default)]
+    pub judge: Vec<Verdict>,
+    /// The audit's view of this question, when it is audited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditedScore>,
+    /// Prompt tokens spent answering.
+    pub prompt_tokens: u64,
+    /// Completion tokens spent answering.
+    pub completion_tokens: u64,
+}
+
+/// An audited question's scores under the audit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditedScore {
+    /// The audit's error type.
+    pub error_type: String,
+    /// The question leaves the audited scores.
+    pub excluded: bool,
+    /// Corrected gold answer, when the audit corrects it.
+    pub answer: Option<String>,
+    /// Score against the corrected answer.
+    pub f1: Option<f64>,
+    /// Exact match against the corrected answer.
+    pub exact_match: Option<bool>,
+    /// Judge verdicts against the corrected answer.
+    #[serde(default)]
+    pub judge: Vec<Verdict>,
+    /// Corrected gold evidence, when the audit names different evidence.
+    pub evidence: Option<Vec<String>>,
+    /// Recall of the corrected evidence.
+    pub recall: Option<EvidenceRecall>,
+}
+
+/// What `eval` produced: `summary.json` is this value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalSummary {
+    /// Dataset name as in paths.
+    pub dataset: String,
+    /// Model tag.
+    pub model: String,
+    /// Run tag.
+    pub file: String,
+    /// Result files read, relative to the root, in reading order.
+    pub result_files: Vec<String>,
+    /// Questions scored (after dropping repeated ids; the last line for an id wins).
+    pub questions: usize,
+    /// Judge model, when judged.
+    pub judge_model: Option<String>,
+    /// Judge runs requested.
+    pub judge_runs: u32,
+    /// Judgements served from the cache / made now / failed (not cached; a rerun retries).
+    pub judge_cached: usize,
+    /// Judgements made in this evaluation.
+    pub judge_new: usize,
+    /// Judgements that failed after retries and re-asks.
+    pub judge_failed: usize,
+    /// Tokens the judge used in this evaluation.
+    pub judge_usage: Usage,
+    /// Audit counts (LoCoMo with audit on): questions corrected / excluded among those scored.
+    pub audit_corrected: usize,
+    /// See `audit_corrected`.
+    pub audit_excluded: usize,
+    /// The table rows.
+    pub rows: Vec<Row>,
+}
+
+impl EvalSummary {
+    /// The summary table as Markdown (what the CLI prints).
+    pub fn table(&self) -> String {
+        report::markdown_table(&self.rows)
+    }
+}
+
+/// Find the run's result files: `result/<dataset>/*_result_<model>_<file>.jsonl`, sorted by name.
+pub fn find_result_files(settings: &EvalSettings) -> anyhow::Result<Vec<PathBuf>> {
+    let directory = settings.root.join("result").join(settings.dataset.as_str());
+    let suffix = format!("_result_{}_{}.jsonl", settings.model, settings.file);
+    let entries =
+        std::fs::read_dir(&directory).with_context(|| format!("reading result directory {}", directory.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", directory.display()))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(&suffix) && name.len() > suffix.len() && entry.path().is_file() {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("no result files match {}/*{suffix}", directory.display());
+    }
+    Ok(files)
+}
+
+/// Read result lines from `files` in order; a repeated question id keeps its first position
+/// and its last line (a resumed run may have answered it again).
+pub fn read_results(files: &[PathBuf]) -> anyhow::Result<Vec<ResultLine>> {
+    let mut lines: IndexMap<String, ResultLine> = IndexMap::new();
+    for path in files {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        for (number, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let result: ResultLine = serde_json::from_str(line)
+                .with_context(|| format!("parsing {} line {}", path.display(), number + 1))?;
+            lines.insert(result.question_id.clone(), result);
+        }
+    }
+    Ok(lines.into_values().collect())
+}
+
+/// Score result lines without a judge: F1, exact match, recall, and the audit view.
+pub fn score_results(
+    lines: &[ResultLine],
+    dataset: DatasetKind,
+    audit: Option<&std::collections::BTreeMap<String, AuditEntry>>,
+) -> Vec<ItemScore> {
+    lines.iter().map(|line| score_line(line, dataset, audit)).collect()
+}
+
+fn score_line(
+    line: &ResultLine,
+    dataset: DatasetKind,
+    audit: Option<&std::collections::BTreeMap<String, AuditEntry>>,
+) -> ItemScore {
+    let locomo_category = match (dataset, &line.category) {
+        (DatasetKind::Locomo, Category::Locomo(number)) => Some(*number),
+        _ => None,
+    };
+    let score = locomo_category.and_then(|number| f1::score_locomo(number, &line.prediction, line.answer.as_deref()));
+    let recall = recall::evidence_recall(&line.evidence, &line.prediction_context);
+    let audit = audit.and_then(|audit| audit.get(&line.question_id)).map(|entry| {
+        let (excluded, answer) = match &entry.action {
+            AuditAction::Corrected { answer } => (false, Some(answer.clone())),
+            AuditAction::Excluded => (true, None),
+            AuditAction::EvidenceOnly => (false, None),
+        };
+        let corrected = answer.as_deref().zip(locomo_category).and_then(|(answer, number)| {
+            f1::score_locomo(number, &line.prediction, Some(answer))
+        });
+        AuditedScore {
+            error_type: entry.error_type.clone(),
+            excluded,
+            answer,
+            f1: corrected.map(|score| score.f1),
+            exact_match: corrected.map(|score| score.exact_match),
+            judge: Vec::new(),
+            evidence: entry.evidence.clone(),
+            recall: entry.evidence.as_ref().and_then(|evidence| recall::evidence_recall(evidence, &line.prediction_context)),
+        }
+    });
+    ItemScore {
+        question_id: line.question_id.clone(),
+        sample: line.sample.clone(),
+        category: line.category.clone(),
+        question: line.question.clone(),
+        answer: line.answer.clone(),
+        prediction: line.prediction.clone(),
+        status: line.status,
+        f1: score.map(|score| score.f1),
+        exact_match: score.map(|score| score.exact_match),
+        recall,
+        judge: Vec::new(),
+        audit,
+        prompt_tokens: line.prompt_tokens,
+        completion_tokens: line.completion_tokens,
+    }
+}
