@@ -267,3 +267,156 @@ fn score_line(
         completion_tokens: line.completion_tokens,
     }
 }
+
+/// Evaluate a run: score every result line, judge it when `judge` is given (with
+/// `settings.judge_model` naming the model to request), and write `eval/<dataset>/<file>/`.
+///
+/// Returns the summary; the caller prints [`EvalSummary::table`].
+pub async fn evaluate<M: ChatModel>(settings: &EvalSettings, judge: Option<&M>) -> anyhow::Result<EvalSummary> {
+    let judging = match (judge, &settings.judge_model) {
+        (Some(model), Some(name)) => Some((model, name.clone())),
+        (None, None) => None,
+        (Some(_), None) => anyhow::bail!("a judge client was given but no judge model name"),
+        (None, Some(name)) => anyhow::bail!("judge model {name} is set but no judge client was given"),
+    };
+    if settings.judge_runs == 0 {
+        anyhow::bail!("judge runs must be at least 1");
+    }
+    let files = find_result_files(settings)?;
+    let lines = read_results(&files)?;
+    let locomo = settings.dataset == DatasetKind::Locomo;
+    let audit = if locomo && settings.audit { Some(audit::locomo_audit()?) } else { None };
+    let mut items = score_results(&lines, settings.dataset, audit);
+    tracing::info!(questions = items.len(), files = files.len(), "scored result lines");
+
+    let output_dir = settings.output_dir();
+    std::fs::create_dir_all(&output_dir).with_context(|| format!("creating {}", output_dir.display()))?;
+    let mut judge_stats = judge::JudgeStats::default();
+    if let Some((model, name)) = judging {
+        let judge_settings = judge::JudgeSettings {
+            model: name,
+            runs: settings.judge_runs,
+            concurrency: settings.concurrency,
+            dataset: settings.dataset,
+        };
+        judge_stats =
+            judge::judge_items(model, &judge_settings, &mut items, &output_dir.join("judgements.jsonl")).await?;
+        tracing::info!(
+            cached = judge_stats.cached,
+            new = judge_stats.new,
+            failed = judge_stats.failed,
+            "judged answers"
+        );
+    }
+
+    let rows = report::build_rows(&items, locomo, settings.audit, settings.prices);
+    let relative = |path: &PathBuf| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string();
+    let summary = EvalSummary {
+        dataset: settings.dataset.as_str().to_string(),
+        model: settings.model.clone(),
+        file: settings.file.clone(),
+        result_files: files.iter().map(relative).collect(),
+        questions: items.len(),
+        judge_model: settings.judge_model.clone(),
+        judge_runs: settings.judge_runs,
+        judge_cached: judge_stats.cached,
+        judge_new: judge_stats.new,
+        judge_failed: judge_stats.failed,
+        judge_usage: judge_stats.usage,
+        audit_corrected: count_audit(&items, |audited| audited.answer.is_some()),
+        audit_excluded: count_audit(&items, |audited| audited.excluded),
+        rows,
+    };
+    write_outputs(&output_dir, &items, &summary)?;
+    Ok(summary)
+}
+
+fn count_audit(items: &[ItemScore], wanted: fn(&AuditedScore) -> bool) -> usize {
+    items.iter().filter(|item| item.audit.as_ref().is_some_and(wanted)).count()
+}
+
+/// Write `scores.jsonl`, `summary.json`, `summary.md` and the plots, each through a temporary
+/// file renamed into place.
+fn write_outputs(output_dir: &Path, items: &[ItemScore], summary: &EvalSummary) -> anyhow::Result<()> {
+    let mut scores = String::new();
+    for item in items {
+        scores.push_str(&serde_json::to_string(item).context("serialising a score")?);
+        scores.push('\n');
+    }
+    write_atomic(&output_dir.join("scores.jsonl"), &scores)?;
+    let json = serde_json::to_string_pretty(summary).context("serialising the summary")?;
+    write_atomic(&output_dir.join("summary.json"), &(json + "\n"))?;
+    write_atomic(&output_dir.join("summary.md"), &summary_markdown(summary))?;
+    let title = format!("{} / {} / {}", summary.dataset, summary.model, summary.file);
+    write_atomic(&output_dir.join("accuracy.svg"), &svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows))?;
+    write_atomic(
+        &output_dir.join("tokens.svg"),
+        &svg::tokens_chart(&format!("Tokens per question: {title}"), &summary.rows),
+    )?;
+    Ok(())
+}
+
+fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
+    let directory = path.parent().unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(directory)
+        .with_context(|| format!("creating a temporary file in {}", directory.display()))?;
+    std::io::Write::write_all(&mut file, contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.persist(path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}
+
+/// `summary.md`: a short header, the table, and what the columns mean.
+pub fn summary_markdown(summary: &EvalSummary) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "# Evaluation: {} / {} / {}\n", summary.dataset, summary.model, summary.file);
+    let _ = writeln!(out, "- Questions: {} from {} result file(s).", summary.questions, summary.result_files.len());
+    match &summary.judge_model {
+        Some(model) => {
+            let _ = writeln!(
+                out,
+                "- Judge: `{model}`, {} run(s){}; {} verdict(s) from cache, {} new, {} failed.",
+                summary.judge_runs,
+                if summary.judge_runs > 1 { " (accuracy as mean ± std over runs)" } else { "" },
+                summary.judge_cached,
+                summary.judge_new,
+                summary.judge_failed
+            );
+        }
+        None => {
+            let _ = writeln!(out, "- Judge: none.");
+        }
+    }
+    if summary.dataset == DatasetKind::Locomo.as_str() {
+        let _ = writeln!(
+            out,
+            "- Categories (LoCoMo numbering): 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial."
+        );
+        if summary.rows.iter().any(|row| row.audited.is_some()) {
+            let _ = writeln!(
+                out,
+                "- Audited columns apply the LoCoMo audit (dial481/locomo-audit, CC BY-NC 4.0): {} answer(s) corrected, {} question(s) excluded.",
+                summary.audit_corrected, summary.audit_excluded
+            );
+        }
+    }
+    let _ = writeln!(out, "\n{}", summary.table());
+    if summary.dataset == DatasetKind::Locomo.as_str() {
+        let _ = writeln!(
+            out,
+            "F1 is the official LoCoMo score (Porter-stemmed token F1; category 1 split on commas; category 3 gold cut at `;`; category 5 scores a refusal). EM compares sets of normalised tokens. The judge grades categories 1–4."
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Overall is the micro mean over questions; task-averaged is the mean of the per-type accuracies; abstention covers the `_abs` questions."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Recall: share of questions whose cited context holds all / any of the gold evidence. Tokens/q: answering tokens (prompt + completion) per question.\n"
+    );
+    let _ = writeln!(out, "![accuracy](accuracy.svg)\n\n![tokens per question](tokens.svg)");
+    out
+}
