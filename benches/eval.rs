@@ -2,6 +2,9 @@
 //! answers with seeded perturbations), both the pure scorer and `evaluate` end to end (read the
 //! result files, score, aggregate, write `eval/`), without a judge.
 
+// A benchmark's setup may panic on a missing dataset file; there is no caller to report to.
+#![allow(clippy::expect_used)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use mragent::dataset::{Category, DatasetKind};
 use mragent::eval::{EvalSettings, audit, evaluate, read_results, score_results};
@@ -15,7 +18,8 @@ use serde_json::Value;
 /// perturbed in one of several seeded ways (kept, reworded, cut, padded, refused, swapped).
 fn synthetic_run() -> Vec<(String, Vec<ResultLine>)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/dataset_locomo.json");
-    let dataset: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("dataset")).expect("json");
+    let dataset: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("dataset")).expect("json");
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut samples = Vec::new();
     for sample in dataset.as_array().expect("samples") {
@@ -39,7 +43,7 @@ fn synthetic_run() -> Vec<(String, Vec<ResultLine>)> {
                 _ => format!("{base}; also something else entirely"),
             };
             let evidence: Vec<String> =
-                qa["evidence"].as_array().expect("evidence").iter().map(|id| text(id)).collect();
+                qa["evidence"].as_array().expect("evidence").iter().map(&text).collect();
             let context = evidence.iter().take(1).cloned().collect();
             lines.push(ResultLine {
                 question_id: format!("{sample_id}:q{}", index + 1),
@@ -79,7 +83,8 @@ fn bench_eval(criterion: &mut Criterion) {
     for (sample_id, lines) in &samples {
         let text: String =
             lines.iter().map(|line| serde_json::to_string(line).expect("line") + "\n").collect();
-        std::fs::write(directory.join(format!("{sample_id}_result_bench_run.jsonl")), text).expect("write");
+        std::fs::write(directory.join(format!("{sample_id}_result_bench_run.jsonl")), text)
+            .expect("write");
     }
     let settings = EvalSettings::new(root.path(), DatasetKind::Locomo, "bench", "run");
     let files = mragent::eval::find_result_files(&settings).expect("files");

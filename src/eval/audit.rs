@@ -18,7 +18,8 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 
 /// The derived audit file, compiled in so that neither tests nor users need the original.
-const AUDIT_JSON: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/locomo_audit.json"));
+const AUDIT_JSON: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/locomo_audit.json"));
 
 /// What the audit means for one question's score.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -60,8 +61,8 @@ struct AuditFile {
 }
 
 static AUDIT: LazyLock<Result<BTreeMap<String, AuditEntry>, String>> = LazyLock::new(|| {
-    let file: AuditFile =
-        serde_json::from_str(AUDIT_JSON).map_err(|error| format!("invalid data/locomo_audit.json: {error}"))?;
+    let file: AuditFile = serde_json::from_str(AUDIT_JSON)
+        .map_err(|error| format!("invalid data/locomo_audit.json: {error}"))?;
     Ok(file.items.into_iter().map(|entry| (entry.question_id.clone(), entry)).collect())
 });
 
@@ -78,7 +79,9 @@ mod tests {
     fn audit_file_parses_with_expected_counts() {
         let audit = locomo_audit().unwrap();
         assert_eq!(audit.len(), 156);
-        let count = |wanted: fn(&AuditAction) -> bool| audit.values().filter(|entry| wanted(&entry.action)).count();
+        let count = |wanted: fn(&AuditAction) -> bool| {
+            audit.values().filter(|entry| wanted(&entry.action)).count()
+        };
         assert_eq!(count(|action| matches!(action, AuditAction::EvidenceOnly)), 57);
         assert_eq!(
             count(|action| matches!(action, AuditAction::Corrected { .. }))
@@ -96,9 +99,13 @@ mod tests {
         assert_eq!(entry.action, AuditAction::EvidenceOnly);
         assert_eq!(entry.evidence.as_deref(), Some(&["D1:14".to_string()][..]));
         // locomo_1_qa31: "How long did it take for Jon to open his studio?" six → five months.
-        assert_eq!(audit["conv-30:q32"].action, AuditAction::Corrected { answer: "five months".into() });
+        assert_eq!(
+            audit["conv-30:q32"].action,
+            AuditAction::Corrected { answer: "five months".into() }
+        );
         for entry in audit.values() {
-            let (conv, index) = entry.audit_id.trim_start_matches("locomo_").split_once("_qa").unwrap();
+            let (conv, index) =
+                entry.audit_id.trim_start_matches("locomo_").split_once("_qa").unwrap();
             let index: usize = index.parse().unwrap();
             assert!(entry.question_id.ends_with(&format!(":q{}", index + 1)), "{entry:?}");
             assert!(conv.parse::<usize>().unwrap() < 10);

@@ -29,11 +29,20 @@ pub const REFUSAL_MARKERS: [&str; 2] = ["no information available", "not mention
 pub fn score_locomo(category: u8, prediction: &str, gold: Option<&str>) -> Option<LocomoScore> {
     let gold = gold.unwrap_or("");
     let score = match category {
-        1 => LocomoScore { f1: multi_hop_f1(prediction, gold), exact_match: exact_match(prediction, gold) },
-        2 | 4 => LocomoScore { f1: token_f1(prediction, gold), exact_match: exact_match(prediction, gold) },
+        1 => LocomoScore {
+            f1: multi_hop_f1(prediction, gold),
+            exact_match: exact_match(prediction, gold),
+        },
+        2 | 4 => LocomoScore {
+            f1: token_f1(prediction, gold),
+            exact_match: exact_match(prediction, gold),
+        },
         3 => {
             let gold = open_domain_gold(gold);
-            LocomoScore { f1: token_f1(prediction, gold), exact_match: exact_match(prediction, gold) }
+            LocomoScore {
+                f1: token_f1(prediction, gold),
+                exact_match: exact_match(prediction, gold),
+            }
         }
         5 => {
             let refused = is_refusal(prediction);
@@ -63,9 +72,14 @@ pub fn is_refusal(prediction: &str) -> bool {
 /// replace the whole words `a`, `an`, `the` and `and` with a space; split on whitespace.
 pub fn normalized_tokens(text: &str) -> Vec<String> {
     let lowered = text.replace(',', "").to_lowercase();
-    let without_punctuation: String = lowered.chars().filter(|c| !c.is_ascii_punctuation()).collect();
+    let without_punctuation: String =
+        lowered.chars().filter(|c| !c.is_ascii_punctuation()).collect();
     let without_articles = remove_articles(&without_punctuation);
-    without_articles.split(is_python_space).filter(|token| !token.is_empty()).map(str::to_string).collect()
+    without_articles
+        .split(is_python_space)
+        .filter(|token| !token.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The official normalisation as one string (tokens joined by single spaces).
@@ -87,12 +101,17 @@ pub fn token_f1(prediction: &str, gold: &str) -> f64 {
 /// Category 1 partial credit: split both answers on `,`; each gold part takes its best F1
 /// against any prediction part; the score is the mean over gold parts.
 pub fn multi_hop_f1(prediction: &str, gold: &str) -> f64 {
-    let prediction_parts: Vec<Vec<String>> =
-        prediction.split(',').map(|part| stemmed_tokens(part.trim_matches(is_python_space))).collect();
+    let prediction_parts: Vec<Vec<String>> = prediction
+        .split(',')
+        .map(|part| stemmed_tokens(part.trim_matches(is_python_space)))
+        .collect();
     let gold_parts: Vec<Vec<String>> =
         gold.split(',').map(|part| stemmed_tokens(part.trim_matches(is_python_space))).collect();
     let best_per_gold = gold_parts.iter().map(|gold_part| {
-        prediction_parts.iter().map(|prediction_part| f1_of_tokens(prediction_part, gold_part)).fold(0.0, f64::max)
+        prediction_parts
+            .iter()
+            .map(|prediction_part| f1_of_tokens(prediction_part, gold_part))
+            .fold(0.0, f64::max)
     });
     // `str.split` always yields at least one part, so the division is by n ≥ 1.
     best_per_gold.sum::<f64>() / gold_parts.len() as f64
@@ -195,8 +214,15 @@ mod tests {
 
     fn check_score(category: u8, prediction: &str, gold: &str, f1: f64, exact: bool) {
         let score = score_locomo(category, prediction, Some(gold)).unwrap();
-        assert!((score.f1 - f1).abs() < 1e-12, "cat {category} {prediction:?} vs {gold:?}: f1 {} != {f1}", score.f1);
-        assert_eq!(score.exact_match, exact, "cat {category} {prediction:?} vs {gold:?}: exact match");
+        assert!(
+            (score.f1 - f1).abs() < 1e-12,
+            "cat {category} {prediction:?} vs {gold:?}: f1 {} != {f1}",
+            score.f1
+        );
+        assert_eq!(
+            score.exact_match, exact,
+            "cat {category} {prediction:?} vs {gold:?}: exact match"
+        );
     }
 
     #[test]
@@ -222,7 +248,13 @@ mod tests {
     fn token_f1_is_multiset_over_stems() {
         check_score(4, "painting", "paintings", 1.0, false);
         // Repeated tokens count once per occurrence on each side.
-        check_score(4, "red red blue", "red blue blue", 2.0 * (2.0 / 3.0) * (2.0 / 3.0) / (4.0 / 3.0), true);
+        check_score(
+            4,
+            "red red blue",
+            "red blue blue",
+            2.0 * (2.0 / 3.0) * (2.0 / 3.0) / (4.0 / 3.0),
+            true,
+        );
         check_score(2, "7 May 2023", "May 7, 2023", 1.0, true);
         check_score(4, "nothing in common", "different words", 0.0, false);
         check_score(4, "", "something", 0.0, false);
@@ -250,7 +282,10 @@ mod tests {
         check_score(5, "Not mentioned in the conversation", "", 1.0, true);
         check_score(5, "NO INFORMATION AVAILABLE.", "", 1.0, true);
         check_score(5, "Melanie went to Paris", "", 0.0, false);
-        assert_eq!(score_locomo(5, "not mentioned", None), Some(LocomoScore { f1: 1.0, exact_match: true }));
+        assert_eq!(
+            score_locomo(5, "not mentioned", None),
+            Some(LocomoScore { f1: 1.0, exact_match: true })
+        );
     }
 
     #[test]

@@ -155,7 +155,9 @@ pub fn prompt_for(dataset: DatasetKind, question_id: &str, category: &Category) 
     match (dataset, category) {
         (DatasetKind::Locomo, Category::Locomo(1..=4)) => Some(prompts::JUDGE_LOCOMO),
         (DatasetKind::Locomo, _) => None,
-        (DatasetKind::LongMemEval, _) if question_id.ends_with("_abs") => Some(prompts::JUDGE_LONGMEMEVAL_ABSTENTION),
+        (DatasetKind::LongMemEval, _) if question_id.ends_with("_abs") => {
+            Some(prompts::JUDGE_LONGMEMEVAL_ABSTENTION)
+        }
         (DatasetKind::LongMemEval, category) => Some(match category.name() {
             "temporal-reasoning" => prompts::JUDGE_LONGMEMEVAL_TEMPORAL,
             "knowledge-update" => prompts::JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,
@@ -190,7 +192,7 @@ pub async fn judge_items<M: ChatModel>(
     items: &mut [ItemScore],
     cache_path: &Path,
 ) -> anyhow::Result<JudgeStats> {
-    let cache = read_cache(cache_path)?;
+    let (cache, ends_cleanly) = read_cache(cache_path)?;
     let tasks = plan(settings, items);
     let mut stats = JudgeStats::default();
     let mut results: Vec<(usize, GoldKind, Verdict)> = Vec::new();
@@ -198,7 +200,8 @@ pub async fn judge_items<M: ChatModel>(
     for task in tasks {
         if let Some(record) = cache.get(&task.key(&settings.model)) {
             stats.cached += 1;
-            let verdict = Verdict { run: task.run, correct: record.correct, reason: record.reason.clone() };
+            let verdict =
+                Verdict { run: task.run, correct: record.correct, reason: record.reason.clone() };
             results.push((task.item_index, task.gold_kind, verdict));
         } else {
             pending.push(task);
@@ -207,13 +210,19 @@ pub async fn judge_items<M: ChatModel>(
 
     if !pending.is_empty() {
         if let Some(parent) = cache_path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
         }
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(cache_path)
             .with_context(|| format!("opening {}", cache_path.display()))?;
+        // An interrupted write can leave a torn last line; start on a fresh line so the next
+        // record is not glued to it.
+        if !ends_cleanly {
+            writeln!(file).with_context(|| format!("writing {}", cache_path.display()))?;
+        }
         // In-flight limit: at most `concurrency` judge requests run at once; the stream is
         // polled by this task alone, so the cache file has a single writer.
         let mut stream = futures::stream::iter(pending)
@@ -231,7 +240,8 @@ pub async fn judge_items<M: ChatModel>(
                         .with_context(|| format!("writing {}", cache_path.display()))?;
                     stats.new += 1;
                     stats.usage += record.usage;
-                    let verdict = Verdict { run: task.run, correct: record.correct, reason: record.reason };
+                    let verdict =
+                        Verdict { run: task.run, correct: record.correct, reason: record.reason };
                     results.push((task.item_index, task.gold_kind, verdict));
                 }
                 Err(error) => {
@@ -271,16 +281,24 @@ fn plan(settings: &JudgeSettings, items: &mut [ItemScore]) -> Vec<Task> {
         if let Some(audited) = item.audit.as_mut() {
             audited.judge.clear();
         }
-        let Some(prompt) = prompt_for(settings.dataset, &item.question_id, &item.category) else { continue };
+        let Some(prompt) = prompt_for(settings.dataset, &item.question_id, &item.category) else {
+            continue;
+        };
         let mut golds = vec![(GoldKind::Raw, item.answer.clone().unwrap_or_default())];
         if let Some(corrected) = item.audit.as_ref().and_then(|audited| audited.answer.clone()) {
             golds.push((GoldKind::Audited, corrected));
         }
         if item.status == Status::Error {
             for run in 0..settings.runs {
-                let verdict = Verdict { run, correct: false, reason: "answering failed: no prediction to judge".into() };
+                let verdict = Verdict {
+                    run,
+                    correct: false,
+                    reason: "answering failed: no prediction to judge".into(),
+                };
                 item.judge.push(verdict.clone());
-                if let Some(audited) = item.audit.as_mut().filter(|audited| audited.answer.is_some()) {
+                if let Some(audited) =
+                    item.audit.as_mut().filter(|audited| audited.answer.is_some())
+                {
                     audited.judge.push(verdict);
                 }
             }
@@ -306,7 +324,11 @@ fn plan(settings: &JudgeSettings, items: &mut [ItemScore]) -> Vec<Task> {
     tasks
 }
 
-async fn judge_one<M: ChatModel>(model: &M, judge_model: &str, task: &Task) -> anyhow::Result<JudgementRecord> {
+async fn judge_one<M: ChatModel>(
+    model: &M,
+    judge_model: &str,
+    task: &Task,
+) -> anyhow::Result<JudgementRecord> {
     let text = task.prompt.render(&[
         ("question", &task.question),
         ("gold", &task.gold),
@@ -320,7 +342,8 @@ async fn judge_one<M: ChatModel>(model: &M, judge_model: &str, task: &Task) -> a
     request.seed = Some(i64::from(task.run));
     let response = chat_json(model, request, &verdict_schema(), MAX_REASKS).await?;
     let label = response.value.get("label").and_then(|label| label.as_str()).unwrap_or_default();
-    let reason = response.value.get("reason").and_then(|reason| reason.as_str()).unwrap_or_default();
+    let reason =
+        response.value.get("reason").and_then(|reason| reason.as_str()).unwrap_or_default();
     Ok(JudgementRecord {
         question_id: task.question_id.clone(),
         run: task.run,
@@ -345,12 +368,13 @@ fn input_hash(question: &str, gold: &str, prediction: &str) -> String {
     hasher.finalize().iter().take(8).map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Read the cache; a torn last line (an interrupted write) is skipped with a warning.
-fn read_cache(path: &Path) -> anyhow::Result<BTreeMap<CacheKey, JudgementRecord>> {
+/// Read the cache; a torn last line (an interrupted write) is skipped with a warning. Also
+/// says whether the file ends with a complete line (an absent or empty file does).
+fn read_cache(path: &Path) -> anyhow::Result<(BTreeMap<CacheKey, JudgementRecord>, bool)> {
     let mut cache = BTreeMap::new();
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(cache),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((cache, true)),
         Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
     };
     for (number, line) in text.lines().enumerate() {
@@ -366,7 +390,8 @@ fn read_cache(path: &Path) -> anyhow::Result<BTreeMap<CacheKey, JudgementRecord>
             }
         }
     }
-    Ok(cache)
+    let ends_cleanly = text.is_empty() || text.ends_with('\n');
+    Ok((cache, ends_cleanly))
 }
 
 #[cfg(test)]
@@ -375,12 +400,14 @@ mod tests {
 
     #[test]
     fn protocol_picks_the_prompt_by_dataset_type_and_abstention() {
-        let locomo = |n| prompt_for(DatasetKind::Locomo, "conv-26:q1", &Category::Locomo(n)).map(|p| p.name);
+        let locomo =
+            |n| prompt_for(DatasetKind::Locomo, "conv-26:q1", &Category::Locomo(n)).map(|p| p.name);
         assert_eq!(locomo(1), Some("judge_locomo"));
         assert_eq!(locomo(4), Some("judge_locomo"));
         assert_eq!(locomo(5), None);
         let lm = |id: &str, kind: &str| {
-            prompt_for(DatasetKind::LongMemEval, id, &Category::LongMemEval(kind.into())).map(|p| p.name)
+            prompt_for(DatasetKind::LongMemEval, id, &Category::LongMemEval(kind.into()))
+                .map(|p| p.name)
         };
         assert_eq!(lm("e47becba", "single-session-user"), Some("judge_longmemeval"));
         assert_eq!(lm("gpt4_1", "multi-session"), Some("judge_longmemeval"));
@@ -400,8 +427,13 @@ mod tests {
             prompts::JUDGE_LONGMEMEVAL_PREFERENCE,
             prompts::JUDGE_LONGMEMEVAL_ABSTENTION,
         ] {
-            let text = prompt.render(&[("question", "Q?"), ("gold", "G"), ("prediction", "P")]).unwrap();
-            assert!(text.contains("Q?") && text.contains("G") && text.contains("P"), "{}", prompt.name);
+            let text =
+                prompt.render(&[("question", "Q?"), ("gold", "G"), ("prediction", "P")]).unwrap();
+            assert!(
+                text.contains("Q?") && text.contains("G") && text.contains("P"),
+                "{}",
+                prompt.name
+            );
         }
     }
 

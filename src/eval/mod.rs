@@ -174,8 +174,8 @@ impl EvalSummary {
 pub fn find_result_files(settings: &EvalSettings) -> anyhow::Result<Vec<PathBuf>> {
     let directory = settings.root.join("result").join(settings.dataset.as_str());
     let suffix = format!("_result_{}_{}.jsonl", settings.model, settings.file);
-    let entries =
-        std::fs::read_dir(&directory).with_context(|| format!("reading result directory {}", directory.display()))?;
+    let entries = std::fs::read_dir(&directory)
+        .with_context(|| format!("reading result directory {}", directory.display()))?;
     let mut files = Vec::new();
     for entry in entries {
         let entry = entry.with_context(|| format!("listing {}", directory.display()))?;
@@ -197,7 +197,8 @@ pub fn find_result_files(settings: &EvalSettings) -> anyhow::Result<Vec<PathBuf>
 pub fn read_results(files: &[PathBuf]) -> anyhow::Result<Vec<ResultLine>> {
     let mut lines: IndexMap<String, ResultLine> = IndexMap::new();
     for path in files {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         for (number, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -228,28 +229,32 @@ fn score_line(
         (DatasetKind::Locomo, Category::Locomo(number)) => Some(*number),
         _ => None,
     };
-    let score = locomo_category.and_then(|number| f1::score_locomo(number, &line.prediction, line.answer.as_deref()));
+    let score = locomo_category
+        .and_then(|number| f1::score_locomo(number, &line.prediction, line.answer.as_deref()));
     let recall = recall::evidence_recall(&line.evidence, &line.prediction_context);
-    let audit = audit.and_then(|audit| audit.get(&line.question_id)).map(|entry| {
-        let (excluded, answer) = match &entry.action {
-            AuditAction::Corrected { answer } => (false, Some(answer.clone())),
-            AuditAction::Excluded => (true, None),
-            AuditAction::EvidenceOnly => (false, None),
-        };
-        let corrected = answer.as_deref().zip(locomo_category).and_then(|(answer, number)| {
-            f1::score_locomo(number, &line.prediction, Some(answer))
+    let audit =
+        audit.and_then(|audit| audit.get(&line.question_id)).map(|entry| {
+            let (excluded, answer) = match &entry.action {
+                AuditAction::Corrected { answer } => (false, Some(answer.clone())),
+                AuditAction::Excluded => (true, None),
+                AuditAction::EvidenceOnly => (false, None),
+            };
+            let corrected = answer.as_deref().zip(locomo_category).and_then(|(answer, number)| {
+                f1::score_locomo(number, &line.prediction, Some(answer))
+            });
+            AuditedScore {
+                error_type: entry.error_type.clone(),
+                excluded,
+                answer,
+                f1: corrected.map(|score| score.f1),
+                exact_match: corrected.map(|score| score.exact_match),
+                judge: Vec::new(),
+                evidence: entry.evidence.clone(),
+                recall: entry.evidence.as_ref().and_then(|evidence| {
+                    recall::evidence_recall(evidence, &line.prediction_context)
+                }),
+            }
         });
-        AuditedScore {
-            error_type: entry.error_type.clone(),
-            excluded,
-            answer,
-            f1: corrected.map(|score| score.f1),
-            exact_match: corrected.map(|score| score.exact_match),
-            judge: Vec::new(),
-            evidence: entry.evidence.clone(),
-            recall: entry.evidence.as_ref().and_then(|evidence| recall::evidence_recall(evidence, &line.prediction_context)),
-        }
-    });
     ItemScore {
         question_id: line.question_id.clone(),
         sample: line.sample.clone(),
@@ -272,12 +277,17 @@ fn score_line(
 /// `settings.judge_model` naming the model to request), and write `eval/<dataset>/<file>/`.
 ///
 /// Returns the summary; the caller prints [`EvalSummary::table`].
-pub async fn evaluate<M: ChatModel>(settings: &EvalSettings, judge: Option<&M>) -> anyhow::Result<EvalSummary> {
+pub async fn evaluate<M: ChatModel>(
+    settings: &EvalSettings,
+    judge: Option<&M>,
+) -> anyhow::Result<EvalSummary> {
     let judging = match (judge, &settings.judge_model) {
         (Some(model), Some(name)) => Some((model, name.clone())),
         (None, None) => None,
         (Some(_), None) => anyhow::bail!("a judge client was given but no judge model name"),
-        (None, Some(name)) => anyhow::bail!("judge model {name} is set but no judge client was given"),
+        (None, Some(name)) => {
+            anyhow::bail!("judge model {name} is set but no judge client was given")
+        }
     };
     if settings.judge_runs == 0 {
         anyhow::bail!("judge runs must be at least 1");
@@ -290,7 +300,8 @@ pub async fn evaluate<M: ChatModel>(settings: &EvalSettings, judge: Option<&M>) 
     tracing::info!(questions = items.len(), files = files.len(), "scored result lines");
 
     let output_dir = settings.output_dir();
-    std::fs::create_dir_all(&output_dir).with_context(|| format!("creating {}", output_dir.display()))?;
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("creating {}", output_dir.display()))?;
     let mut judge_stats = judge::JudgeStats::default();
     if let Some((model, name)) = judging {
         let judge_settings = judge::JudgeSettings {
@@ -299,8 +310,13 @@ pub async fn evaluate<M: ChatModel>(settings: &EvalSettings, judge: Option<&M>) 
             concurrency: settings.concurrency,
             dataset: settings.dataset,
         };
-        judge_stats =
-            judge::judge_items(model, &judge_settings, &mut items, &output_dir.join("judgements.jsonl")).await?;
+        judge_stats = judge::judge_items(
+            model,
+            &judge_settings,
+            &mut items,
+            &output_dir.join("judgements.jsonl"),
+        )
+        .await?;
         tracing::info!(
             cached = judge_stats.cached,
             new = judge_stats.new,
@@ -310,7 +326,8 @@ pub async fn evaluate<M: ChatModel>(settings: &EvalSettings, judge: Option<&M>) 
     }
 
     let rows = report::build_rows(&items, locomo, settings.audit, settings.prices);
-    let relative = |path: &PathBuf| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string();
+    let relative =
+        |path: &PathBuf| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string();
     let summary = EvalSummary {
         dataset: settings.dataset.as_str().to_string(),
         model: settings.model.clone(),
@@ -337,7 +354,11 @@ fn count_audit(items: &[ItemScore], wanted: fn(&AuditedScore) -> bool) -> usize 
 
 /// Write `scores.jsonl`, `summary.json`, `summary.md` and the plots, each through a temporary
 /// file renamed into place.
-fn write_outputs(output_dir: &Path, items: &[ItemScore], summary: &EvalSummary) -> anyhow::Result<()> {
+fn write_outputs(
+    output_dir: &Path,
+    items: &[ItemScore],
+    summary: &EvalSummary,
+) -> anyhow::Result<()> {
     let mut scores = String::new();
     for item in items {
         scores.push_str(&serde_json::to_string(item).context("serialising a score")?);
@@ -348,7 +369,10 @@ fn write_outputs(output_dir: &Path, items: &[ItemScore], summary: &EvalSummary) 
     write_atomic(&output_dir.join("summary.json"), &(json + "\n"))?;
     write_atomic(&output_dir.join("summary.md"), &summary_markdown(summary))?;
     let title = format!("{} / {} / {}", summary.dataset, summary.model, summary.file);
-    write_atomic(&output_dir.join("accuracy.svg"), &svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows))?;
+    write_atomic(
+        &output_dir.join("accuracy.svg"),
+        &svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows),
+    )?;
     write_atomic(
         &output_dir.join("tokens.svg"),
         &svg::tokens_chart(&format!("Tokens per question: {title}"), &summary.rows),
@@ -370,8 +394,14 @@ fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
 pub fn summary_markdown(summary: &EvalSummary) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "# Evaluation: {} / {} / {}\n", summary.dataset, summary.model, summary.file);
-    let _ = writeln!(out, "- Questions: {} from {} result file(s).", summary.questions, summary.result_files.len());
+    let _ =
+        writeln!(out, "# Evaluation: {} / {} / {}\n", summary.dataset, summary.model, summary.file);
+    let _ = writeln!(
+        out,
+        "- Questions: {} from {} result file(s).",
+        summary.questions,
+        summary.result_files.len()
+    );
     match &summary.judge_model {
         Some(model) => {
             let _ = writeln!(

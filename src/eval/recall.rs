@@ -40,7 +40,11 @@ pub fn evidence_recall(gold: &[String], context: &[String]) -> Option<EvidenceRe
             }
         })
         .count();
-    Some(EvidenceRecall { fraction: found as f64 / gold.len() as f64, all: found == gold.len(), any: found > 0 })
+    Some(EvidenceRecall {
+        fraction: found as f64 / gold.len() as f64,
+        all: found == gold.len(),
+        any: found > 0,
+    })
 }
 
 /// The official scorer drops the first character of each session id (`S2` → `2`).
@@ -52,7 +56,9 @@ fn without_first_char(id: &str) -> &str {
 /// `D<s>:<t>`, and drop pieces that name no turn (a bare `D`). Other ids pass unchanged.
 pub fn clean_evidence(evidence: &[String]) -> Vec<String> {
     let mut cleaned: Vec<String> = Vec::with_capacity(evidence.len());
-    for piece in evidence.iter().flat_map(|entry| entry.split(|c: char| c == ';' || c.is_whitespace())) {
+    for piece in
+        evidence.iter().flat_map(|entry| entry.split(|c: char| c == ';' || c.is_whitespace()))
+    {
         let piece = match piece.strip_prefix("D:") {
             Some(rest) => format!("D{rest}"),
             None => piece.to_string(),

@@ -87,7 +87,12 @@ pub struct Row {
 }
 
 /// Build every row for `items`: categories in their canonical order, then the overall rows.
-pub fn build_rows(items: &[ItemScore], locomo: bool, audit: bool, prices: Option<Prices>) -> Vec<Row> {
+pub fn build_rows(
+    items: &[ItemScore],
+    locomo: bool,
+    audit: bool,
+    prices: Option<Prices>,
+) -> Vec<Row> {
     let mut categories: Vec<&Category> = Vec::new();
     for item in items {
         if !categories.contains(&&item.category) {
@@ -99,7 +104,8 @@ pub fn build_rows(items: &[ItemScore], locomo: bool, audit: bool, prices: Option
 
     let mut rows = Vec::new();
     for category in categories {
-        let selected: Vec<&ItemScore> = items.iter().filter(|item| &item.category == category).collect();
+        let selected: Vec<&ItemScore> =
+            items.iter().filter(|item| &item.category == category).collect();
         rows.push(row(category.to_string(), category_label(category), &selected, audit, prices));
     }
     let all: Vec<&ItemScore> = items.iter().collect();
@@ -110,14 +116,21 @@ pub fn build_rows(items: &[ItemScore], locomo: bool, audit: bool, prices: Option
         rows.push(row("overall".into(), "overall".into(), &all, audit, prices));
     } else {
         rows.push(row("overall".into(), "overall".into(), &all, false, prices));
-        let mut task_averaged = row("task_averaged".into(), "task-averaged".into(), &all, false, prices);
+        let mut task_averaged =
+            row("task_averaged".into(), "task-averaged".into(), &all, false, prices);
         task_averaged.raw.judge = task_averaged_accuracy(items);
         task_averaged.raw.recall = None;
         rows.push(task_averaged);
         let abstention: Vec<&ItemScore> =
             items.iter().filter(|item| item.question_id.ends_with("_abs")).collect();
         if !abstention.is_empty() {
-            rows.push(row("abstention".into(), "abstention (_abs)".into(), &abstention, false, prices));
+            rows.push(row(
+                "abstention".into(),
+                "abstention (_abs)".into(),
+                &abstention,
+                false,
+                prices,
+            ));
         }
     }
     rows
@@ -171,31 +184,47 @@ fn audited_view(item: &ItemScore) -> Option<View<'_>> {
     }
     let recall = if audited.evidence.is_some() { audited.recall } else { item.recall };
     Some(match &audited.answer {
-        Some(_) => View { f1: audited.f1, exact_match: audited.exact_match, judge: &audited.judge, recall },
+        Some(_) => {
+            View { f1: audited.f1, exact_match: audited.exact_match, judge: &audited.judge, recall }
+        }
         None => View { recall, ..raw_view(item) },
     })
 }
 
-fn row(key: String, label: String, items: &[&ItemScore], audit: bool, prices: Option<Prices>) -> Row {
+fn row(
+    key: String,
+    label: String,
+    items: &[&ItemScore],
+    audit: bool,
+    prices: Option<Prices>,
+) -> Row {
     let raw = metrics(items.iter().map(|item| raw_view(item)));
     let audited = audit.then(|| metrics(items.iter().filter_map(|item| audited_view(item))));
     let errors = items.iter().filter(|item| item.status == crate::results::Status::Error).count();
     let tokens: u64 = items.iter().map(|item| item.prompt_tokens + item.completion_tokens).sum();
-    let tokens_per_question = if items.is_empty() { 0.0 } else { tokens as f64 / items.len() as f64 };
+    let tokens_per_question =
+        if items.is_empty() { 0.0 } else { tokens as f64 / items.len() as f64 };
     let cost_usd = prices.map(|prices| {
         let prompt: u64 = items.iter().map(|item| item.prompt_tokens).sum();
         let completion: u64 = items.iter().map(|item| item.completion_tokens).sum();
-        (prompt as f64 * prices.input_per_million + completion as f64 * prices.output_per_million) / 1e6
+        (prompt as f64 * prices.input_per_million + completion as f64 * prices.output_per_million)
+            / 1e6
     });
     Row { key, label, raw, audited, errors, tokens_per_question, cost_usd }
 }
 
 fn metrics<'a>(views: impl Iterator<Item = View<'a>>) -> Metrics {
     let views: Vec<View<'a>> = views.collect();
-    let mean = |values: Vec<f64>| (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64);
+    let mean = |values: Vec<f64>| {
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
     let f1 = mean(views.iter().filter_map(|view| view.f1).collect());
-    let exact_match =
-        mean(views.iter().filter_map(|view| view.exact_match.map(|hit| if hit { 1.0 } else { 0.0 })).collect());
+    let exact_match = mean(
+        views
+            .iter()
+            .filter_map(|view| view.exact_match.map(|hit| if hit { 1.0 } else { 0.0 }))
+            .collect(),
+    );
     let judge = judge_accuracy(views.iter().map(|view| view.judge));
     let recalls: Vec<EvidenceRecall> = views.iter().filter_map(|view| view.recall).collect();
     let recall = (!recalls.is_empty()).then(|| {
@@ -213,7 +242,8 @@ fn metrics<'a>(views: impl Iterator<Item = View<'a>>) -> Metrics {
 /// Per-run accuracy over the verdicts given, then mean and population std over runs.
 fn judge_accuracy<'a>(verdicts: impl Iterator<Item = &'a [Verdict]>) -> Option<JudgeAccuracy> {
     // run index → (correct, judged); BTreeMap keeps runs in order.
-    let mut per_run: std::collections::BTreeMap<u32, (usize, usize)> = std::collections::BTreeMap::new();
+    let mut per_run: std::collections::BTreeMap<u32, (usize, usize)> =
+        std::collections::BTreeMap::new();
     for item_verdicts in verdicts {
         for verdict in item_verdicts {
             let entry = per_run.entry(verdict.run).or_default();
@@ -221,7 +251,8 @@ fn judge_accuracy<'a>(verdicts: impl Iterator<Item = &'a [Verdict]>) -> Option<J
             entry.1 += 1;
         }
     }
-    let accuracies: Vec<f64> = per_run.values().map(|(correct, judged)| *correct as f64 / *judged as f64).collect();
+    let accuracies: Vec<f64> =
+        per_run.values().map(|(correct, judged)| *correct as f64 / *judged as f64).collect();
     let judged = per_run.values().map(|(_, judged)| *judged).max()?;
     let (mean, std) = mean_std(&accuracies);
     Some(JudgeAccuracy { mean, std, runs: accuracies.len(), judged })
@@ -234,7 +265,8 @@ fn task_averaged_accuracy(items: &[ItemScore]) -> Option<JudgeAccuracy> {
         std::collections::BTreeMap::new();
     for item in items {
         for verdict in &item.judge {
-            let entry = per_run_type.entry((verdict.run, category_order(&item.category))).or_default();
+            let entry =
+                per_run_type.entry((verdict.run, category_order(&item.category))).or_default();
             entry.0 += usize::from(verdict.correct);
             entry.1 += 1;
         }
@@ -243,9 +275,12 @@ fn task_averaged_accuracy(items: &[ItemScore]) -> Option<JudgeAccuracy> {
     for ((run, _), (correct, judged)) in &per_run_type {
         per_run.entry(*run).or_default().push(*correct as f64 / *judged as f64);
     }
-    let accuracies: Vec<f64> =
-        per_run.values().map(|per_type| per_type.iter().sum::<f64>() / per_type.len() as f64).collect();
-    let judged = per_run_type.values().map(|(_, judged)| judged).sum::<usize>() / per_run.len().max(1);
+    let accuracies: Vec<f64> = per_run
+        .values()
+        .map(|per_type| per_type.iter().sum::<f64>() / per_type.len() as f64)
+        .collect();
+    let judged =
+        per_run_type.values().map(|(_, judged)| judged).sum::<usize>() / per_run.len().max(1);
     if accuracies.is_empty() {
         return None;
     }
@@ -317,7 +352,9 @@ fn percent(value: Option<f64>) -> String {
 
 fn judge_cell(judge: Option<JudgeAccuracy>) -> String {
     match judge {
-        Some(judge) if judge.runs > 1 => format!("{:.2} ± {:.2}", judge.mean * 100.0, judge.std * 100.0),
+        Some(judge) if judge.runs > 1 => {
+            format!("{:.2} ± {:.2}", judge.mean * 100.0, judge.std * 100.0)
+        }
         Some(judge) => format!("{:.2}", judge.mean * 100.0),
         None => "–".into(),
     }
@@ -337,11 +374,11 @@ mod tests {
 
     #[test]
     fn categories_sort_by_number_then_known_types() {
-        let mut locomo = vec![Category::Locomo(5), Category::Locomo(1), Category::Locomo(3)];
+        let mut locomo = [Category::Locomo(5), Category::Locomo(1), Category::Locomo(3)];
         locomo.sort_by_key(category_order);
         let labels: Vec<String> = locomo.iter().map(category_label).collect();
         assert_eq!(labels, ["1 multi-hop", "3 open-domain", "5 adversarial"]);
-        let mut types = vec![
+        let mut types = [
             Category::LongMemEval("some-new-type".into()),
             Category::LongMemEval("temporal-reasoning".into()),
             Category::LongMemEval("single-session-user".into()),

@@ -27,7 +27,11 @@ pub fn accuracy_chart(title: &str, rows: &[Row]) -> String {
     let labels: Vec<&str> = rows.iter().map(|row| row.label.as_str()).collect();
     let mut series = Vec::new();
     if rows.iter().any(|row| row.raw.f1.is_some()) {
-        series.push(Series { name: "F1", colour: "#4c78a8", values: rows.iter().map(|row| row.raw.f1).collect() });
+        series.push(Series {
+            name: "F1",
+            colour: "#4c78a8",
+            values: rows.iter().map(|row| row.raw.f1).collect(),
+        });
     }
     if rows.iter().any(|row| row.raw.judge.is_some()) {
         series.push(Series {
@@ -42,7 +46,9 @@ pub fn accuracy_chart(title: &str, rows: &[Row]) -> String {
             colour: "#54a24b",
             values: rows
                 .iter()
-                .map(|row| row.audited.as_ref().and_then(|audited| audited.judge).map(|judge| judge.mean))
+                .map(|row| {
+                    row.audited.as_ref().and_then(|audited| audited.judge).map(|judge| judge.mean)
+                })
                 .collect(),
         });
     }
@@ -67,7 +73,11 @@ fn nice_ceiling(value: f64) -> f64 {
         return 1.0;
     }
     let magnitude = 10f64.powf(value.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|step| step * magnitude).find(|candidate| *candidate >= value).unwrap_or(value)
+    [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|step| step * magnitude)
+        .find(|candidate| *candidate >= value)
+        .unwrap_or(value)
 }
 
 fn bar_chart(title: &str, unit: &str, labels: &[&str], series: &[Series], top: f64) -> String {
@@ -125,7 +135,11 @@ fn bar_chart(title: &str, unit: &str, labels: &[&str], series: &[Series], top: f
             escape(label)
         );
     }
-    let _ = writeln!(svg, r#"<line x1="{LEFT:.0}" y1="{baseline:.1}" x2="{:.0}" y2="{baseline:.1}" stroke="black"/>"#, width - 20.0);
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{LEFT:.0}" y1="{baseline:.1}" x2="{:.0}" y2="{baseline:.1}" stroke="black"/>"#,
+        width - 20.0
+    );
     for (index, one) in series.iter().enumerate() {
         let y = baseline + 36.0 + 18.0 * index as f64;
         let _ = writeln!(

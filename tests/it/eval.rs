@@ -2,8 +2,11 @@
 //! the official LoCoMo rules), the audit mapping against the shipped dataset, and `evaluate` end
 //! to end on fixture runs, with the judge served by the scripted endpoint over real HTTP.
 
-use std::path::{Path, PathBuf};
+// Test helpers outside `#[test]` functions panic on broken fixtures by design.
+#![allow(clippy::unwrap_used)]
+
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -35,7 +38,12 @@ fn porter_matches_nltk_on_every_vector() {
         checked += 1;
     }
     assert!(checked > 6000, "only {checked} vectors");
-    assert!(mismatches.is_empty(), "{} mismatches: {:?}", mismatches.len(), &mismatches[..mismatches.len().min(20)]);
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches: {:?}",
+        mismatches.len(),
+        &mismatches[..mismatches.len().min(20)]
+    );
 }
 
 #[test]
@@ -55,7 +63,12 @@ fn locomo_scorer_matches_the_python_reference_on_every_vector() {
             vector["id"],
             score.f1
         );
-        assert_eq!(score.exact_match, vector["em"].as_bool().unwrap(), "{}: exact match", vector["id"]);
+        assert_eq!(
+            score.exact_match,
+            vector["em"].as_bool().unwrap(),
+            "{}: exact match",
+            vector["id"]
+        );
         checked += 1;
     }
     assert_eq!(checked, 1986 + 17);
@@ -64,7 +77,10 @@ fn locomo_scorer_matches_the_python_reference_on_every_vector() {
 #[test]
 fn audit_entries_point_at_the_questions_they_describe() {
     let dataset: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json")).unwrap(),
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     let samples = dataset.as_array().unwrap();
@@ -83,7 +99,10 @@ fn audit_entries_point_at_the_questions_they_describe() {
         }
     }
     // Spot check by text: the audit's locomo_1_qa31 is conv-30's 32nd question.
-    assert_eq!(samples[1]["qa"][31]["question"], "How long did it take for Jon to open his studio?");
+    assert_eq!(
+        samples[1]["qa"][31]["question"],
+        "How long did it take for Jon to open his studio?"
+    );
 }
 
 /// A temporary project root holding a copy of the fixture `result/` tree.
@@ -146,8 +165,10 @@ fn fixture_judge(request: &RecordedRequest) -> ScriptedReply {
         correct = !correct;
     }
     let label = if correct { "CORRECT" } else { "WRONG" };
-    ScriptedReply::json(&json!({"reason": format!("first gold word {first_word:?}"), "label": label}))
-        .with_usage(120, 15)
+    ScriptedReply::json(
+        &json!({"reason": format!("first gold word {first_word:?}"), "label": label}),
+    )
+    .with_usage(120, 15)
 }
 
 fn item<'a>(items: &'a [ItemScore], question_id: &str) -> &'a ItemScore {
@@ -155,7 +176,8 @@ fn item<'a>(items: &'a [ItemScore], question_id: &str) -> &'a ItemScore {
 }
 
 fn read_scores(root: &Path, dataset: &str) -> Vec<ItemScore> {
-    let text = std::fs::read_to_string(root.join("eval").join(dataset).join("run1/scores.jsonl")).unwrap();
+    let text =
+        std::fs::read_to_string(root.join("eval").join(dataset).join("run1/scores.jsonl")).unwrap();
     text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
@@ -168,10 +190,18 @@ async fn locomo_fixture_run_writes_every_output_and_pins_the_summary() {
     let root = project();
     let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
     let judge = client(&server);
-    let summary = evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
 
     let out = root.path().join("eval/locomo/run1");
-    for name in ["scores.jsonl", "judgements.jsonl", "summary.json", "summary.md", "accuracy.svg", "tokens.svg"] {
+    for name in [
+        "scores.jsonl",
+        "judgements.jsonl",
+        "summary.json",
+        "summary.md",
+        "accuracy.svg",
+        "tokens.svg",
+    ] {
         assert!(out.join(name).is_file(), "{name} missing");
     }
     // 13 + 4 distinct questions; the run2 file is not read; the repeated q29 keeps its last line.
@@ -219,13 +249,15 @@ async fn rerun_resumes_from_the_cache_without_rejudging() {
     let root = project();
     let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
     let judge = client(&server);
-    let first = evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let first =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
     let after_first = server.request_count();
     assert_eq!(after_first, 15);
     assert_eq!(first.judge_new, 15);
 
     // Same settings: everything comes from the cache.
-    let second = evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let second =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
     assert_eq!(server.request_count(), after_first);
     assert_eq!((second.judge_cached, second.judge_new), (15, 0));
     assert_eq!(second.rows, first.rows);
@@ -237,21 +269,26 @@ async fn rerun_resumes_from_the_cache_without_rejudging() {
     let mut lines: Vec<&str> = text.lines().collect();
     lines.truncate(lines.len() - 2);
     std::fs::write(&cache, format!("{}\n{{\"question_id\": \"conv-2", lines.join("\n"))).unwrap();
-    let third = evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let third =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
     assert_eq!(server.request_count(), after_first + 2);
     assert_eq!((third.judge_cached, third.judge_new), (13, 2));
     assert_eq!(third.rows, first.rows);
 
     // A second judge run adds only run 1.
-    let fourth = evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    let fourth =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
     assert_eq!(server.request_count(), after_first + 2 + 15);
     assert_eq!((fourth.judge_cached, fourth.judge_new), (15, 15));
 
     // A changed prediction is judged afresh; nothing else is.
     let results = root.path().join("result/locomo/conv-26_result_fixture_run1.jsonl");
-    let edited = std::fs::read_to_string(&results).unwrap().replace("That running is fun", "Self-care is important");
+    let edited = std::fs::read_to_string(&results)
+        .unwrap()
+        .replace("That running is fun", "Self-care is important");
     std::fs::write(&results, edited).unwrap();
-    let fifth = evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    let fifth =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
     assert_eq!(fifth.judge_new, 2);
     let items = read_scores(root.path(), "locomo");
     assert!(item(&items, "conv-26:q84").judge.iter().all(|verdict| verdict.correct));
@@ -262,8 +299,11 @@ fn single_question_project() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let target = root.path().join("result/locomo");
     std::fs::create_dir_all(&target).unwrap();
-    let text = std::fs::read_to_string(fixture("run/result/locomo/conv-26_result_fixture_run1.jsonl")).unwrap();
-    std::fs::write(target.join("conv-26_result_fixture_run1.jsonl"), text.lines().next().unwrap()).unwrap();
+    let text =
+        std::fs::read_to_string(fixture("run/result/locomo/conv-26_result_fixture_run1.jsonl"))
+            .unwrap();
+    std::fs::write(target.join("conv-26_result_fixture_run1.jsonl"), text.lines().next().unwrap())
+        .unwrap();
     root
 }
 
@@ -280,7 +320,8 @@ async fn judge_survives_a_server_error_and_malformed_json() {
     .await
     .unwrap();
     let judge = client(&server);
-    let summary = evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
     assert_eq!(server.request_count(), 4);
     assert_eq!(server.remaining(), 0);
     assert_eq!((summary.judge_new, summary.judge_failed), (1, 0));
@@ -293,7 +334,9 @@ async fn judge_survives_a_server_error_and_malformed_json() {
     assert!(last.transcript().contains("MAYBE"));
     // The judgement records the attempts it took.
     let record: Value = serde_json::from_str(
-        std::fs::read_to_string(root.path().join("eval/locomo/run1/judgements.jsonl")).unwrap().trim(),
+        std::fs::read_to_string(root.path().join("eval/locomo/run1/judgements.jsonl"))
+            .unwrap()
+            .trim(),
     )
     .unwrap();
     assert_eq!(record["attempts"], 3);
@@ -303,14 +346,18 @@ async fn judge_survives_a_server_error_and_malformed_json() {
 async fn failed_judgement_is_reported_and_retried_on_the_next_run() {
     let root = single_question_project();
     let server =
-        ScriptedServer::with_script(std::iter::repeat_n(ScriptedReply::text("no json here"), 3)).await.unwrap();
+        ScriptedServer::with_script(std::iter::repeat_n(ScriptedReply::text("no json here"), 3))
+            .await
+            .unwrap();
     let judge = client(&server);
-    let summary = evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
     assert_eq!((summary.judge_new, summary.judge_failed), (0, 1));
     assert_eq!(row(&summary, "2").raw.judge, None);
 
     server.push(ScriptedReply::json(&json!({"reason": "r", "label": "WRONG"})));
-    let summary = evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
     assert_eq!((summary.judge_new, summary.judge_failed), (1, 0));
     assert_eq!(row(&summary, "2").raw.judge.unwrap().mean, 0.0);
 }
@@ -327,10 +374,12 @@ async fn longmemeval_uses_per_type_prompts_and_reports_task_averaged_and_abstent
     .await
     .unwrap();
     let judge = client(&server);
-    let summary = evaluate(&settings(root.path(), DatasetKind::LongMemEval, 1), Some(&judge)).await.unwrap();
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::LongMemEval, 1), Some(&judge)).await.unwrap();
     assert_eq!(server.request_count(), 7);
     let prompts = seen.lock().unwrap().clone();
-    let prompt_for = |question: &str| prompts.iter().find(|text| text.contains(question)).unwrap().clone();
+    let prompt_for =
+        |question: &str| prompts.iter().find(|text| text.contains(question)).unwrap().clone();
     assert!(prompt_for("dentist visits").contains("off by one"));
     assert!(prompt_for("Where do I work now").contains("older information"));
     assert!(prompt_for("weekend activity").contains("Rubric:"));
@@ -393,7 +442,10 @@ struct Counting {
 }
 
 impl ChatModel for Counting {
-    fn chat(&self, request: &ChatRequest) -> impl Future<Output = Result<ChatResponse, mragent::llm::Error>> + Send {
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, mragent::llm::Error>> + Send {
         async move {
             let now = self.current.fetch_add(1, Ordering::SeqCst) + 1;
             self.max.fetch_max(now, Ordering::SeqCst);
@@ -408,11 +460,13 @@ impl ChatModel for Counting {
 async fn judge_requests_in_flight_stay_within_the_limit() {
     let root = project();
     // Each reply is held back so that requests overlap.
-    let server =
-        ScriptedServer::with_responder(|request| fixture_judge(request).delayed(Duration::from_millis(100)))
-            .await
-            .unwrap();
-    let judge = Counting { inner: client(&server), current: AtomicUsize::new(0), max: AtomicUsize::new(0) };
+    let server = ScriptedServer::with_responder(|request| {
+        fixture_judge(request).delayed(Duration::from_millis(100))
+    })
+    .await
+    .unwrap();
+    let judge =
+        Counting { inner: client(&server), current: AtomicUsize::new(0), max: AtomicUsize::new(0) };
     let mut settings = settings(root.path(), DatasetKind::Locomo, 1);
     settings.concurrency = 3;
     let summary = evaluate(&settings, Some(&judge)).await.unwrap();
