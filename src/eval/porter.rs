@@ -12,6 +12,8 @@
 //! crate looks the table up after lowercasing. The LoCoMo normaliser lowercases before it
 //! stems, so only lowercase tokens ever reach [`stem`] and the two agree on all of them.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use nltk_porter::{Mode, PorterStemmer};
@@ -26,7 +28,28 @@ static STEMMER: LazyLock<PorterStemmer> = LazyLock::new(|| PorterStemmer::new(Mo
 /// `sky`, `dying` → `die`, `news` → `news`, ...) come from its table; everything else goes
 /// through steps 1a–5b with NLTK's extensions.
 pub fn stem(token: &str) -> String {
-    STEMMER.stem(token)
+    // Answers repeat the same few thousand words, and the stemmer allocates on every step, so
+    // each thread keeps a memo of the stems it has computed (bounded: cleared when full).
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if let Some(stemmed) = memo.get(token) {
+            return stemmed.clone();
+        }
+        let stemmed = STEMMER.stem(token);
+        if memo.len() >= MEMO_CAPACITY {
+            memo.clear();
+        }
+        memo.insert(token.to_string(), stemmed.clone());
+        stemmed
+    })
+}
+
+/// Entries a thread's memo holds before it starts over.
+const MEMO_CAPACITY: usize = 100_000;
+
+thread_local! {
+    /// Per-thread memo of token → stem; only a cache, it never changes a result.
+    static MEMO: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
 }
 
 #[cfg(test)]
