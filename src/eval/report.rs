@@ -300,13 +300,19 @@ pub fn markdown_table(rows: &[Row]) -> String {
     let audited = rows.iter().any(|row| row.audited.is_some());
     let with_f1 = rows.iter().any(|row| row.raw.f1.is_some());
     let with_cost = rows.iter().any(|row| row.cost_usd.is_some());
+    let with_judge = rows.iter().any(|row| row.raw.judge.is_some());
     let mut header = vec!["category", "n"];
     if with_f1 {
         header.extend(["F1 %", "EM %"]);
     }
-    header.push("judge %");
+    if with_judge {
+        header.push("judge %");
+    }
     if audited {
-        header.extend(["n (audited)", "F1 % (audited)", "judge % (audited)"]);
+        header.extend(["n (audited)", "F1 % (audited)"]);
+        if with_judge {
+            header.push("judge % (audited)");
+        }
     }
     header.extend(["recall all/any %", "errors", "tokens/q"]);
     if with_cost {
@@ -321,15 +327,15 @@ pub fn markdown_table(rows: &[Row]) -> String {
             cells.push(percent(row.raw.f1));
             cells.push(percent(row.raw.exact_match));
         }
-        cells.push(judge_cell(row.raw.judge));
+        if with_judge {
+            cells.push(judge_cell(row.raw.judge));
+        }
         if audited {
-            match &row.audited {
-                Some(metrics) => {
-                    cells.push(metrics.count.to_string());
-                    cells.push(percent(metrics.f1));
-                    cells.push(judge_cell(metrics.judge));
-                }
-                None => cells.extend(["–".to_string(), "–".to_string(), "–".to_string()]),
+            let metrics = row.audited.as_ref();
+            cells.push(metrics.map_or("–".into(), |metrics| metrics.count.to_string()));
+            cells.push(percent(metrics.and_then(|metrics| metrics.f1)));
+            if with_judge {
+                cells.push(judge_cell(metrics.and_then(|metrics| metrics.judge)));
             }
         }
         cells.push(match row.raw.recall {
