@@ -1,3 +1,4 @@
-//! Integration tests: one binary, one module per area.
+//! The single integration-test binary: one module per area.
 
 mod eval;
+mod llm;
