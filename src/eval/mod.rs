@@ -47,7 +47,8 @@ pub struct EvalSettings {
     pub concurrency: usize,
     /// Also report LoCoMo scores with the audit corrections (ignored for LongMemEval).
     pub audit: bool,
-    /// Prices of the answering model, for the cost column; `None` leaves it out.
+    /// Prices of the answering model, for the cost column; `None` uses the model's list price
+    /// when `llm::models` knows it, else leaves the column out.
     pub prices: Option<Prices>,
 }
 
@@ -155,6 +156,8 @@ pub struct EvalSummary {
     pub judge_failed: usize,
     /// Tokens the judge used in this evaluation.
     pub judge_usage: Usage,
+    /// What those tokens cost in US dollars, when the judge model's price is known.
+    pub judge_cost_usd: Option<f64>,
     /// Audit counts (LoCoMo with audit on): questions corrected / excluded among those scored.
     pub audit_corrected: usize,
     /// See `audit_corrected`.
@@ -325,7 +328,14 @@ pub async fn evaluate<M: ChatModel>(
         );
     }
 
-    let rows = report::build_rows(&items, locomo, settings.audit, settings.prices);
+    // Without explicit prices, the answering model's list price is used when known.
+    let prices = settings.prices.or_else(|| {
+        crate::llm::models::model_price(&settings.model).map(|price| Prices {
+            input_per_million: price.prompt_per_million,
+            output_per_million: price.completion_per_million,
+        })
+    });
+    let rows = report::build_rows(&items, locomo, settings.audit, prices);
     let relative =
         |path: &PathBuf| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string();
     let summary = EvalSummary {
@@ -340,6 +350,10 @@ pub async fn evaluate<M: ChatModel>(
         judge_new: judge_stats.new,
         judge_failed: judge_stats.failed,
         judge_usage: judge_stats.usage,
+        judge_cost_usd: settings
+            .judge_model
+            .as_deref()
+            .and_then(|model| crate::llm::models::estimate_cost_usd(model, judge_stats.usage)),
         audit_corrected: count_audit(&items, |audited| audited.answer.is_some()),
         audit_excluded: count_audit(&items, |audited| audited.excluded),
         rows,
@@ -406,12 +420,14 @@ pub fn summary_markdown(summary: &EvalSummary) -> String {
         Some(model) => {
             let _ = writeln!(
                 out,
-                "- Judge: `{model}`, {} run(s){}; {} verdict(s) from cache, {} new, {} failed.",
+                "- Judge: `{model}`, {} run(s){}; {} verdict(s) from cache, {} new, {} failed; {} judge tokens spent now{}.",
                 summary.judge_runs,
                 if summary.judge_runs > 1 { " (accuracy as mean ± std over runs)" } else { "" },
                 summary.judge_cached,
                 summary.judge_new,
-                summary.judge_failed
+                summary.judge_failed,
+                summary.judge_usage.total(),
+                summary.judge_cost_usd.map_or(String::new(), |cost| format!(" (${cost:.4})"))
             );
         }
         None => {

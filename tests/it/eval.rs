@@ -5,7 +5,6 @@
 // Test helpers outside `#[test]` functions panic on broken fixtures by design.
 #![allow(clippy::unwrap_used)]
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -442,17 +441,12 @@ struct Counting {
 }
 
 impl ChatModel for Counting {
-    fn chat(
-        &self,
-        request: &ChatRequest,
-    ) -> impl Future<Output = Result<ChatResponse, mragent::llm::Error>> + Send {
-        async move {
-            let now = self.current.fetch_add(1, Ordering::SeqCst) + 1;
-            self.max.fetch_max(now, Ordering::SeqCst);
-            let response = self.inner.chat(request).await;
-            self.current.fetch_sub(1, Ordering::SeqCst);
-            response
-        }
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, mragent::llm::Error> {
+        let now = self.current.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        let response = self.inner.chat(request).await;
+        self.current.fetch_sub(1, Ordering::SeqCst);
+        response
     }
 }
 
