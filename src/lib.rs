@@ -7,6 +7,7 @@
 //! - [`llm`]: the only module that talks to model endpoints.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
 //! - [`results`]: the per-question result-line format.
+//! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
 
 pub mod cli;
@@ -18,5 +19,7 @@ pub mod dataset;
 pub mod llm;
 pub mod memory;
 pub mod results;
+
+pub mod eval;
 
 pub mod commands;

@@ -98,9 +98,23 @@ macro_rules! prompt {
 }
 
 prompt!(PING, "ping");
+prompt!(JUDGE_LOCOMO, "judge_locomo");
+prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
+prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
+prompt!(JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE, "judge_longmemeval_knowledge_update");
+prompt!(JUDGE_LONGMEMEVAL_PREFERENCE, "judge_longmemeval_preference");
+prompt!(JUDGE_LONGMEMEVAL_ABSTENTION, "judge_longmemeval_abstention");
 
 /// Every prompt, for listing and snapshot tests.
-pub const ALL: &[Prompt] = &[PING];
+pub const ALL: &[Prompt] = &[
+    PING,
+    JUDGE_LOCOMO,
+    JUDGE_LONGMEMEVAL,
+    JUDGE_LONGMEMEVAL_TEMPORAL,
+    JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,
+    JUDGE_LONGMEMEVAL_PREFERENCE,
+    JUDGE_LONGMEMEVAL_ABSTENTION,
+];
 
 #[cfg(test)]
 mod tests {

@@ -5,5 +5,6 @@
 
 mod cli;
 mod dataset;
+mod eval;
 mod llm;
 mod memory;
