@@ -7,8 +7,11 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::llm::{ChatModel as _, ChatRequest, Message};
-use crate::settings::ModelSettings;
+use crate::cli::{DataArg, EvalArgs};
+use crate::dataset::DatasetKind;
+use crate::eval::{EvalSettings, EvalSummary};
+use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
+use crate::settings::{ModelChoice, ModelSettings, ProjectPaths, path_safe};
 
 /// What `ping` found out.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,4 +61,34 @@ pub async fn ping(settings: &ModelSettings) -> anyhow::Result<PingReport> {
         latency_ms: started.elapsed().as_millis(),
         usage: response.usage,
     })
+}
+
+/// Score a run's result files, with the LLM judge when a judge model is given.
+pub async fn eval(
+    paths: &ProjectPaths,
+    args: &EvalArgs,
+    models: &ModelSettings,
+) -> anyhow::Result<EvalSummary> {
+    let dataset = match args.data {
+        DataArg::Locomo => DatasetKind::Locomo,
+        DataArg::Lm => DatasetKind::LongMemEval,
+    };
+    let mut settings =
+        EvalSettings::new(&paths.root, dataset, &models.build_model.alias, &path_safe(&args.file));
+    settings.judge_runs = args.judge_runs;
+    settings.concurrency = args.judge_workers as usize;
+    settings.audit = !args.no_audit;
+    let judge: Option<Client> = match &args.judge_model {
+        Some(name) => {
+            models.require_key()?;
+            let choice = ModelChoice::resolve(name);
+            settings.judge_model = Some(choice.id.clone());
+            Some(
+                crate::llm::build_chat_model(&models.llm_config(&choice))
+                    .context("building the judge client")?,
+            )
+        }
+        None => None,
+    };
+    crate::eval::evaluate(&settings, judge.as_ref()).await
 }

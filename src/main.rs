@@ -53,10 +53,11 @@ enum Outcome {
 fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Ping(_) => "ping",
+        Command::Eval(_) => "eval",
     }
 }
 
-async fn dispatch(command: Command, _paths: ProjectPaths) -> anyhow::Result<Outcome> {
+async fn dispatch(command: Command, paths: ProjectPaths) -> anyhow::Result<Outcome> {
     match command {
         Command::Ping(args) => {
             let settings = ModelSettings::resolve(&args.model, env_var)?;
@@ -65,7 +66,18 @@ async fn dispatch(command: Command, _paths: ProjectPaths) -> anyhow::Result<Outc
             println!("{report}");
             Ok(Outcome::Success)
         }
+        Command::Eval(args) => {
+            let settings = ModelSettings::resolve(&args.model, env_var)?;
+            let summary = mragent::commands::eval(&paths, &args, &settings).await?;
+            println!("{}", summary.table());
+            println!("written to {}", summary_dir(&paths, &summary).display());
+            Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
+        }
     }
+}
+
+fn summary_dir(paths: &ProjectPaths, summary: &mragent::eval::EvalSummary) -> std::path::PathBuf {
+    paths.root.join("eval").join(&summary.dataset).join(&summary.file)
 }
 
 fn env_var(name: &str) -> Option<String> {
