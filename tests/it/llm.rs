@@ -4,6 +4,7 @@
 
 use std::io;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,34 @@ async fn a_429_storm_is_ridden_out_and_waits_honour_retry_after() {
     }
     let totals = client.usage();
     assert_eq!((totals.requests, totals.failed_requests), (3, 2));
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_pauses_every_worker() {
+    let served = AtomicUsize::new(0);
+    let server = ScriptedServer::with_responder(move |_| {
+        if served.fetch_add(1, Ordering::SeqCst) == 0 {
+            ScriptedReply::rate_limited(1)
+        } else {
+            ScriptedReply::text("ok")
+        }
+    })
+    .await
+    .unwrap();
+    let client = client(&server);
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.chat(&ask("first")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.chat(&ask("second")).await.unwrap();
+    first.await.unwrap().unwrap();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for later in &requests[1..] {
+        let gap = later.received_at - requests[0].received_at;
+        assert!(gap >= Duration::from_secs(1), "a worker fired {gap:?} into the cooldown");
+    }
 }
 
 #[tokio::test]
