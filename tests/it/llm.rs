@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mragent::llm::retry::RetryPolicy;
-use mragent::llm::scripted::{HASH_EMBEDDING_DIM, ScriptedReply, ScriptedServer, hashed_embedding};
+use mragent::llm::scripted::{
+    HASH_EMBEDDING_DIM, SCRIPTED_API_KEY, ScriptedReply, ScriptedServer, hashed_embedding,
+};
 use mragent::llm::{
     ChatModel, ChatRequest, Client, Embedder, EmbedderConfig, Error, JsonSchemaSpec, LlmConfig,
     Message, Secret, ToolCall, ToolChoice, ToolSpec, Usage, build_chat_model, build_embedder,
@@ -583,4 +585,17 @@ async fn extra_headers_are_sent() {
     assert_eq!(request.header("http-referer"), Some("https://example.org"));
     assert_eq!(request.path, "/v1/chat/completions");
     assert_eq!(request.body["model"], "test/model");
+}
+
+#[tokio::test]
+async fn dropping_the_server_stops_it() {
+    let server = ScriptedServer::with_script([ScriptedReply::text("up")]).await.unwrap();
+    let config = server.llm_config("test/model");
+    assert_eq!(config.api_key.expose(), SCRIPTED_API_KEY);
+    let response = build_chat_model(&config).unwrap().chat(&ask("hi")).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("up"));
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let error = build_chat_model(&config).unwrap().chat(&ask("hi")).await.unwrap_err();
+    assert!(matches!(error, Error::Connection { attempts: 3, .. }), "{error:?}");
 }
