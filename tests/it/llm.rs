@@ -437,6 +437,14 @@ async fn usage_is_counted_per_call_and_per_run() {
     let totals = client.clone().usage();
     assert_eq!(totals.usage, Usage { prompt_tokens: 150, completion_tokens: 15 });
     assert_eq!((totals.requests, totals.failed_requests), (3, 1));
+    assert!(client.estimated_cost_usd().is_none(), "no price for test/model");
+    let mut priced = config(&server);
+    priced.model = "openai/gpt-4o-mini".into();
+    server.push(ScriptedReply::text("c").with_usage(1_000_000, 1_000_000));
+    let priced = build_chat_model(&priced).unwrap();
+    priced.chat(&priced.request(vec![Message::user("q")])).await.unwrap();
+    let cost = priced.estimated_cost_usd().unwrap();
+    assert!((cost - 0.75).abs() < 1e-9, "{cost}");
 }
 
 #[tokio::test]
