@@ -24,10 +24,10 @@ fn main() -> ExitCode {
         Ok(guard) => guard,
         Err(error) => return report(error),
     };
-    if let Err(error) = &dotenv {
-        if !error.not_found() {
-            tracing::warn!(%error, "could not read .env");
-        }
+    if let Err(error) = &dotenv
+        && !error.not_found()
+    {
+        tracing::warn!(%error, "could not read .env");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,

@@ -98,6 +98,7 @@ macro_rules! prompt {
 }
 
 prompt!(PING, "ping");
+prompt!(STRUCTURED_REASK, "structured_reask");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
 prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
@@ -108,6 +109,7 @@ prompt!(JUDGE_LONGMEMEVAL_ABSTENTION, "judge_longmemeval_abstention");
 /// Every prompt, for listing and snapshot tests.
 pub const ALL: &[Prompt] = &[
     PING,
+    STRUCTURED_REASK,
     JUDGE_LOCOMO,
     JUDGE_LONGMEMEVAL,
     JUDGE_LONGMEMEVAL_TEMPORAL,
