@@ -11,6 +11,7 @@ pub mod cli;
 pub mod logging;
 pub mod prompts;
 
+pub mod build;
 pub mod dataset;
 pub mod llm;
 pub mod results;

@@ -98,9 +98,12 @@ macro_rules! prompt {
 }
 
 prompt!(PING, "ping");
+prompt!(REWRITE, "rewrite");
+prompt!(KEYWORDS, "keywords");
+prompt!(STAGE_REASK, "stage_reask");
 
 /// Every prompt, for listing and snapshot tests.
-pub const ALL: &[Prompt] = &[PING];
+pub const ALL: &[Prompt] = &[PING, REWRITE, KEYWORDS, STAGE_REASK];
 
 #[cfg(test)]
 mod tests {
