@@ -14,4 +14,5 @@ pub mod prompts;
 pub mod build;
 pub mod dataset;
 pub mod llm;
+pub mod memory;
 pub mod results;

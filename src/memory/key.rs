@@ -15,20 +15,34 @@ pub const JACCARD_THRESHOLD: f64 = 0.6;
 /// Words ignored when comparing token sets. Hand-written because the list is small and must
 /// stay fixed: changing it changes which keys match.
 const STOP_WORDS: &[&str] = &[
-    "a", "about", "an", "and", "are", "as", "at", "be", "by", "for", "from", "her", "his", "i", "in",
-    "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "that", "the", "their", "them",
-    "they", "this", "to", "was", "we", "were", "with", "you", "your", "he", "him", "s",
+    "a", "about", "an", "and", "are", "as", "at", "be", "by", "for", "from", "her", "his", "i",
+    "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "that", "the", "their",
+    "them", "they", "this", "to", "was", "we", "were", "with", "you", "your", "he", "him", "s",
 ];
 
 /// Words ending in `s` that are not plurals, and that the folding rules would damage.
 const NOT_PLURAL: &[&str] = &[
-    "always", "news", "series", "species", "physics", "mathematics", "economics", "politics",
-    "perhaps", "sometimes", "lens", "canvas", "christmas", "pants", "jeans", "clothes", "yes",
+    "always",
+    "news",
+    "series",
+    "species",
+    "physics",
+    "mathematics",
+    "economics",
+    "politics",
+    "perhaps",
+    "sometimes",
+    "lens",
+    "canvas",
+    "christmas",
+    "pants",
+    "jeans",
+    "clothes",
+    "yes",
 ];
 
-/// Normalises a key or query phrase: lowercase; possessive `'s` removed; every run of
-/// characters that are not letters or digits becomes one space; each word plural-folded;
-/// trimmed. Returns an empty string when nothing is left.
+/// Normalises a key or query phrase for comparison: [`clean_key`], then each word
+/// plural-folded. Returns an empty string when nothing is left.
 ///
 /// ```
 /// use mragent::memory::normalize_key;
@@ -37,6 +51,18 @@ const NOT_PLURAL: &[&str] = &[
 /// assert_eq!(normalize_key("stories"), normalize_key("story"));
 /// ```
 pub fn normalize_key(text: &str) -> String {
+    clean_key(text)
+        .split(' ')
+        .filter(|word| !word.is_empty())
+        .map(fold_plural)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The display form of a key: lowercase; possessive `'s` removed; every run of characters that
+/// are not letters or digits becomes one space; trimmed. Words are not folded, so the form stays
+/// readable (`pottery classes`).
+pub fn clean_key(text: &str) -> String {
     let lower = text.to_lowercase().replace(['\u{2019}', '`'], "'");
     let mut words: Vec<String> = Vec::new();
     for raw in lower.split(|c: char| !(c.is_alphanumeric() || c == '\'')) {
@@ -44,7 +70,7 @@ pub fn normalize_key(text: &str) -> String {
         let word = word.strip_suffix("'s").unwrap_or(word);
         let word: String = word.chars().filter(|c| c.is_alphanumeric()).collect();
         if !word.is_empty() {
-            words.push(fold_plural(&word));
+            words.push(word);
         }
     }
     words.join(" ")
@@ -59,19 +85,26 @@ pub fn normalize_key(text: &str) -> String {
 /// suffixes and merges unrelated cues (`university`/`universe`, `organization`/`organ`), while
 /// the cue graph only needs plural folding.
 fn fold_plural(word: &str) -> String {
-    if word.chars().count() <= 3 || word.chars().any(|c| c.is_ascii_digit()) || NOT_PLURAL.contains(&word) {
+    if word.chars().count() <= 3
+        || word.chars().any(|c| c.is_ascii_digit())
+        || NOT_PLURAL.contains(&word)
+    {
         return word.to_string();
     }
     let mut folded = if let Some(stem) = word.strip_suffix("ies").filter(|stem| stem.len() >= 2) {
         format!("{stem}i")
-    } else if word.ends_with('s') && !(word.ends_with("ss") || word.ends_with("us") || word.ends_with("is")) {
+    } else if word.ends_with('s')
+        && !(word.ends_with("ss") || word.ends_with("us") || word.ends_with("is"))
+    {
         word[..word.len() - 1].to_string()
     } else {
         word.to_string()
     };
     // A silent `e` after a sibilant is dropped in both forms (`beache(s)`/`beach`,
     // `classe(s)`/`class`, `horse(s)` → `hors`), so the `-es` plural meets its singular.
-    if folded.len() > 3 && ["sse", "xe", "che", "she", "zze", "se"].iter().any(|end| folded.ends_with(end)) {
+    if folded.len() > 3
+        && ["sse", "xe", "che", "she", "zze", "se"].iter().any(|end| folded.ends_with(end))
+    {
         folded.pop();
     }
     // `-ie` and consonant + `-y` both become `-i` (`movie`/`movies`, `story`/`stories`).
@@ -93,7 +126,8 @@ fn fold_plural(word: &str) -> String {
 /// only stop words are left).
 pub fn tokens(normalized: &str) -> BTreeSet<&str> {
     let all: BTreeSet<&str> = normalized.split(' ').filter(|word| !word.is_empty()).collect();
-    let content: BTreeSet<&str> = all.iter().copied().filter(|word| !STOP_WORDS.contains(word)).collect();
+    let content: BTreeSet<&str> =
+        all.iter().copied().filter(|word| !STOP_WORDS.contains(word)).collect();
     if content.is_empty() { all } else { content }
 }
 
@@ -111,7 +145,11 @@ pub enum MatchKind {
 /// Whether the normalised query `phrase` matches the normalised `key` (§8 rules, restricted so
 /// that a single common token never matches by containment). `is_common` says whether a single
 /// token is too common to stand for a longer phrase.
-pub fn match_phrase(phrase: &str, key: &str, is_common: impl Fn(&str) -> bool) -> Option<MatchKind> {
+pub fn match_phrase(
+    phrase: &str,
+    key: &str,
+    is_common: impl Fn(&str) -> bool,
+) -> Option<MatchKind> {
     if phrase.is_empty() || key.is_empty() {
         return None;
     }
@@ -123,8 +161,11 @@ pub fn match_phrase(phrase: &str, key: &str, is_common: impl Fn(&str) -> bool) -
     if phrase_tokens == key_tokens {
         return Some(MatchKind::Exact);
     }
-    let (smaller, larger) =
-        if phrase_tokens.len() <= key_tokens.len() { (&phrase_tokens, &key_tokens) } else { (&key_tokens, &phrase_tokens) };
+    let (smaller, larger) = if phrase_tokens.len() <= key_tokens.len() {
+        (&phrase_tokens, &key_tokens)
+    } else {
+        (&key_tokens, &phrase_tokens)
+    };
     if smaller.is_subset(larger) {
         let single_common = smaller.len() == 1 && smaller.iter().all(|token| is_common(token));
         if !single_common {
@@ -179,13 +220,16 @@ mod tests {
         assert_eq!(normalize_key("Mel’s kids"), "mel kid");
         assert_eq!(normalize_key("!!!"), "");
         assert_eq!(normalize_key("don't"), "dont");
+        assert_eq!(clean_key(" Pottery-Classes! "), "pottery classes");
     }
 
     #[test]
     fn matching_rules() {
         let never_common = |_: &str| false;
         let check = |phrase: &str, key: &str, expected: Option<MatchKind>| {
-            let got = match_phrase(&normalize_key(phrase), &normalize_key(key), |token| token == "caroline");
+            let got = match_phrase(&normalize_key(phrase), &normalize_key(key), |token| {
+                token == "caroline"
+            });
             assert_eq!(got, expected, "{phrase} ~ {key}");
         };
         check("Paintings", "painting", Some(MatchKind::Exact));
@@ -198,7 +242,11 @@ mod tests {
         check("Caroline", "caroline", Some(MatchKind::Exact));
         check("charity race run", "charity race", Some(MatchKind::Subset));
         check("adoption agency interview", "adoption agency meeting", None);
-        check("adoption agency visit interview", "adoption agency visit meeting", Some(MatchKind::Jaccard));
+        check(
+            "adoption agency visit interview",
+            "adoption agency visit meeting",
+            Some(MatchKind::Jaccard),
+        );
         check("pottery", "painting", None);
         assert_eq!(match_phrase("", "x", never_common), None);
     }

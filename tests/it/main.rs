@@ -5,3 +5,4 @@
 
 mod build;
 mod dataset;
+mod memory;
