@@ -284,6 +284,17 @@ async fn a_small_conversation_builds_end_to_end_and_a_rerun_asks_nothing() {
     let keywords: Vec<_> = outputs.keywords.iter().flat_map(|record| &record.sentences).collect();
     assert_eq!(keywords.len(), 11);
     assert_eq!(keywords[0].keywords, ["Maya", "Hi", "Tomas", "I"]);
+    // The graph is built from those outputs: episodes show the raw turn, keys link to them.
+    let graph = &memory.graph;
+    assert_eq!(graph.stats().episodes, 11);
+    let episode = graph.episode_by_id("D1:4-1").unwrap();
+    assert_eq!(
+        episode.text,
+        "Tomas: I will be in Lisbon for work that week, but tell me how it goes."
+    );
+    assert_eq!(episode.date.unwrap().to_string(), "2023-03-12");
+    let lisbon = graph.key("Lisbon").unwrap();
+    assert_eq!((lisbon.n_episodes, lisbon.tags.as_slice()), (2, &["Chat".to_string()][..]));
     assert_eq!(memory.embeddings.sentences.len(), 11);
     assert_eq!(memory.embeddings.topics.len(), 3);
     assert_eq!(memory.embeddings.questions.len(), 3);
