@@ -5,4 +5,5 @@
 
 mod build;
 mod dataset;
+mod llm;
 mod memory;
