@@ -33,6 +33,7 @@ use anyhow::Context as _;
 use futures::stream::{self, FuturesUnordered, StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore};
+use tracing::Instrument as _;
 
 use crate::build::ask::{AskFailure, AskSettings, ask_checked};
 use crate::build::cache::{Outcome, PlannedUnit, Provenance, StageCache, UnitEntry};
@@ -609,7 +610,8 @@ async fn build_unit<M: ChatModel, E: Embedder>(
     unit: &Unit<'_>,
 ) -> anyhow::Result<()> {
     let _permit = shared.permits.acquire().await.context("build worker pool closed")?;
-    let result = build_unit_stages(shared, run, unit).await;
+    let span = tracing::info_span!("unit", sample = %run.conversation.sample_id, unit = %unit.key);
+    let result = build_unit_stages(shared, run, unit).instrument(span).await;
     shared.progress.done(unit.n_sessions());
     result
 }

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mragent::build::{BuildSettings, BuildSummary, Stage, build, build_memory, load_memory};
-use mragent::dataset::load_locomo;
 use mragent::dataset::{Conversation, DatasetKind};
+use mragent::dataset::{load_locomo, load_longmemeval};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{
@@ -610,6 +610,48 @@ async fn a_changed_prompt_invalidates_its_stage_and_the_later_ones_with_a_messag
             .unwrap();
     assert_eq!(rewrite["versions"]["rewrite"], json!(mragent::prompts::REWRITE.version()));
     assert_eq!(sessions_done_in_cache(&harness.rewrite_path("conv-tiny")).len(), 3);
+}
+
+#[tokio::test]
+async fn longmemeval_batches_several_sessions_into_one_rewrite() {
+    let mut harness = Harness::new(|_| None).await;
+    harness.settings.dataset = DatasetKind::LongMemEval;
+    harness.settings.lm_batch = 2;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/longmemeval_tiny.json");
+    let conversations = load_longmemeval(&path).unwrap();
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    let rewrites: Vec<RecordedRequest> =
+        harness.requests().into_iter().filter(is_rewrite).collect();
+    // Two sessions per call: samples of 2 sessions take one call, samples of 3 take two.
+    let expected: usize = conversations.iter().map(|c| c.sessions.len().div_ceil(2)).sum();
+    assert_eq!(rewrites.len(), expected);
+    assert!(rewrites.iter().all(|r| r.messages().len() == 1), "no re-asks");
+    let batches: BTreeSet<Vec<u32>> = rewrites
+        .iter()
+        .map(|request| match parse_ask(request) {
+            Ask::Rewrite { sessions, .. } => sessions.iter().map(|(index, _)| *index).collect(),
+            Ask::Keywords(_) => unreachable!(),
+        })
+        .collect();
+    assert_eq!(batches, BTreeSet::from([vec![1, 2], vec![3]]));
+    let sample = &conversations[0].sample_id;
+    let cache: Value = serde_json::from_str(
+        &std::fs::read_to_string(harness.settings.rewrite_path(sample)).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        harness.settings.rewrite_path(sample).starts_with(harness.settings.data_dir.join("LM"))
+    );
+    assert_eq!(cache["units"][0]["unit"], "session_1-session_2");
+    assert_eq!(cache["units"][0]["output"]["session"], "D1-D2");
+    let topics: Vec<&str> = cache["units"][0]["output"]["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(topics, ["D1:t1", "D1:t2"]);
 }
 
 /// Concurrency: with several workers, several rewrites are in flight at once (a multi-thread
