@@ -39,6 +39,9 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Send one tiny request to the configured model endpoint and report latency and tokens.
     Ping(PingArgs),
+    /// Score a run's answers: official LoCoMo F1 and exact match, evidence recall, and
+    /// optionally an LLM judge (LoCoMo lenient protocol, LongMemEval per question type).
+    Eval(EvalArgs),
 }
 
 /// Which benchmark to work on.
@@ -115,6 +118,32 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct PingArgs {
     /// Model and endpoint.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// `mragent eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Dataset whose results to score.
+    #[arg(long, value_enum, default_value = "locomo")]
+    pub data: DataArg,
+    /// Run tag of the results (`--file` of `run`).
+    #[arg(long, default_value = "0")]
+    pub file: String,
+    /// Judge model (alias or id); without it only F1, exact match and evidence recall are computed.
+    #[arg(long)]
+    pub judge_model: Option<String>,
+    /// Independent judge runs; accuracy is reported as mean ± std.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub judge_runs: u32,
+    /// Judge requests in flight at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub judge_workers: u32,
+    /// Leave out the LoCoMo audit corrections.
+    #[arg(long)]
+    pub no_audit: bool,
+    /// Model and endpoint: `--model` names the result files; the endpoint serves the judge.
     #[command(flatten)]
     pub model: ModelArgs,
 }

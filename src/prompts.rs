@@ -101,9 +101,26 @@ prompt!(PING, "ping");
 prompt!(REWRITE, "rewrite");
 prompt!(KEYWORDS, "keywords");
 prompt!(STAGE_REASK, "stage_reask");
+prompt!(JUDGE_LOCOMO, "judge_locomo");
+prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
+prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
+prompt!(JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE, "judge_longmemeval_knowledge_update");
+prompt!(JUDGE_LONGMEMEVAL_PREFERENCE, "judge_longmemeval_preference");
+prompt!(JUDGE_LONGMEMEVAL_ABSTENTION, "judge_longmemeval_abstention");
 
 /// Every prompt, for listing and snapshot tests.
-pub const ALL: &[Prompt] = &[PING, REWRITE, KEYWORDS, STAGE_REASK];
+pub const ALL: &[Prompt] = &[
+    PING,
+    REWRITE,
+    KEYWORDS,
+    STAGE_REASK,
+    JUDGE_LOCOMO,
+    JUDGE_LONGMEMEVAL,
+    JUDGE_LONGMEMEVAL_TEMPORAL,
+    JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,
+    JUDGE_LONGMEMEVAL_PREFERENCE,
+    JUDGE_LONGMEMEVAL_ABSTENTION,
+];
 
 #[cfg(test)]
 mod tests {

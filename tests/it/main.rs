@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod build;
+mod cli;
 mod dataset;
+mod eval;
 mod llm;
 mod memory;
