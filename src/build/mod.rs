@@ -840,15 +840,6 @@ fn summarise(
     }
 }
 
-/// Where a conversation's caches live, for messages and tests.
-pub fn cache_paths(settings: &BuildSettings, embedder: &str, sample_id: &str) -> [PathBuf; 3] {
-    [
-        settings.rewrite_path(sample_id),
-        settings.keyword_path(sample_id),
-        settings.embedding_path(embedder, sample_id),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
