@@ -15,6 +15,7 @@ pub mod logging;
 pub mod prompts;
 pub mod settings;
 
+pub mod build;
 pub mod dataset;
 pub mod llm;
 pub mod memory;

@@ -99,6 +99,9 @@ macro_rules! prompt {
 
 prompt!(PING, "ping");
 prompt!(STRUCTURED_REASK, "structured_reask");
+prompt!(REWRITE, "rewrite");
+prompt!(KEYWORDS, "keywords");
+prompt!(STAGE_REASK, "stage_reask");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
 prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
@@ -110,6 +113,9 @@ prompt!(JUDGE_LONGMEMEVAL_ABSTENTION, "judge_longmemeval_abstention");
 pub const ALL: &[Prompt] = &[
     PING,
     STRUCTURED_REASK,
+    REWRITE,
+    KEYWORDS,
+    STAGE_REASK,
     JUDGE_LOCOMO,
     JUDGE_LONGMEMEVAL,
     JUDGE_LONGMEMEVAL_TEMPORAL,
