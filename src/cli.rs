@@ -42,6 +42,9 @@ pub enum Command {
     /// Score a run's answers: official LoCoMo F1 and exact match, evidence recall, and
     /// optionally an LLM judge (LoCoMo lenient protocol, LongMemEval per question type).
     Eval(EvalArgs),
+    /// Build the memory of every selected conversation: rewrite, keywords, embeddings (each
+    /// cached under data/<dataset>/ and resumable per session), then the graph.
+    Build(BuildArgs),
 }
 
 /// Which benchmark to work on.
@@ -74,6 +77,9 @@ pub struct DataArgs {
     /// LongMemEval: sessions merged into one rewrite call.
     #[arg(long = "lm-batch", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub lm_batch: u32,
+    /// LongMemEval: drop assistant turns, as the Python reference does (kept by default).
+    #[arg(long)]
+    pub drop_assistant_turns: bool,
 }
 
 /// Model endpoint and limits.
@@ -146,4 +152,32 @@ pub struct EvalArgs {
     /// Model and endpoint: `--model` names the result files; the endpoint serves the judge.
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// Which embedder to use for sentences, topics and questions.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct EmbedArgs {
+    /// Embedding model on the endpoint.
+    #[arg(long, env = "MRAGENT_EMBED_MODEL", default_value = "openai/text-embedding-3-large")]
+    pub embed_model: String,
+    /// Texts per embedding request.
+    #[arg(long, default_value_t = 96, value_parser = clap::value_parser!(u32).range(1..=2048))]
+    pub embed_batch: u32,
+}
+
+/// `mragent build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Dataset selection.
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Model and endpoint.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Embedder.
+    #[command(flatten)]
+    pub embed: EmbedArgs,
+    /// Sessions in flight at once, across all conversations.
+    #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
 }

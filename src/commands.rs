@@ -7,11 +7,13 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::cli::{DataArg, EvalArgs};
+use crate::build::{BuildSettings, BuildSummary};
+use crate::cli::{DataArg, EmbedArgs, EvalArgs};
+use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
 use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
-use crate::settings::{ModelChoice, ModelSettings, ProjectPaths, path_safe};
+use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths, path_safe};
 
 /// What `ping` found out.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,4 +93,53 @@ pub async fn eval(
         None => None,
     };
     crate::eval::evaluate(&settings, judge.as_ref()).await
+}
+
+/// The build settings for the selected data and models.
+pub fn build_settings(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    models: &ModelSettings,
+    workers: u32,
+) -> BuildSettings {
+    let mut settings = BuildSettings::new(
+        paths.root.join("data"),
+        data.kind,
+        &models.build_model.alias,
+        &models.build_model.id,
+    );
+    settings.lm_batch = data.lm_batch as usize;
+    settings.workers = workers.max(1) as usize;
+    settings
+}
+
+/// The API embedder for the endpoint in `models`.
+pub fn api_embedder(
+    models: &ModelSettings,
+    embed: &EmbedArgs,
+) -> anyhow::Result<crate::llm::EmbedClient> {
+    let config = models.llm_config(&models.build_model);
+    let embedder = crate::llm::EmbedderConfig {
+        model: embed.embed_model.clone(),
+        batch_size: embed.embed_batch as usize,
+    };
+    crate::llm::build_embedder(&config, &embedder).context("building the embedding client")
+}
+
+/// Build (or resume building) the memory of every conversation.
+pub async fn build(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    models: &ModelSettings,
+    embed: &EmbedArgs,
+    workers: u32,
+    quiet: bool,
+    conversations: &[Conversation],
+) -> anyhow::Result<BuildSummary> {
+    let mut settings = build_settings(paths, data, models, workers);
+    settings.progress = !quiet;
+    let chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
+        .context("building the model client")?;
+    let embedder = api_embedder(models, embed)?;
+    crate::build::build(&settings, &chat, &embedder, conversations).await
 }

@@ -154,7 +154,7 @@ fn is_keywords(request: &RecordedRequest) -> bool {
 }
 
 /// The answer a well-behaved model gives.
-fn good_answer(request: &RecordedRequest) -> Value {
+pub(crate) fn good_answer(request: &RecordedRequest) -> Value {
     match parse_ask(request) {
         Ask::Rewrite { sessions, turns } => mechanical_rewrite(&sessions, &turns),
         Ask::Keywords(sentences) => mechanical_keywords(&sentences),
@@ -163,7 +163,7 @@ fn good_answer(request: &RecordedRequest) -> Value {
 
 /// A responder: embeddings hashed, chat answered by `answer` (which may return `None` for
 /// the good answer).
-fn responder(
+pub(crate) fn responder(
     answer: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
 ) -> impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static {
     move |request| {
