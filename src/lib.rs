@@ -1,5 +1,7 @@
 //! mragent: long-term conversational memory for LLM agents.
 
 pub mod dataset;
+pub mod embedding;
 pub mod llm;
 pub mod results;
+pub mod retrieval;

@@ -1,0 +1,3 @@
+//! The single integration-test binary; one module per area.
+
+mod retrieval;
