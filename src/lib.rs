@@ -3,5 +3,6 @@
 pub mod dataset;
 pub mod embedding;
 pub mod llm;
+pub mod memory;
 pub mod results;
 pub mod retrieval;

@@ -1,3 +1,8 @@
-//! The single integration-test binary; one module per area.
+//! The one integration-test binary: each module tests one part of the pipeline through the
+//! public API.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dataset;
+mod memory;
 mod retrieval;
