@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// Settings of one fit; the defaults are MemGAS's (sklearn's) values.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GmmOptions {
     /// Mixture components (MemGAS: 2).
     pub n_components: usize,
