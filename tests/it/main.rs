@@ -9,3 +9,4 @@ mod dataset;
 mod eval;
 mod llm;
 mod memory;
+mod retrieval;
