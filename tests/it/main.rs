@@ -7,5 +7,6 @@ mod build;
 mod cli;
 mod dataset;
 mod eval;
+mod granules;
 mod llm;
 mod memory;
