@@ -5,7 +5,9 @@
 //! - [`cli`]: clap types; [`settings`]: resolved settings; [`logging`]: tracing setup; [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders.
 //! - [`llm`]: the only module that talks to model endpoints.
+//! - [`embedding`]: the local sentence embedder (all-MiniLM-L6-v2 in Rust).
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
+//! - [`retrieval`]: MemGAS multi-granularity retrieval and its offline evaluation.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
@@ -17,9 +19,11 @@ pub mod settings;
 
 pub mod build;
 pub mod dataset;
+pub mod embedding;
 pub mod llm;
 pub mod memory;
 pub mod results;
+pub mod retrieval;
 
 pub mod eval;
 

@@ -10,3 +10,4 @@ mod eval;
 mod granules;
 mod llm;
 mod memory;
+mod retrieval;
