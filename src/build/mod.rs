@@ -53,7 +53,7 @@ use crate::memory::{MemoryGraph, build_graph};
 use crate::prompts;
 
 /// Resolved settings of a build.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BuildSettings {
     /// The project's `data/` directory; caches go under `<data_dir>/<dataset>/`.
     pub data_dir: PathBuf,

@@ -1,8 +1,8 @@
 //! MemGAS's LLM granules (session summary and keywords) end to end through the scripted
 //! OpenAI-compatible endpoint over real HTTP on 127.0.0.1, with the real client stack and a
 //! responder that answers by request content. Covers a whole run, a rerun that asks nothing,
-//! resume after a kill, re-asks, failed sessions, prompt-version invalidation and bounded
-//! concurrency.
+//! resume after a kill, re-asks, failed sessions, prompt-version invalidation, bounded
+//! concurrency, and the granules feeding the retrieval evaluation as summary and keyword units.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use mragent::build::{BuildSettings, GranuleSummary, Stage, build_granules, load_granules};
 use mragent::dataset::{Conversation, DatasetKind, load_locomo, load_longmemeval};
+use mragent::embedding::ModelSource;
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{Client, LlmConfig, Secret, build_chat_model};
+use mragent::retrieval::{Granularity, Method, RetrieveSettings, run_retrieval_eval};
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -447,4 +449,68 @@ async fn sessions_run_concurrently_up_to_the_worker_limit() {
     assert_eq!(harness.requests().len(), 12);
     let peak = *peak.lock().unwrap();
     assert!(peak >= 2 && peak <= harness.settings.workers, "peak {peak}");
+}
+
+/// The retrieval evaluation picks the granules up as summary and keyword units, and says so;
+/// with a session missing it falls back to session and turn units and names the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
+    let broken = Arc::new(AtomicBool::new(true));
+    let harness = {
+        let broken = Arc::clone(&broken);
+        Harness::new(move |request| {
+            (broken.load(Ordering::SeqCst) && session_of(request) == 4).then(|| {
+                ScriptedReply::Status { status: 400, message: "provider rejected it".into() }
+            })
+        })
+        .await
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data_path = root.join("tests/fixtures/embedding/locomo_retrieval.json");
+    let conversations = load_locomo(&data_path).unwrap();
+    let model_dir = ModelSource::from_env_or_data_dir(&root.join("data")).resolve().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut settings = RetrieveSettings::new(root, DatasetKind::Locomo);
+    settings.data_path = data_path;
+    settings.data_dir = scratch.path().join("data");
+    settings.eval_dir = scratch.path().join("eval");
+    settings.embed_model_dir = Some(model_dir);
+    settings.methods = vec![Method::Summary, Method::Keyword, Method::Memgas];
+    settings.granules = Some(harness.settings.clone());
+    let evaluate = |settings: RetrieveSettings| async move {
+        tokio::task::spawn_blocking(move || run_retrieval_eval(&settings).unwrap()).await.unwrap()
+    };
+
+    let report = evaluate(settings.clone()).await;
+    assert_eq!(report.granularities, [Granularity::Session, Granularity::Turn]);
+    assert!(report.notes.iter().any(|n| n.contains("no LLM granules in")), "{:?}", report.notes);
+    assert!(report.methods.iter().find(|m| m.method == Method::Summary).unwrap().skipped.is_some());
+
+    let summary = harness.run(&conversations).await;
+    assert_eq!(summary.failed().count(), 1, "{summary}");
+    let report = evaluate(settings.clone()).await;
+    assert_eq!(report.granularities, [Granularity::Session, Granularity::Turn]);
+    assert!(
+        report.notes.iter().any(|n| n == "tiny-retrieval: no LLM granules for D4."),
+        "{:?}",
+        report.notes
+    );
+    assert!(report.notes.iter().any(|n| n.contains("7 of 8 sessions")), "{:?}", report.notes);
+
+    broken.store(false, Ordering::SeqCst);
+    assert!(harness.run(&conversations).await.is_complete());
+    let report = evaluate(settings).await;
+    assert_eq!(
+        report.granularities,
+        [Granularity::Session, Granularity::Turn, Granularity::Summary, Granularity::Keyword]
+    );
+    // 8 sessions × (session + summary + keyword) + 49 turns.
+    assert_eq!(report.graph_nodes, 73);
+    assert!(report.methods.iter().all(|m| m.skipped.is_none()), "{:?}", report.notes);
+    assert!(
+        report.notes.iter().any(|n| n == "LLM granules of model `test-model`: 8 of 8 sessions."),
+        "{:?}",
+        report.notes
+    );
+    assert!(report.markdown.contains("granularities: session, turn, summary, keyword"));
 }
