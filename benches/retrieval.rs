@@ -33,6 +33,8 @@ fn main() -> anyhow::Result<()> {
             }
             "samples" => settings.samples = value.split(',').map(str::to_string).collect(),
             "turn_context" => index.units.turn_context = value.parse()?,
+            "turn_context_after" => index.units.turn_context_after = value.parse()?,
+            "lexical_turn_context" => index.units.lexical_turn_context = value.parse()?,
             "session_chunk_chars" => index.units.session_chunk_chars = value.parse()?,
             "router" => {
                 index.memgas.router = serde_json::from_value(serde_json::Value::String(value.to_string()))?;
@@ -41,6 +43,11 @@ fn main() -> anyhow::Result<()> {
             "seeds" => index.memgas.n_seeds = value.parse()?,
             "damping" => index.memgas.damping = value.parse()?,
             "mem_threshold" => index.graph.mem_threshold = value.parse()?,
+            "w_bm25" => index.fusion.bm25 = value.parse()?,
+            "w_dense" => index.fusion.dense = value.parse()?,
+            "w_memgas" => index.fusion.memgas = value.parse()?,
+            "w_turn" => index.fusion.turn_to_session = value.parse()?,
+            "w_session" => index.fusion.session_to_turn = value.parse()?,
             "llm_units" => settings.llm_units = Some(PathBuf::from(value)),
             "threads" => settings.embed_threads = value.parse()?,
             _ => anyhow::bail!("unknown option {key}"),

@@ -35,7 +35,7 @@ pub enum Method {
     Hybrid,
     /// BM25 over turns (turn ranking) and over whole sessions (session ranking).
     Bm25,
-    /// Reciprocal-rank fusion of BM25, dense turns and MemGAS.
+    /// Weighted fusion of normalised BM25, dense-turn and (optionally) MemGAS scores.
     Fusion,
 }
 
@@ -117,16 +117,26 @@ impl Default for MemgasOptions {
     }
 }
 
-/// Reciprocal-rank fusion settings.
+/// Score-fusion settings: each channel's scores are min-max normalised per query over the
+/// conversation, then summed with these weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FusionOptions {
-    /// The rank offset of `1 / (offset + rank)` (60 in the original RRF paper).
-    pub rank_offset: f64,
+    /// Weight of BM25 (turns for the turn score, session documents for the session score).
+    pub bm25: f64,
+    /// Weight of dense similarity (the turn's own; a session's best turn).
+    pub dense: f64,
+    /// Weight of MemGAS's PageRank mass (turn node; session sum).
+    pub memgas: f64,
+    /// Weight of a turn's session score in its turn score (hierarchical: evidence turns sit in
+    /// sessions that match the question as a whole).
+    pub session_to_turn: f64,
+    /// Weight of a session's best fused turn score in its session score.
+    pub turn_to_session: f64,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        Self { rank_offset: 60.0 }
+        Self { bm25: 1.0, dense: 1.0, memgas: 0.0, session_to_turn: 1.0, turn_to_session: 1.0 }
     }
 }
 
@@ -326,8 +336,12 @@ impl MemoryIndex {
         }
         self.graph.add_session(&self.vectors, first_node..self.nodes.len(), &self.options.graph);
 
-        for turn in &units.turns {
-            self.bm25_turns.add(&turn.text);
+        for (position, turn) in units.turns.iter().enumerate() {
+            if self.options.units.lexical_turn_context {
+                self.bm25_turns.add(&units.turn_embedding_text(position, &self.options.units));
+            } else {
+                self.bm25_turns.add(&turn.text);
+            }
         }
         let mut lexical = units.session_text();
         for extra in units.summary.iter().chain(units.keywords.iter()) {
@@ -434,18 +448,7 @@ impl MemoryIndex {
                 router_weights: Vec::new(),
             },
             Method::Memgas => self.memgas(query_vector),
-            Method::Fusion => {
-                let parts = [
-                    self.rank(Method::Bm25, query_text, query_vector)?,
-                    self.rank(Method::Turn, query_text, query_vector)?,
-                    self.memgas(query_vector),
-                ];
-                let offset = self.options.fusion.rank_offset;
-                let sessions = reciprocal_rank_fusion(parts.iter().map(|p| p.sessions.as_slice()), self.n_sessions(), offset);
-                let turns =
-                    reciprocal_rank_fusion(parts.iter().filter_map(|p| p.turns.as_deref()), self.n_turns(), offset);
-                Ranking { sessions: ranked(&sessions), turns: Some(ranked(&turns)), router_weights: Vec::new() }
-            }
+            Method::Fusion => self.fusion(query_text, query_vector),
         })
     }
 
@@ -563,20 +566,65 @@ impl MemoryIndex {
     }
 }
 
+impl MemoryIndex {
+    /// Weighted sum of min-max normalised channel scores (see [`FusionOptions`]).
+    fn fusion(&self, query_text: &str, query: &[f32]) -> Ranking {
+        let weights = self.options.fusion;
+        let dense_turns = self.turn_similarities(query);
+        let dense_sessions = self.best_turn_per_session(&dense_turns);
+        let mut session_scores = vec![0.0; self.sessions.len()];
+        let mut turn_scores = vec![0.0; self.turns.len()];
+        let add = |target: &mut Vec<f64>, weight: f64, values: &[f64]| {
+            if weight != 0.0 {
+                for (t, v) in target.iter_mut().zip(min_max(values)) {
+                    *t += weight * v;
+                }
+            }
+        };
+        add(&mut session_scores, weights.bm25, &self.bm25_sessions.scores(query_text));
+        add(&mut session_scores, weights.dense, &dense_sessions);
+        add(&mut turn_scores, weights.bm25, &self.bm25_turns.scores(query_text));
+        add(&mut turn_scores, weights.dense, &dense_turns);
+        if weights.memgas != 0.0 {
+            let memgas = self.memgas(query);
+            let mut by_session = vec![0.0; self.sessions.len()];
+            for hit in &memgas.sessions {
+                by_session[hit.index] = hit.score;
+            }
+            let mut by_turn = vec![0.0; self.turns.len()];
+            for hit in memgas.turns.iter().flatten() {
+                by_turn[hit.index] = hit.score;
+            }
+            add(&mut session_scores, weights.memgas, &by_session);
+            add(&mut turn_scores, weights.memgas, &by_turn);
+        }
+        if weights.turn_to_session != 0.0 {
+            add(&mut session_scores, weights.turn_to_session, &self.best_turn_per_session(&turn_scores));
+        }
+        if weights.session_to_turn != 0.0 {
+            let normalised = min_max(&session_scores);
+            for (score, turn) in turn_scores.iter_mut().zip(&self.turns) {
+                *score += weights.session_to_turn * normalised[turn.session];
+            }
+        }
+        Ranking { sessions: ranked(&session_scores), turns: Some(ranked(&turn_scores)), router_weights: Vec::new() }
+    }
+}
+
+/// Scale to [0, 1] by the minimum and maximum (all zeros when the values are all equal).
+fn min_max(values: &[f64]) -> Vec<f64> {
+    let finite = values.iter().copied().filter(|v| v.is_finite());
+    let min = finite.clone().fold(f64::INFINITY, f64::min);
+    let max = finite.fold(f64::NEG_INFINITY, f64::max);
+    if !(max > min) {
+        return vec![0.0; values.len()];
+    }
+    values.iter().map(|v| if v.is_finite() { (v - min) / (max - min) } else { 0.0 }).collect()
+}
+
 /// Scores → full ranking, best first, ties in index order.
 fn ranked(scores: &[f64]) -> Vec<Scored> {
     rank_descending(scores).into_iter().map(|index| Scored { index, score: scores[index] }).collect()
-}
-
-/// `Σ_r 1 / (offset + rank_r(item))` over the given rankings (ranks from 1).
-fn reciprocal_rank_fusion<'a>(rankings: impl Iterator<Item = &'a [Scored]>, n_items: usize, offset: f64) -> Vec<f64> {
-    let mut scores = vec![0.0; n_items];
-    for ranking in rankings {
-        for (position, hit) in ranking.iter().enumerate() {
-            scores[hit.index] += 1.0 / (offset + position as f64 + 1.0);
-        }
-    }
-    scores
 }
 
 /// Session ids and turn ids of a ranking, for metrics.

@@ -54,6 +54,11 @@ pub struct UnitTextOptions {
     /// Preceding turns of the same session prepended to a turn's embedding text (0: the turn
     /// alone). A reply such as "Yes, last Friday!" only makes sense after the question it answers.
     pub turn_context: usize,
+    /// Following turns of the same session appended to a turn's embedding text.
+    pub turn_context_after: usize,
+    /// Index turns for BM25 with the same context as their embedding text (otherwise the turn
+    /// alone).
+    pub lexical_turn_context: bool,
     /// Split the session text into chunks of whole turns of at most this many characters and
     /// average their vectors; 0 embeds the session as one (truncated) text, as MemGAS does.
     pub session_chunk_chars: usize,
@@ -61,7 +66,7 @@ pub struct UnitTextOptions {
 
 impl Default for UnitTextOptions {
     fn default() -> Self {
-        Self { turn_context: 1, session_chunk_chars: 1000 }
+        Self { turn_context: 2, turn_context_after: 0, lexical_turn_context: true, session_chunk_chars: 1000 }
     }
 }
 
@@ -165,10 +170,12 @@ impl SessionUnits {
         Some(UnitVectors { session, turns, summary, keywords, hybrid })
     }
 
-    /// The text embedded for turn `index`: up to `turn_context` preceding turns, then the turn.
+    /// The text embedded for turn `index`: up to `turn_context` preceding turns, the turn, then
+    /// up to `turn_context_after` following turns.
     pub fn turn_embedding_text(&self, index: usize, options: &UnitTextOptions) -> String {
         let start = index.saturating_sub(options.turn_context);
-        self.turns[start..=index].iter().map(|turn| turn.text.as_str()).collect::<Vec<_>>().join("\n")
+        let end = (index + options.turn_context_after).min(self.turns.len() - 1);
+        self.turns[start..=end].iter().map(|turn| turn.text.as_str()).collect::<Vec<_>>().join("\n")
     }
 
     /// The session text in chunks of whole turns (one chunk when chunking is off).
@@ -247,7 +254,7 @@ mod tests {
     #[test]
     fn texts_and_assembly_line_up() {
         let session = units(&["aaaa", "bbbb", "cccc"]).with_summary("sum").with_keywords("k1; k2");
-        let options = UnitTextOptions { turn_context: 1, session_chunk_chars: 9 };
+        let options = UnitTextOptions { turn_context: 1, session_chunk_chars: 9, ..UnitTextOptions::default() };
         let texts = session.texts_to_embed(&options);
         assert_eq!(
             texts,
@@ -266,7 +273,7 @@ mod tests {
     #[test]
     fn without_chunking_the_session_is_one_text() {
         let session = units(&["x", "y"]);
-        let options = UnitTextOptions { turn_context: 0, session_chunk_chars: 0 };
+        let options = UnitTextOptions { turn_context: 0, session_chunk_chars: 0, ..UnitTextOptions::default() };
         assert_eq!(session.texts_to_embed(&options), vec!["x\ny", "x", "y"]);
         assert_eq!(normalised_mean(&[vec![3.0, 0.0], vec![0.0, 4.0]]), vec![0.6, 0.8]);
     }
