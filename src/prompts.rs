@@ -102,6 +102,7 @@ prompt!(STRUCTURED_REASK, "structured_reask");
 prompt!(REWRITE, "rewrite");
 prompt!(KEYWORDS, "keywords");
 prompt!(STAGE_REASK, "stage_reask");
+prompt!(MEMGAS_GRANULES, "memgas_granules");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
 prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
@@ -116,6 +117,7 @@ pub const ALL: &[Prompt] = &[
     REWRITE,
     KEYWORDS,
     STAGE_REASK,
+    MEMGAS_GRANULES,
     JUDGE_LOCOMO,
     JUDGE_LONGMEMEVAL,
     JUDGE_LONGMEMEVAL_TEMPORAL,

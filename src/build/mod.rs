@@ -19,6 +19,7 @@
 mod ask;
 mod cache;
 pub mod embed;
+pub mod granules;
 pub mod keywords;
 mod progress;
 pub mod rewrite;
@@ -39,6 +40,9 @@ use crate::build::ask::{AskFailure, AskSettings, ask_checked};
 use crate::build::cache::{Outcome, PlannedUnit, Provenance, StageCache, UnitEntry};
 pub use crate::build::embed::SampleEmbeddings;
 use crate::build::embed::{EmbeddingCache, UnitTexts, embed_texts, question_texts};
+pub use crate::build::granules::{
+    ConversationGranules, GranuleSummary, SessionGranules, build_granules, load_granules,
+};
 use crate::build::keywords::KeywordRecord;
 use crate::build::progress::{Progress, human_count};
 use crate::build::unit::{Unit, plan_units};
@@ -49,7 +53,7 @@ use crate::memory::{MemoryGraph, build_graph};
 use crate::prompts;
 
 /// Resolved settings of a build.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BuildSettings {
     /// The project's `data/` directory; caches go under `<data_dir>/<dataset>/`.
     pub data_dir: PathBuf,
@@ -146,6 +150,9 @@ pub enum Stage {
     Keywords,
     /// Stage 3: sentences, topics and questions → vectors.
     Embeddings,
+    /// MemGAS granules: session → LLM summary and keywords ([`build_granules`]; not part of
+    /// the memory build).
+    Granules,
 }
 
 impl fmt::Display for Stage {
@@ -154,6 +161,7 @@ impl fmt::Display for Stage {
             Stage::Rewrite => "rewrite",
             Stage::Keywords => "keywords",
             Stage::Embeddings => "embeddings",
+            Stage::Granules => "granules",
         })
     }
 }
@@ -544,6 +552,25 @@ impl SampleRun<'_> {
     fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
         self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn ledger<'a>(&'a self, progress: &'a Progress) -> Ledger<'a> {
+        Ledger { progress, conversation: self.conversation, tally: &self.tally }
+    }
+}
+
+/// Where [`settle`] accounts for a stage result: the progress bar and one conversation's
+/// tally. The MemGAS granules (`granules.rs`) settle their units through it too.
+#[derive(Clone, Copy)]
+struct Ledger<'a> {
+    progress: &'a Progress,
+    conversation: &'a Conversation,
+    tally: &'a StdMutex<Tally>,
+}
+
+impl Ledger<'_> {
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Build one conversation; with `keep`, also return its stage outputs and embeddings.
@@ -635,8 +662,15 @@ async fn build_unit_stages<M: ChatModel, E: Embedder>(
                     rewrite::check(value, unit)
                 })
                 .await;
-            let Some(record) =
-                settle(shared, run, unit, Stage::Rewrite, &planned, asked, &run.rewrite).await?
+            let Some(record) = settle(
+                run.ledger(&shared.progress),
+                unit,
+                Stage::Rewrite,
+                &planned,
+                asked,
+                &run.rewrite,
+            )
+            .await?
             else {
                 return Ok(());
             };
@@ -652,8 +686,15 @@ async fn build_unit_stages<M: ChatModel, E: Embedder>(
             keywords::check(value, &record.session, &record.sentences)
         })
         .await;
-        let Some(keywords) =
-            settle(shared, run, unit, Stage::Keywords, &planned, asked, &run.keywords).await?
+        let Some(keywords) = settle(
+            run.ledger(&shared.progress),
+            unit,
+            Stage::Keywords,
+            &planned,
+            asked,
+            &run.keywords,
+        )
+        .await?
         else {
             return Ok(());
         };
@@ -691,9 +732,8 @@ async fn build_unit_stages<M: ChatModel, E: Embedder>(
 }
 
 /// Record a stage's result in its cache and the tally; the output when it succeeded.
-async fn settle<M: ChatModel, E: Embedder, T: Serialize + serde::de::DeserializeOwned + Clone>(
-    shared: &Shared<'_, M, E>,
-    run: &SampleRun<'_>,
+async fn settle<T: Serialize + serde::de::DeserializeOwned + Clone>(
+    ledger: Ledger<'_>,
     unit: &Unit<'_>,
     stage: Stage,
     planned: &PlannedUnit,
@@ -704,9 +744,9 @@ async fn settle<M: ChatModel, E: Embedder, T: Serialize + serde::de::Deserialize
         Ok(asked) => (asked.usage, asked.attempts),
         Err(failure) => (failure.usage, failure.attempts),
     };
-    shared.progress.tokens(usage);
+    ledger.progress.tokens(usage);
     {
-        let mut tally = run.tally();
+        let mut tally = ledger.tally();
         tally.usage += usage;
         tally.chat_calls += attempts;
     }
@@ -716,10 +756,10 @@ async fn settle<M: ChatModel, E: Embedder, T: Serialize + serde::de::Deserialize
             if let Some(error) = &failure.llm_error {
                 abort_if_fatal(error)?;
             }
-            shared.progress.failure();
-            tracing::warn!(sample = %run.conversation.sample_id, unit = %unit.key, %stage, error = %failure.error, "unit failed");
-            run.tally().failed.push(failed_unit(
-                run.conversation,
+            ledger.progress.failure();
+            tracing::warn!(sample = %ledger.conversation.sample_id, unit = %unit.key, %stage, error = %failure.error, "unit failed");
+            ledger.tally().failed.push(failed_unit(
+                ledger.conversation,
                 unit,
                 stage,
                 failure.error.clone(),

@@ -19,6 +19,7 @@ use super::cache::EmbeddingCache;
 use super::index::{IndexError, IndexOptions, MemoryIndex, Method, ranking_ids};
 use super::metrics::{CUTOFFS, Evidence, MetricTable, QuestionMetrics};
 use super::units::{Granularity, SessionUnits};
+use crate::build::{BuildSettings, ConversationGranules, load_granules};
 use crate::dataset::{self, Category, Conversation, DatasetKind, LoadOptions};
 use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, ModelSource};
 
@@ -47,6 +48,10 @@ pub struct RetrieveSettings {
     /// "keywords": …}}}` (`--llm-units`). Without it the summary, keyword and hybrid methods are
     /// skipped and MemGAS runs on sessions and turns.
     pub llm_units: Option<PathBuf>,
+    /// LLM summary/keyword units from the granule cache of [`crate::build::build_granules`]:
+    /// the build settings (data directory, dataset, model) they were made with. Sessions that
+    /// `llm_units` covers keep those.
+    pub granules: Option<BuildSettings>,
     /// Index, graph, router and fusion options.
     pub index: IndexOptions,
 }
@@ -64,6 +69,7 @@ impl RetrieveSettings {
             embed_model_dir: None,
             embed_threads: 0,
             llm_units: None,
+            granules: None,
             index: IndexOptions::default(),
         }
     }
@@ -203,9 +209,30 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     let mut query_seconds = vec![0.0; settings.methods.len()];
     let mut granularities: Option<Vec<Granularity>> = None;
     let (mut graph_nodes, mut graph_edges, mut n_questions) = (0, 0, 0);
+    let mut notes = Vec::new();
+    let (mut granule_sessions, mut all_sessions) = (0, 0);
 
     for conversation in &conversations {
-        let units = session_units(conversation, llm_units.get(&conversation.sample_id));
+        let granules = match &settings.granules {
+            Some(build) => load_granules(build, conversation)?,
+            None => None,
+        };
+        if let Some(build) = &settings.granules {
+            let sample = &conversation.sample_id;
+            match &granules {
+                None => notes.push(format!(
+                    "{sample}: no LLM granules in {}.",
+                    build.granules_path(sample).display()
+                )),
+                Some(found) if !found.is_complete() => notes
+                    .push(format!("{sample}: no LLM granules for {}.", found.missing.join(", "))),
+                Some(_) => {}
+            }
+            granule_sessions += granules.as_ref().map_or(0, |found| found.sessions.len());
+            all_sessions += conversation.sessions.len();
+        }
+        let units =
+            session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
         let index = build_index(settings, conversation, &units, &embedder, &cache, &mut timings)?;
         let questions: Vec<String> =
             conversation.questions.iter().map(|q| q.question.clone()).collect();
@@ -264,7 +291,6 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     }
 
     let mut methods = Vec::new();
-    let mut notes = Vec::new();
     for (slot, &method) in settings.methods.iter().enumerate() {
         if let Some(reason) = &skipped[slot] {
             notes.push(format!("`{method}` skipped: {reason}."));
@@ -301,6 +327,12 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
         write_atomic(&path, &method_lines[slot])?;
     }
     let granularities = granularities.unwrap_or_default();
+    if let Some(build) = &settings.granules {
+        notes.push(format!(
+            "LLM granules of model `{}`: {granule_sessions} of {all_sessions} sessions.",
+            build.model
+        ));
+    }
     if !granularities.contains(&Granularity::Summary) {
         notes.push(
             "No LLM summary/keyword units were given: MemGAS ran on session and turn units only."
@@ -330,10 +362,12 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     Ok(report)
 }
 
-/// The units of every session, with LLM units attached where given.
+/// The units of every session, with LLM units attached where given (`--llm-units` first, then
+/// the granule cache).
 fn session_units(
     conversation: &Conversation,
     llm: Option<&BTreeMap<String, LlmUnit>>,
+    granules: Option<&ConversationGranules>,
 ) -> Vec<SessionUnits> {
     conversation
         .sessions
@@ -343,6 +377,9 @@ fn session_units(
             if let Some(extra) = llm.and_then(|map| map.get(&units.session_id)) {
                 units.summary = extra.summary.clone();
                 units.keywords = extra.keywords.clone();
+            } else if let Some(found) = granules.and_then(|found| found.get(&units.session_id)) {
+                units.summary = Some(found.summary.clone());
+                units.keywords = Some(found.keyword_text());
             }
             units
         })

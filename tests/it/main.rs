@@ -7,6 +7,7 @@ mod build;
 mod cli;
 mod dataset;
 mod eval;
+mod granules;
 mod llm;
 mod memory;
 mod retrieval;
