@@ -51,8 +51,6 @@ fn main() -> anyhow::Result<()> {
             "w_bm25" => index.fusion.bm25 = value.parse()?,
             "w_dense" => index.fusion.dense = value.parse()?,
             "w_memgas" => index.fusion.memgas = value.parse()?,
-            "w_speaker" => index.fusion.speaker = value.parse()?,
-            "w_session_dense" => index.fusion.session_dense = value.parse()?,
             "w_turn" => index.fusion.turn_to_session = value.parse()?,
             "w_session" => index.fusion.session_to_turn = value.parse()?,
             "llm_units" => settings.llm_units = Some(PathBuf::from(value)),

@@ -15,7 +15,7 @@ use super::bm25::Bm25Index;
 use super::graph::{AssociationGraph, GraphOptions, dot};
 use super::ppr::personalized_pagerank;
 use super::router::{RouterFormula, rank_descending, route, select_seeds};
-use super::units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};
+use super::units::{Granularity, SessionUnits, UnitTextOptions, UnitVectors};
 
 /// A retrieval method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -132,24 +132,11 @@ pub struct FusionOptions {
     pub session_to_turn: f64,
     /// Weight of a session's best fused turn score in its session score.
     pub turn_to_session: f64,
-    /// Weight of the dense session vector's similarity in the session score.
-    pub session_dense: f64,
-    /// Bonus for turns spoken by a person the question names (questions about a person are
-    /// mostly answered by that person's own turns).
-    pub speaker: f64,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        Self {
-            bm25: 1.0,
-            dense: 1.0,
-            memgas: 0.0,
-            session_to_turn: 1.0,
-            turn_to_session: 1.0,
-            session_dense: 0.0,
-            speaker: 0.0,
-        }
+        Self { bm25: 1.0, dense: 1.0, memgas: 0.0, session_to_turn: 1.0, turn_to_session: 1.0 }
     }
 }
 
@@ -652,11 +639,6 @@ impl MemoryIndex {
         };
         add(&mut session_scores, weights.bm25, &self.bm25_sessions.scores(query_text));
         add(&mut session_scores, weights.dense, &dense_sessions);
-        add(
-            &mut session_scores,
-            weights.session_dense,
-            &self.node_scores_per_session(Granularity::Session, query),
-        );
         add(&mut turn_scores, weights.bm25, &self.bm25_turns.scores(query_text));
         add(&mut turn_scores, weights.dense, &dense_turns);
         if weights.memgas != 0.0 {
@@ -671,16 +653,6 @@ impl MemoryIndex {
             }
             add(&mut session_scores, weights.memgas, &by_session);
             add(&mut turn_scores, weights.memgas, &by_turn);
-        }
-        if weights.speaker != 0.0 {
-            let named = self.speakers_named_in(query_text);
-            if !named.is_empty() {
-                for (position, score) in turn_scores.iter_mut().enumerate() {
-                    if named.contains(&self.turn_unit(position).speaker.as_str()) {
-                        *score += weights.speaker;
-                    }
-                }
-            }
         }
         if weights.turn_to_session != 0.0 {
             add(
@@ -700,34 +672,6 @@ impl MemoryIndex {
             turns: Some(ranked(&turn_scores)),
             router_weights: Vec::new(),
         }
-    }
-}
-
-impl MemoryIndex {
-    /// The turn unit of turn `index`.
-    fn turn_unit(&self, index: usize) -> &TurnUnit {
-        let entry = self.turns[index];
-        &self.sessions[entry.session].units.turns[index - self.sessions[entry.session].turns.start]
-    }
-
-    /// Speakers of this conversation whose name appears as a word in `text` (case-insensitive;
-    /// `Caroline's` counts).
-    fn speakers_named_in(&self, text: &str) -> Vec<&str> {
-        let words: Vec<String> = text
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
-            .collect();
-        let mut named: Vec<&str> = Vec::new();
-        for session in &self.sessions {
-            for turn in &session.units.turns {
-                let speaker = turn.speaker.as_str();
-                if !named.contains(&speaker) && words.iter().any(|w| *w == speaker.to_lowercase()) {
-                    named.push(speaker);
-                }
-            }
-        }
-        named
     }
 }
 
@@ -766,6 +710,7 @@ pub fn ranking_ids(index: &MemoryIndex, ranking: &Ranking) -> (Vec<String>, Opti
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::retrieval::units::TurnUnit;
 
     /// A unit vector in 3-D pointing at `angle` in the x-y plane, tilted by `z`.
     fn vector(angle: f32, z: f32) -> Vec<f32> {
