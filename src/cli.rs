@@ -45,6 +45,9 @@ pub enum Command {
     /// Build the memory of every selected conversation: rewrite, keywords, embeddings (each
     /// cached under data/<dataset>/ and resumable per session), then the graph.
     Build(BuildArgs),
+    /// Evaluate retrieval offline (no key needed): MemGAS and baselines ranked against the gold
+    /// evidence; session recall_all/recall_any/NDCG and turn recall at k = 1, 3, 5, 10.
+    Retrieve(RetrieveArgs),
 }
 
 /// Which benchmark to work on.
@@ -180,4 +183,34 @@ pub struct BuildArgs {
     /// Sessions in flight at once, across all conversations.
     #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
+    /// Also generate the MemGAS granules (an LLM summary and keywords per session) that
+    /// `retrieve --granules` and the `query_memgas` tool use.
+    #[arg(long)]
+    pub granules: bool,
+}
+
+/// `mragent retrieve`.
+#[derive(Debug, Args)]
+pub struct RetrieveArgs {
+    /// Dataset selection.
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Methods to evaluate (repeat or comma-separate): memgas, session, turn, summary, keyword,
+    /// hybrid, bm25, fusion, or all.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub method: Vec<String>,
+    /// Directory with all-MiniLM-L6-v2 (model.safetensors, tokenizer.json, config.json);
+    /// default: installed automatically into data/models/ on first use.
+    #[arg(long, env = "MRAGENT_EMBED_MODEL_DIR")]
+    pub embed_model_dir: Option<PathBuf>,
+    /// Embedding threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub embed_threads: usize,
+    /// Use the MemGAS granules (summary and keyword units) built by `build --granules --model
+    /// <this>`; without them MemGAS runs on session and turn units and says so.
+    #[arg(long, value_name = "MODEL")]
+    pub granules: Option<String>,
+    /// Summary/keyword units from a JSON file `{sample: {session: {"summary", "keywords"}}}`.
+    #[arg(long)]
+    pub llm_units: Option<PathBuf>,
 }

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::build::{BuildSettings, BuildSummary};
-use crate::cli::{DataArg, EmbedArgs, EvalArgs};
+use crate::build::{BuildSettings, BuildSummary, GranuleSummary};
+use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs};
 use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
@@ -142,4 +142,54 @@ pub async fn build(
         .context("building the model client")?;
     let embedder = api_embedder(models, embed)?;
     crate::build::build(&settings, &chat, &embedder, conversations).await
+}
+
+/// Generate (or resume) the MemGAS granules of every conversation.
+pub async fn build_granules(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    models: &ModelSettings,
+    workers: u32,
+    quiet: bool,
+    conversations: &[Conversation],
+) -> anyhow::Result<GranuleSummary> {
+    let mut settings = build_settings(paths, data, models, workers);
+    settings.progress = !quiet;
+    let chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
+        .context("building the model client")?;
+    crate::build::build_granules(&settings, &chat, conversations).await
+}
+
+/// Evaluate retrieval methods offline with the local embedder.
+pub fn retrieve(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
+    use crate::retrieval::Method;
+    let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
+    settings.data_path = data.file.clone();
+    settings.samples = data.sample.iter().cloned().collect();
+    settings.embed_model_dir = args.embed_model_dir.clone();
+    settings.embed_threads = args.embed_threads;
+    settings.llm_units = args.llm_units.clone();
+    if !args.method.iter().any(|name| name.trim().eq_ignore_ascii_case("all")) {
+        settings.methods = args
+            .method
+            .iter()
+            .map(|name| {
+                Method::parse(name).with_context(|| {
+                    let known: Vec<&str> =
+                        Method::ALL.iter().map(|method| method.as_str()).collect();
+                    format!("unknown retrieval method `{name}`; known: {}, all", known.join(", "))
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(model) = &args.granules {
+        let choice = ModelChoice::resolve(model);
+        settings.granules =
+            Some(BuildSettings::new(paths.root.join("data"), data.kind, &choice.alias, &choice.id));
+    }
+    crate::retrieval::eval::run_retrieval_eval(&settings)
 }

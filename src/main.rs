@@ -55,6 +55,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Ping(_) => "ping",
         Command::Eval(_) => "eval",
         Command::Build(_) => "build",
+        Command::Retrieve(_) => "retrieve",
     }
 }
 
@@ -68,6 +69,17 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             Ok(Outcome::Success)
         }
         Command::Build(args) => build(&args, &paths, quiet).await,
+        Command::Retrieve(args) => {
+            let data = DataSettings::resolve(&paths, &args.data);
+            let report = tokio::task::spawn_blocking(move || {
+                mragent::commands::retrieve(&paths, &data, &args)
+            })
+            .await
+            .context("the retrieval task failed")??;
+            println!("{}", report.markdown);
+            println!("written to {}", report.markdown_path.display());
+            Ok(Outcome::Success)
+        }
         Command::Eval(args) => {
             let settings = ModelSettings::resolve(&args.model, env_var)?;
             let summary = mragent::commands::eval(&paths, &args, &settings).await?;
@@ -95,7 +107,21 @@ async fn build(
         }
     };
     println!("{summary}");
-    if summary.is_complete() {
+    let mut complete = summary.is_complete();
+    if args.granules {
+        let granules = mragent::commands::build_granules(
+            paths,
+            &data,
+            &models,
+            args.workers,
+            quiet,
+            &conversations,
+        )
+        .await?;
+        println!("{granules}");
+        complete &= granules.is_complete();
+    }
+    if complete {
         Ok(Outcome::Success)
     } else {
         eprintln!(

@@ -6,7 +6,7 @@ use std::process::Output;
 use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
-const COMMANDS: &[&str] = &["ping", "eval", "build"];
+const COMMANDS: &[&str] = &["ping", "eval", "build", "retrieve"];
 
 /// Run the built binary in an empty directory (no `.env`) with a clean model environment.
 async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
@@ -113,4 +113,31 @@ async fn build_command_builds_a_conversation_then_resumes_from_cache() {
         .unwrap();
     assert!(rerun.status.success());
     assert_eq!(server.request_count(), first, "a rerun must not ask the model again");
+}
+
+#[tokio::test]
+async fn retrieve_command_runs_offline_and_writes_its_tables() {
+    let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/embedding/locomo_retrieval.json");
+    let args = [
+        "retrieve",
+        "--data-file",
+        fixture.to_str().unwrap(),
+        "--method",
+        "bm25,fusion",
+        "--embed-model-dir",
+        &model_dir,
+        "-q",
+    ];
+    let (output, dir) = mragent(&args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("bm25") && stdout.contains("fusion"), "{stdout}");
+    assert!(!stdout.contains("memgas |"), "only the requested methods run: {stdout}");
+    assert!(dir.path().join("eval/locomo/retrieve/summary.md").is_file());
+
+    let (unknown, _dir) = mragent(&["retrieve", "--method", "magic"], &[]).await;
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown retrieval method `magic`"));
 }

@@ -19,7 +19,7 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn embedder() -> &'static LocalEmbedder {
+pub(crate) fn embedder() -> &'static LocalEmbedder {
     static EMBEDDER: OnceLock<LocalEmbedder> = OnceLock::new();
     EMBEDDER.get_or_init(|| {
         let source = ModelSource::from_env_or_data_dir(&repo_root().join("data"));
