@@ -55,15 +55,30 @@ pub struct Message {
 impl Message {
     /// A system message.
     pub fn system(text: impl Into<String>) -> Self {
-        Self { role: Role::System, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: Role::System,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
     /// A user message.
     pub fn user(text: impl Into<String>) -> Self {
-        Self { role: Role::User, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: Role::User,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
     /// An assistant text message.
     pub fn assistant(text: impl Into<String>) -> Self {
-        Self { role: Role::Assistant, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: Role::Assistant,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
     /// A tool result answering the call `tool_call_id`.
     pub fn tool(tool_call_id: impl Into<String>, text: impl Into<String>) -> Self {
@@ -261,7 +276,9 @@ pub enum Error {
         message: String,
     },
     /// Structured output still invalid after the allowed re-asks.
-    #[error("model output does not match schema `{schema}` at `{path}` after {attempts} attempts: {message}")]
+    #[error(
+        "model output does not match schema `{schema}` at `{path}` after {attempts} attempts: {message}"
+    )]
     SchemaInvalid {
         /// Schema name.
         schema: String,
@@ -281,7 +298,10 @@ pub enum Error {
 /// limits) and whatever tests wrap around the scripted endpoint.
 pub trait ChatModel: Send + Sync {
     /// Send one chat completion request.
-    fn chat(&self, request: &ChatRequest) -> impl Future<Output = Result<ChatResponse, Error>> + Send;
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send;
 }
 
 /// A text embedder. Implementations: the API embedder and the local MiniLM embedder.
@@ -293,7 +313,10 @@ pub trait Embedder: Send + Sync {
 }
 
 impl<M: ChatModel> ChatModel for std::sync::Arc<M> {
-    fn chat(&self, request: &ChatRequest) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
         (**self).chat(request)
     }
 }
