@@ -1,32 +1,36 @@
-//! Every prompt, compiled in from `prompts/` (one file per prompt).
+//! Every prompt the project sends, compiled in from `prompts/` with `include_str!`.
 //!
-//! A [`Prompt`] has a name, its text and a short version hash of the text. Placeholders are
-//! written `{{name}}`; [`Prompt::render`] fails on a missing or an unused value.
+//! A prompt is Markdown with `{{placeholder}}` slots. [`Prompt::render`] fails on a missing or
+//! an unused placeholder, so a prompt and its caller cannot drift apart silently.
+//! [`Prompt::version`] is a short hash of the text: caches record it, so editing a prompt
+//! invalidates exactly the stages built with it. This module holds no prompt text itself.
 
-use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 
-/// One prompt file.
+use sha2::{Digest as _, Sha256};
+
+/// A prompt template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prompt {
     /// File stem under `prompts/`.
     pub name: &'static str,
-    /// Full text.
+    /// Template text.
     pub text: &'static str,
 }
 
 /// Why a prompt could not be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PromptError {
-    /// The template has a placeholder no value was given for.
-    #[error("prompt `{prompt}` needs a value for `{placeholder}`")]
+    /// The template has a slot the caller gave no value for.
+    #[error("prompt `{prompt}` needs a value for placeholder: {placeholder}")]
     Missing {
         /// Prompt name.
         prompt: &'static str,
         /// Placeholder name.
         placeholder: String,
     },
-    /// A value was given for a placeholder the template does not have.
-    #[error("prompt `{prompt}` has no placeholder `{placeholder}`")]
+    /// The caller gave a value the template never uses.
+    #[error("prompt `{prompt}` has no placeholder named: {placeholder}")]
     Unused {
         /// Prompt name.
         prompt: &'static str,
@@ -42,90 +46,79 @@ impl Prompt {
         digest.iter().take(6).map(|byte| format!("{byte:02x}")).collect()
     }
 
-    /// The placeholder names in order of first appearance.
-    pub fn placeholders(&self) -> Vec<String> {
-        let mut names = Vec::new();
+    /// Placeholder names used in the template, sorted.
+    pub fn placeholders(&self) -> BTreeSet<&'static str> {
+        let mut names = BTreeSet::new();
         let mut rest = self.text;
         while let Some(start) = rest.find("{{") {
             let after = &rest[start + 2..];
             let Some(end) = after.find("}}") else { break };
-            let name = after[..end].trim().to_string();
-            if !name.is_empty() && !names.contains(&name) {
-                names.push(name);
+            let name = &after[..end];
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                names.insert(name);
             }
             rest = &after[end + 2..];
         }
         names
     }
 
-    /// The text with every `{{name}}` replaced by its value.
-    pub fn render(&self, values: &[(&str, &str)]) -> Result<String, PromptError> {
-        let placeholders = self.placeholders();
-        for (name, _) in values {
-            if !placeholders.iter().any(|placeholder| placeholder == name) {
+    /// Fill every placeholder; fails on a missing or unused one.
+    pub fn render(&self, vars: &[(&str, &str)]) -> Result<String, PromptError> {
+        let wanted = self.placeholders();
+        for (name, _) in vars {
+            if !wanted.contains(name) {
                 return Err(PromptError::Unused {
                     prompt: self.name,
                     placeholder: (*name).to_string(),
                 });
             }
         }
-        let mut text = self.text.to_string();
-        for placeholder in placeholders {
-            let Some((_, value)) = values.iter().find(|(name, _)| *name == placeholder) else {
-                return Err(PromptError::Missing { prompt: self.name, placeholder });
+        let mut out = self.text.to_string();
+        for name in wanted {
+            let Some((_, value)) = vars.iter().find(|(given, _)| *given == name) else {
+                return Err(PromptError::Missing {
+                    prompt: self.name,
+                    placeholder: name.to_string(),
+                });
             };
-            text = text.replace(&format!("{{{{{placeholder}}}}}"), value);
+            out = out.replace(&format!("{{{{{name}}}}}"), value);
         }
-        Ok(text)
+        Ok(out)
     }
 }
 
-/// Declares a prompt constant from `prompts/<file>.md`.
 macro_rules! prompt {
-    ($(#[$doc:meta])* $name:ident, $file:literal) => {
-        $(#[$doc])*
-        pub const $name: Prompt =
-            Prompt { name: $file, text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/", $file, ".md")) };
+    ($ident:ident, $name:literal) => {
+        #[doc = concat!("`prompts/", $name, ".md`")]
+        pub const $ident: Prompt = Prompt {
+            name: $name,
+            text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/", $name, ".md")),
+        };
     };
 }
 
-prompt!(/// Question keywords and time window (answer-time retrieval).
-    QUESTION_KEYWORDS, "question_keywords");
-prompt!(/// LLM re-rank of retrieval candidates.
-    RERANK, "rerank");
-prompt!(/// Usefulness scores of a keyword's tags.
-    ANSWER_TAG_SCORES, "answer_tag_scores");
-prompt!(/// System prompt of the tool rounds.
-    ANSWER_SYSTEM, "answer_system");
-prompt!(/// Strict answer-style rules.
-    ANSWER_STYLE_STRICT, "answer_style_strict");
-prompt!(/// Lenient answer-style rules (open-domain).
-    ANSWER_STYLE_OPEN, "answer_style_open");
-prompt!(/// Extra rules for LongMemEval.
-    ANSWER_RULES_LONGMEMEVAL, "answer_rules_longmemeval");
-prompt!(/// System prompt of the final-answer round.
-    ANSWER_FINAL, "answer_final");
-prompt!(/// User message opening the final-answer round.
-    ANSWER_FINAL_ROUND, "answer_final_round");
-prompt!(/// Reminder to resolve dates before the last tool round (temporal questions).
-    ANSWER_TIME_NUDGE, "answer_time_nudge");
-prompt!(/// Nudge when the model neither calls tools nor answers.
-    ANSWER_NUDGE, "answer_nudge");
-prompt!(/// Re-ask after an answer that breaks the schema.
-    ANSWER_REASK, "answer_reask");
-prompt!(/// Multi-hop question suffix.
-    ANSWER_MULTI_HOP, "answer_multi_hop");
-prompt!(/// Open-domain question suffix.
-    ANSWER_OPEN_DOMAIN, "answer_open_domain");
-prompt!(/// Temporal question suffix.
-    ANSWER_TEMPORAL, "answer_temporal");
-prompt!(/// Adversarial question options.
-    ANSWER_ADVERSARIAL, "answer_adversarial");
-prompt!(/// Tool descriptions of the answer loop.
-    ANSWER_TOOLS, "answer_tools");
+prompt!(PING, "ping");
+prompt!(QUESTION_KEYWORDS, "question_keywords");
+prompt!(RERANK, "rerank");
+prompt!(ANSWER_TAG_SCORES, "answer_tag_scores");
+prompt!(ANSWER_SYSTEM, "answer_system");
+prompt!(ANSWER_STYLE_STRICT, "answer_style_strict");
+prompt!(ANSWER_STYLE_OPEN, "answer_style_open");
+prompt!(ANSWER_RULES_LONGMEMEVAL, "answer_rules_longmemeval");
+prompt!(ANSWER_FINAL, "answer_final");
+prompt!(ANSWER_FINAL_ROUND, "answer_final_round");
+prompt!(ANSWER_TIME_NUDGE, "answer_time_nudge");
+prompt!(ANSWER_NUDGE, "answer_nudge");
+prompt!(ANSWER_REASK, "answer_reask");
+prompt!(ANSWER_MULTI_HOP, "answer_multi_hop");
+prompt!(ANSWER_OPEN_DOMAIN, "answer_open_domain");
+prompt!(ANSWER_TEMPORAL, "answer_temporal");
+prompt!(ANSWER_ADVERSARIAL, "answer_adversarial");
+prompt!(ANSWER_TOOLS, "answer_tools");
 
-/// Every prompt.
+/// Every prompt, for listing and snapshot tests.
 pub const ALL: &[Prompt] = &[
+    PING,
     QUESTION_KEYWORDS,
     RERANK,
     ANSWER_TAG_SCORES,
@@ -144,3 +137,50 @@ pub const ALL: &[Prompt] = &[
     ANSWER_ADVERSARIAL,
     ANSWER_TOOLS,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: Prompt =
+        Prompt { name: "sample", text: "Hello {{name}}, today is {{date}}. {{name}}!" };
+
+    #[test]
+    fn render_fills_every_slot() {
+        let text = SAMPLE.render(&[("name", "Ana"), ("date", "2023-05-08")]).unwrap();
+        assert_eq!(text, "Hello Ana, today is 2023-05-08. Ana!");
+    }
+
+    #[test]
+    fn render_rejects_missing_and_unused_placeholders() {
+        assert_eq!(
+            SAMPLE.render(&[("name", "Ana")]),
+            Err(PromptError::Missing { prompt: "sample", placeholder: "date".into() })
+        );
+        assert_eq!(
+            SAMPLE.render(&[("name", "Ana"), ("date", "x"), ("extra", "y")]),
+            Err(PromptError::Unused { prompt: "sample", placeholder: "extra".into() })
+        );
+    }
+
+    #[test]
+    fn json_braces_are_not_placeholders() {
+        let prompt = Prompt { name: "json", text: "Return {\"a\": {\"b\": 1}} for {{x}}" };
+        assert_eq!(prompt.placeholders().into_iter().collect::<Vec<_>>(), vec!["x"]);
+    }
+
+    #[test]
+    fn version_changes_with_text() {
+        let other = Prompt { name: "sample", text: "Hello {{name}}" };
+        assert_eq!(SAMPLE.version().len(), 12);
+        assert_ne!(SAMPLE.version(), other.version());
+    }
+
+    #[test]
+    fn every_shipped_prompt_has_a_stable_version() {
+        for prompt in ALL {
+            assert_eq!(prompt.version(), prompt.version());
+            assert!(!prompt.text.trim().is_empty(), "{} is empty", prompt.name);
+        }
+    }
+}

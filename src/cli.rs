@@ -1,0 +1,120 @@
+//! Command-line interface: clap derive types only. Doc comments are the help text.
+//!
+//! Arguments are resolved into typed settings by `settings.rs`; nothing here reads the
+//! environment beyond what clap's `env` attributes do.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Long-term conversational memory for LLM agents: build a graph memory of a dialogue, answer
+/// questions from it with a tool-calling loop, and score the answers.
+#[derive(Debug, Parser)]
+#[command(name = "mragent", version, about, long_about = None)]
+pub struct Cli {
+    /// Options shared by every command.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// More log output on stderr (-v debug, -vv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Project directory holding data/, result/, log/ and eval/.
+    #[arg(long, global = true, env = "MRAGENT_ROOT", default_value = ".")]
+    pub root: PathBuf,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send one tiny request to the configured model endpoint and report latency and tokens.
+    Ping(PingArgs),
+}
+
+/// Which benchmark to work on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DataArg {
+    /// LoCoMo (10 conversations, 1,986 questions).
+    #[value(name = "locomo")]
+    Locomo,
+    /// LongMemEval (`data/dataset_LM.json`).
+    #[value(name = "LM", alias = "lm")]
+    Lm,
+}
+
+/// Dataset selection.
+#[derive(Debug, Clone, Args)]
+pub struct DataArgs {
+    /// Dataset.
+    #[arg(long, value_enum, default_value = "locomo")]
+    pub data: DataArg,
+    /// Dataset file (default: data/dataset_<data>.json).
+    #[arg(long)]
+    pub data_file: Option<PathBuf>,
+    /// Only this sample: `26` or `conv-26` (LoCoMo), a question id (LongMemEval).
+    #[arg(long)]
+    pub sample: Option<String>,
+    /// LongMemEval question type: 0 multi-session, 1 single-session-user, 2 temporal-reasoning,
+    /// 3 knowledge-update, 4 single-session-assistant, 5 single-session-preference.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=5))]
+    pub ca: Option<u8>,
+    /// LongMemEval: sessions merged into one rewrite call.
+    #[arg(long = "lm-batch", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub lm_batch: u32,
+}
+
+/// Model endpoint and limits.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model for building memory (alias: gemini, claude, gpt4o, gpt4omini, gpt4.1mini, qwen;
+    /// anything else is sent as a model id).
+    #[arg(long, env = "MRAGENT_MODEL", default_value = "gemini")]
+    pub model: String,
+    /// Model for answering (default: --model).
+    #[arg(long = "re-model", env = "MRAGENT_RE_MODEL")]
+    pub re_model: Option<String>,
+    /// OpenAI-compatible base URL (default: OpenRouter).
+    #[arg(long, env = "MRAGENT_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Requests per minute across all workers.
+    #[arg(long, env = "MRAGENT_RPM", default_value_t = 300)]
+    pub rpm: u32,
+    /// Tokens per minute across all workers (estimated from prompt size).
+    #[arg(long, env = "MRAGENT_TPM", default_value_t = 2_000_000)]
+    pub tpm: u32,
+    /// Per-request timeout in seconds.
+    #[arg(long, env = "MRAGENT_TIMEOUT", default_value_t = 120)]
+    pub timeout: u64,
+    /// Send JSON Schemas as `response_format` (for models that support structured output).
+    #[arg(long, env = "MRAGENT_STRUCTURED_OUTPUT")]
+    pub structured_output: bool,
+}
+
+/// Run tagging and concurrency.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Run tag, part of result and log file names.
+    #[arg(long, default_value = "0")]
+    pub file: String,
+    /// Questions in flight at once, across all samples.
+    #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
+}
+
+/// `mragent ping`.
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// Model and endpoint.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
