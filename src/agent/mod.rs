@@ -3,6 +3,7 @@
 pub mod question;
 pub mod render;
 pub mod resume;
+pub mod retrieve;
 pub mod run;
 pub mod tools;
 pub mod trace;
