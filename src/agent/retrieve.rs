@@ -13,12 +13,52 @@
 //! wraps past New Year covers both halves (item 7); ties are broken by candidate order, never by
 //! hash order (item 21).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
+use std::time::Instant;
 
 use chrono::{Datelike, NaiveDate};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
-use std::sync::LazyLock;
+use serde_json::{Value, json};
+
+use crate::agent::question::PreparedQuestion;
+use crate::agent::run::origin_of;
+use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::dataset::DatasetKind;
+use crate::llm::structured::chat_json;
+use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
+use crate::memory::query::{self, EventMatch, QueryKeyword};
+use crate::memory::{MemoryGraph, normalize_key};
+use crate::prompts;
+
+/// Unit-length embeddings of one conversation's events, topics and questions, by id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SampleVectors {
+    /// Sentence id (`D3:5-1`) → vector.
+    pub events: BTreeMap<String, Vec<f32>>,
+    /// Topic id (`D3:t1`) → vector.
+    pub topics: BTreeMap<String, Vec<f32>>,
+    /// Question id → vector of the unformatted question.
+    pub questions: BTreeMap<String, Vec<f32>>,
+}
+
+impl SampleVectors {
+    /// The vector of an event.
+    pub fn event(&self, id: &str) -> Option<&[f32]> {
+        self.events.get(id).map(Vec::as_slice)
+    }
+
+    /// The vector of a topic.
+    pub fn topic(&self, id: &str) -> Option<&[f32]> {
+        self.topics.get(id).map(Vec::as_slice)
+    }
+
+    /// The vector of a question.
+    pub fn question(&self, id: &str) -> Option<&[f32]> {
+        self.questions.get(id).map(Vec::as_slice)
+    }
+}
 
 /// Numeric knobs of retrieval (spec §16).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -57,6 +97,522 @@ impl Default for RetrievalSettings {
             max_reasks: 2,
         }
     }
+}
+
+/// Everything retrieval reads for one question.
+#[derive(Debug, Clone, Copy)]
+pub struct RetrieveInput<'a> {
+    /// The conversation's memory.
+    pub graph: &'a MemoryGraph,
+    /// Its embeddings.
+    pub vectors: &'a SampleVectors,
+    /// The question's embedding.
+    pub question_vector: &'a [f32],
+    /// The prepared question.
+    pub question: &'a PreparedQuestion,
+    /// Dataset (selects the temporal route).
+    pub dataset: DatasetKind,
+    /// Knobs.
+    pub settings: &'a RetrievalSettings,
+    /// Model id for the retrieval calls.
+    pub model: &'a str,
+    /// Sampling temperature of the retrieval calls.
+    pub temperature: Option<f32>,
+    /// Provider seed of the retrieval calls.
+    pub seed: Option<i64>,
+}
+
+/// What retrieval hands to the loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retrieved {
+    /// The user message of the loop (`question`, `key_sentences`, `keys_candidates`, ...).
+    pub payload: Value,
+    /// Normalised keys already shown (question keywords and key candidates).
+    pub seen_keys: BTreeSet<String>,
+    /// Tokens of the retrieval calls.
+    pub usage: Usage,
+}
+
+/// Why retrieval failed (the question is recorded as failed and retried on the next run).
+#[derive(Debug, thiserror::Error)]
+#[error("question keyword extraction failed: {0}")]
+pub struct RetrieveError(#[from] crate::llm::Error);
+
+/// The model's question analysis.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct QuestionKeywords {
+    question_time: String,
+    keywords: Vec<QueryKeyword>,
+}
+
+fn keywords_schema() -> JsonSchemaSpec {
+    JsonSchemaSpec {
+        name: "question_keywords".into(),
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "question_time": { "type": "string" },
+                "keywords": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": { "type": "string", "minLength": 1 },
+                            "alternatives": { "type": "array", "items": { "type": "string" } }
+                        },
+                        "required": ["id", "alternatives"],
+                        "additionalProperties": false
+                    }
+                }
+            },
+            "required": ["question_time", "keywords"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+fn rerank_schema() -> JsonSchemaSpec {
+    JsonSchemaSpec {
+        name: "rerank".into(),
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "mode": { "type": "string" },
+                "events": { "type": "array", "items": { "type": "string" } }
+            },
+            "required": ["mode", "events"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+fn tag_scores_schema() -> JsonSchemaSpec {
+    JsonSchemaSpec {
+        name: "tag_scores".into(),
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "keyword": { "type": "string" },
+                "tag_scores": { "type": "object", "additionalProperties": { "type": "number" } }
+            },
+            "required": ["keyword", "tag_scores"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// One structured call of the retrieval phase, traced.
+async fn ask_json<M: ChatModel>(
+    model: &M,
+    input: &RetrieveInput<'_>,
+    purpose: &str,
+    system: String,
+    user: String,
+    schema: &JsonSchemaSpec,
+    trace: &mut TraceWriter,
+) -> (Result<Value, crate::llm::Error>, Usage) {
+    let mut request = ChatRequest::new(input.model, vec![Message::system(system), Message::user(user)]);
+    request.temperature = input.temperature;
+    request.seed = input.seed;
+    let messages = request.messages.clone();
+    let started = Instant::now();
+    let result = chat_json(model, request, schema, input.settings.max_reasks).await;
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let (value, error, attempts, usage) = match &result {
+        Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
+        Err(error) => (None, Some(error.to_string()), attempts_of(error), Usage::default()),
+    };
+    trace.record(TraceEvent::Llm { purpose: purpose.into(), messages, value, error, attempts, usage, ms });
+    (result.map(|response| response.value), usage)
+}
+
+fn attempts_of(error: &crate::llm::Error) -> u32 {
+    match error {
+        crate::llm::Error::RateLimited { attempts, .. }
+        | crate::llm::Error::Api { attempts, .. }
+        | crate::llm::Error::Timeout { attempts, .. }
+        | crate::llm::Error::Connection { attempts, .. }
+        | crate::llm::Error::SchemaInvalid { attempts, .. } => *attempts,
+        _ => 1,
+    }
+}
+
+/// The payload's `question` wrapped for the retrieval prompts.
+fn quoted_question(text: &str) -> String {
+    format!("QUESTION: <<<{}>>>", Value::String(text.to_string()))
+}
+
+/// Runs the whole pre-loop retrieval for one question.
+pub async fn retrieve<M: ChatModel>(
+    model: &M,
+    input: &RetrieveInput<'_>,
+    trace: &mut TraceWriter,
+) -> Result<Retrieved, RetrieveError> {
+    let settings = input.settings;
+    let mut usage = Usage::default();
+    let (value, cost) = ask_json(
+        model,
+        input,
+        "question_keywords",
+        prompts::QUESTION_KEYWORDS.text.to_string(),
+        quoted_question(&input.question.text),
+        &keywords_schema(),
+        trace,
+    )
+    .await;
+    usage += cost;
+    let analysis: QuestionKeywords = serde_json::from_value(value?).map_err(|error| {
+        crate::llm::Error::Decode { message: format!("question keywords: {error}") }
+    })?;
+    let window = parse_time_window(&analysis.question_time);
+    let matches = query::match_keywords(input.graph, &analysis.keywords);
+    trace.record(TraceEvent::Retrieval {
+        step: "keywords".into(),
+        detail: json!({
+            "question_time": analysis.question_time,
+            "window": window.map(|window| format!("{window:?}")),
+            "matched_keys": matches.keys,
+            "full_matches": matches.full.len(),
+            "partial_matches": matches.partial.len(),
+        }),
+    });
+    let mut seen_keys: BTreeSet<String> = analysis
+        .keywords
+        .iter()
+        .map(|keyword| normalize_key(&keyword.id))
+        .filter(|key| !key.is_empty())
+        .collect();
+
+    let mut payload = serde_json::Map::new();
+    payload.insert("question".into(), json!(input.question.text));
+    if let Some(window) = window {
+        let routed = time_route(input, &window, &matches);
+        trace.record(TraceEvent::Retrieval {
+            step: "time_route".into(),
+            detail: json!({ "window_events": routed.window_events, "shown": routed.sentences.len() }),
+        });
+        if !routed.sentences.is_empty() {
+            match input.dataset {
+                DatasetKind::Locomo => {
+                    payload.insert("similar_sentence".into(), json!(routed.sentences));
+                }
+                DatasetKind::LongMemEval => {
+                    let sentences = if routed.sentences.len() > settings.k2 && !routed.whole_window {
+                        let (kept, cost) = rerank(model, input, routed.sentences, trace).await;
+                        usage += cost;
+                        kept
+                    } else {
+                        routed.sentences
+                    };
+                    payload.insert("key_sentences".into(), json!(sentences));
+                }
+            }
+            if let Some(date) = &input.question.current_date {
+                payload.insert("current_date".into(), json!(date));
+            }
+            return Ok(Retrieved { payload: Value::Object(payload), seen_keys, usage });
+        }
+    }
+
+    // Main route: keyword candidates ranked by similarity, then re-ranked by the model.
+    let mut candidates: Vec<&EventMatch> = matches
+        .full
+        .iter()
+        .chain(matches.partial.iter().filter(|found| found.matched_keywords.len() >= settings.min_matched_keys))
+        .collect();
+    let dense_fallback = candidates.is_empty();
+    let all_episodes: Vec<(String, String)>;
+    let lines: Vec<Candidate> = if dense_fallback {
+        // No keyword reached an event: rank every event by similarity, so the model never
+        // starts from an empty context.
+        all_episodes = input.graph.episodes().map(|episode| (episode.id.clone(), episode.text.clone())).collect();
+        rank_candidates(input, all_episodes.iter().map(|(id, text)| (id.as_str(), text.as_str())))
+    } else {
+        candidates.retain(|found| !found.event_id.is_empty());
+        rank_candidates(input, candidates.iter().map(|found| (found.event_id.as_str(), found.text.as_str())))
+    };
+    let ranked: Vec<String> = lines.iter().take(settings.k1).map(Candidate::line).collect();
+    let key_sentences = if ranked.len() > settings.k2 {
+        let (kept, cost) = rerank(model, input, ranked.clone(), trace).await;
+        usage += cost;
+        kept
+    } else {
+        ranked.clone()
+    };
+    trace.record(TraceEvent::Retrieval {
+        step: "candidates".into(),
+        detail: json!({
+            "keyword_candidates": if dense_fallback { 0 } else { lines.len() },
+            "dense_fallback": dense_fallback,
+            "after_similarity": ranked.len(),
+            "key_sentences": key_sentences.iter().map(|line| line_id(line)).collect::<Vec<_>>(),
+        }),
+    });
+    let mut shown_origins: BTreeSet<String> =
+        key_sentences.iter().map(|line| origin_of(line_id(line)).to_string()).collect();
+
+    // Keys of the question keywords, with their tags (scored when there are too many).
+    let mut keys_candidates = Vec::new();
+    let mut key_tag_sentences = Vec::new();
+    let mut listed = BTreeSet::new();
+    for keyword in &analysis.keywords {
+        let Some(key) = std::iter::once(&keyword.id)
+            .chain(&keyword.alternatives)
+            .find_map(|phrase| query::key_tags(input.graph, phrase))
+        else {
+            continue;
+        };
+        if key.tags.is_empty() || !listed.insert(key.key.clone()) {
+            continue;
+        }
+        seen_keys.insert(normalize_key(&key.key));
+        if key.tags.len() <= settings.tag_max {
+            keys_candidates.push(json!({ "key": key.key, "tags": key.tags }));
+            continue;
+        }
+        let (scored, cost) = score_tags(model, input, &key.key, &key.tags, trace).await;
+        usage += cost;
+        let tags: Vec<String> = match &scored {
+            Some(scored) => scored.iter().map(|(tag, _)| tag.clone()).collect(),
+            None => key.tags.iter().take(settings.tag_limit).cloned().collect(),
+        };
+        keys_candidates.push(json!({ "key": key.key, "tags": tags }));
+        for (tag, score) in scored.unwrap_or_default() {
+            if score < settings.tag_fetch_threshold {
+                continue;
+            }
+            let Ok(hits) = query::edges_by_tag(input.graph, &key.key, &tag) else { continue };
+            let scores: Vec<f32> = hits.iter().map(|hit| similarity(input, &hit.event_id)).collect();
+            let events: Vec<String> = top_k(&scores, settings.k2)
+                .into_iter()
+                .map(|index| &hits[index])
+                .filter(|hit| shown_origins.insert(origin_of(&hit.event_id).to_string()))
+                .map(ToString::to_string)
+                .collect();
+            if !events.is_empty() {
+                key_tag_sentences.push(json!({ "key": key.key, "tag": tag, "events": events }));
+            }
+        }
+    }
+
+    // The nearest topics.
+    let topics: Vec<(String, String)> =
+        input.graph.topics().map(|topic| (topic.id.clone(), topic.text.clone())).collect();
+    let topic_scores: Vec<f32> = topics
+        .iter()
+        .map(|(id, _)| input.vectors.topic(id).map_or(f32::MIN, |vector| dot(vector, input.question_vector)))
+        .collect();
+    let similar_topic: Vec<String> = top_k(&topic_scores, settings.topic_k)
+        .into_iter()
+        .map(|index| format!("{}:{}", topics[index].0, topics[index].1))
+        .collect();
+
+    payload.insert("key_sentences".into(), json!(key_sentences));
+    payload.insert("keys_candidates".into(), json!(keys_candidates));
+    payload.insert("key_tag_sentences".into(), json!(key_tag_sentences));
+    payload.insert("similar_topic".into(), json!(similar_topic));
+    if let Some(date) = &input.question.current_date {
+        payload.insert("current_date".into(), json!(date));
+    }
+    Ok(Retrieved { payload: Value::Object(payload), seen_keys, usage })
+}
+
+/// A candidate event with its similarity to the question.
+#[derive(Debug, Clone)]
+struct Candidate {
+    id: String,
+    text: String,
+}
+
+impl Candidate {
+    fn line(&self) -> String {
+        format!("{}:{}", self.id, self.text)
+    }
+}
+
+/// The id part of an `id:text` line.
+fn line_id(line: &str) -> &str {
+    // Ids look like `D3:5-1`: the second `:` starts the text.
+    let mut colons = line.match_indices(':').map(|(index, _)| index);
+    match (colons.next(), colons.next()) {
+        (Some(_), Some(second)) => &line[..second],
+        _ => line,
+    }
+}
+
+fn similarity(input: &RetrieveInput<'_>, event_id: &str) -> f32 {
+    input.vectors.event(event_id).map_or(f32::MIN, |vector| dot(vector, input.question_vector))
+}
+
+/// Candidates sorted by similarity (best first, input order on ties), one per origin (its most
+/// similar event).
+fn rank_candidates<'a>(input: &RetrieveInput<'_>, events: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<Candidate> {
+    let mut best: BTreeMap<String, (usize, f32, Candidate)> = BTreeMap::new();
+    for (position, (id, text)) in events.enumerate() {
+        let score = similarity(input, id);
+        let origin = origin_of(id).to_string();
+        let better = best.get(&origin).is_none_or(|(_, kept, _)| score > *kept);
+        if better {
+            let first = best.get(&origin).map_or(position, |(first, _, _)| *first);
+            best.insert(origin, (first, score, Candidate { id: id.to_string(), text: text.to_string() }));
+        }
+    }
+    let mut ranked: Vec<(usize, f32, Candidate)> = best.into_values().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.into_iter().map(|(_, _, candidate)| candidate).collect()
+}
+
+/// The date-window route's events.
+struct TimeRouted {
+    /// `Time:<date> <id>:<text>` lines.
+    sentences: Vec<String>,
+    /// Events in the window.
+    window_events: usize,
+    /// Whether the whole window is shown (it was small).
+    whole_window: bool,
+}
+
+fn time_route(input: &RetrieveInput<'_>, window: &TimeWindow, matches: &query::KeywordMatches) -> TimeRouted {
+    let settings = input.settings;
+    let years = years_of(input.graph.episodes().filter_map(|episode| episode.date));
+    let mut events = Vec::new();
+    let mut origins = BTreeSet::new();
+    for (from, to) in window.ranges(&years) {
+        for event in query::events_between(input.graph, from, to) {
+            if origins.insert(origin_of(&event.event_id).to_string()) {
+                events.push(event);
+            }
+        }
+    }
+    let limit = match input.dataset {
+        DatasetKind::Locomo => settings.time_event_limit,
+        DatasetKind::LongMemEval => settings.k2,
+    };
+    let dates: BTreeMap<String, NaiveDate> =
+        events.iter().map(|event| (origin_of(&event.event_id).to_string(), event.date)).collect();
+    let window_events = events.len();
+    if events.len() < limit {
+        let sentences =
+            events.iter().map(|event| format!("Time:{} {}:{}", event.date, event.event_id, event.text)).collect();
+        return TimeRouted { sentences, window_events, whole_window: true };
+    }
+    // A busy window: keep the events some question keyword reaches.
+    let mut shown = BTreeSet::new();
+    let mut reached: Vec<&EventMatch> = matches
+        .full
+        .iter()
+        .chain(&matches.partial)
+        .filter(|found| dates.contains_key(&found.origin) && shown.insert(found.origin.clone()))
+        .collect();
+    if input.dataset == DatasetKind::LongMemEval {
+        let ids: Vec<(usize, f32)> =
+            reached.iter().enumerate().map(|(index, found)| (index, similarity(input, &found.event_id))).collect();
+        let mut order: Vec<(usize, f32)> = ids;
+        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        order.truncate(settings.k1);
+        reached = order.into_iter().map(|(index, _)| reached[index]).collect();
+    }
+    let sentences = reached
+        .iter()
+        .map(|found| {
+            let date = dates.get(&found.origin).map(ToString::to_string).unwrap_or_default();
+            format!("Time:{date} {}:{}", found.event_id, found.text)
+        })
+        .collect();
+    TimeRouted { sentences, window_events, whole_window: false }
+}
+
+/// The model's pick of at most `k2` lines; the similarity order when its reply is unusable.
+async fn rerank<M: ChatModel>(
+    model: &M,
+    input: &RetrieveInput<'_>,
+    lines: Vec<String>,
+    trace: &mut TraceWriter,
+) -> (Vec<String>, Usage) {
+    let limit = input.settings.k2;
+    let system = prompts::RERANK
+        .render(&[("limit", &limit.to_string())])
+        .unwrap_or_else(|_| prompts::RERANK.text.to_string());
+    let user = json!({ "question": input.question.text, "similar_sentence": lines }).to_string();
+    let (value, usage) = ask_json(model, input, "rerank", system, user, &rerank_schema(), trace).await;
+    let ids: Vec<String> = lines.iter().map(|line| strip_time(line_id_of_dated(line)).to_string()).collect();
+    let returned: Vec<String> = value
+        .ok()
+        .and_then(|value| value.get("events").cloned())
+        .and_then(|events| serde_json::from_value(events).ok())
+        .unwrap_or_default();
+    let picked = map_reranked(&returned, &ids, limit);
+    trace.record(TraceEvent::Retrieval {
+        step: "rerank".into(),
+        detail: json!({ "returned": returned.len(), "kept": picked.as_ref().map_or(0, Vec::len), "fallback": picked.is_none() }),
+    });
+    let kept = match picked {
+        Some(positions) => positions.into_iter().map(|index| lines[index].clone()).collect(),
+        None => lines.into_iter().take(limit).collect(),
+    };
+    (kept, usage)
+}
+
+/// For `Time:<date> <id>:<text>` lines, the part from the id on.
+fn line_id_of_dated(line: &str) -> &str {
+    match line.strip_prefix("Time:") {
+        Some(rest) => rest.split_once(' ').map_or(rest, |(_, tail)| tail),
+        None => line,
+    }
+}
+
+fn strip_time(line: &str) -> &str {
+    line_id(line)
+}
+
+/// The model's scores for a key's tags (best first, at most `tag_limit`); `None` when unusable.
+async fn score_tags<M: ChatModel>(
+    model: &M,
+    input: &RetrieveInput<'_>,
+    key: &str,
+    tags: &[String],
+    trace: &mut TraceWriter,
+) -> (Option<Vec<(String, f64)>>, Usage) {
+    score_key_tags(model, input.model, input.temperature, input.seed, input.settings, &input.question.text, key, tags, trace).await
+}
+
+/// Scores `tags` of `key` for `question` (also used by `query_event_keywords` in the loop).
+#[allow(clippy::too_many_arguments)]
+pub async fn score_key_tags<M: ChatModel>(
+    model: &M,
+    model_id: &str,
+    temperature: Option<f32>,
+    seed: Option<i64>,
+    settings: &RetrievalSettings,
+    question: &str,
+    key: &str,
+    tags: &[String],
+    trace: &mut TraceWriter,
+) -> (Option<Vec<(String, f64)>>, Usage) {
+    let mut request = ChatRequest::new(
+        model_id,
+        vec![
+            Message::system(prompts::ANSWER_TAG_SCORES.text),
+            Message::user(json!({ "question": question, "keyword": key, "tags": tags }).to_string()),
+        ],
+    );
+    request.temperature = temperature;
+    request.seed = seed;
+    let messages = request.messages.clone();
+    let started = Instant::now();
+    let result = chat_json(model, request, &tag_scores_schema(), settings.max_reasks).await;
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let (value, error, attempts, usage) = match &result {
+        Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
+        Err(error) => (None, Some(error.to_string()), attempts_of(error), Usage::default()),
+    };
+    trace.record(TraceEvent::Llm { purpose: format!("tag_scores {key}"), messages, value: value.clone(), error, attempts, usage, ms });
+    let selected = value
+        .as_ref()
+        .and_then(|value| value.get("tag_scores"))
+        .and_then(Value::as_object)
+        .and_then(|scores| select_tags(scores, tags, settings.tag_limit));
+    (selected, usage)
 }
 
 /// A date constraint extracted from a question.

@@ -6,16 +6,21 @@
 //! [`ToolError`] whose text is shown to the model as the tool result, so it can correct itself;
 //! nothing here aborts a question. Results are JSON objects with a fixed key order.
 //!
-//! This module does not talk to a model: tag scoring for `query_event_keywords` is done by the
-//! async driver in `agent/mod.rs`, which calls [`Tool::apply`] with the scores it obtained.
+//! This module does not talk to a model: when `query_event_keywords` finds keys with too many
+//! tags, [`Tool::apply`] hands them back as [`Applied::ScoreTags`] and the async driver in
+//! `agent/mod.rs` has the model score them (the reference scored them against the event's own
+//! text, §17 item 13; we score against the question) before calling [`finish_event_keywords`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::agent::retrieve::{SampleVectors, dot, top_k};
 use crate::llm::ToolSpec;
+use crate::memory::query::{self, KeyTags, QueryError};
+use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
 
 /// One tool call of the answer loop, with typed arguments.
@@ -95,6 +100,12 @@ pub enum ToolError {
     /// The call was not executed because a limit on tool calls was reached.
     #[error("not executed: {0}")]
     LimitReached(String),
+}
+
+impl From<QueryError> for ToolError {
+    fn from(error: QueryError) -> Self {
+        ToolError::NotFound(error.to_string())
+    }
 }
 
 impl ToolError {
@@ -363,6 +374,128 @@ impl Tool {
             Tool::QueryTopicEvents { .. } => "query_topic_events",
         }
     }
+}
+
+/// What the tools read: one conversation's memory and the question's embedding.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolContext<'a> {
+    /// The conversation's memory graph.
+    pub graph: &'a MemoryGraph,
+    /// Embeddings of its events.
+    pub vectors: &'a SampleVectors,
+    /// The question's embedding.
+    pub question_vector: &'a [f32],
+    /// `edges_by_tag` results longer than this are cut by similarity to the question.
+    pub rerank_limit: usize,
+    /// How many events such a cut keeps.
+    pub keep: usize,
+    /// Keys with more tags than this get their tags scored before they are shown.
+    pub tag_max: usize,
+}
+
+/// What a question's tool calls have shown so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolState {
+    /// Normalised keys already shown (question keywords, key candidates, earlier results):
+    /// `query_event_keywords` leaves them out.
+    pub seen_keys: BTreeSet<String>,
+}
+
+/// The result of [`Tool::apply`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The tool-message JSON.
+    Done(Value),
+    /// `query_event_keywords` found keys whose tags must be scored first: score the tags of
+    /// each key with more than `tag_max` tags, then call [`finish_event_keywords`].
+    ScoreTags {
+        /// The event asked about.
+        event_id: String,
+        /// New keys with all their tags, in result order.
+        keys: Vec<KeyTags>,
+    },
+}
+
+impl Tool {
+    /// Runs the tool against the memory. Unknown ids and names are errors the model reads.
+    pub fn apply(&self, context: &ToolContext<'_>, state: &mut ToolState) -> Result<Applied, ToolError> {
+        let graph = context.graph;
+        let value = match self {
+            Tool::EdgesByTag { key, tag } => {
+                let hits = query::edges_by_tag(graph, key, tag)?;
+                let total = hits.len();
+                let hits = if total > context.rerank_limit {
+                    let scores: Vec<f32> = hits
+                        .iter()
+                        .map(|hit| {
+                            context
+                                .vectors
+                                .event(&hit.event_id)
+                                .map_or(f32::MIN, |vector| dot(vector, context.question_vector))
+                        })
+                        .collect();
+                    top_k(&scores, context.keep).into_iter().map(|index| hits[index].clone()).collect()
+                } else {
+                    hits
+                };
+                let events: Vec<String> = hits.iter().map(ToString::to_string).collect();
+                let mut value = json!({ "key": normalize_key(key), "tag": tag, "events": events });
+                if total > events.len() {
+                    value["omitted"] = json!(format!(
+                        "{} more events under this tag are less similar to the question",
+                        total - events.len()
+                    ));
+                }
+                value
+            }
+            Tool::QueryConversationTime { event_id } => {
+                let time = query::query_conversation_time(graph, event_id)?;
+                json!({ "event_id": time.event_id, "conversation_time": time.date.to_string() })
+            }
+            Tool::QueryEventKeywords { event_id } => {
+                let keys = query::query_event_keywords(graph, event_id)?;
+                let fresh: Vec<KeyTags> =
+                    keys.into_iter().filter(|key| state.seen_keys.insert(normalize_key(&key.key))).collect();
+                if fresh.iter().any(|key| key.tags.len() > context.tag_max) {
+                    return Ok(Applied::ScoreTags { event_id: event_id.clone(), keys: fresh });
+                }
+                finish_event_keywords(event_id, fresh)
+            }
+            Tool::QueryEventContext { event_id } => {
+                let turns: Vec<String> =
+                    query::query_event_context(graph, event_id)?.iter().map(ToString::to_string).collect();
+                json!({ "event_id": event_id, "turns": turns })
+            }
+            Tool::QueryPersonalInformation { person } => {
+                let found = query::query_personal_information(graph, person)?;
+                json!({ "person": found.person, "aspects": found.aspects })
+            }
+            Tool::QueryPersonalAspect { person, aspect } => {
+                let facts: Vec<String> =
+                    query::query_personal_aspect(graph, person, aspect)?.iter().map(ToString::to_string).collect();
+                json!({ "person": person, "aspect": aspect, "facts": facts })
+            }
+            Tool::QueryTopicEvents { topic } => {
+                let events: Vec<String> =
+                    query::query_topic_events(graph, topic)?.iter().map(ToString::to_string).collect();
+                json!({ "topic": topic, "events": events })
+            }
+        };
+        Ok(Applied::Done(value))
+    }
+}
+
+/// The `query_event_keywords` result for keys whose tags are final.
+pub fn finish_event_keywords(event_id: &str, keys: Vec<KeyTags>) -> Value {
+    if keys.is_empty() {
+        return json!({
+            "event_id": event_id,
+            "keys": [],
+            "note": "every keyword of this event was already shown for this question"
+        });
+    }
+    let keys: Vec<Value> = keys.into_iter().map(|key| json!({ "key": key.key, "tags": key.tags })).collect();
+    json!({ "event_id": event_id, "keys": keys })
 }
 
 #[cfg(test)]
