@@ -12,6 +12,7 @@ pub mod logging;
 pub mod prompts;
 
 pub mod agent;
+pub mod build;
 pub mod dataset;
 pub mod llm;
 pub mod results;

@@ -98,6 +98,9 @@ macro_rules! prompt {
 }
 
 prompt!(PING, "ping");
+prompt!(REWRITE, "rewrite");
+prompt!(KEYWORDS, "keywords");
+prompt!(STAGE_REASK, "stage_reask");
 prompt!(QUESTION_KEYWORDS, "question_keywords");
 prompt!(RERANK, "rerank");
 prompt!(ANSWER_TAG_SCORES, "answer_tag_scores");
@@ -119,6 +122,9 @@ prompt!(ANSWER_TOOLS, "answer_tools");
 /// Every prompt, for listing and snapshot tests.
 pub const ALL: &[Prompt] = &[
     PING,
+    REWRITE,
+    KEYWORDS,
+    STAGE_REASK,
     QUESTION_KEYWORDS,
     RERANK,
     ANSWER_TAG_SCORES,

@@ -1,0 +1,356 @@
+//! Per-sample stage caches for the rewrite and keyword stages, kept per unit (session).
+//!
+//! One JSON file per sample and stage (`data/<dataset>/rewrite_<model>/<sample>_rewrite.json`,
+//! `…/keyword_<model>/<sample>_keyword.json`). The header records what the content depends on:
+//! the model and the versions of every prompt upstream of it. Each unit entry records a hash of
+//! its input, so a unit is reused only for exactly the input it was made from.
+//!
+//! The file is rewritten whole after every finished unit, through a temporary file and a rename
+//! in the same directory: a crash leaves either the old or the new file, never half of one, and
+//! every unit finished before the crash survives it. A header that does not match the current
+//! model or prompt versions discards the whole file with a message; units of two prompt versions
+//! are never mixed in one file. This module does no model calls.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Usage;
+
+/// Version of the on-disk layout; bump when the file format changes.
+pub(crate) const FORMAT: u32 = 1;
+
+/// What a cache's content depends on; stored in its header and compared on open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Provenance {
+    /// Stage name (`rewrite`, `keywords`, `embeddings`).
+    pub(crate) stage: String,
+    /// Sample id.
+    pub(crate) sample_id: String,
+    /// Model (or embedder) that produced the content.
+    pub(crate) model: String,
+    /// Prompt name → version for this stage's prompt and every prompt upstream of it.
+    pub(crate) versions: BTreeMap<String, String>,
+}
+
+/// How a unit ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub(crate) enum Outcome<T> {
+    /// Valid output.
+    Done {
+        /// The validated, normalised output.
+        output: T,
+    },
+    /// Still invalid (or the call failed) after the allowed re-asks. Kept for the report;
+    /// a failed unit is retried by the next build.
+    Failed {
+        /// Why.
+        error: String,
+    },
+}
+
+/// One unit's entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct UnitEntry<T> {
+    /// Unit key (`session_3`).
+    pub(crate) unit: String,
+    /// First session number; orders the entries.
+    pub(crate) first_session: u32,
+    /// Hash of the input the entry was made from.
+    pub(crate) input_hash: String,
+    /// Model calls spent (including re-asks).
+    pub(crate) attempts: u32,
+    /// Tokens spent.
+    pub(crate) usage: Usage,
+    /// Result.
+    #[serde(flatten)]
+    pub(crate) outcome: Outcome<T>,
+}
+
+/// The file as stored.
+#[derive(Debug, Serialize, Deserialize)]
+struct StageFile<T> {
+    format: u32,
+    #[serde(flatten)]
+    provenance: Provenance,
+    units: Vec<UnitEntry<T>>,
+}
+
+/// What a unit must match to be reused: its key, first session and input hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlannedUnit {
+    /// Unit key.
+    pub(crate) key: String,
+    /// First session number.
+    pub(crate) first_session: u32,
+    /// Input hash.
+    pub(crate) input_hash: String,
+}
+
+/// An open stage cache: the entries in memory, written back after each change.
+#[derive(Debug)]
+pub(crate) struct StageCache<T> {
+    path: PathBuf,
+    provenance: Provenance,
+    /// Entries by first session number (so the file lists them in dialogue order).
+    units: BTreeMap<u32, UnitEntry<T>>,
+}
+
+impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
+    /// Open the cache at `path`, keeping only what is valid for `provenance`.
+    ///
+    /// Returns the cache and the notices worth showing the user (an invalidated file). A file
+    /// that cannot be parsed is an error naming it: it was not written by this format, and
+    /// silently rebuilding it could cost a lot of model calls.
+    pub(crate) fn open(path: &Path, provenance: Provenance) -> anyhow::Result<(Self, Vec<String>)> {
+        let mut notices = Vec::new();
+        let mut units = BTreeMap::new();
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                let file: StageFile<T> = serde_json::from_slice(&bytes).with_context(|| {
+                    format!(
+                        "cannot read the {} cache (delete it to rebuild): {}",
+                        provenance.stage,
+                        path.display()
+                    )
+                })?;
+                match mismatch(file.format, &file.provenance, &provenance) {
+                    Some(reason) => notices.push(format!(
+                        "{} cache {} is stale ({reason}): rebuilding the {} stage and the stages after it",
+                        provenance.stage,
+                        path.display(),
+                        provenance.stage
+                    )),
+                    None => {
+                        units = file.units.into_iter().map(|entry| (entry.first_session, entry)).collect();
+                    }
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                return Err(error).with_context(|| format!("reading {}", path.display()));
+            }
+        }
+        Ok((Self { path: path.to_path_buf(), provenance, units }, notices))
+    }
+
+    /// The output for `planned`, if an entry finished with exactly this input.
+    pub(crate) fn done(&self, planned: &PlannedUnit) -> Option<&T> {
+        let entry = self.units.get(&planned.first_session)?;
+        if entry.unit != planned.key || entry.input_hash != planned.input_hash {
+            return None;
+        }
+        match &entry.outcome {
+            Outcome::Done { output } => Some(output),
+            Outcome::Failed { .. } => None,
+        }
+    }
+
+    /// Drop entries for units that are not in `plan` (the dataset or the batch size changed),
+    /// so the file only ever describes the current plan.
+    pub(crate) fn retain_planned(&mut self, plan: &[PlannedUnit]) {
+        self.units.retain(|first, entry| {
+            plan.iter().any(|unit| unit.first_session == *first && unit.key == entry.unit)
+        });
+    }
+
+    /// Record a unit's result (replacing any earlier one) and write the file.
+    pub(crate) async fn record(&mut self, entry: UnitEntry<T>) -> anyhow::Result<()> {
+        self.units.insert(entry.first_session, entry);
+        let file = StageFile {
+            format: FORMAT,
+            provenance: self.provenance.clone(),
+            units: self.units.values().cloned().collect(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file).context("serialising a stage cache")?;
+        write_atomic(self.path.clone(), bytes).await
+    }
+
+    /// Done outputs in dialogue order.
+    pub(crate) fn outputs(&self) -> impl Iterator<Item = (&UnitEntry<T>, &T)> {
+        self.units.values().filter_map(|entry| match &entry.outcome {
+            Outcome::Done { output } => Some((entry, output)),
+            Outcome::Failed { .. } => None,
+        })
+    }
+
+    /// Where the cache lives.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Why a stored header does not fit the expected one, in words; `None` when it fits.
+pub(crate) fn mismatch(format: u32, stored: &Provenance, expected: &Provenance) -> Option<String> {
+    if format != FORMAT {
+        return Some(format!("file format {format}, this build writes format {FORMAT}"));
+    }
+    if stored.sample_id != expected.sample_id {
+        return Some(format!("it belongs to sample {}", stored.sample_id));
+    }
+    if stored.model != expected.model {
+        return Some(format!(
+            "made with model {}, the build now uses {}",
+            stored.model, expected.model
+        ));
+    }
+    for (name, version) in &expected.versions {
+        match stored.versions.get(name) {
+            Some(old) if old == version => {}
+            Some(old) => {
+                return Some(format!(
+                    "made with prompt `{name}` version {old}, the current version is {version}"
+                ));
+            }
+            None => {
+                return Some(format!(
+                    "it does not record which version of `{name}` it was made with"
+                ));
+            }
+        }
+    }
+    if let Some(extra) = stored.versions.keys().find(|name| !expected.versions.contains_key(*name))
+    {
+        return Some(format!("it depends on `{extra}`, which this build does not use"));
+    }
+    None
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory, flushed to disk,
+/// then renamed over the target. Runs on the blocking pool, so a large file does not stall the
+/// async workers; if the caller's future is dropped, the write still completes or leaves the old
+/// file untouched.
+pub(crate) async fn write_atomic(path: PathBuf, bytes: Vec<u8>) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || write_atomic_blocking(&path, &bytes))
+        .await
+        .context("cache writer task failed")?
+}
+
+/// The blocking body of [`write_atomic`].
+pub(crate) fn write_atomic_blocking(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    temp.write_all(bytes).with_context(|| format!("writing {}", temp.path().display()))?;
+    temp.as_file().sync_all().with_context(|| format!("flushing {}", temp.path().display()))?;
+    temp.persist(path)
+        .map_err(|error| error.error)
+        .with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provenance(version: &str) -> Provenance {
+        Provenance {
+            stage: "rewrite".into(),
+            sample_id: "conv-1".into(),
+            model: "m".into(),
+            versions: BTreeMap::from([("rewrite".to_string(), version.to_string())]),
+        }
+    }
+
+    fn planned(first: u32, hash: &str) -> PlannedUnit {
+        PlannedUnit {
+            key: format!("session_{first}"),
+            first_session: first,
+            input_hash: hash.into(),
+        }
+    }
+
+    fn entry(first: u32, hash: &str, outcome: Outcome<String>) -> UnitEntry<String> {
+        UnitEntry {
+            unit: format!("session_{first}"),
+            first_session: first,
+            input_hash: hash.into(),
+            attempts: 1,
+            usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
+            outcome,
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_survive_reopening_and_match_on_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep/conv-1_rewrite.json");
+        let (mut cache, notices) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
+        assert!(notices.is_empty());
+        cache.record(entry(2, "h2", Outcome::Done { output: "two".into() })).await.unwrap();
+        cache.record(entry(1, "h1", Outcome::Failed { error: "bad".into() })).await.unwrap();
+        cache.record(entry(10, "h10", Outcome::Done { output: "ten".into() })).await.unwrap();
+
+        let (cache, notices) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
+        assert!(notices.is_empty());
+        assert_eq!(cache.done(&planned(2, "h2")).map(String::as_str), Some("two"));
+        assert_eq!(cache.done(&planned(2, "other")), None, "a changed input is not reused");
+        assert_eq!(cache.done(&planned(1, "h1")), None, "a failed unit is retried");
+        let order: Vec<u32> = cache.outputs().map(|(entry, _)| entry.first_session).collect();
+        assert_eq!(order, [2, 10]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"status\": \"failed\""), "{text}");
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1,
+            "no temporary files left"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_changed_prompt_version_discards_the_file_with_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        let (mut cache, _) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
+        cache.record(entry(1, "h1", Outcome::Done { output: "one".into() })).await.unwrap();
+        let (cache, notices) = StageCache::<String>::open(&path, provenance("v2")).unwrap();
+        assert_eq!(cache.done(&planned(1, "h1")), None);
+        assert_eq!(notices.len(), 1);
+        assert!(
+            notices[0].contains("prompt `rewrite` version v1, the current version is v2"),
+            "{}",
+            notices[0]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broken.json");
+        std::fs::write(&path, "{not json").unwrap();
+        let error = StageCache::<String>::open(&path, provenance("v1")).unwrap_err();
+        assert!(format!("{error:#}").contains("broken.json"), "{error:#}");
+    }
+
+    #[tokio::test]
+    async fn retain_planned_drops_units_of_another_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        let (mut cache, _) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
+        cache.record(entry(1, "h1", Outcome::Done { output: "one".into() })).await.unwrap();
+        cache.record(entry(2, "h2", Outcome::Done { output: "two".into() })).await.unwrap();
+        cache.retain_planned(&[planned(2, "h2")]);
+        assert_eq!(cache.outputs().count(), 1);
+    }
+
+    #[test]
+    fn mismatch_names_what_changed() {
+        let mut stored = provenance("v1");
+        assert_eq!(mismatch(FORMAT, &stored, &provenance("v1")), None);
+        stored.model = "other".into();
+        assert!(mismatch(FORMAT, &stored, &provenance("v1")).unwrap().contains("model other"));
+        assert!(
+            mismatch(FORMAT + 1, &provenance("v1"), &provenance("v1")).unwrap().contains("format")
+        );
+        let mut extra = provenance("v1");
+        extra.versions.insert("keywords".into(), "k".into());
+        assert!(mismatch(FORMAT, &extra, &provenance("v1")).unwrap().contains("`keywords`"));
+        assert!(mismatch(FORMAT, &provenance("v1"), &extra).unwrap().contains("`keywords`"));
+    }
+}

@@ -1,0 +1,107 @@
+//! The build's progress bar: sessions done out of the total, tokens spent, failures, ETA.
+//!
+//! Counters are atomics so that concurrent units can report without a lock; the bar itself
+//! (indicatif) is internally synchronised. A hidden bar keeps the counters for tests and for
+//! `--quiet` runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::llm::Usage;
+
+/// Progress of one build.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    bar: ProgressBar,
+    tokens: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Progress {
+    /// A bar over `total_sessions`, drawn on stderr when `visible`.
+    pub(crate) fn new(total_sessions: u64, visible: bool) -> Self {
+        let target =
+            if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+        let bar = ProgressBar::with_draw_target(Some(total_sessions), target);
+        let template = "{spinner} building [{elapsed_precise}] {wide_bar} {pos}/{len} sessions · {msg} · ETA {eta}";
+        // The template is a literal known to be valid; fall back to the default style anyway.
+        bar.set_style(
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        if visible {
+            bar.enable_steady_tick(Duration::from_millis(250));
+        }
+        let progress = Self { bar, tokens: AtomicU64::new(0), failures: AtomicU64::new(0) };
+        progress.refresh();
+        progress
+    }
+
+    /// Sessions taken from the cache, counted before any work starts.
+    pub(crate) fn reused(&self, sessions: usize) {
+        self.bar.inc(sessions as u64);
+        // Cached sessions arrive all at once; keep them out of the rate behind the ETA.
+        self.bar.reset_eta();
+    }
+
+    /// Sessions finished (successfully or not).
+    pub(crate) fn done(&self, sessions: usize) {
+        self.bar.inc(sessions as u64);
+    }
+
+    /// Tokens spent by a call.
+    pub(crate) fn tokens(&self, usage: Usage) {
+        self.tokens.fetch_add(usage.total(), Ordering::Relaxed);
+        self.refresh();
+    }
+
+    /// A unit failed.
+    pub(crate) fn failure(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.refresh();
+    }
+
+    /// Remove the bar from the terminal.
+    pub(crate) fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+
+    fn refresh(&self) {
+        let tokens = self.tokens.load(Ordering::Relaxed);
+        let failures = self.failures.load(Ordering::Relaxed);
+        self.bar.set_message(format!("{} tokens · {failures} failed", human_count(tokens)));
+    }
+}
+
+/// `1234567` → `1.2M`.
+pub(crate) fn human_count(value: u64) -> String {
+    match value {
+        0..1_000 => value.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", value as f64 / 1e3),
+        _ => format!("{:.1}M", value as f64 / 1e6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_well() {
+        assert_eq!(human_count(999), "999");
+        assert_eq!(human_count(12_345), "12.3k");
+        assert_eq!(human_count(2_500_000), "2.5M");
+    }
+
+    #[test]
+    fn a_hidden_bar_still_counts() {
+        let progress = Progress::new(5, false);
+        progress.reused(2);
+        progress.done(1);
+        progress.tokens(Usage { prompt_tokens: 1500, completion_tokens: 0 });
+        progress.failure();
+        assert_eq!(progress.bar.position(), 3);
+        assert_eq!(progress.bar.message(), "1.5k tokens · 1 failed");
+    }
+}

@@ -1,0 +1,518 @@
+//! The build stages end to end through the scripted OpenAI-compatible endpoint over real HTTP
+//! on 127.0.0.1: the real client stack, a responder that answers by request content (a valid
+//! rewrite generated mechanically from the dialogue in the prompt, keywords from the sentences
+//! in the prompt), hashed embeddings. Covers a whole build, resume after a kill or failures,
+//! re-asks, failed units and cache invalidation by prompt version.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mragent::build::{BuildSettings, BuildSummary, Stage, build, build_memory, load_memory};
+use mragent::dataset::locomo::load_locomo;
+use mragent::dataset::{Conversation, DatasetKind};
+use mragent::llm::retry::RetryPolicy;
+use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
+use mragent::llm::{Client, EmbedClient, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
+use regex::Regex;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+const EMBEDDER: &str = "test-embedding";
+
+fn fixture() -> Vec<Conversation> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build/tiny_conversation.json");
+    load_locomo(&path).unwrap()
+}
+
+fn locomo(sample: &str) -> Conversation {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
+    load_locomo(&path).unwrap().into_iter().find(|conversation| conversation.sample_id == sample).unwrap()
+}
+
+/// What the responder sees in a chat request.
+enum Ask {
+    /// A rewrite request: the sessions' dates and turns as rendered in the prompt.
+    Rewrite { sessions: Vec<(u32, Option<String>)>, turns: Vec<(String, String, String)> },
+    /// A keyword request: the sentences' ids and texts.
+    Keywords(Vec<(String, String)>),
+}
+
+/// Parse the first user message of a chat request.
+fn parse_ask(request: &RecordedRequest) -> Ask {
+    let prompt = request.messages()[0]["content"].as_str().unwrap().to_string();
+    let turn = Regex::new(r"(?m)^\[(D\d+:\d+)\] ([^:]+): (.*)$").unwrap();
+    let session = Regex::new(r"(?m)^Session D(\d+), date: .*?(?:\((\d{4}-\d{2}-\d{2})\))?$").unwrap();
+    let turns: Vec<(String, String, String)> =
+        turn.captures_iter(&prompt).map(|c| (c[1].to_string(), c[2].to_string(), c[3].to_string())).collect();
+    if !turns.is_empty() {
+        let sessions = session
+            .captures_iter(&prompt)
+            .map(|c| (c[1].parse().unwrap(), c.get(2).map(|m| m.as_str().to_string())))
+            .collect();
+        return Ask::Rewrite { sessions, turns };
+    }
+    let line = prompt.lines().find(|line| line.starts_with("[{\"id\"")).expect("keyword prompt lists sentences");
+    let items: Vec<Value> = serde_json::from_str(line).unwrap();
+    Ask::Keywords(
+        items.iter().map(|item| (item["id"].as_str().unwrap().to_string(), item["text"].as_str().unwrap().to_string())).collect(),
+    )
+}
+
+/// A valid rewrite of the parsed dialogue: one sentence per turn dated with its session,
+/// one topic per session, one personal fact per speaker.
+fn mechanical_rewrite(sessions: &[(u32, Option<String>)], turns: &[(String, String, String)]) -> Value {
+    let date_of = |dia_id: &str| {
+        let number: u32 = dia_id[1..dia_id.find(':').unwrap()].parse().unwrap();
+        sessions.iter().find(|(index, _)| *index == number).and_then(|(_, date)| date.clone())
+    };
+    let topic_of = |dia_id: &str| format!("t{}", dia_id[1..dia_id.find(':').unwrap()].parse::<u32>().unwrap());
+    let sentences: Vec<Value> = turns
+        .iter()
+        .map(|(dia_id, speaker, text)| {
+            json!({"id": format!("{dia_id}-1"), "origin": dia_id, "text": format!("{speaker} said: {text}"),
+                   "tag": "Chat", "time": date_of(dia_id), "topic": [topic_of(dia_id)]})
+        })
+        .collect();
+    let topics: serde_json::Map<String, Value> =
+        sessions.iter().map(|(index, _)| (format!("t{index}"), json!(format!("What was said in session {index}")))).collect();
+    let mut speakers: Vec<(&str, &str)> = Vec::new();
+    for (dia_id, speaker, _) in turns {
+        if !speakers.iter().any(|(known, _)| known == speaker) {
+            speakers.push((speaker, dia_id));
+        }
+    }
+    let personal: Vec<Value> = speakers
+        .iter()
+        .enumerate()
+        .map(|(n, (speaker, dia_id))| {
+            json!({"id": format!("p{}", n + 1), "person": speaker, "tag": "Talk", "text": format!("{speaker} likes to talk"), "origin": dia_id})
+        })
+        .collect();
+    json!({"conversation_time": sessions[0].1, "sentence": sentences, "topics": topics, "personal_sentences": personal})
+}
+
+/// Keywords for sentences: the capitalised words of each text.
+fn mechanical_keywords(sentences: &[(String, String)]) -> Value {
+    let items: Vec<Value> = sentences
+        .iter()
+        .map(|(id, text)| {
+            let words: Vec<&str> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|word| word.chars().next().is_some_and(char::is_uppercase))
+                .collect();
+            json!({"sentence_id": id, "keyword": words})
+        })
+        .collect();
+    json!({"sentence": items})
+}
+
+/// The session a rewrite request is about (its first session), if it is one.
+fn rewrite_session(request: &RecordedRequest) -> Option<u32> {
+    match parse_ask(request) {
+        Ask::Rewrite { sessions, .. } => sessions.first().map(|(index, _)| *index),
+        Ask::Keywords(_) => None,
+    }
+}
+
+fn is_rewrite(request: &RecordedRequest) -> bool {
+    request.is_chat() && rewrite_session(request).is_some()
+}
+
+fn is_keywords(request: &RecordedRequest) -> bool {
+    request.is_chat() && rewrite_session(request).is_none()
+}
+
+/// The answer a well-behaved model gives.
+fn good_answer(request: &RecordedRequest) -> Value {
+    match parse_ask(request) {
+        Ask::Rewrite { sessions, turns } => mechanical_rewrite(&sessions, &turns),
+        Ask::Keywords(sentences) => mechanical_keywords(&sentences),
+    }
+}
+
+/// A responder: embeddings hashed, chat answered by `answer` (which may return `None` for
+/// the good answer).
+fn responder(
+    answer: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
+) -> impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static {
+    move |request| {
+        if request.is_embeddings() {
+            return ScriptedReply::HashEmbeddings;
+        }
+        answer(request).unwrap_or_else(|| ScriptedReply::json(&good_answer(request)))
+    }
+}
+
+/// A build environment: a scripted server, a cache directory, the real client stack.
+struct Harness {
+    server: ScriptedServer,
+    _dir: tempfile::TempDir,
+    settings: BuildSettings,
+    chat: Client,
+    embedder: EmbedClient,
+}
+
+impl Harness {
+    async fn new(answer: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static) -> Self {
+        let server = ScriptedServer::with_responder(responder(answer)).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = LlmConfig::new(server.base_url(), Secret::new("test-key"), "test-model");
+        config.retry = RetryPolicy { max_attempts: 2, base_delay: Duration::from_millis(5), ..RetryPolicy::default() };
+        let chat = build_chat_model(&config).unwrap();
+        let embedder = build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 64 }).unwrap();
+        let mut settings = BuildSettings::new(dir.path().join("data"), DatasetKind::Locomo, "test", "test-model");
+        settings.progress = false;
+        settings.workers = 4;
+        settings.max_reasks = 2;
+        Self { server, _dir: dir, settings, chat, embedder }
+    }
+
+    async fn build(&self, conversations: &[Conversation]) -> BuildSummary {
+        build(&self.settings, &self.chat, &self.embedder, conversations).await.unwrap()
+    }
+
+    fn requests(&self) -> Vec<RecordedRequest> {
+        self.server.requests()
+    }
+
+    fn rewrite_path(&self, sample: &str) -> PathBuf {
+        self.settings.rewrite_path(sample)
+    }
+}
+
+/// Rewrite requests per session among `requests`.
+fn rewrites_per_session(requests: &[RecordedRequest]) -> BTreeMap<u32, usize> {
+    let mut counts = BTreeMap::new();
+    for request in requests.iter().filter(|request| request.is_chat()) {
+        if let Some(session) = rewrite_session(request) {
+            *counts.entry(session).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+fn sessions_done_in_cache(path: &Path) -> BTreeSet<u32> {
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    file["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|unit| unit["status"] == "done")
+        .map(|unit| unit["first_session"].as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_small_conversation_builds_end_to_end_and_a_rerun_asks_nothing() {
+    let harness = Harness::new(|_| None).await;
+    let conversations = fixture();
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    let sample = &summary.samples[0];
+    assert_eq!((sample.sessions, sample.sessions_reused), (3, 0));
+    assert_eq!(sample.events, 11);
+    assert_eq!(sample.topics, 3);
+    assert_eq!(sample.persons, 2);
+    assert_eq!(sample.dates, 3);
+    assert!(sample.keys > 5, "{summary}");
+    assert!(summary.usage.total() > 0);
+
+    let requests = harness.requests();
+    assert_eq!(rewrites_per_session(&requests), BTreeMap::from([(1, 1), (2, 1), (3, 1)]));
+    assert_eq!(requests.iter().filter(|r| is_keywords(r)).count(), 3);
+    assert_eq!(requests.iter().filter(|r| r.is_embeddings()).count(), 4, "three units and the questions");
+
+    let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
+    assert!(memory.summary.failed.is_empty());
+    let outputs = &memory.outputs;
+    let first = &outputs.sentences[0];
+    assert_eq!((first.id.as_str(), first.origin.as_str()), ("D1:1-1", "D1:1"));
+    assert_eq!(first.date.unwrap().to_string(), "2023-03-12");
+    assert_eq!(first.topic_ids, ["D1:t1"]);
+    assert!(outputs.sentences[2].text.contains("and shared a photo of a pottery wheel"));
+    assert_eq!(outputs.topics.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["D1:t1", "D2:t2", "D3:t3"]);
+    assert_eq!(outputs.personal[0].id, "D1:p1");
+    assert_eq!(outputs.keywords.len(), 11);
+    assert_eq!(outputs.keywords[0].keywords, ["Maya", "Hi", "Tomas", "I"]);
+    assert_eq!(memory.embeddings.sentences.len(), 11);
+    assert_eq!(memory.embeddings.topics.len(), 3);
+    assert_eq!(memory.embeddings.questions.len(), 3);
+    assert!(memory.embeddings.dims > 0);
+
+    let again = harness.build(&conversations).await;
+    assert!(again.is_complete());
+    assert_eq!(again.samples[0].sessions_reused, 3);
+    assert_eq!(again.samples[0].events, 11);
+    assert_eq!(harness.requests().len(), requests.len(), "a finished build is not asked again");
+}
+
+#[tokio::test]
+async fn a_whole_locomo_conversation_builds_end_to_end() {
+    let harness = Harness::new(|_| None).await;
+    let conversation = locomo("conv-30");
+    let turns: usize = conversation.sessions.iter().map(|s| s.turns.len()).sum();
+    let memory = build_memory(&harness.settings, &harness.chat, &harness.embedder, &conversation).await.unwrap();
+    let summary = &memory.summary;
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert_eq!(summary.sessions, 19);
+    assert_eq!(summary.events, turns);
+    assert_eq!(summary.topics, 19);
+    assert_eq!(summary.dates, 19);
+    let per_session = rewrites_per_session(&harness.requests());
+    assert_eq!(per_session.len(), 19);
+    assert!(per_session.values().all(|count| *count == 1));
+    assert_eq!(memory.embeddings.sentences.len(), turns);
+    assert_eq!(memory.embeddings.questions.len(), conversation.questions.len());
+    // Every turn is covered and every sentence is dated.
+    let origins: BTreeSet<&str> = memory.outputs.sentences.iter().map(|s| s.origin.as_str()).collect();
+    assert_eq!(origins.len(), turns);
+    assert!(memory.outputs.sentences.iter().all(|s| s.date.is_some()));
+}
+
+#[tokio::test]
+async fn a_killed_build_resumes_without_re_requesting_finished_sessions() {
+    let kill = Arc::new(Notify::new());
+    let rewrites = Arc::new(AtomicUsize::new(0));
+    let harness = {
+        let (kill, rewrites) = (Arc::clone(&kill), Arc::clone(&rewrites));
+        Harness::new(move |request| {
+            if is_rewrite(request) && rewrites.fetch_add(1, Ordering::SeqCst) + 1 == 8 {
+                kill.notify_one();
+            }
+            None
+        })
+        .await
+    };
+    let conversations = vec![locomo("conv-30")];
+    tokio::select! {
+        summary = build(&harness.settings, &harness.chat, &harness.embedder, &conversations) => {
+            panic!("the build should have been killed: {}", summary.unwrap());
+        }
+        () = kill.notified() => {}
+    }
+    // Give the dropped build's cache writer (on the blocking pool) a moment; it either finished
+    // renaming or left the old file.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let first_run = harness.requests();
+    let finished = sessions_done_in_cache(&harness.rewrite_path("conv-30"));
+    assert!(!finished.is_empty() && finished.len() < 19, "{finished:?}");
+
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    let second_run = harness.requests()[first_run.len()..].to_vec();
+    let asked_again: BTreeSet<u32> = rewrites_per_session(&second_run).into_keys().collect();
+    assert!(asked_again.is_disjoint(&finished), "finished {finished:?}, asked again {asked_again:?}");
+    assert_eq!(asked_again.len() + finished.len(), 19);
+    assert!(summary.samples[0].sessions_reused > 0);
+    let all = rewrites_per_session(&harness.requests());
+    for session in &finished {
+        assert_eq!(all[session], 1, "session {session} was asked twice");
+    }
+}
+
+#[tokio::test]
+async fn failed_sessions_are_reported_and_a_rerun_does_only_those() {
+    let healthy = Arc::new(AtomicBool::new(false));
+    let harness = {
+        let healthy = Arc::clone(&healthy);
+        Harness::new(move |request| {
+            let failing = !healthy.load(Ordering::SeqCst) && rewrite_session(request).is_some_and(|s| s >= 2);
+            failing.then(|| ScriptedReply::Status { status: 400, message: "provider rejected the request".into() })
+        })
+        .await
+    };
+    let conversations = fixture();
+    let summary = harness.build(&conversations).await;
+    assert!(!summary.is_complete());
+    let failed: Vec<(&str, Stage)> = summary.failed().map(|unit| (unit.unit.as_str(), unit.stage)).collect();
+    assert_eq!(failed, [("session_2", Stage::Rewrite), ("session_3", Stage::Rewrite)]);
+    assert!(summary.failed().all(|unit| unit.error.contains("400")), "{summary}");
+    assert!(summary.to_string().contains("failed: conv-tiny session_2 (rewrite)"), "{summary}");
+    assert_eq!(summary.samples[0].events, 4, "session 1 is built");
+    let cache = std::fs::read_to_string(harness.rewrite_path("conv-tiny")).unwrap();
+    assert_eq!(cache.matches("\"status\": \"failed\"").count(), 2, "{cache}");
+
+    let before = harness.requests().len();
+    healthy.store(true, Ordering::SeqCst);
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    let rerun = harness.requests()[before..].to_vec();
+    assert_eq!(rewrites_per_session(&rerun), BTreeMap::from([(2, 1), (3, 1)]));
+    assert_eq!(summary.samples[0].sessions_reused, 1);
+}
+
+#[tokio::test]
+async fn invalid_answers_are_re_asked_with_the_reason() {
+    let harness = Harness::new(|request| {
+        let first_try = request.messages().len() == 1;
+        match rewrite_session(request) {
+            // Schema-invalid: no `topics`.
+            Some(1) if first_try => {
+                let mut answer = good_answer(request);
+                answer.as_object_mut().unwrap().remove("topics");
+                Some(ScriptedReply::json(&answer))
+            }
+            // Semantically invalid: turn D2:2 is missing.
+            Some(2) if first_try => {
+                let mut answer = good_answer(request);
+                answer["sentence"].as_array_mut().unwrap().remove(1);
+                Some(ScriptedReply::json(&answer))
+            }
+            _ => None,
+        }
+    })
+    .await;
+    let summary = harness.build(&fixture()).await;
+    assert!(summary.is_complete(), "{summary}");
+    assert_eq!(summary.samples[0].events, 11);
+    let requests = harness.requests();
+    assert_eq!(rewrites_per_session(&requests), BTreeMap::from([(1, 2), (2, 2), (3, 1)]));
+    let reask = |session| {
+        requests
+            .iter()
+            .find(|r| rewrite_session(r) == Some(session) && r.messages().len() == 3)
+            .map(|r| r.last_message_text().to_string())
+            .unwrap()
+    };
+    assert!(reask(1).contains("topics"), "{}", reask(1));
+    assert!(reask(2).contains("these turns have no sentence (every turn needs at least one): D2:2"), "{}", reask(2));
+}
+
+#[tokio::test]
+async fn a_session_that_stays_invalid_is_reported_failed_never_stored() {
+    let harness = Harness::new(|request| {
+        (rewrite_session(request) == Some(2)).then(|| {
+            let mut answer = good_answer(request);
+            answer["sentence"].as_array_mut().unwrap().remove(1);
+            ScriptedReply::json(&answer)
+        })
+    })
+    .await;
+    let conversations = fixture();
+    let summary = harness.build(&conversations).await;
+    let failed: Vec<_> = summary.failed().collect();
+    assert_eq!(failed.len(), 1, "{summary}");
+    assert_eq!((failed[0].unit.as_str(), failed[0].stage, failed[0].attempts), ("session_2", Stage::Rewrite, 3));
+    assert!(failed[0].error.contains("still invalid after 2 re-asks"), "{}", failed[0].error);
+    assert!(failed[0].error.contains("D2:2"), "{}", failed[0].error);
+    assert_eq!(rewrites_per_session(&harness.requests())[&2], 3);
+    let keyword_sentences: BTreeSet<String> = harness
+        .requests()
+        .iter()
+        .filter(|r| is_keywords(r))
+        .flat_map(|r| match parse_ask(r) {
+            Ask::Keywords(items) => items.into_iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            Ask::Rewrite { .. } => Vec::new(),
+        })
+        .collect();
+    assert!(keyword_sentences.iter().all(|id| !id.starts_with("D2:")), "{keyword_sentences:?}");
+
+    let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
+    assert_eq!(memory.outputs.sentences.len(), 8, "only sessions 1 and 3");
+    assert!(memory.outputs.sentences.iter().all(|s| !s.origin.starts_with("D2:")));
+    assert_eq!(memory.summary.failed.len(), 1);
+    assert_eq!(memory.summary.failed[0].error, "not built");
+}
+
+#[tokio::test]
+async fn unknown_keyword_ids_are_dropped_with_a_warning() {
+    let harness = Harness::new(|request| {
+        if !is_keywords(request) {
+            return None;
+        }
+        let mut answer = good_answer(request);
+        answer["sentence"].as_array_mut().unwrap().push(json!({"sentence_id": "D99:1-1", "keyword": ["ghost"]}));
+        Some(ScriptedReply::json(&answer))
+    })
+    .await;
+    let conversations = fixture();
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    assert_eq!(summary.samples[0].dropped_keyword_ids, 3);
+    let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
+    assert!(memory.outputs.keywords.iter().all(|k| !k.keywords.contains(&"ghost".to_string())));
+    assert_eq!(memory.outputs.keywords.len(), 11);
+}
+
+/// Rewrite a cache file's recorded version of `prompt` to simulate a build made with an
+/// older prompt text.
+fn age_prompt(path: &Path, prompt: &str) {
+    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    file["versions"][prompt] = json!("000000000000");
+    std::fs::write(path, serde_json::to_string_pretty(&file).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_changed_prompt_invalidates_its_stage_and_the_later_ones_with_a_message() {
+    let harness = Harness::new(|_| None).await;
+    let conversations = fixture();
+    harness.build(&conversations).await;
+    let count = |requests: &[RecordedRequest]| {
+        (
+            requests.iter().filter(|r| is_rewrite(r)).count(),
+            requests.iter().filter(|r| is_keywords(r)).count(),
+            requests.iter().filter(|r| r.is_embeddings()).count(),
+        )
+    };
+
+    // A changed keyword prompt: keywords are redone, the rewrite and embeddings are kept.
+    age_prompt(&harness.settings.keyword_path("conv-tiny"), "keywords");
+    let before = harness.requests().len();
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    assert_eq!(summary.notices.len(), 1, "{:?}", summary.notices);
+    assert!(
+        summary.notices[0].contains("made with prompt `keywords` version 000000000000, the current version is"),
+        "{}",
+        summary.notices[0]
+    );
+    assert!(summary.notices[0].contains("rebuilding the keywords stage and the stages after it"));
+    assert_eq!(count(&harness.requests()[before..]), (0, 3, 0));
+
+    // A changed rewrite prompt: everything is redone, and every stale file says so.
+    age_prompt(&harness.rewrite_path("conv-tiny"), "rewrite");
+    let before = harness.requests().len();
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    assert_eq!(summary.notices.len(), 1, "only the rewrite file was edited: {:?}", summary.notices);
+    assert!(summary.notices[0].contains("prompt `rewrite` version 000000000000"), "{}", summary.notices[0]);
+    assert_eq!(count(&harness.requests()[before..]), (3, 3, 3), "keywords and embeddings follow the new rewrite");
+    let rewrite: Value = serde_json::from_str(&std::fs::read_to_string(harness.rewrite_path("conv-tiny")).unwrap()).unwrap();
+    assert_eq!(rewrite["versions"]["rewrite"], json!(mragent::prompts::REWRITE.version()));
+    assert_eq!(sessions_done_in_cache(&harness.rewrite_path("conv-tiny")).len(), 3);
+}
+
+/// Concurrency: with several workers, several rewrites are in flight at once.
+#[tokio::test]
+async fn units_run_concurrently_across_conversations() {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(Mutex::new(0usize));
+    let harness = {
+        let (in_flight, peak) = (Arc::clone(&in_flight), Arc::clone(&peak));
+        Harness::new(move |request| {
+            if !is_rewrite(request) {
+                return None;
+            }
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut peak = peak.lock().unwrap();
+            *peak = (*peak).max(now);
+            drop(peak);
+            // Hold the reply a little so overlapping requests are visible.
+            std::thread::sleep(Duration::from_millis(30));
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            None
+        })
+        .await
+    };
+    let mut second = fixture().remove(0);
+    second.sample_id = "conv-tiny-2".into();
+    let conversations = vec![fixture().remove(0), second];
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    assert_eq!(summary.samples.iter().map(|s| s.sample_id.as_str()).collect::<Vec<_>>(), ["conv-tiny", "conv-tiny-2"]);
+    let peak = *peak.lock().unwrap();
+    assert!(peak >= 2 && peak <= harness.settings.workers, "peak {peak}");
+}
