@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::agent::question::PreparedQuestion;
+use crate::build::SampleEmbeddings;
 use crate::agent::run::origin_of;
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::dataset::DatasetKind;
@@ -31,34 +32,6 @@ use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
 use crate::memory::query::{self, EventMatch, QueryKeyword};
 use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
-
-/// Unit-length embeddings of one conversation's events, topics and questions, by id.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SampleVectors {
-    /// Sentence id (`D3:5-1`) → vector.
-    pub events: BTreeMap<String, Vec<f32>>,
-    /// Topic id (`D3:t1`) → vector.
-    pub topics: BTreeMap<String, Vec<f32>>,
-    /// Question id → vector of the unformatted question.
-    pub questions: BTreeMap<String, Vec<f32>>,
-}
-
-impl SampleVectors {
-    /// The vector of an event.
-    pub fn event(&self, id: &str) -> Option<&[f32]> {
-        self.events.get(id).map(Vec::as_slice)
-    }
-
-    /// The vector of a topic.
-    pub fn topic(&self, id: &str) -> Option<&[f32]> {
-        self.topics.get(id).map(Vec::as_slice)
-    }
-
-    /// The vector of a question.
-    pub fn question(&self, id: &str) -> Option<&[f32]> {
-        self.questions.get(id).map(Vec::as_slice)
-    }
-}
 
 /// Numeric knobs of retrieval (spec §16).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -105,7 +78,7 @@ pub struct RetrieveInput<'a> {
     /// The conversation's memory.
     pub graph: &'a MemoryGraph,
     /// Its embeddings.
-    pub vectors: &'a SampleVectors,
+    pub vectors: &'a SampleEmbeddings,
     /// The question's embedding.
     pub question_vector: &'a [f32],
     /// The prepared question.
@@ -400,7 +373,7 @@ pub async fn retrieve<M: ChatModel>(
         input.graph.topics().map(|topic| (topic.id.clone(), topic.text.clone())).collect();
     let topic_scores: Vec<f32> = topics
         .iter()
-        .map(|(id, _)| input.vectors.topic(id).map_or(f32::MIN, |vector| dot(vector, input.question_vector)))
+        .map(|(id, _)| input.vectors.topics.get(id).map_or(f32::MIN, |vector| dot(vector, input.question_vector)))
         .collect();
     let similar_topic: Vec<String> = top_k(&topic_scores, settings.topic_k)
         .into_iter()
@@ -441,7 +414,7 @@ fn line_id(line: &str) -> &str {
 }
 
 fn similarity(input: &RetrieveInput<'_>, event_id: &str) -> f32 {
-    input.vectors.event(event_id).map_or(f32::MIN, |vector| dot(vector, input.question_vector))
+    input.vectors.sentences.get(event_id).map_or(f32::MIN, |vector| dot(vector, input.question_vector))
 }
 
 /// Candidates sorted by similarity (best first, input order on ties), one per origin (its most

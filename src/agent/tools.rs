@@ -17,7 +17,8 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::retrieve::{SampleVectors, dot, top_k};
+use crate::agent::retrieve::{dot, top_k};
+use crate::build::SampleEmbeddings;
 use crate::llm::ToolSpec;
 use crate::memory::query::{self, KeyTags, QueryError};
 use crate::memory::{MemoryGraph, normalize_key};
@@ -382,7 +383,7 @@ pub struct ToolContext<'a> {
     /// The conversation's memory graph.
     pub graph: &'a MemoryGraph,
     /// Embeddings of its events.
-    pub vectors: &'a SampleVectors,
+    pub vectors: &'a SampleEmbeddings,
     /// The question's embedding.
     pub question_vector: &'a [f32],
     /// `edges_by_tag` results longer than this are cut by similarity to the question.
@@ -430,7 +431,8 @@ impl Tool {
                         .map(|hit| {
                             context
                                 .vectors
-                                .event(&hit.event_id)
+                                .sentences
+                                .get(&hit.event_id)
                                 .map_or(f32::MIN, |vector| dot(vector, context.question_vector))
                         })
                         .collect();
