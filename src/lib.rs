@@ -15,4 +15,5 @@ pub mod agent;
 pub mod build;
 pub mod dataset;
 pub mod llm;
+pub mod memory;
 pub mod results;

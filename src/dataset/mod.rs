@@ -1,9 +1,23 @@
 //! Dataset input types and loaders (LoCoMo, LongMemEval) into one internal model.
 //!
 //! No LLM, no async: this module parses files into [`Conversation`]s and reports malformed input
-//! with the file, sample and field that is wrong.
+//! with the file, sample and field that is wrong. [`load`] is the entry point: it picks the
+//! loader for a [`DatasetKind`], then applies the [`LoadOptions`] (sample selection, LongMemEval
+//! question type, assistant turns). The loaders themselves live in `locomo.rs` and
+//! `longmemeval.rs`; both read through the lenient raw layer in `json.rs`.
+
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+mod json;
+mod locomo;
+mod longmemeval;
+
+pub use locomo::{load_locomo, parse_locomo, parse_locomo_date};
+pub use longmemeval::{
+    LongMemEvalType, load_longmemeval, parse_longmemeval, parse_longmemeval_date,
+};
 
 /// Which benchmark a conversation comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -146,4 +160,172 @@ pub struct Question {
     /// LongMemEval: when the question is asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question_date: Option<String>,
+}
+
+/// A dataset file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("reading {}: {source}", file.display())]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON, or its top level is not an array of samples.
+    #[error("{}: invalid json: {source}", file.display())]
+    Json {
+        /// The file.
+        file: PathBuf,
+        /// The parser's error (with line and column).
+        source: serde_json::Error,
+    },
+    /// A field of a sample is missing or has the wrong shape.
+    #[error("{}: {}{field}: {problem}", file.display(), sample_prefix(sample.as_deref()))]
+    Malformed {
+        /// The file.
+        file: PathBuf,
+        /// The sample id, or `[<index>]` when the sample has no usable id.
+        sample: Option<String>,
+        /// Path of the field inside the sample, e.g. `conversation.session_3[4].dia_id`.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// `--sample` named an id that is not in the file.
+    #[error("unknown sample {requested:?}; valid ids: {}", list_ids(valid))]
+    UnknownSample {
+        /// What was asked for.
+        requested: String,
+        /// The ids in the file, in file order.
+        valid: Vec<String>,
+    },
+    /// `--ca` is not one of the six LongMemEval question-type indices.
+    #[error(
+        "unknown longmemeval question type index {0}; valid: 0 multi-session, 1 single-session-user, 2 temporal-reasoning, 3 knowledge-update, 4 single-session-assistant, 5 single-session-preference"
+    )]
+    UnknownQuestionType(u8),
+}
+
+fn sample_prefix(sample: Option<&str>) -> String {
+    sample.map(|sample| format!("sample {sample}: ")).unwrap_or_default()
+}
+
+/// Lists sample ids for an error message; long lists (LongMemEval has 500) are cut after 30.
+fn list_ids(ids: &[String]) -> String {
+    const SHOWN: usize = 30;
+    if ids.len() <= SHOWN {
+        ids.join(", ")
+    } else {
+        format!("{}, … ({} in all)", ids[..SHOWN].join(", "), ids.len())
+    }
+}
+
+/// What to keep when loading a dataset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Keep only these samples (`--sample`); each entry is a full id (`conv-26`, a LongMemEval
+    /// question id) or a LoCoMo number (`26`). Empty keeps all.
+    pub samples: Vec<String>,
+    /// LongMemEval only (`--ca`): keep only questions of this type. Ignored for LoCoMo, as in the
+    /// reference, which runs every LoCoMo question.
+    pub question_type: Option<LongMemEvalType>,
+    /// LongMemEval only: drop assistant turns, as the reference does. Off by default (assistant
+    /// turns carry the evidence of `single-session-assistant` questions). Dia_ids are assigned
+    /// before dropping, so they are the same with and without this setting.
+    pub drop_assistant_turns: bool,
+}
+
+/// The default input file of a dataset: `<root>/data/dataset_<name>.json` (`locomo`, `LM`).
+pub fn default_path(root: &Path, kind: DatasetKind) -> PathBuf {
+    root.join("data").join(format!("dataset_{}.json", kind.as_str()))
+}
+
+/// Loads a dataset file with the loader for `kind`, then applies `options`: sample selection
+/// first (an unknown id is an error listing the valid ones), then the LongMemEval filters.
+pub fn load(
+    kind: DatasetKind,
+    path: &Path,
+    options: &LoadOptions,
+) -> Result<Vec<Conversation>, Error> {
+    let conversations = match kind {
+        DatasetKind::Locomo => load_locomo(path)?,
+        DatasetKind::LongMemEval => load_longmemeval(path)?,
+    };
+    let mut conversations = select_samples(conversations, &options.samples)?;
+    if kind == DatasetKind::LongMemEval {
+        if let Some(question_type) = options.question_type {
+            conversations.retain(|conversation| {
+                conversation.questions.iter().any(|question| {
+                    question.category == Category::LongMemEval(question_type.as_str().to_string())
+                })
+            });
+        }
+        if options.drop_assistant_turns {
+            for conversation in &mut conversations {
+                drop_assistant_turns(conversation);
+            }
+        }
+    }
+    Ok(conversations)
+}
+
+/// Keeps the conversations named in `wanted` (file order is kept); empty `wanted` keeps all.
+/// `26` and `conv-26` both select `conv-26`. An id that matches nothing is an error listing the
+/// valid ids.
+pub fn select_samples(
+    conversations: Vec<Conversation>,
+    wanted: &[String],
+) -> Result<Vec<Conversation>, Error> {
+    if wanted.is_empty() {
+        return Ok(conversations);
+    }
+    let matches = |sample_id: &str, requested: &str| {
+        let requested = requested.trim();
+        sample_id == requested || sample_id.strip_prefix("conv-") == Some(requested)
+    };
+    if let Some(unknown) = wanted.iter().find(|requested| {
+        !conversations.iter().any(|conversation| matches(&conversation.sample_id, requested))
+    }) {
+        return Err(Error::UnknownSample {
+            requested: unknown.clone(),
+            valid: conversations
+                .iter()
+                .map(|conversation| conversation.sample_id.clone())
+                .collect(),
+        });
+    }
+    Ok(conversations
+        .into_iter()
+        .filter(|conversation| {
+            wanted.iter().any(|requested| matches(&conversation.sample_id, requested))
+        })
+        .collect())
+}
+
+/// Removes every turn whose speaker is not `user` (the reference's LongMemEval behaviour),
+/// then sessions left without turns, and recomputes the speaker list.
+fn drop_assistant_turns(conversation: &mut Conversation) {
+    for session in &mut conversation.sessions {
+        session.turns.retain(|turn| turn.speaker == longmemeval::USER);
+    }
+    conversation.sessions.retain(|session| !session.turns.is_empty());
+    conversation.speakers.retain(|speaker| speaker == longmemeval::USER);
+}
+
+/// Speakers in order of first appearance.
+fn speakers_of(sessions: &[Session]) -> Vec<String> {
+    let mut speakers: Vec<String> = Vec::new();
+    for turn in sessions.iter().flat_map(|session| &session.turns) {
+        if !speakers.contains(&turn.speaker) {
+            speakers.push(turn.speaker.clone());
+        }
+    }
+    speakers
+}
+
+/// Reads a whole file, mapping the failure to [`Error::Io`].
+fn read_file(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io { file: path.to_path_buf(), source })
 }

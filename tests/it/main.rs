@@ -1,0 +1,7 @@
+//! The one integration-test binary: each module tests one part of the pipeline through the
+//! public API.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dataset;
+mod memory;
