@@ -20,7 +20,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use crate::build::cache::{FORMAT, PlannedUnit, Provenance, mismatch, write_atomic};
-use crate::build::rewrite::RewriteRecord;
+use crate::build::records::SessionRewrite;
 use crate::build::unit::short_hash;
 use crate::dataset::Question;
 use crate::llm::{self, Embedder, Usage};
@@ -56,7 +56,7 @@ pub(crate) struct UnitTexts {
 
 impl UnitTexts {
     /// The texts of a unit's rewrite.
-    pub(crate) fn of(record: &RewriteRecord) -> Self {
+    pub(crate) fn of(record: &SessionRewrite) -> Self {
         let sentence_ids = record.sentences.iter().map(|sentence| sentence.id.clone()).collect();
         let topic_ids = record.topics.iter().map(|topic| topic.id.clone()).collect();
         let texts = record

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::build::records::{Sentence, SentenceKeywords};
+use crate::build::records::{RewrittenSentence, SentenceKeywords, SessionKeywords};
 use crate::build::unit::short_hash;
 use crate::llm::JsonSchemaSpec;
 use crate::prompts::{self, PromptError};
@@ -21,14 +21,15 @@ use crate::prompts::{self, PromptError};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KeywordRecord {
     /// One entry per sentence the model answered for, in sentence order.
-    pub sentences: Vec<SentenceKeywords>,
+    #[serde(flatten)]
+    pub keywords: SessionKeywords,
     /// Sentence ids the model invented; dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped_ids: Vec<String>,
 }
 
 /// The input the model sees: `[{"id", "text"}]` in sentence order.
-fn input_json(sentences: &[Sentence]) -> String {
+fn input_json(sentences: &[RewrittenSentence]) -> String {
     let items: Vec<Value> = sentences
         .iter()
         .map(|sentence| json!({"id": sentence.id, "text": sentence.text}))
@@ -37,12 +38,12 @@ fn input_json(sentences: &[Sentence]) -> String {
 }
 
 /// Hash of the stage input; cached keywords are reused only for identical sentences.
-pub(crate) fn input_hash(sentences: &[Sentence]) -> String {
+pub(crate) fn input_hash(sentences: &[RewrittenSentence]) -> String {
     short_hash(input_json(sentences).as_bytes())
 }
 
 /// The keyword prompt filled with the sentences.
-pub(crate) fn render_prompt(sentences: &[Sentence]) -> Result<String, PromptError> {
+pub(crate) fn render_prompt(sentences: &[RewrittenSentence]) -> Result<String, PromptError> {
     prompts::KEYWORDS.render(&[("sentences", &input_json(sentences))])
 }
 
@@ -85,7 +86,11 @@ struct RawSentenceKeywords {
 /// Turn a schema-valid answer into the record: unknown ids dropped (and listed), duplicates of
 /// one id merged, keywords trimmed and de-duplicated. Fails only if the value does not have the
 /// schema's shape at all.
-pub(crate) fn check(value: &Value, sentences: &[Sentence]) -> Result<KeywordRecord, Vec<String>> {
+pub(crate) fn check(
+    value: &Value,
+    session: &str,
+    sentences: &[RewrittenSentence],
+) -> Result<KeywordRecord, Vec<String>> {
     let raw: RawKeywords = serde_json::from_value(value.clone())
         .map_err(|error| vec![format!("the JSON does not have the expected shape: {error}")])?;
     let position: BTreeMap<&str, usize> = sentences
@@ -117,15 +122,18 @@ pub(crate) fn check(value: &Value, sentences: &[Sentence]) -> Result<KeywordReco
             keywords,
         })
         .collect();
-    Ok(KeywordRecord { sentences, dropped_ids })
+    Ok(KeywordRecord {
+        keywords: SessionKeywords { session: session.to_string(), sentences },
+        dropped_ids,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sentence(id: &str, text: &str) -> Sentence {
-        Sentence {
+    fn sentence(id: &str, text: &str) -> RewrittenSentence {
+        RewrittenSentence {
             id: id.into(),
             origin: id.split('-').next().unwrap().into(),
             text: text.into(),
@@ -144,9 +152,9 @@ mod tests {
             {"sentence_id": "D1:1-1", "keyword": ["Ana"]},
             {"sentence_id": "D1:1-1", "keyword": ["paints", "Ana"]}
         ]});
-        let record = check(&answer, &sentences).unwrap();
+        let record = check(&answer, "D1", &sentences).unwrap();
         assert_eq!(
-            record.sentences,
+            record.keywords.sentences,
             [
                 SentenceKeywords {
                     sentence_id: "D1:1-1".into(),
@@ -159,6 +167,7 @@ mod tests {
             ]
         );
         assert_eq!(record.dropped_ids, ["D7:1-1"]);
+        assert_eq!(record.keywords.session, "D1");
     }
 
     #[test]

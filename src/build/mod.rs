@@ -42,8 +42,7 @@ pub use crate::build::embed::SampleEmbeddings;
 use crate::build::embed::{EmbeddingCache, UnitTexts, embed_texts, question_texts};
 use crate::build::keywords::KeywordRecord;
 use crate::build::progress::{Progress, human_count};
-use crate::build::records::{PersonalFact, Sentence, SentenceKeywords, Topic};
-use crate::build::rewrite::RewriteRecord;
+use crate::build::records::{SessionKeywords, SessionRewrite};
 use crate::build::unit::{Unit, plan_units};
 use crate::dataset::{Conversation, DatasetKind};
 use crate::llm::{self, ChatModel, Embedder, Usage};
@@ -181,16 +180,10 @@ pub struct FailedUnit {
 /// keyword stage finished for exactly that rewrite.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StageOutputs {
-    /// Rewritten sentences.
-    pub sentences: Vec<Sentence>,
-    /// Topics.
-    pub topics: Vec<Topic>,
-    /// Personal facts.
-    pub personal: Vec<PersonalFact>,
-    /// Keywords per sentence.
-    pub keywords: Vec<SentenceKeywords>,
-    /// Unit key → the session date the model reported.
-    pub conversation_times: BTreeMap<String, Option<chrono::NaiveDate>>,
+    /// One record per unit with a valid rewrite.
+    pub rewrites: Vec<SessionRewrite>,
+    /// One record per unit whose keywords match its current rewrite.
+    pub keywords: Vec<SessionKeywords>,
 }
 
 /// What a build made of one conversation.
@@ -427,7 +420,7 @@ impl<'a, M: ChatModel, E: Embedder> Shared<'a, M, E> {
 
 /// The three caches of one conversation.
 struct SampleCaches {
-    rewrite: StageCache<RewriteRecord>,
+    rewrite: StageCache<SessionRewrite>,
     keywords: StageCache<KeywordRecord>,
     embeddings: EmbeddingCache,
     notices: Vec<String>,
@@ -490,13 +483,10 @@ impl SampleCaches {
         let mut outputs = StageOutputs::default();
         for unit in units {
             let Some(record) = self.rewrite.done(&rewrite_planned(unit)) else { continue };
-            outputs.sentences.extend(record.sentences.iter().cloned());
-            outputs.topics.extend(record.topics.iter().cloned());
-            outputs.personal.extend(record.personal.iter().cloned());
-            outputs.conversation_times.insert(unit.key.clone(), record.conversation_time);
             if let Some(keywords) = self.keywords.done(&keyword_planned(unit, record)) {
-                outputs.keywords.extend(keywords.sentences.iter().cloned());
+                outputs.keywords.push(keywords.keywords.clone());
             }
+            outputs.rewrites.push(record.clone());
         }
         outputs
     }
@@ -510,7 +500,7 @@ fn rewrite_planned(unit: &Unit<'_>) -> PlannedUnit {
     }
 }
 
-fn keyword_planned(unit: &Unit<'_>, record: &RewriteRecord) -> PlannedUnit {
+fn keyword_planned(unit: &Unit<'_>, record: &SessionRewrite) -> PlannedUnit {
     PlannedUnit {
         key: unit.key.clone(),
         first_session: unit.first_session,
@@ -518,7 +508,7 @@ fn keyword_planned(unit: &Unit<'_>, record: &RewriteRecord) -> PlannedUnit {
     }
 }
 
-fn embedding_planned(unit: &Unit<'_>, record: &RewriteRecord) -> (PlannedUnit, UnitTexts) {
+fn embedding_planned(unit: &Unit<'_>, record: &SessionRewrite) -> (PlannedUnit, UnitTexts) {
     let texts = UnitTexts::of(record);
     (
         PlannedUnit {
@@ -534,7 +524,7 @@ fn embedding_planned(unit: &Unit<'_>, record: &RewriteRecord) -> (PlannedUnit, U
 /// cache write, so writes of one file never interleave and the last write holds every unit).
 struct SampleRun<'c> {
     conversation: &'c Conversation,
-    rewrite: Mutex<StageCache<RewriteRecord>>,
+    rewrite: Mutex<StageCache<SessionRewrite>>,
     keywords: Mutex<StageCache<KeywordRecord>>,
     embeddings: Mutex<EmbeddingCache>,
     tally: StdMutex<Tally>,
@@ -650,7 +640,7 @@ async fn build_unit_stages<M: ChatModel, E: Embedder>(
     if run.keywords.lock().await.done(&planned).is_none() {
         let prompt = keywords::render_prompt(&record.sentences)?;
         let asked = ask_checked(shared.chat, &shared.ask, prompt, &keywords::schema(), |value| {
-            keywords::check(value, &record.sentences)
+            keywords::check(value, &record.session, &record.sentences)
         })
         .await;
         let Some(keywords) =
@@ -824,25 +814,29 @@ fn summarise(
             session.turns.iter().map(|turn| (turn.dia_id.as_str(), turn.speaker.as_str()))
         })
         .collect();
-    let mut keys: BTreeSet<&str> =
-        outputs.keywords.iter().flat_map(|item| item.keywords.iter().map(String::as_str)).collect();
-    keys.extend(
-        outputs
-            .sentences
-            .iter()
-            .filter_map(|sentence| speakers.get(sentence.origin.as_str()).copied()),
-    );
-    let persons: BTreeSet<&str> =
-        outputs.personal.iter().map(|fact| fact.person.as_str()).collect();
+    let sentences = || outputs.rewrites.iter().flat_map(|record| record.sentences.iter());
+    let mut keys: BTreeSet<&str> = outputs
+        .keywords
+        .iter()
+        .flat_map(|record| {
+            record.sentences.iter().flat_map(|item| item.keywords.iter().map(String::as_str))
+        })
+        .collect();
+    keys.extend(sentences().filter_map(|sentence| speakers.get(sentence.origin.as_str()).copied()));
+    let persons: BTreeSet<&str> = outputs
+        .rewrites
+        .iter()
+        .flat_map(|record| record.personal_facts.iter().map(|fact| fact.person.as_str()))
+        .collect();
     let dates: BTreeSet<chrono::NaiveDate> =
-        outputs.sentences.iter().filter_map(|sentence| sentence.date).collect();
+        sentences().filter_map(|sentence| sentence.date).collect();
     SampleSummary {
         sample_id: conversation.sample_id.clone(),
         sessions: conversation.sessions.iter().filter(|session| !session.turns.is_empty()).count(),
         sessions_reused,
-        events: outputs.sentences.len(),
+        events: sentences().count(),
         keys: keys.len(),
-        topics: outputs.topics.len(),
+        topics: outputs.rewrites.iter().map(|record| record.topics.len()).sum(),
         persons: persons.len(),
         dates: dates.len(),
         failed,

@@ -1,55 +1,88 @@
-//! PROVISIONAL stage-output types, to be replaced by `crate::memory::input` from the graph
-//! branch as soon as it lands (then this file goes away).
+//! PROVISIONAL copy of the graph branch's `memory::input` types, replaced by the real module
+//! when that branch is merged (then this file goes away).
 
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
-/// A rewritten, self-contained sentence.
+/// Stage-1 output for one session (or one LongMemEval batch of sessions).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Sentence {
-    /// `D<s>:<t>-<k>`.
+pub struct SessionRewrite {
+    /// The session this record covers (`D3`), or a batch label (`D1-D10`); used in messages.
+    pub session: String,
+    /// The session date as the rewrite model understood it. The graph prefers the dataset's
+    /// parsed session date and uses this only when the dataset has none.
+    #[serde(default)]
+    pub conversation_time: Option<NaiveDate>,
+    /// Rewritten sentences in dialogue order.
+    pub sentences: Vec<RewrittenSentence>,
+    /// The session's topics.
+    #[serde(default)]
+    pub topics: Vec<TopicInput>,
+    /// Facts about the people in the session.
+    #[serde(default)]
+    pub personal_facts: Vec<PersonalFact>,
+}
+
+/// One self-contained sentence rewritten from a turn (pronouns resolved, dates made absolute).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewrittenSentence {
+    /// `D3:5-1`: the origin dia_id, `-`, and a counter per origin.
     pub id: String,
-    /// `D<s>:<t>`.
+    /// The dia_id of the turn the sentence comes from (`D3:5`).
     pub origin: String,
-    /// Rewritten text.
+    /// The rewritten sentence (used for keywords and embeddings; the answering model sees the
+    /// raw turn).
     pub text: String,
-    /// Event date.
+    /// When the event happened (absolute date resolved by the rewrite model), if known.
+    #[serde(default)]
     pub date: Option<NaiveDate>,
-    /// Short tag.
+    /// Short noun phrase (at most two words) naming what the sentence is about; becomes the
+    /// label of every Key → Episode edge of this sentence.
     pub tag: String,
-    /// Global topic ids `D<i>:t<k>`.
+    /// Topic ids (`D3:t1`) this sentence belongs to.
+    #[serde(default)]
     pub topic_ids: Vec<String>,
 }
 
-/// A topic.
+/// One topic of a session: a short sentence summarising a thread of the conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Topic {
-    /// `D<i>:t<k>`.
+pub struct TopicInput {
+    /// `D3:t1`.
     pub id: String,
-    /// Topic sentence.
+    /// The topic sentence.
     pub text: String,
 }
 
-/// A personal fact.
+/// One stable fact about a person (preference, role, schedule, background, relation…).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PersonalFact {
-    /// `D<i>:p<k>`.
+    /// `D3:p1`.
     pub id: String,
-    /// Person.
+    /// The person the fact is about (a speaker or someone they mention).
     pub person: String,
-    /// Aspect.
+    /// The aspect label (`hobby`, `job`, `family`…); becomes the Person → Fact edge label.
     pub aspect: String,
-    /// Fact.
+    /// The fact as a short normalised statement.
     pub fact: String,
-    /// Source dia_ids.
+    /// Dia_ids the fact was drawn from.
+    #[serde(default, alias = "origin")]
     pub origins: Vec<String>,
 }
 
-/// Keywords of one sentence.
+/// Stage-2 output for one session (or batch).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionKeywords {
+    /// The session or batch label, as in the matching [`SessionRewrite`].
+    pub session: String,
+    /// Keywords per sentence.
+    pub sentences: Vec<SentenceKeywords>,
+}
+
+/// The cue words of one rewritten sentence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SentenceKeywords {
-    /// Sentence id.
+    /// The sentence id (`D3:5-1`).
     pub sentence_id: String,
-    /// Keywords.
+    /// Keywords as the model wrote them; the graph normalises them.
     pub keywords: Vec<String>,
 }

@@ -16,26 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::NaiveDate;
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::build::records::{PersonalFact, Sentence, Topic};
+use crate::build::records::{PersonalFact, RewrittenSentence, SessionRewrite, TopicInput};
 use crate::build::unit::Unit;
 use crate::llm::JsonSchemaSpec;
 use crate::prompts::{self, PromptError};
-
-/// The validated, normalised rewrite of one unit: what the rewrite cache stores.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RewriteRecord {
-    /// The session date as the model understood it (the first session's for a batch).
-    pub conversation_time: Option<NaiveDate>,
-    /// Sentences in dialogue order.
-    pub sentences: Vec<Sentence>,
-    /// Topics, ids `D<n>:t<k>`.
-    pub topics: Vec<Topic>,
-    /// Personal facts, ids `D<n>:p<k>`.
-    pub personal: Vec<PersonalFact>,
-}
 
 /// The rewrite prompt filled with the unit's dialogue.
 pub(crate) fn render_prompt(unit: &Unit<'_>) -> Result<String, PromptError> {
@@ -126,7 +113,7 @@ struct RawPersonal {
 ///
 /// On failure, every problem found (so one re-ask can fix them all), each naming the offending
 /// item.
-pub(crate) fn check(value: &Value, unit: &Unit<'_>) -> Result<RewriteRecord, Vec<String>> {
+pub(crate) fn check(value: &Value, unit: &Unit<'_>) -> Result<SessionRewrite, Vec<String>> {
     let raw: RawRewrite = serde_json::from_value(value.clone())
         .map_err(|error| vec![format!("the JSON does not have the expected shape: {error}")])?;
     let mut problems = Vec::new();
@@ -238,7 +225,7 @@ fn normalise(
     raw: RawRewrite,
     unit: &Unit<'_>,
     conversation_time: Option<NaiveDate>,
-) -> RewriteRecord {
+) -> SessionRewrite {
     let prefix = format!("D{}:", unit.first_session);
     let mut per_origin: BTreeMap<String, u32> = BTreeMap::new();
     let sentences = raw
@@ -259,7 +246,7 @@ fn normalise(
                     topic_ids.push(id);
                 }
             }
-            Sentence {
+            RewrittenSentence {
                 id: format!("{}-{counter}", sentence.origin),
                 origin: sentence.origin,
                 text: sentence.text.trim().to_string(),
@@ -272,9 +259,9 @@ fn normalise(
     let topics = raw
         .topics
         .into_iter()
-        .map(|(id, text)| Topic { id: format!("{prefix}{id}"), text: text.trim().to_string() })
+        .map(|(id, text)| TopicInput { id: format!("{prefix}{id}"), text: text.trim().to_string() })
         .collect();
-    let personal = raw
+    let personal_facts = raw
         .personal_sentences
         .into_iter()
         .map(|fact| PersonalFact {
@@ -285,7 +272,7 @@ fn normalise(
             origins: vec![fact.origin],
         })
         .collect();
-    RewriteRecord { conversation_time, sentences, topics, personal }
+    SessionRewrite { session: unit.label(), conversation_time, sentences, topics, personal_facts }
 }
 
 /// A `YYYY-MM-DD` string that names a real day.
@@ -358,12 +345,13 @@ mod tests {
         assert_eq!(record.sentences[2].topic_ids, ["D2:t1"]);
         assert_eq!(
             record.topics,
-            [Topic { id: "D2:t1".into(), text: "Ana and Bo talk about lines".into() }]
+            [TopicInput { id: "D2:t1".into(), text: "Ana and Bo talk about lines".into() }]
         );
-        assert_eq!(record.personal[0].id, "D2:p1");
-        assert_eq!(record.personal[0].aspect, "Hobby");
-        assert_eq!(record.personal[0].origins, ["D2:1"]);
+        assert_eq!(record.personal_facts[0].id, "D2:p1");
+        assert_eq!(record.personal_facts[0].aspect, "Hobby");
+        assert_eq!(record.personal_facts[0].origins, ["D2:1"]);
         assert_eq!(record.conversation_time, NaiveDate::from_ymd_opt(2023, 5, 2));
+        assert_eq!(record.session, "D2");
     }
 
     #[test]

@@ -35,6 +35,16 @@ impl Unit<'_> {
         self.sessions.iter().map(|session| session.index).collect()
     }
 
+    /// The label the stage records carry: `D3`, or `D1-D10` for a batch.
+    pub(crate) fn label(&self) -> String {
+        match (self.sessions.first(), self.sessions.last()) {
+            (Some(first), Some(last)) if first.index != last.index => {
+                format!("D{}-D{}", first.index, last.index)
+            }
+            _ => format!("D{}", self.first_session),
+        }
+    }
+
     /// Number of sessions covered (what the progress bar counts).
     pub(crate) fn n_sessions(&self) -> usize {
         self.sessions.len()
@@ -164,6 +174,7 @@ pub(crate) mod tests {
         assert_eq!(keys, ["session_1", "session_2", "session_3"]);
         assert_eq!(units[1].dia_ids, ["D2:1", "D2:2"]);
         assert_eq!(units[1].first_session, 2);
+        assert_eq!(units[1].label(), "D2");
         assert_eq!(
             units[0].dialogue,
             "Session D1, date: 10:00 am on 1 May, 2023 (2023-05-01)\n[D1:1] Ana: line 1 of session 1\n[D1:2] Bo: line 2 of session 1\n"
@@ -178,6 +189,7 @@ pub(crate) mod tests {
         let keys: Vec<_> = units.iter().map(|unit| unit.key.as_str()).collect();
         assert_eq!(keys, ["session_1-session_2", "session_4-session_5"]);
         assert_eq!(units[1].session_numbers(), [4, 5]);
+        assert_eq!(units[1].label(), "D4-D5");
         assert_eq!(units[1].dia_ids, ["D4:1", "D5:1"]);
         assert_eq!(units[1].date_of("D5:1"), NaiveDate::from_ymd_opt(2023, 5, 5));
         assert!(units[0].dialogue.contains("\nSession D2, date:"));

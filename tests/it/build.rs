@@ -228,15 +228,19 @@ async fn a_small_conversation_builds_end_to_end_and_a_rerun_asks_nothing() {
     let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
     assert!(memory.summary.failed.is_empty());
     let outputs = &memory.outputs;
-    let first = &outputs.sentences[0];
+    let sentences: Vec<_> = outputs.rewrites.iter().flat_map(|record| &record.sentences).collect();
+    let first = sentences[0];
     assert_eq!((first.id.as_str(), first.origin.as_str()), ("D1:1-1", "D1:1"));
     assert_eq!(first.date.unwrap().to_string(), "2023-03-12");
     assert_eq!(first.topic_ids, ["D1:t1"]);
-    assert!(outputs.sentences[2].text.contains("and shared a photo of a pottery wheel"));
-    assert_eq!(outputs.topics.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["D1:t1", "D2:t2", "D3:t3"]);
-    assert_eq!(outputs.personal[0].id, "D1:p1");
-    assert_eq!(outputs.keywords.len(), 11);
-    assert_eq!(outputs.keywords[0].keywords, ["Maya", "Hi", "Tomas", "I"]);
+    assert!(sentences[2].text.contains("and shared a photo of a pottery wheel"));
+    let topics: Vec<&str> = outputs.rewrites.iter().flat_map(|r| r.topics.iter().map(|t| t.id.as_str())).collect();
+    assert_eq!(topics, ["D1:t1", "D2:t2", "D3:t3"]);
+    assert_eq!(outputs.rewrites[1].session, "D2");
+    assert_eq!(outputs.rewrites[0].personal_facts[0].id, "D1:p1");
+    let keywords: Vec<_> = outputs.keywords.iter().flat_map(|record| &record.sentences).collect();
+    assert_eq!(keywords.len(), 11);
+    assert_eq!(keywords[0].keywords, ["Maya", "Hi", "Tomas", "I"]);
     assert_eq!(memory.embeddings.sentences.len(), 11);
     assert_eq!(memory.embeddings.topics.len(), 3);
     assert_eq!(memory.embeddings.questions.len(), 3);
@@ -267,9 +271,10 @@ async fn a_whole_locomo_conversation_builds_end_to_end() {
     assert_eq!(memory.embeddings.sentences.len(), turns);
     assert_eq!(memory.embeddings.questions.len(), conversation.questions.len());
     // Every turn is covered and every sentence is dated.
-    let origins: BTreeSet<&str> = memory.outputs.sentences.iter().map(|s| s.origin.as_str()).collect();
+    let sentences: Vec<_> = memory.outputs.rewrites.iter().flat_map(|record| &record.sentences).collect();
+    let origins: BTreeSet<&str> = sentences.iter().map(|s| s.origin.as_str()).collect();
     assert_eq!(origins.len(), turns);
-    assert!(memory.outputs.sentences.iter().all(|s| s.date.is_some()));
+    assert!(sentences.iter().all(|s| s.date.is_some()));
 }
 
 #[tokio::test]
@@ -411,8 +416,9 @@ async fn a_session_that_stays_invalid_is_reported_failed_never_stored() {
     assert!(keyword_sentences.iter().all(|id| !id.starts_with("D2:")), "{keyword_sentences:?}");
 
     let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
-    assert_eq!(memory.outputs.sentences.len(), 8, "only sessions 1 and 3");
-    assert!(memory.outputs.sentences.iter().all(|s| !s.origin.starts_with("D2:")));
+    let sessions: Vec<&str> = memory.outputs.rewrites.iter().map(|record| record.session.as_str()).collect();
+    assert_eq!(sessions, ["D1", "D3"]);
+    assert_eq!(memory.summary.events, 8);
     assert_eq!(memory.summary.failed.len(), 1);
     assert_eq!(memory.summary.failed[0].error, "not built");
 }
@@ -433,8 +439,9 @@ async fn unknown_keyword_ids_are_dropped_with_a_warning() {
     assert!(summary.is_complete(), "{summary}");
     assert_eq!(summary.samples[0].dropped_keyword_ids, 3);
     let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
-    assert!(memory.outputs.keywords.iter().all(|k| !k.keywords.contains(&"ghost".to_string())));
-    assert_eq!(memory.outputs.keywords.len(), 11);
+    let keywords: Vec<_> = memory.outputs.keywords.iter().flat_map(|record| &record.sentences).collect();
+    assert!(keywords.iter().all(|k| !k.keywords.contains(&"ghost".to_string())));
+    assert_eq!(keywords.len(), 11);
 }
 
 /// Rewrite a cache file's recorded version of `prompt` to simulate a build made with an
