@@ -21,6 +21,7 @@ pub mod render;
 pub mod resume;
 pub mod retrieve;
 pub mod run;
+pub mod scripted;
 pub mod tools;
 pub mod trace;
 
@@ -35,7 +36,7 @@ use serde::Serialize;
 use tracing::Instrument as _;
 
 use crate::agent::question::{AnswerStyle, PreparedQuestion};
-use crate::agent::retrieve::{RetrievalSettings, RetrieveInput, Retrieved, score_key_tags};
+use crate::agent::retrieve::{CallSettings, RetrievalSettings, RetrieveInput, Retrieved, score_key_tags};
 use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup, Step, ToolOutput};
 use crate::agent::tools::{Applied, Tool, ToolContext, ToolState, finish_event_keywords};
 use crate::agent::trace::{TraceEvent, TraceWriter, trace_path};
@@ -110,6 +111,15 @@ impl AnswerSettings {
 
     fn provider_seed(&self) -> Option<i64> {
         i64::try_from(self.seed).ok()
+    }
+
+    fn call_settings(&self) -> CallSettings<'_> {
+        CallSettings {
+            model: &self.model,
+            temperature: self.temperature,
+            seed: self.provider_seed(),
+            max_reasks: self.retrieval.max_reasks,
+        }
     }
 }
 
@@ -233,13 +243,18 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         progress.println("interrupted: no new questions start; waiting for the ones in flight to finish");
     };
     let shared_ref = &shared;
-    let mut finished = futures::stream::iter(pending.iter().copied())
+    let pending_ref = &pending;
+    // The stream yields indices, not references: closures over plain values keep the future
+    // `Send` (closures taking references trip the compiler's higher-ranked lifetime inference).
+    let finished = futures::stream::iter(0..pending.len())
         .take_until(stop)
-        .map(|(sample, question)| {
+        .map(move |index| {
+            let (sample, question) = pending_ref[index];
             let span = tracing::info_span!("question", id = %question.id);
             answer_question(shared_ref, sample, question).instrument(span)
         })
         .buffer_unordered(settings.workers.max(1));
+    let mut finished = std::pin::pin!(finished);
     let mut answered = 0;
     let mut errors = 0;
     let mut usage = Usage::default();
@@ -253,7 +268,6 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         usage += Usage { prompt_tokens: line.prompt_tokens, completion_tokens: line.completion_tokens };
         progress.update(errors, usage, crate::llm::models::estimate_cost_usd(&settings.model, usage));
     }
-    drop(finished);
     progress.finish();
     let interrupted = stopped.load(Ordering::SeqCst);
     let summary = RunSummary {
@@ -377,9 +391,7 @@ async fn solve<M: ChatModel, E: Embedder>(
         question: prepared,
         dataset: settings.dataset,
         settings: &settings.retrieval,
-        model: &settings.model,
-        temperature: settings.temperature,
-        seed: settings.provider_seed(),
+        call: settings.call_settings(),
     };
     let retrieved = retrieve::retrieve(shared.model, &input, trace).await;
     let Retrieved { payload, seen_keys, usage: retrieval_usage } = match retrieved {
@@ -509,10 +521,8 @@ async fn execute_tool<M: ChatModel, E: Embedder>(
                 }
                 let (scored, cost) = score_key_tags(
                     shared.model,
-                    &settings.model,
-                    settings.temperature,
-                    settings.provider_seed(),
-                    &settings.retrieval,
+                    &settings.call_settings(),
+                    settings.retrieval.tag_limit,
                     &prepared.text,
                     &key.key,
                     &key.tags,

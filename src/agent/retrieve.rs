@@ -87,12 +87,21 @@ pub struct RetrieveInput<'a> {
     pub dataset: DatasetKind,
     /// Knobs.
     pub settings: &'a RetrievalSettings,
-    /// Model id for the retrieval calls.
+    /// How the retrieval calls are made.
+    pub call: CallSettings<'a>,
+}
+
+/// How the structured model calls of the answer stage are made.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallSettings<'a> {
+    /// Model id.
     pub model: &'a str,
-    /// Sampling temperature of the retrieval calls.
+    /// Sampling temperature.
     pub temperature: Option<f32>,
-    /// Provider seed of the retrieval calls.
+    /// Provider seed.
     pub seed: Option<i64>,
+    /// Re-asks allowed when the reply breaks its schema.
+    pub max_reasks: u32,
 }
 
 /// What retrieval hands to the loop.
@@ -174,22 +183,23 @@ fn tag_scores_schema() -> JsonSchemaSpec {
     }
 }
 
-/// One structured call of the retrieval phase, traced.
+/// One structured call of the answer stage, traced; the usage counts every attempt that
+/// returned.
 async fn ask_json<M: ChatModel>(
     model: &M,
-    input: &RetrieveInput<'_>,
+    call: &CallSettings<'_>,
     purpose: &str,
     system: String,
     user: String,
     schema: &JsonSchemaSpec,
     trace: &mut TraceWriter,
 ) -> (Result<Value, crate::llm::Error>, Usage) {
-    let mut request = ChatRequest::new(input.model, vec![Message::system(system), Message::user(user)]);
-    request.temperature = input.temperature;
-    request.seed = input.seed;
+    let mut request = ChatRequest::new(call.model, vec![Message::system(system), Message::user(user)]);
+    request.temperature = call.temperature;
+    request.seed = call.seed;
     let messages = request.messages.clone();
     let started = Instant::now();
-    let result = chat_json(model, request, schema, input.settings.max_reasks).await;
+    let result = chat_json(model, request, schema, call.max_reasks).await;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (value, error, attempts, usage) = match &result {
         Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
@@ -225,7 +235,7 @@ pub async fn retrieve<M: ChatModel>(
     let mut usage = Usage::default();
     let (value, cost) = ask_json(
         model,
-        input,
+        &input.call,
         "question_keywords",
         prompts::QUESTION_KEYWORDS.text.to_string(),
         quoted_question(&input.question.text),
@@ -343,7 +353,16 @@ pub async fn retrieve<M: ChatModel>(
             keys_candidates.push(json!({ "key": key.key, "tags": key.tags }));
             continue;
         }
-        let (scored, cost) = score_tags(model, input, &key.key, &key.tags, trace).await;
+        let (scored, cost) = score_key_tags(
+            model,
+            &input.call,
+            settings.tag_limit,
+            &input.question.text,
+            &key.key,
+            &key.tags,
+            trace,
+        )
+        .await;
         usage += cost;
         let tags: Vec<String> = match &scored {
             Some(scored) => scored.iter().map(|(tag, _)| tag.clone()).collect(),
@@ -507,8 +526,8 @@ async fn rerank<M: ChatModel>(
         .render(&[("limit", &limit.to_string())])
         .unwrap_or_else(|_| prompts::RERANK.text.to_string());
     let user = json!({ "question": input.question.text, "similar_sentence": lines }).to_string();
-    let (value, usage) = ask_json(model, input, "rerank", system, user, &rerank_schema(), trace).await;
-    let ids: Vec<String> = lines.iter().map(|line| strip_time(line_id_of_dated(line)).to_string()).collect();
+    let (value, usage) = ask_json(model, &input.call, "rerank", system, user, &rerank_schema(), trace).await;
+    let ids: Vec<String> = lines.iter().map(|line| line_id(line_id_of_dated(line)).to_string()).collect();
     let returned: Vec<String> = value
         .ok()
         .and_then(|value| value.get("events").cloned())
@@ -534,57 +553,28 @@ fn line_id_of_dated(line: &str) -> &str {
     }
 }
 
-fn strip_time(line: &str) -> &str {
-    line_id(line)
-}
-
-/// The model's scores for a key's tags (best first, at most `tag_limit`); `None` when unusable.
-async fn score_tags<M: ChatModel>(
-    model: &M,
-    input: &RetrieveInput<'_>,
-    key: &str,
-    tags: &[String],
-    trace: &mut TraceWriter,
-) -> (Option<Vec<(String, f64)>>, Usage) {
-    score_key_tags(model, input.model, input.temperature, input.seed, input.settings, &input.question.text, key, tags, trace).await
-}
-
-/// Scores `tags` of `key` for `question` (also used by `query_event_keywords` in the loop).
-#[allow(clippy::too_many_arguments)]
+/// The model's scores for the `tags` of `key` with respect to `question`: the kept tags, best
+/// first, at most `tag_limit`; `None` when the reply is unusable (the caller keeps the first
+/// tags). Used for the question's own keys and by `query_event_keywords` in the loop.
 pub async fn score_key_tags<M: ChatModel>(
     model: &M,
-    model_id: &str,
-    temperature: Option<f32>,
-    seed: Option<i64>,
-    settings: &RetrievalSettings,
+    call: &CallSettings<'_>,
+    tag_limit: usize,
     question: &str,
     key: &str,
     tags: &[String],
     trace: &mut TraceWriter,
 ) -> (Option<Vec<(String, f64)>>, Usage) {
-    let mut request = ChatRequest::new(
-        model_id,
-        vec![
-            Message::system(prompts::ANSWER_TAG_SCORES.text),
-            Message::user(json!({ "question": question, "keyword": key, "tags": tags }).to_string()),
-        ],
-    );
-    request.temperature = temperature;
-    request.seed = seed;
-    let messages = request.messages.clone();
-    let started = Instant::now();
-    let result = chat_json(model, request, &tag_scores_schema(), settings.max_reasks).await;
-    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let (value, error, attempts, usage) = match &result {
-        Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
-        Err(error) => (None, Some(error.to_string()), attempts_of(error), Usage::default()),
-    };
-    trace.record(TraceEvent::Llm { purpose: format!("tag_scores {key}"), messages, value: value.clone(), error, attempts, usage, ms });
+    let user = json!({ "question": question, "keyword": key, "tags": tags }).to_string();
+    let system = prompts::ANSWER_TAG_SCORES.text.to_string();
+    let purpose = format!("tag_scores {key}");
+    let (value, usage) = ask_json(model, call, &purpose, system, user, &tag_scores_schema(), trace).await;
     let selected = value
+        .ok()
         .as_ref()
         .and_then(|value| value.get("tag_scores"))
         .and_then(Value::as_object)
-        .and_then(|scores| select_tags(scores, tags, settings.tag_limit));
+        .and_then(|scores| select_tags(scores, tags, tag_limit));
     (selected, usage)
 }
 
