@@ -1,1 +1,78 @@
-fn main() {}
+//! The `mragent` binary: parse the command line, resolve settings, start tracing, dispatch,
+//! and turn the outcome into an exit code (0 success, 1 failure, 2 partial failure).
+
+// The binary is where user-facing output belongs (results, tables, resume hints).
+#![allow(clippy::print_stdout)]
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use mragent::cli::{Cli, Command};
+use mragent::settings::{ModelSettings, ProjectPaths};
+
+fn main() -> ExitCode {
+    // A missing .env is normal; a malformed one is worth a warning after logging starts.
+    let dotenv = dotenvy::dotenv();
+    let cli = Cli::parse();
+    let verbosity: i8 = if cli.global.quiet { -1 } else { cli.global.verbose.min(3) as i8 };
+    let paths = match ProjectPaths::resolve(&cli.global.root) {
+        Ok(paths) => paths,
+        Err(error) => return report(error),
+    };
+    let _log = match mragent::logging::init(&paths.root, command_name(&cli.command), verbosity) {
+        Ok(guard) => guard,
+        Err(error) => return report(error),
+    };
+    if let Err(error) = &dotenv {
+        if !error.not_found() {
+            tracing::warn!(%error, "could not read .env");
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            return report(anyhow::Error::new(error).context("starting the async runtime"));
+        }
+    };
+    match runtime.block_on(dispatch(cli.command, paths)) {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Partial) => ExitCode::from(2),
+        Err(error) => report(error),
+    }
+}
+
+/// How a command ended when it did not fail outright.
+enum Outcome {
+    /// Everything done.
+    Success,
+    /// Done, but some items failed (they are recorded and a rerun retries them).
+    Partial,
+}
+
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Ping(_) => "ping",
+    }
+}
+
+async fn dispatch(command: Command, _paths: ProjectPaths) -> anyhow::Result<Outcome> {
+    match command {
+        Command::Ping(args) => {
+            let settings = ModelSettings::resolve(&args.model, env_var)?;
+            settings.require_key()?;
+            let report = mragent::commands::ping(&settings).await.context("ping failed")?;
+            println!("{report}");
+            Ok(Outcome::Success)
+        }
+    }
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn report(error: anyhow::Error) -> ExitCode {
+    eprintln!("error: {error:#}");
+    ExitCode::FAILURE
+}

@@ -118,6 +118,12 @@ prompt!(ANSWER_OPEN_DOMAIN, "answer_open_domain");
 prompt!(ANSWER_TEMPORAL, "answer_temporal");
 prompt!(ANSWER_ADVERSARIAL, "answer_adversarial");
 prompt!(ANSWER_TOOLS, "answer_tools");
+prompt!(JUDGE_LOCOMO, "judge_locomo");
+prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
+prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
+prompt!(JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE, "judge_longmemeval_knowledge_update");
+prompt!(JUDGE_LONGMEMEVAL_PREFERENCE, "judge_longmemeval_preference");
+prompt!(JUDGE_LONGMEMEVAL_ABSTENTION, "judge_longmemeval_abstention");
 
 /// Every prompt, for listing and snapshot tests.
 pub const ALL: &[Prompt] = &[
@@ -142,6 +148,12 @@ pub const ALL: &[Prompt] = &[
     ANSWER_TEMPORAL,
     ANSWER_ADVERSARIAL,
     ANSWER_TOOLS,
+    JUDGE_LOCOMO,
+    JUDGE_LONGMEMEVAL,
+    JUDGE_LONGMEMEVAL_TEMPORAL,
+    JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,
+    JUDGE_LONGMEMEVAL_PREFERENCE,
+    JUDGE_LONGMEMEVAL_ABSTENTION,
 ];
 
 #[cfg(test)]

@@ -160,7 +160,7 @@ pub(crate) fn take_opt_bool(
 }
 
 /// Parses `text` as a JSON array and hands each element to `visit` in order, without holding
-/// the whole parsed tree in memory (the LongMemEval `_m` file is about 2.7 GB).
+/// the whole parsed tree in memory (the LongMemEval `_m` file is several gigabytes).
 ///
 /// Syntax errors and a top level that is not an array become [`Error::Json`]; errors returned by
 /// `visit` are passed through unchanged.

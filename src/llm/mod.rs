@@ -3,6 +3,28 @@
 //! Everything above this module talks to models through the provider-neutral types defined here
 //! ([`ChatRequest`], [`ChatResponse`], [`Message`], [`ToolSpec`]) and the two traits
 //! [`ChatModel`] and [`Embedder`]. Wire formats stay at the edge (`openai.rs`).
+//!
+//! The real stack, assembled only by [`build_chat_model`] / [`build_embedder`], is
+//! `Retrying<RateLimited<OpenAiChat>>`: every HTTP attempt first waits on the shared `governor`
+//! limiters, the retry layer sees each attempt's raw status and `Retry-After`, and one
+//! [`UsageMeter`] counts every request and token. `scripted.rs` is the OpenAI-compatible
+//! loopback server tests and offline demos talk to.
+
+pub mod models;
+pub mod openai;
+pub mod rate_limit;
+pub mod retry;
+pub mod scripted;
+pub mod secret;
+pub mod stack;
+pub mod structured;
+pub mod usage;
+
+pub use models::{estimate_cost_usd, resolve_model_alias};
+pub use secret::Secret;
+pub use stack::{Client, EmbedClient, EmbedderConfig, LlmConfig, build_chat_model, build_embedder};
+pub use structured::{StructuredResponse, chat_json, chat_typed};
+pub use usage::{UsageMeter, UsageTotals};
 
 use std::future::Future;
 use std::time::Duration;
@@ -236,6 +258,8 @@ pub enum Error {
         attempts: u32,
         /// Response body excerpt.
         body: String,
+        /// The wait the endpoint asked for (`Retry-After`), if it sent one.
+        retry_after: Option<Duration>,
     },
     /// A non-success HTTP status that is not retryable, or still failing after all retries.
     #[error("endpoint returned status {status} after {attempts} attempts: {body}")]
@@ -246,6 +270,8 @@ pub enum Error {
         attempts: u32,
         /// Response body excerpt.
         body: String,
+        /// The wait the endpoint asked for (`Retry-After`), if it sent one.
+        retry_after: Option<Duration>,
     },
     /// The prompt does not fit the model's context window (a 400 saying so).
     #[error("prompt exceeds the model's context length: {body}")]

@@ -8,7 +8,7 @@
 //! Episode → Turn, Fact → Turn. Every index is a `BTreeMap` and every list is kept in natural
 //! id order (`D2:…` before `D10:…`), so nothing depends on hash order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::NaiveDate;
 use petgraph::Direction;
@@ -17,7 +17,7 @@ use petgraph::visit::EdgeRef;
 use serde::Serialize;
 
 use super::input::{SessionKeywords, SessionRewrite};
-use super::key::{clean_key, normalize_key};
+use super::key::{clean_key, normalize_key, tokens};
 use crate::dataset::Conversation;
 
 /// A key linked to more than this share of the episodes is "common": as a single token it does
@@ -241,6 +241,8 @@ pub struct MemoryGraph {
     aspects: BTreeMap<String, String>,
     /// Tokens too common to match longer phrases on their own.
     common_tokens: BTreeSet<String>,
+    /// Every key with its content tokens (sorted), in normalised-key order, for matching scans.
+    key_tokens: Vec<(NodeIndex, Vec<String>)>,
     stats: GraphStats,
 }
 
@@ -270,6 +272,7 @@ pub fn build_graph(
         tags: BTreeMap::new(),
         aspects: BTreeMap::new(),
         common_tokens: BTreeSet::new(),
+        key_tokens: Vec::new(),
         stats: GraphStats::default(),
     };
     let mut session_dates: BTreeMap<u32, Option<NaiveDate>> = BTreeMap::new();
@@ -311,11 +314,11 @@ pub fn build_graph(
         }
     }
 
-    let mut linked: BTreeSet<(NodeIndex, NodeIndex)> = BTreeSet::new();
+    let mut state = LinkState::default();
     // Every episode hangs off its speaker's key (as in the reference), keyword file or not.
     for &episode in &memory.episode_order.clone() {
         let speaker = memory.episode(episode).speaker.clone();
-        memory.link_key(&speaker, episode, &mut linked);
+        memory.link_key(&speaker, episode, &mut state);
     }
     for record in keywords {
         for item in &record.sentences {
@@ -330,7 +333,7 @@ pub fn build_graph(
                 continue;
             };
             for keyword in &item.keywords {
-                memory.link_key(keyword, episode, &mut linked);
+                memory.link_key(keyword, episode, &mut state);
             }
         }
     }
@@ -363,6 +366,27 @@ impl MemoryGraph {
     /// The episode with this sentence id.
     pub fn episode_by_id(&self, sentence_id: &str) -> Option<&Episode> {
         self.episodes.get(sentence_id.trim()).map(|&node| self.episode(node))
+    }
+
+    /// The episodes rewritten from one turn (`D3:5`), in natural id order.
+    pub fn episodes_of_turn(&self, dia_id: &str) -> impl Iterator<Item = &Episode> + '_ {
+        self.origin_episodes(dia_id.trim()).iter().map(|&node| self.episode(node))
+    }
+
+    /// A raw turn by dia_id.
+    pub fn turn(&self, dia_id: &str) -> Option<&TurnNode> {
+        match self.turns.get(dia_id.trim()).map(|&node| &self.graph[node]) {
+            Some(Node::Turn(turn)) => Some(turn),
+            _ => None,
+        }
+    }
+
+    /// A topic by id (`D3:t1`).
+    pub fn topic(&self, topic_id: &str) -> Option<&Topic> {
+        match self.topics.get(topic_id.trim()).map(|&node| &self.graph[node]) {
+            Some(Node::Topic(topic)) => Some(topic),
+            _ => None,
+        }
     }
 
     /// All topics in natural id order.
@@ -418,8 +442,12 @@ impl MemoryGraph {
         self.keys.get(normalized).copied()
     }
 
-    pub(crate) fn key_nodes(&self) -> impl Iterator<Item = (&str, NodeIndex)> + '_ {
-        self.keys.iter().map(|(key, &node)| (key.as_str(), node))
+    /// Every key node with its normalised form and content tokens, in normalised-key order.
+    pub(crate) fn key_nodes(&self) -> impl Iterator<Item = (&KeyNode, NodeIndex, &[String])> + '_ {
+        self.key_tokens.iter().filter_map(|(node, tokens)| match &self.graph[*node] {
+            Node::Key(key) => Some((key, *node, tokens.as_slice())),
+            _ => None,
+        })
     }
 
     pub(crate) fn episode_node(&self, sentence_id: &str) -> Option<NodeIndex> {
@@ -619,31 +647,39 @@ impl MemoryGraph {
     }
 
     /// Links the key `raw` to `episode` once, labelled with the episode's tag.
-    fn link_key(
-        &mut self,
-        raw: &str,
-        episode: NodeIndex,
-        linked: &mut BTreeSet<(NodeIndex, NodeIndex)>,
-    ) {
-        let key = normalize_key(raw);
+    fn link_key(&mut self, raw: &str, episode: NodeIndex, state: &mut LinkState) {
+        let key = match state.normalized.get(raw) {
+            Some(key) => key.clone(),
+            None => {
+                let key = normalize_key(raw);
+                state.normalized.insert(raw.to_string(), key.clone());
+                key
+            }
+        };
         if key.is_empty() {
             return;
         }
-        let key_node = *self.keys.entry(key.clone()).or_insert_with(|| {
-            self.graph.add_node(Node::Key(KeyNode {
-                key: clean_key(raw),
-                normalized: key,
-                tags: Vec::new(),
-                n_episodes: 0,
-            }))
-        });
-        if !linked.insert((key_node, episode)) {
+        let key_node = match self.keys.get(&key) {
+            Some(&node) => node,
+            None => {
+                let node = self.graph.add_node(Node::Key(KeyNode {
+                    key: clean_key(raw),
+                    normalized: key.clone(),
+                    tags: Vec::new(),
+                    n_episodes: 0,
+                }));
+                self.keys.insert(key, node);
+                node
+            }
+        };
+        if !state.linked.insert((key_node, episode)) {
             return;
         }
         let tag = self.episode(episode).tag.clone();
+        let new_tag = state.key_tags.insert((key_node, tag.clone()));
         if let Node::Key(key) = &mut self.graph[key_node] {
             key.n_episodes += 1;
-            if !key.tags.contains(&tag) {
+            if new_tag {
                 key.tags.push(tag.clone());
             }
         }
@@ -685,6 +721,11 @@ impl MemoryGraph {
             }
         }
         self.common_tokens.retain(|token| !token.is_empty());
+        self.key_tokens = self
+            .keys
+            .iter()
+            .map(|(key, &node)| (node, tokens(key).into_iter().map(str::to_string).collect()))
+            .collect();
 
         self.stats.turns = self.turns.len();
         self.stats.episodes = n_episodes;
@@ -695,6 +736,18 @@ impl MemoryGraph {
         self.stats.dates = self.dates.len();
         self.stats.edges = self.graph.edge_count();
     }
+}
+
+/// Bookkeeping while keys are linked. Hash sets and maps are only looked up, never iterated, so
+/// their order cannot leak into the graph.
+#[derive(Default)]
+struct LinkState {
+    /// (key, episode) pairs already linked.
+    linked: HashSet<(NodeIndex, NodeIndex)>,
+    /// (key, tag) pairs already in the key's tag list.
+    key_tags: HashSet<(NodeIndex, String)>,
+    /// Raw keyword → normalised key (keywords repeat a lot; speakers on every episode).
+    normalized: HashMap<String, String>,
 }
 
 /// The canonical spelling for `text` in `table` (first spelling seen for its normalised form).

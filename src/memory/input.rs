@@ -5,7 +5,8 @@
 //! they come from, the session's topics, and personal facts. Stage 2 (keywords) produces a
 //! [`SessionKeywords`]: cue words per sentence. The stages validate what the model returned
 //! (ids, dates, topic references) before writing these records; the graph builder still checks
-//! the links it relies on and reports what it had to skip.
+//! the links it relies on and reports what it had to skip. Dates are calendar days; stage code
+//! turns the model's date strings into days with [`crate::memory::parse_event_date`].
 //!
 //! Id grammar (kept from the reference): dia_id `D<s>:<t>`, sentence `D<s>:<t>-<k>` (the origin
 //! dia_id plus a 1-based counter), topic `D<s>:t<k>`, personal fact `D<s>:p<k>`.

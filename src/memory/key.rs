@@ -150,30 +150,48 @@ pub fn match_phrase(
     key: &str,
     is_common: impl Fn(&str) -> bool,
 ) -> Option<MatchKind> {
+    let phrase_tokens: Vec<&str> = tokens(phrase).into_iter().collect();
+    let key_tokens: Vec<&str> = tokens(key).into_iter().collect();
+    match_tokens(phrase, &phrase_tokens, key, &key_tokens, is_common)
+}
+
+/// [`match_phrase`] with the token sets already computed (sorted, without repeats), so a caller
+/// scanning every key does not re-tokenise them.
+pub(crate) fn match_tokens<P: AsRef<str>, K: AsRef<str>>(
+    phrase: &str,
+    phrase_tokens: &[P],
+    key: &str,
+    key_tokens: &[K],
+    is_common: impl Fn(&str) -> bool,
+) -> Option<MatchKind> {
     if phrase.is_empty() || key.is_empty() {
         return None;
     }
     if phrase == key {
         return Some(MatchKind::Exact);
     }
-    let phrase_tokens = tokens(phrase);
-    let key_tokens = tokens(key);
-    if phrase_tokens == key_tokens {
+    let in_key = |token: &str| key_tokens.iter().any(|other| other.as_ref() == token);
+    let shared = phrase_tokens.iter().filter(|token| in_key(token.as_ref())).count();
+    if shared == 0 {
+        return None;
+    }
+    if shared == phrase_tokens.len() && shared == key_tokens.len() {
         return Some(MatchKind::Exact);
     }
-    let (smaller, larger) = if phrase_tokens.len() <= key_tokens.len() {
-        (&phrase_tokens, &key_tokens)
-    } else {
-        (&key_tokens, &phrase_tokens)
-    };
-    if smaller.is_subset(larger) {
-        let single_common = smaller.len() == 1 && smaller.iter().all(|token| is_common(token));
+    // Containment either way: all tokens of the smaller set are shared.
+    let smaller = phrase_tokens.len().min(key_tokens.len());
+    if shared == smaller {
+        let single_common = smaller == 1
+            && if phrase_tokens.len() == 1 {
+                is_common(phrase_tokens[0].as_ref())
+            } else {
+                is_common(key_tokens[0].as_ref())
+            };
         if !single_common {
             return Some(MatchKind::Subset);
         }
     }
-    let shared = phrase_tokens.intersection(&key_tokens).count();
-    let union = phrase_tokens.union(&key_tokens).count();
+    let union = phrase_tokens.len() + key_tokens.len() - shared;
     // Token counts are small, so the f64 conversion is exact.
     #[allow(clippy::cast_precision_loss)]
     let jaccard = shared as f64 / union as f64;

@@ -4,6 +4,7 @@
 //! This module never calls a model and does no IO beyond (de)serialising its records.
 //! * `input` — the records the build stages produce (rewritten sentences, topics, personal
 //!   facts, keywords).
+//! * `date` — lenient parsing of model-written event dates into timeline days (§7.3).
 //! * `key` — key normalisation (lowercase, punctuation, plural folding) and deterministic fuzzy
 //!   matching.
 //! * `graph` — [`MemoryGraph`] and [`build_graph`].
@@ -13,9 +14,11 @@
 pub mod input;
 pub mod query;
 
+mod date;
 mod graph;
 mod key;
 
+pub use date::parse_event_date;
 pub use graph::{
     COMMON_KEY_MIN_EPISODES, COMMON_KEY_SHARE, Edge, Episode, Error, Fact, GraphStats, KeyNode,
     MemoryGraph, Node, Person, Topic, TurnNode, build_graph,

@@ -17,7 +17,7 @@ use petgraph::graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 
 use super::graph::{Edge, MemoryGraph, Node, natural_key};
-use super::key::{match_phrase, normalize_key};
+use super::key::{match_tokens, normalize_key, tokens};
 
 /// A query that names something the memory does not hold. The message is written for the
 /// answering model.
@@ -418,12 +418,16 @@ pub fn match_keywords(memory: &MemoryGraph, keywords: &[QueryKeyword]) -> Keywor
         }
         let position = total;
         total += 1;
+        let phrase_tokens: Vec<Vec<&str>> =
+            phrases.iter().map(|phrase| tokens(phrase).into_iter().collect()).collect();
         let mut keys = BTreeSet::new();
-        for (normalized, node) in memory.key_nodes() {
-            let matched = phrases.iter().any(|phrase| {
-                match_phrase(phrase, normalized, |token| memory.is_common_token(token)).is_some()
+        for (key, node, key_tokens) in memory.key_nodes() {
+            let matched = phrases.iter().zip(&phrase_tokens).any(|(phrase, phrase_tokens)| {
+                match_tokens(phrase, phrase_tokens, &key.normalized, key_tokens, |token| {
+                    memory.is_common_token(token)
+                })
+                .is_some()
             });
-            let Node::Key(key) = memory.node(node) else { continue };
             if !matched {
                 continue;
             }

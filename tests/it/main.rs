@@ -4,5 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod answer;
+mod cli;
 mod dataset;
+mod eval;
+mod llm;
 mod memory;

@@ -1,0 +1,329 @@
+//! Bounded retries with exponential backoff and jitter: the [`Retrying`] decorator and the
+//! rules that turn a raw HTTP failure (status, `Retry-After`, body) into a typed [`Error`].
+//!
+//! Retried: 429, 408 and 5xx statuses, per-attempt timeouts and connection errors. A 429 or
+//! 5xx that names a wait (`Retry-After`, in seconds or as an HTTP date) is retried no sooner
+//! than that. Not retried: a 400 about the context length (it becomes
+//! [`Error::ContextLength`]), other 4xx, undecodable bodies and configuration errors. The final
+//! error carries the number of attempts made.
+//!
+//! async-openai's own retry layer is bypassed (see `openai.rs`), so this is the only retry
+//! loop in the stack.
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error};
+
+/// How many times to try and how long to wait in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts including the first (at least 1).
+    pub max_attempts: u32,
+    /// Backoff before the second attempt; doubles each time.
+    pub base_delay: Duration,
+    /// Cap on the computed backoff.
+    pub max_delay: Duration,
+    /// Cap on a server-requested `Retry-After` wait (guards against absurd values).
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Six attempts, 1 s doubling up to 60 s: rides out per-minute provider limits.
+    fn default() -> Self {
+        Self {
+            max_attempts: 6,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+            max_retry_after: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `attempt + 1`, after attempt number `attempt` (1-based) failed
+    /// with `error`: exponential backoff with "equal jitter" (half fixed, half random), raised to
+    /// the server's `Retry-After` when that is longer.
+    pub fn delay_after(&self, attempt: u32, error: &Error) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(30);
+        let backoff = self.base_delay.saturating_mul(1u32 << exponent).min(self.max_delay);
+        let half = backoff / 2;
+        let jitter = if half.is_zero() {
+            Duration::ZERO
+        } else {
+            half.mul_f64(rand::rng().random_range(0.0..=1.0))
+        };
+        let computed = half + jitter;
+        match retry_after(error) {
+            Some(requested) => computed.max(requested.min(self.max_retry_after)),
+            None => computed,
+        }
+    }
+}
+
+/// Whether an error of this kind is worth another attempt.
+pub fn is_retryable(error: &Error) -> bool {
+    match error {
+        Error::RateLimited { .. } | Error::Timeout { .. } | Error::Connection { .. } => true,
+        Error::Api { status, .. } => *status == 408 || (500..600).contains(status),
+        Error::ContextLength { .. }
+        | Error::Decode { .. }
+        | Error::SchemaInvalid { .. }
+        | Error::Config(_) => false,
+    }
+}
+
+/// The typed error for a non-success HTTP status of a single attempt (`attempts: 1`).
+///
+/// A 400 (or 413) whose body talks about the context window becomes [`Error::ContextLength`];
+/// providers phrase it differently, so several markers are checked.
+pub fn error_for_status(status: u16, retry_after: Option<Duration>, body: String) -> Error {
+    if status == 429 {
+        return Error::RateLimited { attempts: 1, body, retry_after };
+    }
+    if (status == 400 || status == 413) && mentions_context_length(&body) {
+        return Error::ContextLength { body };
+    }
+    Error::Api { status, attempts: 1, body, retry_after }
+}
+
+/// Whether an error body says the prompt is too long for the model.
+pub fn mentions_context_length(body: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        "context_length_exceeded",
+        "context length",
+        "context window",
+        "maximum context",
+        "too many tokens",
+        "prompt is too long",
+        "input is too long",
+        "reduce the length",
+    ];
+    let lower = body.to_lowercase();
+    MARKERS.iter().any(|marker| lower.contains(marker))
+}
+
+/// Parse a `Retry-After` header value: delay seconds (integer or decimal) or an HTTP date
+/// (RFC 7231 IMF-fixdate, which RFC 2822 parsing accepts), measured from now.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+/// Run `attempt` until it succeeds, fails with a non-retryable error, or `policy.max_attempts`
+/// attempts were made; each retry is logged at `warn` with the status and the wait. `what`
+/// names the operation in the log.
+pub async fn with_retries<T, F, Fut>(
+    policy: &RetryPolicy,
+    what: &str,
+    mut attempt: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let max_attempts = policy.max_attempts.max(1);
+    let mut attempt_number = 1;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) if attempt_number < max_attempts && is_retryable(&error) => {
+                let wait = policy.delay_after(attempt_number, &error);
+                tracing::warn!(
+                    operation = what,
+                    attempt = attempt_number,
+                    max_attempts,
+                    status = status_of(&error),
+                    wait_ms = wait.as_millis() as u64,
+                    error = %error,
+                    "retrying after a failed attempt"
+                );
+                tokio::time::sleep(wait).await;
+                attempt_number += 1;
+            }
+            Err(error) => return Err(with_attempts(error, attempt_number)),
+        }
+    }
+}
+
+/// A chat model or embedder whose calls are retried according to a [`RetryPolicy`].
+///
+/// Wrap it around the rate-limited transport (`Retrying<RateLimited<OpenAiChat>>`) so every
+/// retry waits for rate-limit permits again.
+#[derive(Debug, Clone)]
+pub struct Retrying<M> {
+    inner: M,
+    policy: RetryPolicy,
+}
+
+impl<M> Retrying<M> {
+    /// Retry calls to `inner` under `policy`.
+    pub fn new(inner: M, policy: RetryPolicy) -> Self {
+        Self { inner, policy }
+    }
+
+    /// The wrapped model.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+}
+
+impl<M: ChatModel> ChatModel for Retrying<M> {
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
+        with_retries(&self.policy, "chat", move || self.inner.chat(request))
+    }
+}
+
+impl<E: Embedder> Embedder for Retrying<E> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send {
+        with_retries(&self.policy, "embed", move || self.inner.embed(texts))
+    }
+}
+
+fn retry_after(error: &Error) -> Option<Duration> {
+    match error {
+        Error::RateLimited { retry_after, .. } | Error::Api { retry_after, .. } => *retry_after,
+        _ => None,
+    }
+}
+
+fn status_of(error: &Error) -> u16 {
+    match error {
+        Error::RateLimited { .. } => 429,
+        Error::Api { status, .. } => *status,
+        _ => 0,
+    }
+}
+
+/// The final error of a retried call, reporting how many attempts were made.
+fn with_attempts(error: Error, made: u32) -> Error {
+    match error {
+        Error::RateLimited { body, retry_after, .. } => {
+            Error::RateLimited { attempts: made, body, retry_after }
+        }
+        Error::Api { status, body, retry_after, .. } => {
+            Error::Api { status, attempts: made, body, retry_after }
+        }
+        Error::Timeout { timeout, .. } => Error::Timeout { attempts: made, timeout },
+        Error::Connection { message, .. } => Error::Connection { attempts: made, message },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn api(status: u16) -> Error {
+        error_for_status(status, None, String::new())
+    }
+
+    #[test]
+    fn classification_by_status_and_kind() {
+        assert!(is_retryable(&api(429)));
+        assert!(is_retryable(&api(500)));
+        assert!(is_retryable(&api(503)));
+        assert!(is_retryable(&api(408)));
+        assert!(!is_retryable(&api(400)));
+        assert!(!is_retryable(&api(401)));
+        assert!(!is_retryable(&api(404)));
+        assert!(is_retryable(&Error::Timeout { attempts: 1, timeout: Duration::from_secs(1) }));
+        assert!(is_retryable(&Error::Connection { attempts: 1, message: String::new() }));
+        assert!(!is_retryable(&Error::Decode { message: String::new() }));
+    }
+
+    #[test]
+    fn context_length_400_gets_its_own_kind() {
+        let check = |body: &str| {
+            assert!(
+                matches!(error_for_status(400, None, body.into()), Error::ContextLength { .. }),
+                "{body}"
+            );
+        };
+        check(r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#);
+        check("This model's maximum context length is 8192 tokens");
+        check("Too many tokens in the request");
+        assert!(matches!(
+            error_for_status(400, None, "bad field".into()),
+            Error::Api { status: 400, .. }
+        ));
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(" 1.5 "), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after("-1"), None);
+        assert_eq!(parse_retry_after("soon"), None);
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        let future = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        let wait = parse_retry_after(&future).unwrap();
+        assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30), "{wait:?}");
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_honours_retry_after() {
+        let policy = RetryPolicy {
+            max_attempts: 10,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(800),
+            max_retry_after: Duration::from_secs(5),
+        };
+        let plain = api(500);
+        for attempt in 1..=8 {
+            let full =
+                Duration::from_millis(100 * (1 << (attempt - 1))).min(Duration::from_millis(800));
+            let wait = policy.delay_after(attempt, &plain);
+            assert!(wait >= full / 2 && wait <= full, "attempt {attempt}: {wait:?}");
+        }
+        let asked = error_for_status(429, Some(Duration::from_secs(2)), String::new());
+        assert!(policy.delay_after(1, &asked) >= Duration::from_secs(2));
+        let absurd = error_for_status(429, Some(Duration::from_secs(3600)), String::new());
+        assert!(policy.delay_after(1, &absurd) <= Duration::from_secs(5));
+    }
+
+    fn quick(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy { max_attempts, base_delay: Duration::from_millis(1), ..RetryPolicy::default() }
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_max_attempts_with_the_count() {
+        let policy = quick(3);
+        let calls = AtomicU32::new(0);
+        let result: Result<(), Error> = with_retries(&policy, "test", || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(api(503)) }
+        })
+        .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert!(matches!(result, Err(Error::Api { status: 503, attempts: 3, .. })), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn stops_at_once_on_a_fatal_error() {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), Error> = with_retries(&quick(5), "test", || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(api(401)) }
+        })
+        .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(matches!(result, Err(Error::Api { status: 401, attempts: 1, .. })));
+    }
+}

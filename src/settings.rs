@@ -1,0 +1,270 @@
+//! Resolved settings: command-line arguments plus environment, decided once.
+//!
+//! Commands receive these typed structs and never read arguments or the environment
+//! themselves. Paths are made absolute, model aliases resolved, the endpoint and key chosen.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::cli::{DataArg, DataArgs, ModelArgs, RunArgs};
+use crate::dataset::DatasetKind;
+
+/// OpenRouter's OpenAI-compatible API, the default endpoint.
+pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
+
+/// Where the project keeps its inputs and outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectPaths {
+    /// Absolute project directory.
+    pub root: PathBuf,
+}
+
+impl ProjectPaths {
+    /// Resolve `root` against the current directory.
+    pub fn resolve(root: &Path) -> anyhow::Result<Self> {
+        let root = if root.is_absolute() {
+            root.to_path_buf()
+        } else {
+            std::env::current_dir().context("reading the current directory")?.join(root)
+        };
+        Ok(Self { root })
+    }
+}
+
+/// Which dataset and which part of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataSettings {
+    /// Dataset kind.
+    pub kind: DatasetKind,
+    /// Input file.
+    pub file: PathBuf,
+    /// Sample selector as typed (`26`, `conv-26`, a LongMemEval id).
+    pub sample: Option<String>,
+    /// LongMemEval question-type index.
+    pub question_type: Option<u8>,
+    /// LongMemEval sessions per rewrite call.
+    pub lm_batch: u32,
+}
+
+impl DataSettings {
+    /// Resolve dataset arguments; the default file is `data/dataset_<name>.json`.
+    pub fn resolve(paths: &ProjectPaths, args: &DataArgs) -> Self {
+        let kind = match args.data {
+            DataArg::Locomo => DatasetKind::Locomo,
+            DataArg::Lm => DatasetKind::LongMemEval,
+        };
+        let file = match &args.data_file {
+            Some(path) if path.is_absolute() => path.clone(),
+            Some(path) => paths.root.join(path),
+            None => paths.root.join("data").join(format!("dataset_{}.json", kind.as_str())),
+        };
+        Self {
+            kind,
+            file,
+            sample: args.sample.clone(),
+            question_type: args.ca,
+            lm_batch: args.lm_batch,
+        }
+    }
+}
+
+/// A model as named on the command line and as sent to the endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelChoice {
+    /// What the user typed (`gemini`); used in cache and result file names.
+    pub alias: String,
+    /// Model id sent to the endpoint (`google/gemini-2.5-flash`).
+    pub id: String,
+}
+
+impl ModelChoice {
+    /// Resolve an alias (see `llm::models`).
+    pub fn resolve(name: &str) -> Self {
+        Self { alias: path_safe(name), id: crate::llm::models::resolve_model_alias(name) }
+    }
+}
+
+/// Endpoint, key, models and limits.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    /// Base URL of the OpenAI-compatible API.
+    pub base_url: String,
+    /// The key, if one is configured.
+    pub api_key: Option<crate::llm::Secret>,
+    /// Environment variable the key is read from (for messages).
+    pub key_variable: &'static str,
+    /// Model for building memory.
+    pub build_model: ModelChoice,
+    /// Model for answering.
+    pub answer_model: ModelChoice,
+    /// Requests per minute, all workers together.
+    pub requests_per_minute: u32,
+    /// Estimated tokens per minute, all workers together.
+    pub tokens_per_minute: u32,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Send schemas as `response_format`.
+    pub structured_output: bool,
+}
+
+impl ModelSettings {
+    /// Resolve model arguments. The key comes from `OPENROUTER_API_KEY` for the default
+    /// endpoint and from `OPENAI_API_KEY` for any other base URL (where it may be absent:
+    /// local servers usually need none).
+    pub fn resolve(args: &ModelArgs, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let base_url = args.base_url.clone().filter(|url| !url.trim().is_empty());
+        let (base_url, key_variable) = match base_url {
+            Some(url) => {
+                let url = url.trim().trim_end_matches('/').to_string();
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    anyhow::bail!("--base-url must start with http:// or https://: {url}");
+                }
+                (url, "OPENAI_API_KEY")
+            }
+            None => (OPENROUTER_BASE_URL.to_string(), "OPENROUTER_API_KEY"),
+        };
+        let api_key =
+            env(key_variable).filter(|key| !key.trim().is_empty()).map(crate::llm::Secret::new);
+        if args.rpm == 0 || args.tpm == 0 {
+            anyhow::bail!("--rpm and --tpm must be positive");
+        }
+        let build_model = ModelChoice::resolve(&args.model);
+        let answer_model = match &args.re_model {
+            Some(name) if !name.trim().is_empty() => ModelChoice::resolve(name),
+            _ => build_model.clone(),
+        };
+        Ok(Self {
+            base_url,
+            api_key,
+            key_variable,
+            build_model,
+            answer_model,
+            requests_per_minute: args.rpm,
+            tokens_per_minute: args.tpm,
+            timeout: Duration::from_secs(args.timeout.max(1)),
+            structured_output: args.structured_output,
+        })
+    }
+
+    /// The LLM-layer configuration for one of the two models.
+    pub fn llm_config(&self, model: &ModelChoice) -> crate::llm::LlmConfig {
+        let mut config = crate::llm::LlmConfig::new(
+            self.base_url.clone(),
+            self.api_key.clone().unwrap_or_default(),
+            model.id.clone(),
+        );
+        config.requests_per_minute = std::num::NonZeroU32::new(self.requests_per_minute);
+        config.tokens_per_minute = std::num::NonZeroU32::new(self.tokens_per_minute);
+        config.timeout = self.timeout;
+        config.structured_output = self.structured_output;
+        if self.base_url == OPENROUTER_BASE_URL {
+            // OpenRouter attributes traffic by these optional headers.
+            config.extra_headers.push(("X-Title".to_string(), "mragent".to_string()));
+        }
+        config
+    }
+
+    /// Fail early, before any work, when the default endpoint has no key.
+    pub fn require_key(&self) -> anyhow::Result<()> {
+        if self.api_key.is_none() && self.base_url == OPENROUTER_BASE_URL {
+            anyhow::bail!(
+                "no API key: set OPENROUTER_API_KEY in the environment or in .env (see .env.example), \
+                 or point --base-url (MRAGENT_BASE_URL) at a local OpenAI-compatible server such as \
+                 vLLM, Ollama or llama.cpp, e.g. --base-url http://127.0.0.1:11434/v1"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Run tag and concurrency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSettings {
+    /// Run tag.
+    pub file: String,
+    /// Questions in flight.
+    pub workers: usize,
+}
+
+impl RunSettings {
+    /// Resolve run arguments.
+    pub fn resolve(args: &RunArgs) -> anyhow::Result<Self> {
+        let file = path_safe(&args.file);
+        if file.is_empty() {
+            anyhow::bail!("--file must not be empty");
+        }
+        Ok(Self { file, workers: args.workers as usize })
+    }
+}
+
+/// Make a name safe for file names: `/` and other separators become `-`.
+pub fn path_safe(name: &str) -> String {
+    name.trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '-' })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn model_args(extra: &[&str]) -> ModelArgs {
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            model: ModelArgs,
+        }
+        let mut argv = vec!["x"];
+        argv.extend_from_slice(extra);
+        Wrapper::parse_from(argv).model
+    }
+
+    #[test]
+    fn default_endpoint_needs_an_openrouter_key() {
+        let settings = ModelSettings::resolve(&model_args(&[]), |_| None).unwrap();
+        assert_eq!(settings.base_url, OPENROUTER_BASE_URL);
+        let message = settings.require_key().unwrap_err().to_string();
+        assert!(
+            message.contains("OPENROUTER_API_KEY") && message.contains("--base-url"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn other_endpoints_read_openai_key_and_may_go_without() {
+        let args = model_args(&["--base-url", "http://127.0.0.1:8000/v1/"]);
+        let settings = ModelSettings::resolve(&args, |_| None).unwrap();
+        assert_eq!(settings.base_url, "http://127.0.0.1:8000/v1");
+        assert!(settings.require_key().is_ok());
+        let with_key = ModelSettings::resolve(&args, |name| {
+            (name == "OPENAI_API_KEY").then(|| "k".to_string())
+        })
+        .unwrap();
+        assert!(with_key.api_key.is_some());
+    }
+
+    #[test]
+    fn aliases_resolve_and_re_model_defaults_to_model() {
+        let settings =
+            ModelSettings::resolve(&model_args(&["--model", "gemini"]), |_| None).unwrap();
+        assert_eq!(settings.build_model.id, "google/gemini-2.5-flash");
+        assert_eq!(settings.answer_model, settings.build_model);
+        let split =
+            ModelSettings::resolve(&model_args(&["--re-model", "claude"]), |_| None).unwrap();
+        assert_eq!(split.answer_model.id, "anthropic/claude-sonnet-4.5");
+        let raw =
+            ModelSettings::resolve(&model_args(&["--model", "meta/llama-3"]), |_| None).unwrap();
+        assert_eq!(raw.build_model.id, "meta/llama-3");
+        assert_eq!(raw.build_model.alias, "meta-llama-3");
+    }
+
+    #[test]
+    fn bad_base_url_is_rejected() {
+        let args = model_args(&["--base-url", "localhost:8000"]);
+        assert!(ModelSettings::resolve(&args, |_| None).is_err());
+    }
+}

@@ -1,0 +1,79 @@
+//! The binary as a user runs it: help lists only real commands, a missing key fails at once with
+//! directions, and `ping` goes through the real client to the scripted endpoint.
+
+use std::process::Output;
+
+use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
+
+/// Every subcommand `mragent --help` must list: exactly the ones that work.
+const COMMANDS: &[&str] = &["ping"];
+
+/// Run the built binary in an empty directory (no `.env`) with a clean model environment.
+async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
+    command.args(args).current_dir(dir.path());
+    for variable in
+        ["OPENROUTER_API_KEY", "OPENAI_API_KEY", "MRAGENT_BASE_URL", "MRAGENT_MODEL", "RUST_LOG"]
+    {
+        command.env_remove(variable);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    (command.output().await.unwrap(), dir)
+}
+
+fn listed_commands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn help_lists_only_real_commands() {
+    let (output, _dir) = mragent(&["--help"], &[]).await;
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(listed_commands(&help), COMMANDS, "{help}");
+}
+
+#[tokio::test]
+async fn missing_key_fails_at_once_with_directions() {
+    let (output, _dir) = mragent(&["ping"], &[]).await;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
+    assert!(stderr.contains("--base-url"), "{stderr}");
+}
+
+#[tokio::test]
+async fn ping_reaches_a_local_endpoint_without_leaking_the_key() {
+    let key = "sk-local-CLI-LEAKCHECK-0042";
+    let server =
+        ScriptedServer::with_script([ScriptedReply::text("OK").with_usage(12, 1)]).await.unwrap();
+    let (output, dir) = mragent(
+        &["ping", "--base-url", server.base_url(), "--model", "local/tiny"],
+        &[("OPENAI_API_KEY", key)],
+    )
+    .await;
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("\"OK\"") && stdout.contains("12 prompt"), "{stdout}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("authorization"), Some(format!("Bearer {key}").as_str()));
+    assert_eq!(requests[0].body["model"], "local/tiny");
+    assert!(!stdout.contains(key) && !stderr.contains(key));
+    // The log file written under log/ must not carry the key either.
+    for entry in std::fs::read_dir(dir.path().join("log")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!text.contains(key));
+    }
+}

@@ -1,0 +1,469 @@
+//! Evaluation: the scorer against ground truth computed by the Python reference (NLTK stems and
+//! the official LoCoMo rules), the audit mapping against the shipped dataset, and `evaluate` end
+//! to end on fixture runs, with the judge served by the scripted endpoint over real HTTP.
+
+// Test helpers outside `#[test]` functions panic on broken fixtures by design.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mragent::dataset::DatasetKind;
+use mragent::eval::audit::{AuditAction, locomo_audit};
+use mragent::eval::report::Prices;
+use mragent::eval::{EvalSettings, EvalSummary, ItemScore, evaluate, f1, porter};
+use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
+use mragent::llm::secret::Secret;
+use mragent::llm::stack::{Client, LlmConfig, build_chat_model};
+use mragent::llm::{ChatModel, ChatRequest, ChatResponse};
+use serde_json::{Value, json};
+
+fn fixture(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval").join(relative)
+}
+
+#[test]
+fn porter_matches_nltk_on_every_vector() {
+    let text = std::fs::read_to_string(fixture("porter_nltk.tsv")).unwrap();
+    let mut checked = 0;
+    let mut mismatches = Vec::new();
+    for line in text.lines().filter(|line| !line.starts_with('#')) {
+        let (word, expected) = line.split_once('\t').unwrap();
+        if porter::stem(word) != expected {
+            mismatches.push(format!("{word}: {} != {expected}", porter::stem(word)));
+        }
+        checked += 1;
+    }
+    assert!(checked > 6000, "only {checked} vectors");
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches: {:?}",
+        mismatches.len(),
+        &mismatches[..mismatches.len().min(20)]
+    );
+}
+
+#[test]
+fn locomo_scorer_matches_the_python_reference_on_every_vector() {
+    let text = std::fs::read_to_string(fixture("f1_vectors.jsonl")).unwrap();
+    let mut checked = 0;
+    for line in text.lines() {
+        let vector: Value = serde_json::from_str(line).unwrap();
+        let category = vector["category"].as_u64().unwrap() as u8;
+        let prediction = vector["prediction"].as_str().unwrap();
+        let gold = vector["gold"].as_str();
+        let score = f1::score_locomo(category, prediction, gold).unwrap();
+        let expected = vector["f1"].as_f64().unwrap();
+        assert!(
+            (score.f1 - expected).abs() < 1e-12,
+            "{}: cat {category} {prediction:?} vs {gold:?}: {} != {expected}",
+            vector["id"],
+            score.f1
+        );
+        assert_eq!(
+            score.exact_match,
+            vector["em"].as_bool().unwrap(),
+            "{}: exact match",
+            vector["id"]
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 1986 + 17);
+}
+
+#[test]
+fn audit_entries_point_at_the_questions_they_describe() {
+    let dataset: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let samples = dataset.as_array().unwrap();
+    let audit = locomo_audit().unwrap();
+    for entry in audit.values() {
+        let (sample_id, number) = entry.question_id.split_once(":q").unwrap();
+        let sample = samples.iter().find(|sample| sample["sample_id"] == sample_id).unwrap();
+        let qa = &sample["qa"][number.parse::<usize>().unwrap() - 1];
+        assert_eq!(qa["category"], entry.category, "{entry:?}");
+        if let AuditAction::Corrected { answer } = &entry.action {
+            let gold = match &qa["answer"] {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            assert_ne!(answer, &gold, "{}: correction equals the gold answer", entry.question_id);
+        }
+    }
+    // Spot check by text: the audit's locomo_1_qa31 is conv-30's 32nd question.
+    assert_eq!(
+        samples[1]["qa"][31]["question"],
+        "How long did it take for Jon to open his studio?"
+    );
+}
+
+/// A temporary project root holding a copy of the fixture `result/` tree.
+fn project() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    for dataset in ["locomo", "LM"] {
+        let target = root.path().join("result").join(dataset);
+        std::fs::create_dir_all(&target).unwrap();
+        for entry in std::fs::read_dir(fixture(&format!("run/result/{dataset}"))).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), target.join(entry.file_name())).unwrap();
+        }
+    }
+    root
+}
+
+fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> EvalSettings {
+    let mut settings = EvalSettings::new(root, dataset, "fixture", "run1");
+    settings.judge_model = Some("judge-model".into());
+    settings.judge_runs = judge_runs;
+    settings.concurrency = 4;
+    settings.prices = Some(Prices { input_per_million: 0.3, output_per_million: 2.5 });
+    settings
+}
+
+fn client(server: &ScriptedServer) -> Client {
+    let mut config = LlmConfig::new(server.base_url(), Secret::new("sk-test-key"), "judge-model");
+    config.retry.base_delay = Duration::from_millis(5);
+    config.retry.max_delay = Duration::from_millis(20);
+    build_chat_model(&config).unwrap()
+}
+
+/// The field after `label` up to the end of its line in the rendered judge prompt.
+fn prompt_field(text: &str, label: &str) -> String {
+    text.lines().find_map(|line| line.strip_prefix(label)).unwrap_or_default().trim().to_string()
+}
+
+/// A deterministic judge: CORRECT when the answer contains the gold answer's first word
+/// (case-insensitive), and in run 1 (seed 1) every temporal LoCoMo question flips, so runs
+/// differ and the std is not zero.
+fn fixture_judge(request: &RecordedRequest) -> ScriptedReply {
+    let text = request.last_message_text().to_string();
+    let (gold, prediction) = if text.contains("Gold answer:") {
+        (prompt_field(&text, "Gold answer:"), prompt_field(&text, "Assistant's answer:"))
+    } else {
+        let gold = ["Correct answer:", "Rubric:", "Why it cannot be answered:"]
+            .iter()
+            .map(|label| prompt_field(&text, label))
+            .find(|field| !field.is_empty())
+            .unwrap_or_default();
+        (gold, prompt_field(&text, "Response:"))
+    };
+    let first_word = gold.split_whitespace().next().unwrap_or_default().to_lowercase();
+    let mut correct = !first_word.is_empty() && prediction.to_lowercase().contains(&first_word);
+    if text.contains("cannot be answered") {
+        correct = prediction.contains("don't have");
+    }
+    let seed = request.body.get("seed").and_then(Value::as_i64).unwrap_or(0);
+    if seed == 1 && text.contains("Question: When") {
+        correct = !correct;
+    }
+    let label = if correct { "CORRECT" } else { "WRONG" };
+    ScriptedReply::json(
+        &json!({"reason": format!("first gold word {first_word:?}"), "label": label}),
+    )
+    .with_usage(120, 15)
+}
+
+fn item<'a>(items: &'a [ItemScore], question_id: &str) -> &'a ItemScore {
+    items.iter().find(|item| item.question_id == question_id).unwrap()
+}
+
+fn read_scores(root: &Path, dataset: &str) -> Vec<ItemScore> {
+    let text =
+        std::fs::read_to_string(root.join("eval").join(dataset).join("run1/scores.jsonl")).unwrap();
+    text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+fn row<'a>(summary: &'a EvalSummary, key: &str) -> &'a mragent::eval::report::Row {
+    summary.rows.iter().find(|row| row.key == key).unwrap()
+}
+
+#[tokio::test]
+async fn locomo_fixture_run_writes_every_output_and_pins_the_summary() {
+    let root = project();
+    let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
+    let judge = client(&server);
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+
+    let out = root.path().join("eval/locomo/run1");
+    for name in [
+        "scores.jsonl",
+        "judgements.jsonl",
+        "summary.json",
+        "summary.md",
+        "accuracy.svg",
+        "tokens.svg",
+    ] {
+        assert!(out.join(name).is_file(), "{name} missing");
+    }
+    // 13 + 4 distinct questions; the run2 file is not read; the repeated q29 keeps its last line.
+    assert_eq!(summary.questions, 17);
+    assert_eq!(summary.result_files.len(), 2);
+    let items = read_scores(root.path(), "locomo");
+    assert_eq!(item(&items, "conv-30:q29").prediction, "June, 2023");
+
+    // Judged: the 14 questions of categories 1–4 except the failed q11, plus the two audit
+    // corrections judged against their corrected gold, for two runs.
+    assert_eq!(server.request_count(), (13 + 2) * 2);
+    assert_eq!(summary.judge_new, 30);
+    assert_eq!(summary.judge_cached, 0);
+    // The failed question is WRONG in every run without a model call.
+    assert!(item(&items, "conv-26:q11").judge.iter().all(|verdict| !verdict.correct));
+    assert_eq!(item(&items, "conv-26:q11").judge.len(), 2);
+    // Category 5 is not judged.
+    assert!(item(&items, "conv-26:q153").judge.is_empty());
+
+    // Audit: q3 corrected to the prediction itself, q27 excluded, q2 gets corrected evidence.
+    let corrected = item(&items, "conv-26:q3").audit.as_ref().unwrap();
+    assert_eq!(corrected.f1, Some(1.0));
+    assert!(item(&items, "conv-26:q27").audit.as_ref().unwrap().excluded);
+    assert_eq!(item(&items, "conv-26:q2").recall.unwrap().fraction, 0.0);
+    assert_eq!(item(&items, "conv-26:q2").audit.as_ref().unwrap().recall.unwrap().fraction, 1.0);
+    assert_eq!(summary.audit_corrected, 2);
+    assert_eq!(summary.audit_excluded, 1);
+
+    let overall = row(&summary, "overall_1_4");
+    assert_eq!(overall.raw.count, 14);
+    assert_eq!(overall.audited.as_ref().unwrap().count, 13);
+    let judge = overall.raw.judge.unwrap();
+    assert_eq!(judge.runs, 2);
+    assert!(judge.std > 0.0);
+
+    let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert_eq!(markdown, mragent::eval::summary_markdown(&summary));
+    insta::assert_snapshot!("eval_locomo_fixture_summary", markdown);
+    let accuracy_svg = std::fs::read_to_string(out.join("accuracy.svg")).unwrap();
+    assert!(accuracy_svg.starts_with("<svg") && accuracy_svg.contains("1 multi-hop"));
+}
+
+#[tokio::test]
+async fn rerun_resumes_from_the_cache_without_rejudging() {
+    let root = project();
+    let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
+    let judge = client(&server);
+    let first =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let after_first = server.request_count();
+    assert_eq!(after_first, 15);
+    assert_eq!(first.judge_new, 15);
+
+    // Same settings: everything comes from the cache.
+    let second =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    assert_eq!(server.request_count(), after_first);
+    assert_eq!((second.judge_cached, second.judge_new), (15, 0));
+    assert_eq!(second.rows, first.rows);
+
+    // An interrupted run lost its last two judgements (and left a torn line): only those two
+    // are judged again.
+    let cache = root.path().join("eval/locomo/run1/judgements.jsonl");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.truncate(lines.len() - 2);
+    std::fs::write(&cache, format!("{}\n{{\"question_id\": \"conv-2", lines.join("\n"))).unwrap();
+    let third =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    assert_eq!(server.request_count(), after_first + 2);
+    assert_eq!((third.judge_cached, third.judge_new), (13, 2));
+    assert_eq!(third.rows, first.rows);
+
+    // A second judge run adds only run 1.
+    let fourth =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    assert_eq!(server.request_count(), after_first + 2 + 15);
+    assert_eq!((fourth.judge_cached, fourth.judge_new), (15, 15));
+
+    // A changed prediction is judged afresh; nothing else is.
+    let results = root.path().join("result/locomo/conv-26_result_fixture_run1.jsonl");
+    let edited = std::fs::read_to_string(&results)
+        .unwrap()
+        .replace("That running is fun", "Self-care is important");
+    std::fs::write(&results, edited).unwrap();
+    let fifth =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    assert_eq!(fifth.judge_new, 2);
+    let items = read_scores(root.path(), "locomo");
+    assert!(item(&items, "conv-26:q84").judge.iter().all(|verdict| verdict.correct));
+}
+
+/// Only `conv-26:q1` in the run: one judgement per fault scenario.
+fn single_question_project() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let target = root.path().join("result/locomo");
+    std::fs::create_dir_all(&target).unwrap();
+    let text =
+        std::fs::read_to_string(fixture("run/result/locomo/conv-26_result_fixture_run1.jsonl"))
+            .unwrap();
+    std::fs::write(target.join("conv-26_result_fixture_run1.jsonl"), text.lines().next().unwrap())
+        .unwrap();
+    root
+}
+
+#[tokio::test]
+async fn judge_survives_a_server_error_and_malformed_json() {
+    let root = single_question_project();
+    let valid = || ScriptedReply::json(&json!({"reason": "same date", "label": "CORRECT"}));
+    let server = ScriptedServer::with_script([
+        ScriptedReply::server_error(500),
+        ScriptedReply::text("The answer looks right to me."),
+        ScriptedReply::json(&json!({"reason": "same date", "label": "MAYBE"})),
+        valid(),
+    ])
+    .await
+    .unwrap();
+    let judge = client(&server);
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    assert_eq!(server.request_count(), 4);
+    assert_eq!(server.remaining(), 0);
+    assert_eq!((summary.judge_new, summary.judge_failed), (1, 0));
+    let items = read_scores(root.path(), "locomo");
+    assert!(items[0].judge[0].correct);
+    assert_eq!(items[0].judge[0].reason, "same date");
+    // The re-asks carried the rejected reply and the complaint back to the judge.
+    let last = &server.requests()[3];
+    assert_eq!(last.messages().len(), 5);
+    assert!(last.transcript().contains("MAYBE"));
+    // The judgement records the attempts it took.
+    let record: Value = serde_json::from_str(
+        std::fs::read_to_string(root.path().join("eval/locomo/run1/judgements.jsonl"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(record["attempts"], 3);
+}
+
+#[tokio::test]
+async fn failed_judgement_is_reported_and_retried_on_the_next_run() {
+    let root = single_question_project();
+    let server =
+        ScriptedServer::with_script(std::iter::repeat_n(ScriptedReply::text("no json here"), 3))
+            .await
+            .unwrap();
+    let judge = client(&server);
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    assert_eq!((summary.judge_new, summary.judge_failed), (0, 1));
+    assert_eq!(row(&summary, "2").raw.judge, None);
+
+    server.push(ScriptedReply::json(&json!({"reason": "r", "label": "WRONG"})));
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    assert_eq!((summary.judge_new, summary.judge_failed), (1, 0));
+    assert_eq!(row(&summary, "2").raw.judge.unwrap().mean, 0.0);
+}
+
+#[tokio::test]
+async fn longmemeval_uses_per_type_prompts_and_reports_task_averaged_and_abstention() {
+    let root = project();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let recorder = Arc::clone(&seen);
+    let server = ScriptedServer::with_responder(move |request| {
+        recorder.lock().unwrap().push(request.last_message_text().to_string());
+        fixture_judge(request)
+    })
+    .await
+    .unwrap();
+    let judge = client(&server);
+    let summary =
+        evaluate(&settings(root.path(), DatasetKind::LongMemEval, 1), Some(&judge)).await.unwrap();
+    assert_eq!(server.request_count(), 7);
+    let prompts = seen.lock().unwrap().clone();
+    let prompt_for =
+        |question: &str| prompts.iter().find(|text| text.contains(question)).unwrap().clone();
+    assert!(prompt_for("dentist visits").contains("off by one"));
+    assert!(prompt_for("Where do I work now").contains("older information"));
+    assert!(prompt_for("weekend activity").contains("Rubric:"));
+    assert!(prompt_for("sister have").contains("cannot be answered"));
+
+    // The scripted judge is literal (gold's first word in the response): ssu yes, ssa no,
+    // preference yes ("the"), temporal "18" vs "19 days" no, knowledge-update yes,
+    // multi-session "5" vs "3 books" no, abstention yes (it declines).
+    let items = read_scores(root.path(), "LM");
+    let verdict = |id: &str| item(&items, id).judge[0].correct;
+    let expected = [
+        ("e47becba", true),
+        ("0e5e2d1a", false),
+        ("06878be2", true),
+        ("00ca467f", false),
+        ("01493427", true),
+        ("08f4fc43", false),
+        ("031748ae_abs", true),
+    ];
+    for (id, correct) in expected {
+        assert_eq!(verdict(id), correct, "{id}");
+    }
+    assert!(item(&items, "e47becba").f1.is_none());
+    let overall = row(&summary, "overall").raw.judge.unwrap().mean;
+    assert!((overall - 4.0 / 7.0).abs() < 1e-12);
+    // Per type: ssu 1, ssa 0, preference 1, temporal 0, knowledge-update 1, multi-session 1/2.
+    let task_averaged = row(&summary, "task_averaged").raw.judge.unwrap().mean;
+    assert!((task_averaged - 3.5 / 6.0).abs() < 1e-12);
+    assert_eq!(row(&summary, "abstention").raw.judge.unwrap().mean, 1.0);
+    assert_eq!(row(&summary, "abstention").raw.count, 1);
+    assert!(summary.table().contains("task-averaged"));
+}
+
+#[tokio::test]
+async fn evaluation_without_a_judge_scores_f1_only() {
+    let root = project();
+    let mut settings = settings(root.path(), DatasetKind::Locomo, 1);
+    settings.judge_model = None;
+    let summary = evaluate::<Client>(&settings, None).await.unwrap();
+    let overall = row(&summary, "overall");
+    assert_eq!(overall.raw.count, 17);
+    assert!(overall.raw.judge.is_none());
+    assert!(overall.raw.f1.is_some());
+    assert!(!root.path().join("eval/locomo/run1/judgements.jsonl").exists());
+    // The category-5 row: one refusal, one adversarial answer, one "No information available".
+    let adversarial = row(&summary, "5");
+    assert_eq!(adversarial.label, "5 adversarial");
+    assert!((adversarial.raw.f1.unwrap() - 2.0 / 3.0).abs() < 1e-12);
+    // Missing files are an error naming the pattern.
+    settings.file = "missing".into();
+    let error = evaluate::<Client>(&settings, None).await.unwrap_err().to_string();
+    assert!(error.contains("_result_fixture_missing.jsonl"), "{error}");
+}
+
+/// Counts judge calls in flight through the real client.
+struct Counting {
+    inner: Client,
+    current: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl ChatModel for Counting {
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, mragent::llm::Error> {
+        let now = self.current.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        let response = self.inner.chat(request).await;
+        self.current.fetch_sub(1, Ordering::SeqCst);
+        response
+    }
+}
+
+#[tokio::test]
+async fn judge_requests_in_flight_stay_within_the_limit() {
+    let root = project();
+    // Each reply is held back so that requests overlap.
+    let server = ScriptedServer::with_responder(|request| {
+        fixture_judge(request).delayed(Duration::from_millis(100))
+    })
+    .await
+    .unwrap();
+    let judge =
+        Counting { inner: client(&server), current: AtomicUsize::new(0), max: AtomicUsize::new(0) };
+    let mut settings = settings(root.path(), DatasetKind::Locomo, 1);
+    settings.concurrency = 3;
+    let summary = evaluate(&settings, Some(&judge)).await.unwrap();
+    assert_eq!(summary.judge_new, 15);
+    assert_eq!(judge.max.load(Ordering::SeqCst), 3);
+}
