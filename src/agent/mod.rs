@@ -36,7 +36,9 @@ use serde::Serialize;
 use tracing::Instrument as _;
 
 use crate::agent::question::{AnswerStyle, PreparedQuestion};
-use crate::agent::retrieve::{CallSettings, RetrievalSettings, RetrieveInput, Retrieved, score_key_tags};
+use crate::agent::retrieve::{
+    CallSettings, RetrievalSettings, RetrieveInput, Retrieved, score_key_tags,
+};
 use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup, Step, ToolOutput};
 use crate::agent::tools::{Applied, Tool, ToolContext, ToolState, finish_event_keywords};
 use crate::agent::trace::{TraceEvent, TraceWriter, trace_path};
@@ -81,7 +83,13 @@ pub struct AnswerSettings {
 impl AnswerSettings {
     /// Settings with the reference defaults (10 workers, 8 rounds, 50 tool calls, seed 66,
     /// temperature 0).
-    pub fn new(root: impl Into<PathBuf>, dataset: DatasetKind, model_name: &str, model: &str, file: &str) -> Self {
+    pub fn new(
+        root: impl Into<PathBuf>,
+        dataset: DatasetKind,
+        model_name: &str,
+        model: &str,
+        file: &str,
+    ) -> Self {
         Self {
             root: root.into(),
             dataset,
@@ -231,7 +239,13 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         }
         result_files.push(path);
     }
-    tracing::info!(total, resumed, pending = pending.len(), workers = settings.workers, "answering started");
+    tracing::info!(
+        total,
+        resumed,
+        pending = pending.len(),
+        workers = settings.workers,
+        "answering started"
+    );
 
     let progress = Progress::new(settings, total as u64, resumed as u64);
     let writer = resume::ResultWriter::new();
@@ -240,7 +254,9 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     let stop = async {
         stop.await;
         stopped.store(true, Ordering::SeqCst);
-        progress.println("interrupted: no new questions start; waiting for the ones in flight to finish");
+        progress.println(
+            "interrupted: no new questions start; waiting for the ones in flight to finish",
+        );
     };
     let shared_ref = &shared;
     let pending_ref = &pending;
@@ -265,8 +281,13 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         if line.status == Status::Error {
             errors += 1;
         }
-        usage += Usage { prompt_tokens: line.prompt_tokens, completion_tokens: line.completion_tokens };
-        progress.update(errors, usage, crate::llm::models::estimate_cost_usd(&settings.model, usage));
+        usage +=
+            Usage { prompt_tokens: line.prompt_tokens, completion_tokens: line.completion_tokens };
+        progress.update(
+            errors,
+            usage,
+            crate::llm::models::estimate_cost_usd(&settings.model, usage),
+        );
     }
     progress.finish();
     let interrupted = stopped.load(Ordering::SeqCst);
@@ -454,8 +475,16 @@ async fn solve<M: ChatModel, E: Embedder>(
                 let mut outputs = Vec::with_capacity(invocations.len());
                 for invocation in invocations {
                     let call_started = Instant::now();
-                    let content =
-                        execute_tool(shared, prepared, &invocation.tool, &context, &mut state, trace, usage).await;
+                    let content = execute_tool(
+                        shared,
+                        prepared,
+                        &invocation.tool,
+                        &context,
+                        &mut state,
+                        trace,
+                        usage,
+                    )
+                    .await;
                     trace.record(TraceEvent::ToolCall {
                         call_id: invocation.call_id.clone(),
                         name: invocation.tool.name().to_string(),
@@ -492,8 +521,11 @@ async fn question_vector<M: ChatModel, E: Embedder>(
         .await
         .map_err(|error| format!("embedding the question failed: {error}"))?;
     *usage += embedded.usage;
-    let mut vector =
-        embedded.vectors.into_iter().next().ok_or_else(|| "the embedder returned no vector".to_string())?;
+    let mut vector = embedded
+        .vectors
+        .into_iter()
+        .next()
+        .ok_or_else(|| "the embedder returned no vector".to_string())?;
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 {
         vector.iter_mut().for_each(|x| *x /= norm);
@@ -555,7 +587,11 @@ fn run_setup(settings: &AnswerSettings, prepared: &PreparedQuestion, payload: St
     // The templates and their values are fixed at compile time; a render failure is a bug that
     // the prompt tests catch, and the raw template is still a usable prompt.
     let system = prompts::ANSWER_SYSTEM
-        .render(&[("style_rules", style), ("dataset_rules", dataset_rules), ("calls_per_round", &calls_per_round)])
+        .render(&[
+            ("style_rules", style),
+            ("dataset_rules", dataset_rules),
+            ("calls_per_round", &calls_per_round),
+        ])
         .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string());
     let final_system = prompts::ANSWER_FINAL
         .render(&[("style_rules", style)])
@@ -616,7 +652,8 @@ impl Progress {
     fn update(&self, errors: usize, usage: Usage, cost: Option<f64>) {
         self.bar.inc(1);
         let cost = cost.map(|cost| format!(" · ~${cost:.2}")).unwrap_or_default();
-        self.bar.set_message(format!("{errors} errors · {} tokens{cost}", human_tokens(usage.total())));
+        self.bar
+            .set_message(format!("{errors} errors · {} tokens{cost}", human_tokens(usage.total())));
     }
 
     fn println(&self, message: &str) {

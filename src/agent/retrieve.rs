@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::agent::question::PreparedQuestion;
-use crate::build::SampleEmbeddings;
 use crate::agent::run::origin_of;
 use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::build::SampleEmbeddings;
 use crate::dataset::DatasetKind;
 use crate::llm::structured::chat_json;
 use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
@@ -194,7 +194,8 @@ async fn ask_json<M: ChatModel>(
     schema: &JsonSchemaSpec,
     trace: &mut TraceWriter,
 ) -> (Result<Value, crate::llm::Error>, Usage) {
-    let mut request = ChatRequest::new(call.model, vec![Message::system(system), Message::user(user)]);
+    let mut request =
+        ChatRequest::new(call.model, vec![Message::system(system), Message::user(user)]);
     request.temperature = call.temperature;
     request.seed = call.seed;
     let messages = request.messages.clone();
@@ -205,7 +206,15 @@ async fn ask_json<M: ChatModel>(
         Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
         Err(error) => (None, Some(error.to_string()), attempts_of(error), Usage::default()),
     };
-    trace.record(TraceEvent::Llm { purpose: purpose.into(), messages, value, error, attempts, usage, ms });
+    trace.record(TraceEvent::Llm {
+        purpose: purpose.into(),
+        messages,
+        value,
+        error,
+        attempts,
+        usage,
+        ms,
+    });
     (result.map(|response| response.value), usage)
 }
 
@@ -280,7 +289,8 @@ pub async fn retrieve<M: ChatModel>(
                     payload.insert("similar_sentence".into(), json!(routed.sentences));
                 }
                 DatasetKind::LongMemEval => {
-                    let sentences = if routed.sentences.len() > settings.k2 && !routed.whole_window {
+                    let sentences = if routed.sentences.len() > settings.k2 && !routed.whole_window
+                    {
                         let (kept, cost) = rerank(model, input, routed.sentences, trace).await;
                         usage += cost;
                         kept
@@ -301,18 +311,30 @@ pub async fn retrieve<M: ChatModel>(
     let mut candidates: Vec<&EventMatch> = matches
         .full
         .iter()
-        .chain(matches.partial.iter().filter(|found| found.matched_keywords.len() >= settings.min_matched_keys))
+        .chain(
+            matches
+                .partial
+                .iter()
+                .filter(|found| found.matched_keywords.len() >= settings.min_matched_keys),
+        )
         .collect();
     let dense_fallback = candidates.is_empty();
     let all_episodes: Vec<(String, String)>;
     let lines: Vec<Candidate> = if dense_fallback {
         // No keyword reached an event: rank every event by similarity, so the model never
         // starts from an empty context.
-        all_episodes = input.graph.episodes().map(|episode| (episode.id.clone(), episode.text.clone())).collect();
+        all_episodes = input
+            .graph
+            .episodes()
+            .map(|episode| (episode.id.clone(), episode.text.clone()))
+            .collect();
         rank_candidates(input, all_episodes.iter().map(|(id, text)| (id.as_str(), text.as_str())))
     } else {
         candidates.retain(|found| !found.event_id.is_empty());
-        rank_candidates(input, candidates.iter().map(|found| (found.event_id.as_str(), found.text.as_str())))
+        rank_candidates(
+            input,
+            candidates.iter().map(|found| (found.event_id.as_str(), found.text.as_str())),
+        )
     };
     let ranked: Vec<String> = lines.iter().take(settings.k1).map(Candidate::line).collect();
     let key_sentences = if ranked.len() > settings.k2 {
@@ -374,7 +396,8 @@ pub async fn retrieve<M: ChatModel>(
                 continue;
             }
             let Ok(hits) = query::edges_by_tag(input.graph, &key.key, &tag) else { continue };
-            let scores: Vec<f32> = hits.iter().map(|hit| similarity(input, &hit.event_id)).collect();
+            let scores: Vec<f32> =
+                hits.iter().map(|hit| similarity(input, &hit.event_id)).collect();
             let events: Vec<String> = top_k(&scores, settings.k2)
                 .into_iter()
                 .map(|index| &hits[index])
@@ -392,7 +415,13 @@ pub async fn retrieve<M: ChatModel>(
         input.graph.topics().map(|topic| (topic.id.clone(), topic.text.clone())).collect();
     let topic_scores: Vec<f32> = topics
         .iter()
-        .map(|(id, _)| input.vectors.topics.get(id).map_or(f32::MIN, |vector| dot(vector, input.question_vector)))
+        .map(|(id, _)| {
+            input
+                .vectors
+                .topics
+                .get(id)
+                .map_or(f32::MIN, |vector| dot(vector, input.question_vector))
+        })
         .collect();
     let similar_topic: Vec<String> = top_k(&topic_scores, settings.topic_k)
         .into_iter()
@@ -433,12 +462,19 @@ fn line_id(line: &str) -> &str {
 }
 
 fn similarity(input: &RetrieveInput<'_>, event_id: &str) -> f32 {
-    input.vectors.sentences.get(event_id).map_or(f32::MIN, |vector| dot(vector, input.question_vector))
+    input
+        .vectors
+        .sentences
+        .get(event_id)
+        .map_or(f32::MIN, |vector| dot(vector, input.question_vector))
 }
 
 /// Candidates sorted by similarity (best first, input order on ties), one per origin (its most
 /// similar event).
-fn rank_candidates<'a>(input: &RetrieveInput<'_>, events: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<Candidate> {
+fn rank_candidates<'a>(
+    input: &RetrieveInput<'_>,
+    events: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Vec<Candidate> {
     let mut best: BTreeMap<String, (usize, f32, Candidate)> = BTreeMap::new();
     for (position, (id, text)) in events.enumerate() {
         let score = similarity(input, id);
@@ -446,7 +482,10 @@ fn rank_candidates<'a>(input: &RetrieveInput<'_>, events: impl Iterator<Item = (
         let better = best.get(&origin).is_none_or(|(_, kept, _)| score > *kept);
         if better {
             let first = best.get(&origin).map_or(position, |(first, _, _)| *first);
-            best.insert(origin, (first, score, Candidate { id: id.to_string(), text: text.to_string() }));
+            best.insert(
+                origin,
+                (first, score, Candidate { id: id.to_string(), text: text.to_string() }),
+            );
         }
     }
     let mut ranked: Vec<(usize, f32, Candidate)> = best.into_values().collect();
@@ -464,7 +503,11 @@ struct TimeRouted {
     whole_window: bool,
 }
 
-fn time_route(input: &RetrieveInput<'_>, window: &TimeWindow, matches: &query::KeywordMatches) -> TimeRouted {
+fn time_route(
+    input: &RetrieveInput<'_>,
+    window: &TimeWindow,
+    matches: &query::KeywordMatches,
+) -> TimeRouted {
     let settings = input.settings;
     let years = years_of(input.graph.episodes().filter_map(|episode| episode.date));
     let mut events = Vec::new();
@@ -484,8 +527,10 @@ fn time_route(input: &RetrieveInput<'_>, window: &TimeWindow, matches: &query::K
         events.iter().map(|event| (origin_of(&event.event_id).to_string(), event.date)).collect();
     let window_events = events.len();
     if events.len() < limit {
-        let sentences =
-            events.iter().map(|event| format!("Time:{} {}:{}", event.date, event.event_id, event.text)).collect();
+        let sentences = events
+            .iter()
+            .map(|event| format!("Time:{} {}:{}", event.date, event.event_id, event.text))
+            .collect();
         return TimeRouted { sentences, window_events, whole_window: true };
     }
     // A busy window: keep the events some question keyword reaches.
@@ -497,8 +542,11 @@ fn time_route(input: &RetrieveInput<'_>, window: &TimeWindow, matches: &query::K
         .filter(|found| dates.contains_key(&found.origin) && shown.insert(found.origin.clone()))
         .collect();
     if input.dataset == DatasetKind::LongMemEval {
-        let ids: Vec<(usize, f32)> =
-            reached.iter().enumerate().map(|(index, found)| (index, similarity(input, &found.event_id))).collect();
+        let ids: Vec<(usize, f32)> = reached
+            .iter()
+            .enumerate()
+            .map(|(index, found)| (index, similarity(input, &found.event_id)))
+            .collect();
         let mut order: Vec<(usize, f32)> = ids;
         order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         order.truncate(settings.k1);
@@ -526,8 +574,10 @@ async fn rerank<M: ChatModel>(
         .render(&[("limit", &limit.to_string())])
         .unwrap_or_else(|_| prompts::RERANK.text.to_string());
     let user = json!({ "question": input.question.text, "similar_sentence": lines }).to_string();
-    let (value, usage) = ask_json(model, &input.call, "rerank", system, user, &rerank_schema(), trace).await;
-    let ids: Vec<String> = lines.iter().map(|line| line_id(line_id_of_dated(line)).to_string()).collect();
+    let (value, usage) =
+        ask_json(model, &input.call, "rerank", system, user, &rerank_schema(), trace).await;
+    let ids: Vec<String> =
+        lines.iter().map(|line| line_id(line_id_of_dated(line)).to_string()).collect();
     let returned: Vec<String> = value
         .ok()
         .and_then(|value| value.get("events").cloned())
@@ -568,7 +618,8 @@ pub async fn score_key_tags<M: ChatModel>(
     let user = json!({ "question": question, "keyword": key, "tags": tags }).to_string();
     let system = prompts::ANSWER_TAG_SCORES.text.to_string();
     let purpose = format!("tag_scores {key}");
-    let (value, usage) = ask_json(model, call, &purpose, system, user, &tag_scores_schema(), trace).await;
+    let (value, usage) =
+        ask_json(model, call, &purpose, system, user, &tag_scores_schema(), trace).await;
     let selected = value
         .ok()
         .as_ref()

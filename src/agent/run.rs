@@ -889,6 +889,7 @@ mod tests {
             status: 503,
             attempts: 4,
             body: "overloaded".into(),
+            retry_after: None,
         }));
         let outcome = expect_done(&mut run);
         let error = outcome.answer.err().unwrap_or_default();

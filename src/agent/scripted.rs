@@ -32,13 +32,78 @@ use crate::prompts;
 
 /// Words never used as keywords or tags by the mechanical memory and the scripted agent.
 const STOP_WORDS: &[&str] = &[
-    "about", "after", "also", "been", "being", "could", "did", "does", "doing", "from", "have", "into",
-    "just", "like", "more", "much", "that", "their", "them", "then", "there", "they", "this", "what",
-    "when", "where", "which", "while", "will", "with", "would", "your", "yours", "were", "with",
-    "who", "whom", "whose", "how", "why", "the", "and", "for", "you", "are", "was", "she", "her",
-    "his", "him", "our", "its", "not", "but", "has", "had", "any", "all", "can", "one", "too",
-    "very", "some", "said", "answer", "choose", "these", "those", "mentioned", "conversation",
-    "likely", "enjoy",
+    "about",
+    "after",
+    "also",
+    "been",
+    "being",
+    "could",
+    "did",
+    "does",
+    "doing",
+    "from",
+    "have",
+    "into",
+    "just",
+    "like",
+    "more",
+    "much",
+    "that",
+    "their",
+    "them",
+    "then",
+    "there",
+    "they",
+    "this",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "will",
+    "with",
+    "would",
+    "your",
+    "yours",
+    "were",
+    "with",
+    "who",
+    "whom",
+    "whose",
+    "how",
+    "why",
+    "the",
+    "and",
+    "for",
+    "you",
+    "are",
+    "was",
+    "she",
+    "her",
+    "his",
+    "him",
+    "our",
+    "its",
+    "not",
+    "but",
+    "has",
+    "had",
+    "any",
+    "all",
+    "can",
+    "one",
+    "too",
+    "very",
+    "some",
+    "said",
+    "answer",
+    "choose",
+    "these",
+    "those",
+    "mentioned",
+    "conversation",
+    "likely",
+    "enjoy",
 ];
 
 /// The content words of a text: lowercase alphanumeric words of at least four characters that
@@ -55,7 +120,10 @@ pub fn content_words(text: &str) -> Vec<String> {
 /// A memory for `conversation` built without any model (see the module doc). With
 /// `embed_questions`, question vectors are included; without, the pipeline embeds each question
 /// through the embedder.
-pub fn mechanical_memory(conversation: &Conversation, embed_questions: bool) -> Result<SampleMemory, memory::Error> {
+pub fn mechanical_memory(
+    conversation: &Conversation,
+    embed_questions: bool,
+) -> Result<SampleMemory, memory::Error> {
     let dims = HASH_EMBEDDING_DIM;
     let mut rewrites = Vec::new();
     let mut keywords = Vec::new();
@@ -123,7 +191,10 @@ fn tag_of(words: &[String]) -> String {
     match longest {
         Some(word) => {
             let mut chars = word.chars();
-            chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+            chars
+                .next()
+                .map(|first| first.to_uppercase().chain(chars).collect())
+                .unwrap_or_default()
         }
         None => "Chat".into(),
     }
@@ -168,7 +239,9 @@ enum Ask {
 }
 
 /// A responder for `ScriptedServer::with_responder` playing the answering agent.
-pub fn plausible_agent(script: AgentScript) -> impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static {
+pub fn plausible_agent(
+    script: AgentScript,
+) -> impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static {
     // Replies already given per (question, fault), for the "once" faults.
     let counts: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
     move |request: &RecordedRequest| {
@@ -177,7 +250,11 @@ pub fn plausible_agent(script: AgentScript) -> impl Fn(&RecordedRequest) -> Scri
     }
 }
 
-fn respond(script: &AgentScript, counts: &Mutex<BTreeMap<String, u32>>, request: &RecordedRequest) -> ScriptedReply {
+fn respond(
+    script: &AgentScript,
+    counts: &Mutex<BTreeMap<String, u32>>,
+    request: &RecordedRequest,
+) -> ScriptedReply {
     if request.is_embeddings() {
         return ScriptedReply::HashEmbeddings;
     }
@@ -199,7 +276,11 @@ fn respond(script: &AgentScript, counts: &Mutex<BTreeMap<String, u32>>, request:
             .and_then(|value| value.get("question").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_default(),
     };
-    let fault = script.faults.iter().find(|(marker, _)| question.contains(marker.as_str())).map(|(_, fault)| fault);
+    let fault = script
+        .faults
+        .iter()
+        .find(|(marker, _)| question.contains(marker.as_str()))
+        .map(|(_, fault)| fault);
     let seen = |kind: &str| -> u32 {
         let mut counts = counts.lock().unwrap_or_else(PoisonError::into_inner);
         let count = counts.entry(format!("{question}\u{0}{kind}")).or_insert(0);
@@ -209,14 +290,18 @@ fn respond(script: &AgentScript, counts: &Mutex<BTreeMap<String, u32>>, request:
     match ask {
         Ask::Keywords => ScriptedReply::json(&keywords_reply(&question)),
         Ask::TagScores => ScriptedReply::json(&tag_scores_reply(&user)),
-        Ask::Rerank => ScriptedReply::json(&rerank_reply(&question, &user, fault == Some(&Fault::BadRerank))),
+        Ask::Rerank => {
+            ScriptedReply::json(&rerank_reply(&question, &user, fault == Some(&Fault::BadRerank)))
+        }
         Ask::Loop => {
             let first = seen("loop") == 1;
             match fault {
                 Some(Fault::StatusOnce(status)) if first => ScriptedReply::server_error(*status),
                 Some(Fault::AlwaysUnavailable) => ScriptedReply::server_error(503),
                 Some(Fault::RateLimitedOnce) if first => ScriptedReply::rate_limited(1),
-                Some(Fault::SlowOnce(delay)) if first => loop_reply(request, &question, false).delayed(*delay),
+                Some(Fault::SlowOnce(delay)) if first => {
+                    loop_reply(request, &question, false).delayed(*delay)
+                }
                 Some(Fault::MalformedOnce) if first => ScriptedReply::MalformedJson,
                 Some(Fault::InvalidToolArguments) if first => loop_reply(request, &question, true),
                 _ => loop_reply(request, &question, false),
@@ -237,13 +322,26 @@ fn message_text(request: &RecordedRequest, index: usize) -> String {
 
 /// The question inside `QUESTION: <<<"…">>>`.
 fn quoted_question(user: &str) -> String {
-    let inner = user.split_once("<<<").and_then(|(_, rest)| rest.rsplit_once(">>>")).map(|(inner, _)| inner);
+    let inner = user
+        .split_once("<<<")
+        .and_then(|(_, rest)| rest.rsplit_once(">>>"))
+        .map(|(inner, _)| inner);
     inner.and_then(|inner| serde_json::from_str::<String>(inner).ok()).unwrap_or_default()
 }
 
 const MONTHS: [&str; 12] = [
-    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-    "november", "december",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
 ];
 
 fn keywords_reply(question: &str) -> Value {
@@ -252,13 +350,15 @@ fn keywords_reply(question: &str) -> Value {
     let keywords: Vec<Value> = content_words(asked)
         .into_iter()
         .map(|word| {
-            let alternative = word.strip_suffix('s').map_or_else(|| format!("{word}s"), str::to_string);
+            let alternative =
+                word.strip_suffix('s').map_or_else(|| format!("{word}s"), str::to_string);
             json!({ "id": word, "alternatives": [alternative] })
         })
         .collect();
     // "in May 2023" → the whole month.
     let lower = asked.to_lowercase();
-    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> =
+        lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
     let mut question_time = String::new();
     for pair in words.windows(2) {
         if let Some(month) = MONTHS.iter().position(|name| *name == pair[0])
@@ -266,7 +366,9 @@ fn keywords_reply(question: &str) -> Value {
             && (1900..2100).contains(&year)
         {
             let start = chrono::NaiveDate::from_ymd_opt(year, month as u32 + 1, 1);
-            let end = start.and_then(|start| start.checked_add_months(chrono::Months::new(1))).and_then(|next| next.pred_opt());
+            let end = start
+                .and_then(|start| start.checked_add_months(chrono::Months::new(1)))
+                .and_then(|next| next.pred_opt());
             if let (Some(start), Some(end)) = (start, end) {
                 question_time = format!("{start}, {end}");
             }
@@ -285,7 +387,18 @@ fn tag_scores_reply(user: &str) -> Value {
     let scores: serde_json::Map<String, Value> = tags
         .iter()
         .enumerate()
-        .map(|(index, tag)| (tag.clone(), json!(if index == 0 { 0.9 } else if index < 4 { 0.5 } else { 0.0 })))
+        .map(|(index, tag)| {
+            (
+                tag.clone(),
+                json!(if index == 0 {
+                    0.9
+                } else if index < 4 {
+                    0.5
+                } else {
+                    0.0
+                }),
+            )
+        })
         .collect();
     json!({ "keyword": input.get("keyword").cloned().unwrap_or_default(), "tag_scores": scores })
 }
@@ -330,7 +443,10 @@ fn rerank_reply(question: &str, user: &str, garbage: bool) -> Value {
 
 /// `D1:2-1` from `D1:2-1:Speaker: text` or `Time:2023-05-06 D1:2-1:Speaker: text`.
 fn event_id_of(line: &str) -> String {
-    let line = line.strip_prefix("Time:").and_then(|rest| rest.split_once(' ')).map_or(line, |(_, tail)| tail);
+    let line = line
+        .strip_prefix("Time:")
+        .and_then(|rest| rest.split_once(' '))
+        .map_or(line, |(_, tail)| tail);
     let mut parts = line.splitn(3, ':');
     match (parts.next(), parts.next()) {
         (Some(session), Some(turn)) => format!("{session}:{turn}"),
@@ -360,8 +476,10 @@ fn seen_lines(request: &RecordedRequest) -> Vec<String> {
         if role != "user" && role != "tool" {
             continue;
         }
-        if let Some(value) =
-            message.get("content").and_then(Value::as_str).and_then(|text| serde_json::from_str::<Value>(text).ok())
+        if let Some(value) = message
+            .get("content")
+            .and_then(Value::as_str)
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
         {
             collect(&value);
         }
@@ -384,7 +502,12 @@ fn loop_reply(request: &RecordedRequest, question: &str, invalid_arguments: bool
     let tool_rounds = request
         .messages()
         .iter()
-        .filter(|message| message.get("tool_calls").and_then(Value::as_array).is_some_and(|calls| !calls.is_empty()))
+        .filter(|message| {
+            message
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .is_some_and(|calls| !calls.is_empty())
+        })
         .count();
     let words = question_words(question);
     let lines = seen_lines(request);
@@ -410,15 +533,28 @@ fn loop_reply(request: &RecordedRequest, question: &str, invalid_arguments: bool
                 calls.push(call("query_conversation_time", json!({ "event_id": id }).to_string()));
             }
         }
-        if let Some(candidate) = payload.get("keys_candidates").and_then(Value::as_array).and_then(|keys| keys.first())
+        if let Some(candidate) =
+            payload.get("keys_candidates").and_then(Value::as_array).and_then(|keys| keys.first())
             && let (Some(key), Some(tag)) = (
                 candidate.get("key").and_then(Value::as_str),
-                candidate.get("tags").and_then(Value::as_array).and_then(|tags| tags.first()).and_then(Value::as_str),
+                candidate
+                    .get("tags")
+                    .and_then(Value::as_array)
+                    .and_then(|tags| tags.first())
+                    .and_then(Value::as_str),
             )
         {
-            calls.push(call("edges_by_tag", json!({ "key": key, "tag": tag, "note": "follow the cue" }).to_string()));
+            calls.push(call(
+                "edges_by_tag",
+                json!({ "key": key, "tag": tag, "note": "follow the cue" }).to_string(),
+            ));
         }
-        if let Some(topic) = payload.get("similar_topic").and_then(Value::as_array).and_then(|topics| topics.first()).and_then(Value::as_str) {
+        if let Some(topic) = payload
+            .get("similar_topic")
+            .and_then(Value::as_array)
+            .and_then(|topics| topics.first())
+            .and_then(Value::as_str)
+        {
             let id = event_id_of(topic);
             calls.push(call("query_topic_events", json!({ "topic": id }).to_string()));
         }
@@ -434,10 +570,16 @@ fn loop_reply(request: &RecordedRequest, question: &str, invalid_arguments: bool
         if let Some(info) = results.iter().find(|result| result.get("aspects").is_some())
             && let (Some(person), Some(aspect)) = (
                 info.get("person").and_then(Value::as_str),
-                info.get("aspects").and_then(Value::as_array).and_then(|aspects| aspects.first()).and_then(Value::as_str),
+                info.get("aspects")
+                    .and_then(Value::as_array)
+                    .and_then(|aspects| aspects.first())
+                    .and_then(Value::as_str),
             )
         {
-            calls.push(call("query_personal_aspect", json!({ "person": person, "aspect": aspect }).to_string()));
+            calls.push(call(
+                "query_personal_aspect",
+                json!({ "person": person, "aspect": aspect }).to_string(),
+            ));
         }
         if let Some(id) = &best_id {
             calls.push(call("query_event_keywords", json!({ "event_id": id }).to_string()));
@@ -446,7 +588,9 @@ fn loop_reply(request: &RecordedRequest, question: &str, invalid_arguments: bool
             return ScriptedReply::ToolCalls { content: None, calls };
         }
     }
-    let date = results.iter().find_map(|result| result.get("conversation_time").and_then(Value::as_str).map(str::to_string));
+    let date = results.iter().find_map(|result| {
+        result.get("conversation_time").and_then(Value::as_str).map(str::to_string)
+    });
     let answer = match (&best, date) {
         (_, Some(date)) if asks_when => date,
         (Some(line), _) => {
@@ -474,8 +618,12 @@ fn capitalised_name(question: &str) -> Option<String> {
     question
         .split_whitespace()
         .skip(1)
-        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()).trim_end_matches("'s").to_string())
-        .find(|word| word.chars().next().is_some_and(char::is_uppercase) && word.chars().count() > 1)
+        .map(|word| {
+            word.trim_matches(|c: char| !c.is_alphanumeric()).trim_end_matches("'s").to_string()
+        })
+        .find(|word| {
+            word.chars().next().is_some_and(char::is_uppercase) && word.chars().count() > 1
+        })
 }
 
 #[cfg(test)]
@@ -484,7 +632,10 @@ mod tests {
 
     #[test]
     fn helpers() {
-        assert_eq!(content_words("Lena adopted a grey kitten called Pixel, the kitten!"), ["lena", "adopted", "grey", "kitten", "called", "pixel"]);
+        assert_eq!(
+            content_words("Lena adopted a grey kitten called Pixel, the kitten!"),
+            ["lena", "adopted", "grey", "kitten", "called", "pixel"]
+        );
         assert_eq!(event_id_of("Time:2023-05-06 D1:2-1:Lena: hi"), "D1:2-1");
         assert_eq!(event_id_of("D1:t1:Session 1"), "D1:t1");
         assert_eq!(capitalised_name("Where did Lena's kitten sleep?").as_deref(), Some("Lena"));

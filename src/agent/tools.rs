@@ -419,7 +419,11 @@ pub enum Applied {
 
 impl Tool {
     /// Runs the tool against the memory. Unknown ids and names are errors the model reads.
-    pub fn apply(&self, context: &ToolContext<'_>, state: &mut ToolState) -> Result<Applied, ToolError> {
+    pub fn apply(
+        &self,
+        context: &ToolContext<'_>,
+        state: &mut ToolState,
+    ) -> Result<Applied, ToolError> {
         let graph = context.graph;
         let value = match self {
             Tool::EdgesByTag { key, tag } => {
@@ -436,7 +440,10 @@ impl Tool {
                                 .map_or(f32::MIN, |vector| dot(vector, context.question_vector))
                         })
                         .collect();
-                    top_k(&scores, context.keep).into_iter().map(|index| hits[index].clone()).collect()
+                    top_k(&scores, context.keep)
+                        .into_iter()
+                        .map(|index| hits[index].clone())
+                        .collect()
                 } else {
                     hits
                 };
@@ -456,16 +463,20 @@ impl Tool {
             }
             Tool::QueryEventKeywords { event_id } => {
                 let keys = query::query_event_keywords(graph, event_id)?;
-                let fresh: Vec<KeyTags> =
-                    keys.into_iter().filter(|key| state.seen_keys.insert(normalize_key(&key.key))).collect();
+                let fresh: Vec<KeyTags> = keys
+                    .into_iter()
+                    .filter(|key| state.seen_keys.insert(normalize_key(&key.key)))
+                    .collect();
                 if fresh.iter().any(|key| key.tags.len() > context.tag_max) {
                     return Ok(Applied::ScoreTags { event_id: event_id.clone(), keys: fresh });
                 }
                 finish_event_keywords(event_id, fresh)
             }
             Tool::QueryEventContext { event_id } => {
-                let turns: Vec<String> =
-                    query::query_event_context(graph, event_id)?.iter().map(ToString::to_string).collect();
+                let turns: Vec<String> = query::query_event_context(graph, event_id)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 json!({ "event_id": event_id, "turns": turns })
             }
             Tool::QueryPersonalInformation { person } => {
@@ -473,13 +484,17 @@ impl Tool {
                 json!({ "person": found.person, "aspects": found.aspects })
             }
             Tool::QueryPersonalAspect { person, aspect } => {
-                let facts: Vec<String> =
-                    query::query_personal_aspect(graph, person, aspect)?.iter().map(ToString::to_string).collect();
+                let facts: Vec<String> = query::query_personal_aspect(graph, person, aspect)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 json!({ "person": person, "aspect": aspect, "facts": facts })
             }
             Tool::QueryTopicEvents { topic } => {
-                let events: Vec<String> =
-                    query::query_topic_events(graph, topic)?.iter().map(ToString::to_string).collect();
+                let events: Vec<String> = query::query_topic_events(graph, topic)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 json!({ "topic": topic, "events": events })
             }
         };
@@ -496,7 +511,8 @@ pub fn finish_event_keywords(event_id: &str, keys: Vec<KeyTags>) -> Value {
             "note": "every keyword of this event was already shown for this question"
         });
     }
-    let keys: Vec<Value> = keys.into_iter().map(|key| json!({ "key": key.key, "tags": key.tags })).collect();
+    let keys: Vec<Value> =
+        keys.into_iter().map(|key| json!({ "key": key.key, "tags": key.tags })).collect();
     json!({ "event_id": event_id, "keys": keys })
 }
 

@@ -18,18 +18,25 @@ use mragent::agent::{AnswerSettings, RunSummary, SampleMemory, answer_all};
 use mragent::dataset::{Conversation, DatasetKind, load_locomo};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
-use mragent::llm::{Client, EmbedClient, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
+use mragent::llm::{
+    Client, EmbedClient, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder,
+};
 use mragent::results::{ResultLine, Status};
 use serde_json::Value;
 
 fn fixture() -> Conversation {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
     load_locomo(&path).unwrap().remove(0)
 }
 
 fn locomo(sample: &str) -> Conversation {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
-    load_locomo(&path).unwrap().into_iter().find(|conversation| conversation.sample_id == sample).unwrap()
+    load_locomo(&path)
+        .unwrap()
+        .into_iter()
+        .find(|conversation| conversation.sample_id == sample)
+        .unwrap()
 }
 
 /// A scripted endpoint, the real client stack pointed at it, and answer settings under a
@@ -45,7 +52,8 @@ struct Bench {
 impl Bench {
     async fn new(script: AgentScript) -> Self {
         let server = ScriptedServer::with_responder(plausible_agent(script)).await.unwrap();
-        let mut config = LlmConfig::new(server.base_url(), Secret::new("sk-answer-test-secret"), "test-model");
+        let mut config =
+            LlmConfig::new(server.base_url(), Secret::new("sk-answer-test-secret"), "test-model");
         config.retry = RetryPolicy {
             max_attempts: 3,
             base_delay: Duration::from_millis(10),
@@ -54,9 +62,14 @@ impl Bench {
         };
         config.timeout = Duration::from_millis(1500);
         let chat = build_chat_model(&config).unwrap();
-        let embedder = build_embedder(&config, &EmbedderConfig { model: "test-embedding".into(), batch_size: 16 }).unwrap();
+        let embedder = build_embedder(
+            &config,
+            &EmbedderConfig { model: "test-embedding".into(), batch_size: 16 },
+        )
+        .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut settings = AnswerSettings::new(dir.path(), DatasetKind::Locomo, "test", "test-model", "it");
+        let mut settings =
+            AnswerSettings::new(dir.path(), DatasetKind::Locomo, "test", "test-model", "it");
         settings.progress = false;
         settings.workers = 4;
         Self { _dir: dir, server, chat, embedder, settings }
@@ -67,7 +80,9 @@ impl Bench {
     }
 
     async fn run(&self, samples: &[SampleMemory]) -> RunSummary {
-        answer_all(&self.settings, samples, &self.chat, &self.embedder, std::future::pending()).await.unwrap()
+        answer_all(&self.settings, samples, &self.chat, &self.embedder, std::future::pending())
+            .await
+            .unwrap()
     }
 
     fn lines(&self, sample: &str) -> Vec<ResultLine> {
@@ -77,7 +92,11 @@ impl Bench {
     /// Chat requests of the answer loop (system prompt from `answer_system.md` or its final
     /// variant), in arrival order.
     fn loop_requests(&self) -> Vec<RecordedRequest> {
-        self.server.requests().into_iter().filter(|request| request.is_chat() && request.body.get("tools").is_some()).collect()
+        self.server
+            .requests()
+            .into_iter()
+            .filter(|request| request.is_chat() && request.body.get("tools").is_some())
+            .collect()
     }
 }
 
@@ -97,10 +116,15 @@ fn assert_transcript_well_formed(request: &RecordedRequest) {
     while index < messages.len() {
         let message = &messages[index];
         index += 1;
-        let calls = message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
+        let calls =
+            message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
         for call in calls {
             let answer = &messages[index];
-            assert_eq!(answer["role"], "tool", "call without its tool message in request {}", request.index);
+            assert_eq!(
+                answer["role"], "tool",
+                "call without its tool message in request {}",
+                request.index
+            );
             assert_eq!(answer["tool_call_id"], call["id"]);
             index += 1;
         }
@@ -112,7 +136,9 @@ fn tools_called(requests: &[RecordedRequest]) -> BTreeSet<String> {
     requests
         .iter()
         .flat_map(|request| request.messages().to_vec())
-        .flat_map(|message| message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default())
+        .flat_map(|message| {
+            message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default()
+        })
         .filter_map(|call| call["function"]["name"].as_str().map(str::to_string))
         .collect()
 }
@@ -169,7 +195,11 @@ async fn answers_a_fixture_conversation_end_to_end() {
     for line in &lines {
         let seen = text_seen_by_model(&bench.settings.trace_path("conv-7", &line.question_id));
         for turn in &line.evidence {
-            assert!(seen.contains(&format!("{turn}-1:")) || seen.contains(&format!("{turn}:")), "{turn} never shown for {}", line.question_id);
+            assert!(
+                seen.contains(&format!("{turn}-1:")) || seen.contains(&format!("{turn}:")),
+                "{turn} never shown for {}",
+                line.question_id
+            );
         }
     }
     let lines = by_id(&lines);
@@ -181,7 +211,8 @@ async fn answers_a_fixture_conversation_end_to_end() {
     // for the cited turn.
     let temporal = &lines["conv-7:q4"];
     let session: u32 = temporal.prediction_context[0][1..2].parse().unwrap();
-    let date = conversation.sessions.iter().find(|s| s.index == session).and_then(|s| s.date).unwrap();
+    let date =
+        conversation.sessions.iter().find(|s| s.index == session).and_then(|s| s.date).unwrap();
     assert_eq!(temporal.prediction, date.to_string());
 
     let requests = bench.loop_requests();
@@ -192,14 +223,19 @@ async fn answers_a_fixture_conversation_end_to_end() {
         assert_eq!(request.body["tools"].as_array().map(Vec::len), Some(7));
     }
     let called = tools_called(&requests);
-    let all: BTreeSet<String> = mragent::agent::tools::TOOL_NAMES.iter().map(|name| name.to_string()).collect();
+    let all: BTreeSet<String> =
+        mragent::agent::tools::TOOL_NAMES.iter().map(|name| name.to_string()).collect();
     assert_eq!(called, all, "every tool is exercised");
     // The adversarial question offers both options.
-    let adversarial = requests.iter().find(|request| request.transcript().contains("Omar's kitten")).unwrap();
+    let adversarial =
+        requests.iter().find(|request| request.transcript().contains("Omar's kitten")).unwrap();
     assert!(adversarial.transcript().contains("Not mentioned in the conversation"));
     assert!(adversarial.transcript().contains("a violin"));
     // The temporal question carries its instructions.
-    let temporal = requests.iter().find(|request| request.transcript().contains("When did Lena adopt")).unwrap();
+    let temporal = requests
+        .iter()
+        .find(|request| request.transcript().contains("When did Lena adopt"))
+        .unwrap();
     assert!(temporal.transcript().contains("query_conversation_time"));
 
     // A second run finds everything answered and asks nothing.
@@ -234,7 +270,9 @@ async fn trace_renders_a_question_and_a_result_file() {
     let requests: Vec<(usize, usize, usize)> = records
         .iter()
         .filter_map(|record| match &record.event {
-            TraceEvent::Request { messages_from, messages, tools, .. } => Some((*messages_from, messages.len(), tools.len())),
+            TraceEvent::Request { messages_from, messages, tools, .. } => {
+                Some((*messages_from, messages.len(), tools.len()))
+            }
             _ => None,
         })
         .collect();
@@ -245,13 +283,29 @@ async fn trace_renders_a_question_and_a_result_file() {
 
     let options = RenderOptions::default();
     let rendered = render_trace(bench.root(), "conv-7:q1", &options).unwrap();
-    for expected in ["conv-7:q1", "Q: What is the name of Lena's kitten?", "llm question_keywords", "→ request 1", "tool query_event_context", "answer"] {
+    for expected in [
+        "conv-7:q1",
+        "Q: What is the name of Lena's kitten?",
+        "llm question_keywords",
+        "→ request 1",
+        "tool query_event_context",
+        "answer",
+    ] {
         assert!(rendered.contains(expected), "missing `{expected}` in:\n{rendered}");
     }
     assert!(!rendered.contains('\u{1b}'), "no colour unless asked");
-    let coloured = render_trace(bench.root(), "conv-7:q1", &RenderOptions { color: true, ..RenderOptions::default() }).unwrap();
+    let coloured = render_trace(
+        bench.root(),
+        "conv-7:q1",
+        &RenderOptions { color: true, ..RenderOptions::default() },
+    )
+    .unwrap();
     assert!(coloured.contains("\u{1b}["));
-    let json: Value = serde_json::from_str(&render_trace(bench.root(), "conv-7:q1", &RenderOptions { json: true, ..options.clone() }).unwrap()).unwrap();
+    let json: Value = serde_json::from_str(
+        &render_trace(bench.root(), "conv-7:q1", &RenderOptions { json: true, ..options.clone() })
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(json["questions"][0]["records"][0]["event"], "start");
 
     let result_file = bench.settings.result_path("conv-7");
@@ -290,11 +344,15 @@ async fn injected_faults_never_stop_the_run() {
     // answers again.
     let malformed = &lines["conv-7:q4"];
     assert_eq!(malformed.status, Status::Error);
-    assert!(malformed.error.as_deref().unwrap_or_default().contains("could not decode"), "{malformed:?}");
+    assert!(
+        malformed.error.as_deref().unwrap_or_default().contains("could not decode"),
+        "{malformed:?}"
+    );
     let failed = &lines["conv-7:q6"];
     assert_eq!(failed.status, Status::Error);
     assert!(failed.error.as_deref().unwrap_or_default().contains("503"), "{failed:?}");
-    let trace = |question: &str| read_trace(&bench.settings.trace_path("conv-7", question)).unwrap();
+    let trace =
+        |question: &str| read_trace(&bench.settings.trace_path("conv-7", question)).unwrap();
     // The failure is in the trace with its cause.
     assert!(trace("conv-7:q6").iter().any(|record| matches!(&record.event,
         TraceEvent::Response { error: Some(error), .. } if error.contains("503"))));
@@ -310,8 +368,14 @@ async fn injected_faults_never_stop_the_run() {
         .filter(|message| message.role == mragent::llm::Role::Tool)
         .filter_map(|message| message.content)
         .collect();
-    assert!(tool_texts.iter().any(|text| text.contains("not a valid JSON object")), "{tool_texts:?}");
-    assert!(tool_texts.iter().any(|text| text.contains("missing field `aspect`")), "{tool_texts:?}");
+    assert!(
+        tool_texts.iter().any(|text| text.contains("not a valid JSON object")),
+        "{tool_texts:?}"
+    );
+    assert!(
+        tool_texts.iter().any(|text| text.contains("missing field `aspect`")),
+        "{tool_texts:?}"
+    );
     // The unusable re-rank fell back to the similarity order: the context is not empty.
     let reranked = trace("conv-7:q7");
     assert!(reranked.iter().any(|record| matches!(&record.event,
@@ -364,7 +428,10 @@ async fn kill_mid_run_then_resume_answers_each_question_once() {
     // The rerun, against a fresh endpoint, answers only what is missing.
     let rerun = Bench::new(AgentScript::default()).await;
     let settings = AnswerSettings { root: bench.settings.root.clone(), ..rerun.settings.clone() };
-    let summary = answer_all(&settings, &[memory], &rerun.chat, &rerun.embedder, std::future::pending()).await.unwrap();
+    let summary =
+        answer_all(&settings, &[memory], &rerun.chat, &rerun.embedder, std::future::pending())
+            .await
+            .unwrap();
     assert_eq!(summary.resumed, first.len());
     assert_eq!(summary.answered, total - first.len());
     let lines = read_lines(&result_file);
@@ -380,8 +447,11 @@ async fn kill_mid_run_then_resume_answers_each_question_once() {
         .filter(|request| request.is_chat() && request.body.get("tools").is_none())
         .map(|request| request.transcript())
         .collect();
-    let questions: BTreeMap<&str, &str> =
-        conversation.questions.iter().map(|question| (question.id.as_str(), question.question.as_str())).collect();
+    let questions: BTreeMap<&str, &str> = conversation
+        .questions
+        .iter()
+        .map(|question| (question.id.as_str(), question.question.as_str()))
+        .collect();
     for id in &first {
         let text = serde_json::to_string(questions[id.as_str()]).unwrap();
         assert!(!asked.iter().any(|transcript| transcript.contains(&text)), "{id} was asked again");
@@ -397,7 +467,15 @@ async fn interrupt_lets_in_flight_questions_finish_and_says_how_to_resume() {
     bench.settings.workers = 3;
     let memory = mechanical_memory(&conversation, true).unwrap();
     let stop = tokio::time::sleep(Duration::from_millis(400));
-    let summary = answer_all(&bench.settings, std::slice::from_ref(&memory), &bench.chat, &bench.embedder, stop).await.unwrap();
+    let summary = answer_all(
+        &bench.settings,
+        std::slice::from_ref(&memory),
+        &bench.chat,
+        &bench.embedder,
+        stop,
+    )
+    .await
+    .unwrap();
     assert!(summary.interrupted);
     assert!(summary.answered >= 1 && summary.remaining > 0, "{summary:?}");
     assert_eq!(summary.answered + summary.remaining, total);
@@ -426,7 +504,8 @@ async fn answers_a_whole_locomo_conversation() {
     assert_eq!(ids.len(), lines.len());
     // Questions are spread over every category, all with cited support.
     let categories: BTreeSet<String> = lines.iter().map(|line| line.category.to_string()).collect();
-    let expected: BTreeSet<String> = conversation.questions.iter().map(|question| question.category.to_string()).collect();
+    let expected: BTreeSet<String> =
+        conversation.questions.iter().map(|question| question.category.to_string()).collect();
     assert_eq!(categories, expected);
     assert!(lines.iter().all(|line| !line.prediction_context.is_empty()));
     // With keyword matching and word-overlap answers, a good share of citations hit the gold
@@ -441,7 +520,19 @@ async fn answers_a_whole_locomo_conversation() {
 /// Trace files of the fixture run land under `log/<dataset>/<file>/<sample>/`.
 #[test]
 fn trace_paths_follow_the_layout() {
-    let settings = AnswerSettings::new("/project", DatasetKind::Locomo, "gemini", "google/gemini-2.5-flash", "myrun");
-    assert_eq!(settings.trace_path("conv-26", "conv-26:q3"), PathBuf::from("/project/log/locomo/myrun/conv-26/conv-26_q3.jsonl"));
-    assert_eq!(settings.result_path("conv-26"), PathBuf::from("/project/result/locomo/conv-26_result_gemini_myrun.jsonl"));
+    let settings = AnswerSettings::new(
+        "/project",
+        DatasetKind::Locomo,
+        "gemini",
+        "google/gemini-2.5-flash",
+        "myrun",
+    );
+    assert_eq!(
+        settings.trace_path("conv-26", "conv-26:q3"),
+        PathBuf::from("/project/log/locomo/myrun/conv-26/conv-26_q3.jsonl")
+    );
+    assert_eq!(
+        settings.result_path("conv-26"),
+        PathBuf::from("/project/result/locomo/conv-26_result_gemini_myrun.jsonl")
+    );
 }
