@@ -39,6 +39,12 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Send one tiny request to the configured model endpoint and report latency and tokens.
     Ping(PingArgs),
+    /// Score a run's answers: official LoCoMo F1 and exact match, evidence recall, and
+    /// optionally an LLM judge (LoCoMo lenient protocol, LongMemEval per question type).
+    Eval(EvalArgs),
+    /// Build the memory of every selected conversation: rewrite, keywords, embeddings (each
+    /// cached under data/<dataset>/ and resumable per session), then the graph.
+    Build(BuildArgs),
 }
 
 /// Which benchmark to work on.
@@ -71,6 +77,9 @@ pub struct DataArgs {
     /// LongMemEval: sessions merged into one rewrite call.
     #[arg(long = "lm-batch", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub lm_batch: u32,
+    /// LongMemEval: drop assistant turns, as the Python reference does (kept by default).
+    #[arg(long)]
+    pub drop_assistant_turns: bool,
 }
 
 /// Model endpoint and limits.
@@ -117,4 +126,58 @@ pub struct PingArgs {
     /// Model and endpoint.
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// `mragent eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Dataset whose results to score.
+    #[arg(long, value_enum, default_value = "locomo")]
+    pub data: DataArg,
+    /// Run tag of the results (`--file` of `run`).
+    #[arg(long, default_value = "0")]
+    pub file: String,
+    /// Judge model (alias or id); without it only F1, exact match and evidence recall are computed.
+    #[arg(long)]
+    pub judge_model: Option<String>,
+    /// Independent judge runs; accuracy is reported as mean ± std.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub judge_runs: u32,
+    /// Judge requests in flight at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub judge_workers: u32,
+    /// Leave out the LoCoMo audit corrections.
+    #[arg(long)]
+    pub no_audit: bool,
+    /// Model and endpoint: `--model` names the result files; the endpoint serves the judge.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Which embedder to use for sentences, topics and questions.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct EmbedArgs {
+    /// Embedding model on the endpoint.
+    #[arg(long, env = "MRAGENT_EMBED_MODEL", default_value = "openai/text-embedding-3-large")]
+    pub embed_model: String,
+    /// Texts per embedding request.
+    #[arg(long, default_value_t = 96, value_parser = clap::value_parser!(u32).range(1..=2048))]
+    pub embed_batch: u32,
+}
+
+/// `mragent build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Dataset selection.
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Model and endpoint.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Embedder.
+    #[command(flatten)]
+    pub embed: EmbedArgs,
+    /// Sessions in flight at once, across all conversations.
+    #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
 }

@@ -7,8 +7,13 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::llm::{ChatModel as _, ChatRequest, Message};
-use crate::settings::ModelSettings;
+use crate::build::{BuildSettings, BuildSummary};
+use crate::cli::{DataArg, EmbedArgs, EvalArgs};
+use crate::dataset::Conversation;
+use crate::dataset::DatasetKind;
+use crate::eval::{EvalSettings, EvalSummary};
+use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
+use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths, path_safe};
 
 /// What `ping` found out.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,4 +63,83 @@ pub async fn ping(settings: &ModelSettings) -> anyhow::Result<PingReport> {
         latency_ms: started.elapsed().as_millis(),
         usage: response.usage,
     })
+}
+
+/// Score a run's result files, with the LLM judge when a judge model is given.
+pub async fn eval(
+    paths: &ProjectPaths,
+    args: &EvalArgs,
+    models: &ModelSettings,
+) -> anyhow::Result<EvalSummary> {
+    let dataset = match args.data {
+        DataArg::Locomo => DatasetKind::Locomo,
+        DataArg::Lm => DatasetKind::LongMemEval,
+    };
+    let mut settings =
+        EvalSettings::new(&paths.root, dataset, &models.build_model.alias, &path_safe(&args.file));
+    settings.judge_runs = args.judge_runs;
+    settings.concurrency = args.judge_workers as usize;
+    settings.audit = !args.no_audit;
+    let judge: Option<Client> = match &args.judge_model {
+        Some(name) => {
+            models.require_key()?;
+            let choice = ModelChoice::resolve(name);
+            settings.judge_model = Some(choice.id.clone());
+            Some(
+                crate::llm::build_chat_model(&models.llm_config(&choice))
+                    .context("building the judge client")?,
+            )
+        }
+        None => None,
+    };
+    crate::eval::evaluate(&settings, judge.as_ref()).await
+}
+
+/// The build settings for the selected data and models.
+pub fn build_settings(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    models: &ModelSettings,
+    workers: u32,
+) -> BuildSettings {
+    let mut settings = BuildSettings::new(
+        paths.root.join("data"),
+        data.kind,
+        &models.build_model.alias,
+        &models.build_model.id,
+    );
+    settings.lm_batch = data.lm_batch as usize;
+    settings.workers = workers.max(1) as usize;
+    settings
+}
+
+/// The API embedder for the endpoint in `models`.
+pub fn api_embedder(
+    models: &ModelSettings,
+    embed: &EmbedArgs,
+) -> anyhow::Result<crate::llm::EmbedClient> {
+    let config = models.llm_config(&models.build_model);
+    let embedder = crate::llm::EmbedderConfig {
+        model: embed.embed_model.clone(),
+        batch_size: embed.embed_batch as usize,
+    };
+    crate::llm::build_embedder(&config, &embedder).context("building the embedding client")
+}
+
+/// Build (or resume building) the memory of every conversation.
+pub async fn build(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    models: &ModelSettings,
+    embed: &EmbedArgs,
+    workers: u32,
+    quiet: bool,
+    conversations: &[Conversation],
+) -> anyhow::Result<BuildSummary> {
+    let mut settings = build_settings(paths, data, models, workers);
+    settings.progress = !quiet;
+    let chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
+        .context("building the model client")?;
+    let embedder = api_embedder(models, embed)?;
+    crate::build::build(&settings, &chat, &embedder, conversations).await
 }

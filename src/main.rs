@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 use mragent::cli::{Cli, Command};
-use mragent::settings::{ModelSettings, ProjectPaths};
+use mragent::settings::{DataSettings, ModelSettings, ProjectPaths};
 
 fn main() -> ExitCode {
     // A missing .env is normal; a malformed one is worth a warning after logging starts.
@@ -24,10 +24,10 @@ fn main() -> ExitCode {
         Ok(guard) => guard,
         Err(error) => return report(error),
     };
-    if let Err(error) = &dotenv {
-        if !error.not_found() {
-            tracing::warn!(%error, "could not read .env");
-        }
+    if let Err(error) = &dotenv
+        && !error.not_found()
+    {
+        tracing::warn!(%error, "could not read .env");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
             return report(anyhow::Error::new(error).context("starting the async runtime"));
         }
     };
-    match runtime.block_on(dispatch(cli.command, paths)) {
+    match runtime.block_on(dispatch(cli.command, paths, cli.global.quiet)) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Partial) => ExitCode::from(2),
         Err(error) => report(error),
@@ -53,10 +53,12 @@ enum Outcome {
 fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Ping(_) => "ping",
+        Command::Eval(_) => "eval",
+        Command::Build(_) => "build",
     }
 }
 
-async fn dispatch(command: Command, _paths: ProjectPaths) -> anyhow::Result<Outcome> {
+async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow::Result<Outcome> {
     match command {
         Command::Ping(args) => {
             let settings = ModelSettings::resolve(&args.model, env_var)?;
@@ -65,7 +67,46 @@ async fn dispatch(command: Command, _paths: ProjectPaths) -> anyhow::Result<Outc
             println!("{report}");
             Ok(Outcome::Success)
         }
+        Command::Build(args) => build(&args, &paths, quiet).await,
+        Command::Eval(args) => {
+            let settings = ModelSettings::resolve(&args.model, env_var)?;
+            let summary = mragent::commands::eval(&paths, &args, &settings).await?;
+            println!("{}", summary.table());
+            println!("written to {}", summary_dir(&paths, &summary).display());
+            Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
+        }
     }
+}
+
+async fn build(
+    args: &mragent::cli::BuildArgs,
+    paths: &ProjectPaths,
+    quiet: bool,
+) -> anyhow::Result<Outcome> {
+    let data = DataSettings::resolve(paths, &args.data);
+    let models = ModelSettings::resolve(&args.model, env_var)?;
+    models.require_key()?;
+    let conversations = data.load()?;
+    let summary = tokio::select! {
+        summary = mragent::commands::build(paths, &data, &models, &args.embed, args.workers, quiet, &conversations) => summary?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("interrupted: finished sessions are cached; run the same command again to resume");
+            return Ok(Outcome::Partial);
+        }
+    };
+    println!("{summary}");
+    if summary.is_complete() {
+        Ok(Outcome::Success)
+    } else {
+        eprintln!(
+            "some sessions failed (listed above); run the same command again to retry only those"
+        );
+        Ok(Outcome::Partial)
+    }
+}
+
+fn summary_dir(paths: &ProjectPaths, summary: &mragent::eval::EvalSummary) -> std::path::PathBuf {
+    paths.root.join("eval").join(&summary.dataset).join(&summary.file)
 }
 
 fn env_var(name: &str) -> Option<String> {

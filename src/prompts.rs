@@ -98,6 +98,7 @@ macro_rules! prompt {
 }
 
 prompt!(PING, "ping");
+prompt!(STRUCTURED_REASK, "structured_reask");
 prompt!(REWRITE, "rewrite");
 prompt!(KEYWORDS, "keywords");
 prompt!(STAGE_REASK, "stage_reask");
@@ -128,6 +129,7 @@ prompt!(JUDGE_LONGMEMEVAL_ABSTENTION, "judge_longmemeval_abstention");
 /// Every prompt, for listing and snapshot tests.
 pub const ALL: &[Prompt] = &[
     PING,
+    STRUCTURED_REASK,
     REWRITE,
     KEYWORDS,
     STAGE_REASK,

@@ -46,6 +46,8 @@ pub struct DataSettings {
     pub question_type: Option<u8>,
     /// LongMemEval sessions per rewrite call.
     pub lm_batch: u32,
+    /// LongMemEval: drop assistant turns.
+    pub drop_assistant_turns: bool,
 }
 
 impl DataSettings {
@@ -66,7 +68,30 @@ impl DataSettings {
             sample: args.sample.clone(),
             question_type: args.ca,
             lm_batch: args.lm_batch,
+            drop_assistant_turns: args.drop_assistant_turns,
         }
+    }
+
+    /// Load the selected conversations (and only their questions of the selected type).
+    pub fn load(&self) -> anyhow::Result<Vec<crate::dataset::Conversation>> {
+        if !self.file.exists() {
+            anyhow::bail!(
+                "dataset file not found: {} (see data/README.md for where to get it, or pass --data-file)",
+                self.file.display()
+            );
+        }
+        let question_type =
+            self.question_type.map(crate::dataset::LongMemEvalType::from_ca_index).transpose()?;
+        let options = crate::dataset::LoadOptions {
+            samples: self.sample.iter().cloned().collect(),
+            question_type,
+            drop_assistant_turns: self.drop_assistant_turns,
+        };
+        let conversations = crate::dataset::load(self.kind, &self.file, &options)?;
+        if conversations.is_empty() {
+            anyhow::bail!("no conversation in {} matches the selection", self.file.display());
+        }
+        Ok(conversations)
     }
 }
 

@@ -20,10 +20,10 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use crate::build::cache::{FORMAT, PlannedUnit, Provenance, mismatch, write_atomic};
-use crate::build::records::SessionRewrite;
 use crate::build::unit::short_hash;
 use crate::dataset::Question;
 use crate::llm::{self, Embedder, Usage};
+use crate::memory::input::SessionRewrite;
 
 /// File magic; the trailing digit is the layout version.
 const MAGIC: &[u8; 8] = b"MRAGEMB1";

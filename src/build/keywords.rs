@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::build::records::{RewrittenSentence, SentenceKeywords, SessionKeywords};
 use crate::build::unit::short_hash;
 use crate::llm::JsonSchemaSpec;
+use crate::memory::input::{RewrittenSentence, SentenceKeywords, SessionKeywords};
 use crate::prompts::{self, PromptError};
 
 /// Keywords of one unit's sentences: what the keyword cache stores.

@@ -21,11 +21,9 @@ mod cache;
 pub mod embed;
 pub mod keywords;
 mod progress;
-pub mod records;
 pub mod rewrite;
 mod unit;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Mutex as StdMutex;
@@ -35,6 +33,7 @@ use anyhow::Context as _;
 use futures::stream::{self, FuturesUnordered, StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore};
+use tracing::Instrument as _;
 
 use crate::build::ask::{AskFailure, AskSettings, ask_checked};
 use crate::build::cache::{Outcome, PlannedUnit, Provenance, StageCache, UnitEntry};
@@ -42,10 +41,11 @@ pub use crate::build::embed::SampleEmbeddings;
 use crate::build::embed::{EmbeddingCache, UnitTexts, embed_texts, question_texts};
 use crate::build::keywords::KeywordRecord;
 use crate::build::progress::{Progress, human_count};
-use crate::build::records::{SessionKeywords, SessionRewrite};
 use crate::build::unit::{Unit, plan_units};
 use crate::dataset::{Conversation, DatasetKind};
 use crate::llm::{self, ChatModel, Embedder, Usage};
+use crate::memory::input::{SessionKeywords, SessionRewrite};
+use crate::memory::{MemoryGraph, build_graph};
 use crate::prompts;
 
 /// Resolved settings of a build.
@@ -285,9 +285,11 @@ impl fmt::Display for BuildSummary {
     }
 }
 
-/// One conversation's memory inputs, as built or read back from the caches.
-#[derive(Debug, Clone, PartialEq)]
+/// One conversation's memory, as built or read back from the caches.
+#[derive(Debug, Clone)]
 pub struct BuiltMemory {
+    /// The memory graph built from the stage outputs.
+    pub graph: MemoryGraph,
     /// Stage outputs.
     pub outputs: StageOutputs,
     /// Vectors of sentences, topics and questions.
@@ -326,7 +328,7 @@ pub async fn build<M: ChatModel, E: Embedder>(
     Ok(summary)
 }
 
-/// Build (or finish building) one conversation and return its memory inputs.
+/// Build (or finish building) one conversation and return its memory.
 pub async fn build_memory<M: ChatModel, E: Embedder>(
     settings: &BuildSettings,
     chat: &M,
@@ -334,10 +336,9 @@ pub async fn build_memory<M: ChatModel, E: Embedder>(
     conversation: &Conversation,
 ) -> anyhow::Result<BuiltMemory> {
     let shared = Shared::new(settings, chat, embedder, std::slice::from_ref(conversation));
-    let (summary, memory) = build_sample(&shared, conversation, true).await?;
+    let (_, memory) = build_sample(&shared, conversation, true).await?;
     shared.progress.finish();
-    let (outputs, embeddings) = memory.context("built memory was not kept")?;
-    Ok(BuiltMemory { outputs, embeddings, summary })
+    memory.context("built memory was not kept")
 }
 
 /// Read one conversation's finished build from the caches, without any model call. Units
@@ -371,8 +372,9 @@ pub fn load_memory(
         failed.push(questions_failure(conversation, "not built".into(), 0));
     }
     let outputs = caches.outputs(&units);
-    let summary = summarise(conversation, &outputs, failed, 0, Usage::default(), 0);
-    Ok(BuiltMemory { embeddings: caches.embeddings.to_embeddings(), outputs, summary })
+    let graph = graph_of(conversation, &outputs)?;
+    let summary = summarise(conversation, &graph, failed, 0, Usage::default(), 0);
+    Ok(BuiltMemory { embeddings: caches.embeddings.to_embeddings(), graph, outputs, summary })
 }
 
 /// State shared by every unit of a build.
@@ -549,7 +551,7 @@ async fn build_sample<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
     conversation: &Conversation,
     keep: bool,
-) -> anyhow::Result<(SampleSummary, Option<(StageOutputs, SampleEmbeddings)>)> {
+) -> anyhow::Result<(SampleSummary, Option<BuiltMemory>)> {
     let settings = shared.settings;
     let caches = SampleCaches::open(settings, shared.embedder.name(), conversation)?;
     for notice in &caches.notices {
@@ -587,10 +589,16 @@ async fn build_sample<M: ChatModel, E: Embedder>(
         caches.keywords.outputs().map(|(_, record)| record.dropped_ids.len()).sum();
     let mut failed = tally.failed;
     failed.sort_by(|a, b| (a.sessions.first(), a.stage).cmp(&(b.sessions.first(), b.stage)));
+    let graph = graph_of(conversation, &outputs)?;
     let mut summary =
-        summarise(conversation, &outputs, failed, sessions_reused, tally.usage, tally.chat_calls);
+        summarise(conversation, &graph, failed, sessions_reused, tally.usage, tally.chat_calls);
     summary.dropped_keyword_ids = dropped;
-    let kept = keep.then(|| (outputs, caches.embeddings.to_embeddings()));
+    let kept = keep.then(|| BuiltMemory {
+        graph,
+        outputs,
+        embeddings: caches.embeddings.to_embeddings(),
+        summary: summary.clone(),
+    });
     Ok((summary, kept))
 }
 
@@ -602,7 +610,8 @@ async fn build_unit<M: ChatModel, E: Embedder>(
     unit: &Unit<'_>,
 ) -> anyhow::Result<()> {
     let _permit = shared.permits.acquire().await.context("build worker pool closed")?;
-    let result = build_unit_stages(shared, run, unit).await;
+    let span = tracing::info_span!("unit", sample = %run.conversation.sample_id, unit = %unit.key);
+    let result = build_unit_stages(shared, run, unit).instrument(span).await;
     shared.progress.done(unit.n_sessions());
     result
 }
@@ -798,61 +807,37 @@ fn questions_failure(conversation: &Conversation, error: String, attempts: u32) 
     }
 }
 
-/// Counts of the memory the outputs make.
+/// Build the memory graph of the stage outputs. The stages validate everything the graph
+/// requires, so a failure here is a bug worth stopping for.
+fn graph_of(conversation: &Conversation, outputs: &StageOutputs) -> anyhow::Result<MemoryGraph> {
+    build_graph(conversation, &outputs.rewrites, &outputs.keywords)
+        .with_context(|| format!("building the memory graph of {}", conversation.sample_id))
+}
+
+/// The summary of a conversation's build: counts from its memory graph.
 fn summarise(
     conversation: &Conversation,
-    outputs: &StageOutputs,
+    graph: &MemoryGraph,
     failed: Vec<FailedUnit>,
     sessions_reused: usize,
     usage: Usage,
     chat_calls: u32,
 ) -> SampleSummary {
-    let speakers: BTreeMap<&str, &str> = conversation
-        .sessions
-        .iter()
-        .flat_map(|session| {
-            session.turns.iter().map(|turn| (turn.dia_id.as_str(), turn.speaker.as_str()))
-        })
-        .collect();
-    let sentences = || outputs.rewrites.iter().flat_map(|record| record.sentences.iter());
-    let mut keys: BTreeSet<&str> = outputs
-        .keywords
-        .iter()
-        .flat_map(|record| {
-            record.sentences.iter().flat_map(|item| item.keywords.iter().map(String::as_str))
-        })
-        .collect();
-    keys.extend(sentences().filter_map(|sentence| speakers.get(sentence.origin.as_str()).copied()));
-    let persons: BTreeSet<&str> = outputs
-        .rewrites
-        .iter()
-        .flat_map(|record| record.personal_facts.iter().map(|fact| fact.person.as_str()))
-        .collect();
-    let dates: BTreeSet<chrono::NaiveDate> =
-        sentences().filter_map(|sentence| sentence.date).collect();
+    let stats = graph.stats();
     SampleSummary {
         sample_id: conversation.sample_id.clone(),
         sessions: conversation.sessions.iter().filter(|session| !session.turns.is_empty()).count(),
         sessions_reused,
-        events: sentences().count(),
-        keys: keys.len(),
-        topics: outputs.rewrites.iter().map(|record| record.topics.len()).sum(),
-        persons: persons.len(),
-        dates: dates.len(),
+        events: stats.episodes,
+        keys: stats.keys,
+        topics: stats.topics,
+        persons: stats.persons,
+        dates: stats.dates,
         failed,
         dropped_keyword_ids: 0,
         usage,
         chat_calls,
     }
-}
-
-/// Where a conversation's caches live, for messages and tests.
-pub fn cache_paths(settings: &BuildSettings, embedder: &str, sample_id: &str) -> [PathBuf; 3] {
-    [
-        settings.rewrite_path(sample_id),
-        settings.keyword_path(sample_id),
-        settings.embedding_path(embedder, sample_id),
-    ]
 }
 
 #[cfg(test)]

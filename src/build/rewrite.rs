@@ -19,9 +19,9 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::build::records::{PersonalFact, RewrittenSentence, SessionRewrite, TopicInput};
 use crate::build::unit::Unit;
 use crate::llm::JsonSchemaSpec;
+use crate::memory::input::{PersonalFact, RewrittenSentence, SessionRewrite, TopicInput};
 use crate::prompts::{self, PromptError};
 
 /// The rewrite prompt filled with the unit's dialogue.

@@ -5,14 +5,21 @@
 //! Token counts are estimated before sending (about four characters per token), because the
 //! real count is only known from the response. The estimate is capped at the limiter's burst so
 //! one very long prompt waits for a full bucket instead of failing.
+//!
+//! A 429 that names a wait (`Retry-After`) also pauses every other worker sharing the limits
+//! until that instant: the endpoint's budget is shared, so a second worker firing into the same
+//! storm would only collect another 429.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Jitter, Quota, RateLimiter};
 
 use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error};
+
+/// Longest shared pause a single `Retry-After` can impose on all workers.
+const MAX_COOLDOWN: Duration = Duration::from_secs(300);
 
 /// Upper bound of the random extra wait added when a limiter makes a caller wait, so that many
 /// workers released at the same instant do not hit the endpoint together.
@@ -30,6 +37,10 @@ pub struct RateLimits {
     requests: Option<DefaultDirectRateLimiter>,
     /// Estimated prompt tokens per minute; each attempt takes as many cells as its estimate.
     tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
+    /// No attempt starts before this instant; set from a 429's `Retry-After` by whichever
+    /// worker received it, read by every worker in [`RateLimits::acquire`]. The lock is held
+    /// only to read or raise the instant, never across an `.await`.
+    cooldown_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl RateLimits {
@@ -47,16 +58,37 @@ impl RateLimits {
             let quota = quota(rate, burst_window);
             (RateLimiter::direct(quota), quota.burst_size())
         });
-        Self { requests, tokens }
+        Self { requests, tokens, cooldown_until: Mutex::new(None) }
     }
 
-    /// No limits at all.
+    /// No rate limits (a 429's `Retry-After` still pauses all workers).
     pub fn unlimited() -> Self {
-        Self { requests: None, tokens: None }
+        Self::new(None, None, Duration::from_secs(1))
     }
 
-    /// Wait until one request and `estimated_tokens` tokens may be spent.
+    /// Pause every worker for `wait` (at most five minutes) from now, unless a longer pause is
+    /// already in force.
+    pub fn cool_down(&self, wait: Duration) {
+        let until = tokio::time::Instant::now() + wait.min(MAX_COOLDOWN);
+        let mut cooldown = self.cooldown_until.lock().unwrap_or_else(PoisonError::into_inner);
+        if cooldown.is_none_or(|current| current < until) {
+            *cooldown = Some(until);
+        }
+    }
+
+    /// Wait out any cooldown, then until one request and `estimated_tokens` tokens may be
+    /// spent.
     pub async fn acquire(&self, estimated_tokens: u32) {
+        let cooldown = *self.cooldown_until.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(until) = cooldown
+            && until > tokio::time::Instant::now()
+        {
+            tracing::debug!(
+                wait_ms = (until - tokio::time::Instant::now()).as_millis() as u64,
+                "waiting out a shared cooldown"
+            );
+            tokio::time::sleep_until(until).await;
+        }
         if let Some(requests) = &self.requests {
             requests.until_ready_with_jitter(Jitter::up_to(WAKE_JITTER)).await;
         }
@@ -133,12 +165,21 @@ impl<M> RateLimited<M> {
     pub fn limits(&self) -> &Arc<RateLimits> {
         &self.limits
     }
+
+    /// A 429 with `Retry-After` pauses all workers sharing the limits.
+    fn observe<T>(&self, result: &Result<T, Error>) {
+        if let Err(Error::RateLimited { retry_after: Some(wait), .. }) = result {
+            self.limits.cool_down(*wait);
+        }
+    }
 }
 
 impl<M: ChatModel> ChatModel for RateLimited<M> {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
         self.limits.acquire(estimate_request_tokens(request)).await;
-        self.inner.chat(request).await
+        let result = self.inner.chat(request).await;
+        self.observe(&result);
+        result
     }
 }
 
@@ -149,7 +190,9 @@ impl<E: Embedder> Embedder for RateLimited<E> {
 
     async fn embed(&self, texts: &[String]) -> Result<Embeddings, Error> {
         self.limits.acquire(estimate_texts_tokens(texts)).await;
-        self.inner.embed(texts).await
+        let result = self.inner.embed(texts).await;
+        self.observe(&result);
+        result
     }
 }
 
@@ -192,6 +235,16 @@ mod tests {
             limits.acquire(1).await;
         }
         assert!(started.elapsed() >= Duration::from_millis(195), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn cooldown_delays_the_next_acquire() {
+        let limits = RateLimits::unlimited();
+        limits.cool_down(Duration::from_millis(150));
+        limits.cool_down(Duration::from_millis(10));
+        let started = Instant::now();
+        limits.acquire(1).await;
+        assert!(started.elapsed() >= Duration::from_millis(140), "{:?}", started.elapsed());
     }
 
     #[tokio::test]

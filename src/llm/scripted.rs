@@ -29,7 +29,13 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
+use super::retry::RetryPolicy;
+use super::secret::Secret;
+use super::stack::LlmConfig;
 use super::{ToolCall, Usage};
+
+/// The API key [`ScriptedServer::llm_config`] uses (the server accepts any key).
+pub const SCRIPTED_API_KEY: &str = "sk-scripted-test-key";
 
 /// Dimension of the hashed bag-of-words embeddings (unless the request asks for `dimensions`).
 pub const HASH_EMBEDDING_DIM: usize = 64;
@@ -287,6 +293,22 @@ impl ScriptedServer {
     /// The API base to configure clients with, e.g. `http://127.0.0.1:41234/v1`.
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// A client configuration for this server: [`SCRIPTED_API_KEY`], `model`, 5 s per
+    /// attempt and fast retries (3 attempts, 10 ms base delay), so tests stay quick. Build the
+    /// real stack from it with `build_chat_model` / `build_embedder`.
+    pub fn llm_config(&self, model: &str) -> LlmConfig {
+        let mut config =
+            LlmConfig::new(self.base_url.clone(), Secret::new(SCRIPTED_API_KEY), model);
+        config.timeout = Duration::from_secs(5);
+        config.retry = RetryPolicy {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(100),
+            max_retry_after: Duration::from_secs(5),
+        };
+        config
     }
 
     /// The socket address the server listens on.

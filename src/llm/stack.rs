@@ -131,6 +131,12 @@ impl Client {
         &self.meter
     }
 
+    /// Estimated USD cost of the tokens used so far, when the model's price is known
+    /// (approximate list prices, see `models.rs`).
+    pub fn estimated_cost_usd(&self) -> Option<f64> {
+        super::models::estimate_cost_usd(&self.model, self.usage().usage)
+    }
+
     /// A request for the configured model.
     pub fn request(&self, messages: Vec<super::Message>) -> ChatRequest {
         ChatRequest::new(self.model.clone(), messages)

@@ -14,10 +14,6 @@ use serde_json::Value;
 
 use super::{ChatModel, ChatRequest, Error, JsonSchemaSpec, Message, Usage};
 
-/// The re-ask message template (`{{schema}}`, `{{path}}`, `{{message}}`).
-const REASK_TEMPLATE: &str =
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/structured_reask.md"));
-
 /// A validated JSON answer and what it took to get it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StructuredResponse {
@@ -110,12 +106,13 @@ pub async fn chat_typed<T: DeserializeOwned, M: ChatModel>(
 
 fn reask_message(schema: &str, rejection: &Rejection) -> String {
     let path = if rejection.path.is_empty() { "/" } else { rejection.path.as_str() };
-    REASK_TEMPLATE
-        .replace("{{schema}}", schema)
-        .replace("{{path}}", path)
-        .replace("{{message}}", &rejection.message)
-        .trim_end()
-        .to_owned()
+    let vars = [("schema", schema), ("path", path), ("message", rejection.message.as_str())];
+    match crate::prompts::STRUCTURED_REASK.render(&vars) {
+        Ok(text) => text.trim_end().to_owned(),
+        // The template's slots are fixed and pinned by the prompts tests; this arm only guards
+        // against an edited prompt file and still tells the model what was wrong.
+        Err(error) => format!("{error}. Problem at `{path}`: {}", rejection.message),
+    }
 }
 
 /// Find the JSON value in a model reply: the body of the first code fence if it parses, else

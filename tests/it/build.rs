@@ -11,11 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mragent::build::{BuildSettings, BuildSummary, Stage, build, build_memory, load_memory};
-use mragent::dataset::locomo::load_locomo;
 use mragent::dataset::{Conversation, DatasetKind};
+use mragent::dataset::{load_locomo, load_longmemeval};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
-use mragent::llm::{Client, EmbedClient, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
+use mragent::llm::{
+    Client, EmbedClient, Embedder as _, EmbedderConfig, LlmConfig, Secret, build_chat_model,
+    build_embedder,
+};
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -23,13 +26,18 @@ use tokio::sync::Notify;
 const EMBEDDER: &str = "test-embedding";
 
 fn fixture() -> Vec<Conversation> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build/tiny_conversation.json");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build/tiny_conversation.json");
     load_locomo(&path).unwrap()
 }
 
 fn locomo(sample: &str) -> Conversation {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
-    load_locomo(&path).unwrap().into_iter().find(|conversation| conversation.sample_id == sample).unwrap()
+    load_locomo(&path)
+        .unwrap()
+        .into_iter()
+        .find(|conversation| conversation.sample_id == sample)
+        .unwrap()
 }
 
 /// What the responder sees in a chat request.
@@ -44,9 +52,12 @@ enum Ask {
 fn parse_ask(request: &RecordedRequest) -> Ask {
     let prompt = request.messages()[0]["content"].as_str().unwrap().to_string();
     let turn = Regex::new(r"(?m)^\[(D\d+:\d+)\] ([^:]+): (.*)$").unwrap();
-    let session = Regex::new(r"(?m)^Session D(\d+), date: .*?(?:\((\d{4}-\d{2}-\d{2})\))?$").unwrap();
-    let turns: Vec<(String, String, String)> =
-        turn.captures_iter(&prompt).map(|c| (c[1].to_string(), c[2].to_string(), c[3].to_string())).collect();
+    let session =
+        Regex::new(r"(?m)^Session D(\d+), date: .*?(?:\((\d{4}-\d{2}-\d{2})\))?$").unwrap();
+    let turns: Vec<(String, String, String)> = turn
+        .captures_iter(&prompt)
+        .map(|c| (c[1].to_string(), c[2].to_string(), c[3].to_string()))
+        .collect();
     if !turns.is_empty() {
         let sessions = session
             .captures_iter(&prompt)
@@ -54,21 +65,36 @@ fn parse_ask(request: &RecordedRequest) -> Ask {
             .collect();
         return Ask::Rewrite { sessions, turns };
     }
-    let line = prompt.lines().find(|line| line.starts_with("[{\"id\"")).expect("keyword prompt lists sentences");
+    let line = prompt
+        .lines()
+        .find(|line| line.starts_with("[{\"id\""))
+        .expect("keyword prompt lists sentences");
     let items: Vec<Value> = serde_json::from_str(line).unwrap();
     Ask::Keywords(
-        items.iter().map(|item| (item["id"].as_str().unwrap().to_string(), item["text"].as_str().unwrap().to_string())).collect(),
+        items
+            .iter()
+            .map(|item| {
+                (
+                    item["id"].as_str().unwrap().to_string(),
+                    item["text"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect(),
     )
 }
 
 /// A valid rewrite of the parsed dialogue: one sentence per turn dated with its session,
 /// one topic per session, one personal fact per speaker.
-fn mechanical_rewrite(sessions: &[(u32, Option<String>)], turns: &[(String, String, String)]) -> Value {
+fn mechanical_rewrite(
+    sessions: &[(u32, Option<String>)],
+    turns: &[(String, String, String)],
+) -> Value {
     let date_of = |dia_id: &str| {
         let number: u32 = dia_id[1..dia_id.find(':').unwrap()].parse().unwrap();
         sessions.iter().find(|(index, _)| *index == number).and_then(|(_, date)| date.clone())
     };
-    let topic_of = |dia_id: &str| format!("t{}", dia_id[1..dia_id.find(':').unwrap()].parse::<u32>().unwrap());
+    let topic_of =
+        |dia_id: &str| format!("t{}", dia_id[1..dia_id.find(':').unwrap()].parse::<u32>().unwrap());
     let sentences: Vec<Value> = turns
         .iter()
         .map(|(dia_id, speaker, text)| {
@@ -76,8 +102,10 @@ fn mechanical_rewrite(sessions: &[(u32, Option<String>)], turns: &[(String, Stri
                    "tag": "Chat", "time": date_of(dia_id), "topic": [topic_of(dia_id)]})
         })
         .collect();
-    let topics: serde_json::Map<String, Value> =
-        sessions.iter().map(|(index, _)| (format!("t{index}"), json!(format!("What was said in session {index}")))).collect();
+    let topics: serde_json::Map<String, Value> = sessions
+        .iter()
+        .map(|(index, _)| (format!("t{index}"), json!(format!("What was said in session {index}"))))
+        .collect();
     let mut speakers: Vec<(&str, &str)> = Vec::new();
     for (dia_id, speaker, _) in turns {
         if !speakers.iter().any(|(known, _)| known == speaker) {
@@ -126,7 +154,7 @@ fn is_keywords(request: &RecordedRequest) -> bool {
 }
 
 /// The answer a well-behaved model gives.
-fn good_answer(request: &RecordedRequest) -> Value {
+pub(crate) fn good_answer(request: &RecordedRequest) -> Value {
     match parse_ask(request) {
         Ask::Rewrite { sessions, turns } => mechanical_rewrite(&sessions, &turns),
         Ask::Keywords(sentences) => mechanical_keywords(&sentences),
@@ -135,7 +163,7 @@ fn good_answer(request: &RecordedRequest) -> Value {
 
 /// A responder: embeddings hashed, chat answered by `answer` (which may return `None` for
 /// the good answer).
-fn responder(
+pub(crate) fn responder(
     answer: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
 ) -> impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static {
     move |request| {
@@ -156,14 +184,23 @@ struct Harness {
 }
 
 impl Harness {
-    async fn new(answer: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static) -> Self {
+    async fn new(
+        answer: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
+    ) -> Self {
         let server = ScriptedServer::with_responder(responder(answer)).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut config = LlmConfig::new(server.base_url(), Secret::new("test-key"), "test-model");
-        config.retry = RetryPolicy { max_attempts: 2, base_delay: Duration::from_millis(5), ..RetryPolicy::default() };
+        config.retry = RetryPolicy {
+            max_attempts: 2,
+            base_delay: Duration::from_millis(5),
+            ..RetryPolicy::default()
+        };
         let chat = build_chat_model(&config).unwrap();
-        let embedder = build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 64 }).unwrap();
-        let mut settings = BuildSettings::new(dir.path().join("data"), DatasetKind::Locomo, "test", "test-model");
+        let embedder =
+            build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 64 })
+                .unwrap();
+        let mut settings =
+            BuildSettings::new(dir.path().join("data"), DatasetKind::Locomo, "test", "test-model");
         settings.progress = false;
         settings.workers = 4;
         settings.max_reasks = 2;
@@ -223,9 +260,14 @@ async fn a_small_conversation_builds_end_to_end_and_a_rerun_asks_nothing() {
     let requests = harness.requests();
     assert_eq!(rewrites_per_session(&requests), BTreeMap::from([(1, 1), (2, 1), (3, 1)]));
     assert_eq!(requests.iter().filter(|r| is_keywords(r)).count(), 3);
-    assert_eq!(requests.iter().filter(|r| r.is_embeddings()).count(), 4, "three units and the questions");
+    assert_eq!(
+        requests.iter().filter(|r| r.is_embeddings()).count(),
+        4,
+        "three units and the questions"
+    );
 
-    let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
+    let memory =
+        load_memory(&harness.settings, harness.embedder.name(), &conversations[0]).unwrap();
     assert!(memory.summary.failed.is_empty());
     let outputs = &memory.outputs;
     let sentences: Vec<_> = outputs.rewrites.iter().flat_map(|record| &record.sentences).collect();
@@ -234,13 +276,25 @@ async fn a_small_conversation_builds_end_to_end_and_a_rerun_asks_nothing() {
     assert_eq!(first.date.unwrap().to_string(), "2023-03-12");
     assert_eq!(first.topic_ids, ["D1:t1"]);
     assert!(sentences[2].text.contains("and shared a photo of a pottery wheel"));
-    let topics: Vec<&str> = outputs.rewrites.iter().flat_map(|r| r.topics.iter().map(|t| t.id.as_str())).collect();
+    let topics: Vec<&str> =
+        outputs.rewrites.iter().flat_map(|r| r.topics.iter().map(|t| t.id.as_str())).collect();
     assert_eq!(topics, ["D1:t1", "D2:t2", "D3:t3"]);
     assert_eq!(outputs.rewrites[1].session, "D2");
     assert_eq!(outputs.rewrites[0].personal_facts[0].id, "D1:p1");
     let keywords: Vec<_> = outputs.keywords.iter().flat_map(|record| &record.sentences).collect();
     assert_eq!(keywords.len(), 11);
     assert_eq!(keywords[0].keywords, ["Maya", "Hi", "Tomas", "I"]);
+    // The graph is built from those outputs: episodes show the raw turn, keys link to them.
+    let graph = &memory.graph;
+    assert_eq!(graph.stats().episodes, 11);
+    let episode = graph.episode_by_id("D1:4-1").unwrap();
+    assert_eq!(
+        episode.text,
+        "Tomas: I will be in Lisbon for work that week, but tell me how it goes."
+    );
+    assert_eq!(episode.date.unwrap().to_string(), "2023-03-12");
+    let lisbon = graph.key("Lisbon").unwrap();
+    assert_eq!((lisbon.n_episodes, lisbon.tags.as_slice()), (2, &["Chat".to_string()][..]));
     assert_eq!(memory.embeddings.sentences.len(), 11);
     assert_eq!(memory.embeddings.topics.len(), 3);
     assert_eq!(memory.embeddings.questions.len(), 3);
@@ -258,7 +312,9 @@ async fn a_whole_locomo_conversation_builds_end_to_end() {
     let harness = Harness::new(|_| None).await;
     let conversation = locomo("conv-30");
     let turns: usize = conversation.sessions.iter().map(|s| s.turns.len()).sum();
-    let memory = build_memory(&harness.settings, &harness.chat, &harness.embedder, &conversation).await.unwrap();
+    let memory = build_memory(&harness.settings, &harness.chat, &harness.embedder, &conversation)
+        .await
+        .unwrap();
     let summary = &memory.summary;
     assert!(summary.failed.is_empty(), "{:?}", summary.failed);
     assert_eq!(summary.sessions, 19);
@@ -271,7 +327,8 @@ async fn a_whole_locomo_conversation_builds_end_to_end() {
     assert_eq!(memory.embeddings.sentences.len(), turns);
     assert_eq!(memory.embeddings.questions.len(), conversation.questions.len());
     // Every turn is covered and every sentence is dated.
-    let sentences: Vec<_> = memory.outputs.rewrites.iter().flat_map(|record| &record.sentences).collect();
+    let sentences: Vec<_> =
+        memory.outputs.rewrites.iter().flat_map(|record| &record.sentences).collect();
     let origins: BTreeSet<&str> = sentences.iter().map(|s| s.origin.as_str()).collect();
     assert_eq!(origins.len(), turns);
     assert!(sentences.iter().all(|s| s.date.is_some()));
@@ -309,7 +366,10 @@ async fn a_killed_build_resumes_without_re_requesting_finished_sessions() {
     assert!(summary.is_complete(), "{summary}");
     let second_run = harness.requests()[first_run.len()..].to_vec();
     let asked_again: BTreeSet<u32> = rewrites_per_session(&second_run).into_keys().collect();
-    assert!(asked_again.is_disjoint(&finished), "finished {finished:?}, asked again {asked_again:?}");
+    assert!(
+        asked_again.is_disjoint(&finished),
+        "finished {finished:?}, asked again {asked_again:?}"
+    );
     assert_eq!(asked_again.len() + finished.len(), 19);
     assert!(summary.samples[0].sessions_reused > 0);
     let all = rewrites_per_session(&harness.requests());
@@ -324,15 +384,20 @@ async fn failed_sessions_are_reported_and_a_rerun_does_only_those() {
     let harness = {
         let healthy = Arc::clone(&healthy);
         Harness::new(move |request| {
-            let failing = !healthy.load(Ordering::SeqCst) && rewrite_session(request).is_some_and(|s| s >= 2);
-            failing.then(|| ScriptedReply::Status { status: 400, message: "provider rejected the request".into() })
+            let failing =
+                !healthy.load(Ordering::SeqCst) && rewrite_session(request).is_some_and(|s| s >= 2);
+            failing.then(|| ScriptedReply::Status {
+                status: 400,
+                message: "provider rejected the request".into(),
+            })
         })
         .await
     };
     let conversations = fixture();
     let summary = harness.build(&conversations).await;
     assert!(!summary.is_complete());
-    let failed: Vec<(&str, Stage)> = summary.failed().map(|unit| (unit.unit.as_str(), unit.stage)).collect();
+    let failed: Vec<(&str, Stage)> =
+        summary.failed().map(|unit| (unit.unit.as_str(), unit.stage)).collect();
     assert_eq!(failed, [("session_2", Stage::Rewrite), ("session_3", Stage::Rewrite)]);
     assert!(summary.failed().all(|unit| unit.error.contains("400")), "{summary}");
     assert!(summary.to_string().contains("failed: conv-tiny session_2 (rewrite)"), "{summary}");
@@ -383,7 +448,11 @@ async fn invalid_answers_are_re_asked_with_the_reason() {
             .unwrap()
     };
     assert!(reask(1).contains("topics"), "{}", reask(1));
-    assert!(reask(2).contains("these turns have no sentence (every turn needs at least one): D2:2"), "{}", reask(2));
+    assert!(
+        reask(2).contains("these turns have no sentence (every turn needs at least one): D2:2"),
+        "{}",
+        reask(2)
+    );
 }
 
 #[tokio::test]
@@ -400,7 +469,10 @@ async fn a_session_that_stays_invalid_is_reported_failed_never_stored() {
     let summary = harness.build(&conversations).await;
     let failed: Vec<_> = summary.failed().collect();
     assert_eq!(failed.len(), 1, "{summary}");
-    assert_eq!((failed[0].unit.as_str(), failed[0].stage, failed[0].attempts), ("session_2", Stage::Rewrite, 3));
+    assert_eq!(
+        (failed[0].unit.as_str(), failed[0].stage, failed[0].attempts),
+        ("session_2", Stage::Rewrite, 3)
+    );
     assert!(failed[0].error.contains("still invalid after 2 re-asks"), "{}", failed[0].error);
     assert!(failed[0].error.contains("D2:2"), "{}", failed[0].error);
     assert_eq!(rewrites_per_session(&harness.requests())[&2], 3);
@@ -415,8 +487,10 @@ async fn a_session_that_stays_invalid_is_reported_failed_never_stored() {
         .collect();
     assert!(keyword_sentences.iter().all(|id| !id.starts_with("D2:")), "{keyword_sentences:?}");
 
-    let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
-    let sessions: Vec<&str> = memory.outputs.rewrites.iter().map(|record| record.session.as_str()).collect();
+    let memory =
+        load_memory(&harness.settings, harness.embedder.name(), &conversations[0]).unwrap();
+    let sessions: Vec<&str> =
+        memory.outputs.rewrites.iter().map(|record| record.session.as_str()).collect();
     assert_eq!(sessions, ["D1", "D3"]);
     assert_eq!(memory.summary.events, 8);
     assert_eq!(memory.summary.failed.len(), 1);
@@ -430,7 +504,10 @@ async fn unknown_keyword_ids_are_dropped_with_a_warning() {
             return None;
         }
         let mut answer = good_answer(request);
-        answer["sentence"].as_array_mut().unwrap().push(json!({"sentence_id": "D99:1-1", "keyword": ["ghost"]}));
+        answer["sentence"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"sentence_id": "D99:1-1", "keyword": ["ghost"]}));
         Some(ScriptedReply::json(&answer))
     })
     .await;
@@ -438,18 +515,34 @@ async fn unknown_keyword_ids_are_dropped_with_a_warning() {
     let summary = harness.build(&conversations).await;
     assert!(summary.is_complete(), "{summary}");
     assert_eq!(summary.samples[0].dropped_keyword_ids, 3);
-    let memory = load_memory(&harness.settings, EMBEDDER, &conversations[0]).unwrap();
-    let keywords: Vec<_> = memory.outputs.keywords.iter().flat_map(|record| &record.sentences).collect();
+    let memory =
+        load_memory(&harness.settings, harness.embedder.name(), &conversations[0]).unwrap();
+    let keywords: Vec<_> =
+        memory.outputs.keywords.iter().flat_map(|record| &record.sentences).collect();
     assert!(keywords.iter().all(|k| !k.keywords.contains(&"ghost".to_string())));
     assert_eq!(keywords.len(), 11);
 }
 
 /// Rewrite a cache file's recorded version of `prompt` to simulate a build made with an
-/// older prompt text.
+/// older prompt text. The embedding cache is binary: magic, header length, JSON header, floats.
 fn age_prompt(path: &Path, prompt: &str) {
-    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    file["versions"][prompt] = json!("000000000000");
-    std::fs::write(path, serde_json::to_string_pretty(&file).unwrap()).unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    let aged = |header: &mut Value| header["versions"][prompt] = json!("000000000000");
+    if bytes.starts_with(b"MRAGEMB1") {
+        let length = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+        let mut header: Value = serde_json::from_slice(&bytes[16..16 + length]).unwrap();
+        aged(&mut header);
+        let header = serde_json::to_vec(&header).unwrap();
+        let mut out = b"MRAGEMB1".to_vec();
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&bytes[16 + length..]);
+        std::fs::write(path, out).unwrap();
+    } else {
+        let mut file: Value = serde_json::from_slice(&bytes).unwrap();
+        aged(&mut file);
+        std::fs::write(path, serde_json::to_string_pretty(&file).unwrap()).unwrap();
+    }
 }
 
 #[tokio::test]
@@ -472,28 +565,98 @@ async fn a_changed_prompt_invalidates_its_stage_and_the_later_ones_with_a_messag
     assert!(summary.is_complete(), "{summary}");
     assert_eq!(summary.notices.len(), 1, "{:?}", summary.notices);
     assert!(
-        summary.notices[0].contains("made with prompt `keywords` version 000000000000, the current version is"),
+        summary.notices[0]
+            .contains("made with prompt `keywords` version 000000000000, the current version is"),
         "{}",
         summary.notices[0]
     );
     assert!(summary.notices[0].contains("rebuilding the keywords stage and the stages after it"));
     assert_eq!(count(&harness.requests()[before..]), (0, 3, 0));
 
-    // A changed rewrite prompt: everything is redone, and every stale file says so.
-    age_prompt(&harness.rewrite_path("conv-tiny"), "rewrite");
+    // A changed rewrite prompt: every cache records the rewrite prompt's version, so all three
+    // are stale, each says so, and everything is redone.
+    let embedding_path = harness.settings.embedding_path(harness.embedder.name(), "conv-tiny");
+    for path in [
+        harness.rewrite_path("conv-tiny"),
+        harness.settings.keyword_path("conv-tiny"),
+        embedding_path,
+    ] {
+        age_prompt(&path, "rewrite");
+    }
     let before = harness.requests().len();
     let summary = harness.build(&conversations).await;
     assert!(summary.is_complete(), "{summary}");
-    assert_eq!(summary.notices.len(), 1, "only the rewrite file was edited: {:?}", summary.notices);
-    assert!(summary.notices[0].contains("prompt `rewrite` version 000000000000"), "{}", summary.notices[0]);
-    assert_eq!(count(&harness.requests()[before..]), (3, 3, 3), "keywords and embeddings follow the new rewrite");
-    let rewrite: Value = serde_json::from_str(&std::fs::read_to_string(harness.rewrite_path("conv-tiny")).unwrap()).unwrap();
+    assert_eq!(summary.notices.len(), 3, "{:?}", summary.notices);
+    assert!(
+        summary
+            .notices
+            .iter()
+            .all(|notice| notice.contains("prompt `rewrite` version 000000000000")),
+        "{:?}",
+        summary.notices
+    );
+    assert!(
+        summary.notices[0].contains("rebuilding the rewrite stage and the stages after it"),
+        "{}",
+        summary.notices[0]
+    );
+    assert_eq!(
+        count(&harness.requests()[before..]),
+        (3, 3, 4),
+        "three units and the questions are embedded again"
+    );
+    let rewrite: Value =
+        serde_json::from_str(&std::fs::read_to_string(harness.rewrite_path("conv-tiny")).unwrap())
+            .unwrap();
     assert_eq!(rewrite["versions"]["rewrite"], json!(mragent::prompts::REWRITE.version()));
     assert_eq!(sessions_done_in_cache(&harness.rewrite_path("conv-tiny")).len(), 3);
 }
 
-/// Concurrency: with several workers, several rewrites are in flight at once.
 #[tokio::test]
+async fn longmemeval_batches_several_sessions_into_one_rewrite() {
+    let mut harness = Harness::new(|_| None).await;
+    harness.settings.dataset = DatasetKind::LongMemEval;
+    harness.settings.lm_batch = 2;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/longmemeval_tiny.json");
+    let conversations = load_longmemeval(&path).unwrap();
+    let summary = harness.build(&conversations).await;
+    assert!(summary.is_complete(), "{summary}");
+    let rewrites: Vec<RecordedRequest> =
+        harness.requests().into_iter().filter(is_rewrite).collect();
+    // Two sessions per call: samples of 2 sessions take one call, samples of 3 take two.
+    let expected: usize = conversations.iter().map(|c| c.sessions.len().div_ceil(2)).sum();
+    assert_eq!(rewrites.len(), expected);
+    assert!(rewrites.iter().all(|r| r.messages().len() == 1), "no re-asks");
+    let batches: BTreeSet<Vec<u32>> = rewrites
+        .iter()
+        .map(|request| match parse_ask(request) {
+            Ask::Rewrite { sessions, .. } => sessions.iter().map(|(index, _)| *index).collect(),
+            Ask::Keywords(_) => unreachable!(),
+        })
+        .collect();
+    assert_eq!(batches, BTreeSet::from([vec![1, 2], vec![3]]));
+    let sample = &conversations[0].sample_id;
+    let cache: Value = serde_json::from_str(
+        &std::fs::read_to_string(harness.settings.rewrite_path(sample)).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        harness.settings.rewrite_path(sample).starts_with(harness.settings.data_dir.join("LM"))
+    );
+    assert_eq!(cache["units"][0]["unit"], "session_1-session_2");
+    assert_eq!(cache["units"][0]["output"]["session"], "D1-D2");
+    let topics: Vec<&str> = cache["units"][0]["output"]["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(topics, ["D1:t1", "D1:t2"]);
+}
+
+/// Concurrency: with several workers, several rewrites are in flight at once (a multi-thread
+/// runtime, so the responder's blocking sleep does not stall the client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn units_run_concurrently_across_conversations() {
     let in_flight = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(Mutex::new(0usize));
@@ -519,7 +682,10 @@ async fn units_run_concurrently_across_conversations() {
     let conversations = vec![fixture().remove(0), second];
     let summary = harness.build(&conversations).await;
     assert!(summary.is_complete(), "{summary}");
-    assert_eq!(summary.samples.iter().map(|s| s.sample_id.as_str()).collect::<Vec<_>>(), ["conv-tiny", "conv-tiny-2"]);
+    assert_eq!(
+        summary.samples.iter().map(|s| s.sample_id.as_str()).collect::<Vec<_>>(),
+        ["conv-tiny", "conv-tiny-2"]
+    );
     let peak = *peak.lock().unwrap();
     assert!(peak >= 2 && peak <= harness.settings.workers, "peak {peak}");
 }

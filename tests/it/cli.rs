@@ -6,7 +6,7 @@ use std::process::Output;
 use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
-const COMMANDS: &[&str] = &["ping"];
+const COMMANDS: &[&str] = &["ping", "eval", "build"];
 
 /// Run the built binary in an empty directory (no `.env`) with a clean model environment.
 async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
@@ -76,4 +76,41 @@ async fn ping_reaches_a_local_endpoint_without_leaking_the_key() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         assert!(!text.contains(key));
     }
+}
+
+#[tokio::test]
+async fn build_command_builds_a_conversation_then_resumes_from_cache() {
+    let server = ScriptedServer::with_responder(crate::build::responder(|_| None)).await.unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/build/tiny_conversation.json");
+    let fixture = fixture.to_str().unwrap();
+    let args = [
+        "build",
+        "--data-file",
+        fixture,
+        "--base-url",
+        server.base_url(),
+        "--model",
+        "local/tiny",
+        "-q",
+    ];
+    let (output, dir) = mragent(&args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("events"), "{stdout}");
+    let first = server.request_count();
+    assert!(first > 0);
+    assert!(dir.path().join("data/locomo/rewrite_local-tiny").is_dir());
+
+    // The same command in the same project directory finds everything cached.
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
+    let rerun = command
+        .args(args)
+        .current_dir(dir.path())
+        .env_remove("OPENROUTER_API_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert!(rerun.status.success());
+    assert_eq!(server.request_count(), first, "a rerun must not ask the model again");
 }

@@ -4,11 +4,14 @@
 
 use std::io;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mragent::llm::retry::RetryPolicy;
-use mragent::llm::scripted::{HASH_EMBEDDING_DIM, ScriptedReply, ScriptedServer, hashed_embedding};
+use mragent::llm::scripted::{
+    HASH_EMBEDDING_DIM, SCRIPTED_API_KEY, ScriptedReply, ScriptedServer, hashed_embedding,
+};
 use mragent::llm::{
     ChatModel, ChatRequest, Client, Embedder, EmbedderConfig, Error, JsonSchemaSpec, LlmConfig,
     Message, Secret, ToolCall, ToolChoice, ToolSpec, Usage, build_chat_model, build_embedder,
@@ -62,6 +65,34 @@ async fn a_429_storm_is_ridden_out_and_waits_honour_retry_after() {
     }
     let totals = client.usage();
     assert_eq!((totals.requests, totals.failed_requests), (3, 2));
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_pauses_every_worker() {
+    let served = AtomicUsize::new(0);
+    let server = ScriptedServer::with_responder(move |_| {
+        if served.fetch_add(1, Ordering::SeqCst) == 0 {
+            ScriptedReply::rate_limited(1)
+        } else {
+            ScriptedReply::text("ok")
+        }
+    })
+    .await
+    .unwrap();
+    let client = client(&server);
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.chat(&ask("first")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.chat(&ask("second")).await.unwrap();
+    first.await.unwrap().unwrap();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for later in &requests[1..] {
+        let gap = later.received_at - requests[0].received_at;
+        assert!(gap >= Duration::from_secs(1), "a worker fired {gap:?} into the cooldown");
+    }
 }
 
 #[tokio::test]
@@ -406,6 +437,14 @@ async fn usage_is_counted_per_call_and_per_run() {
     let totals = client.clone().usage();
     assert_eq!(totals.usage, Usage { prompt_tokens: 150, completion_tokens: 15 });
     assert_eq!((totals.requests, totals.failed_requests), (3, 1));
+    assert!(client.estimated_cost_usd().is_none(), "no price for test/model");
+    let mut priced = config(&server);
+    priced.model = "openai/gpt-4o-mini".into();
+    server.push(ScriptedReply::text("c").with_usage(1_000_000, 1_000_000));
+    let priced = build_chat_model(&priced).unwrap();
+    priced.chat(&priced.request(vec![Message::user("q")])).await.unwrap();
+    let cost = priced.estimated_cost_usd().unwrap();
+    assert!((cost - 0.75).abs() < 1e-9, "{cost}");
 }
 
 #[tokio::test]
@@ -554,4 +593,17 @@ async fn extra_headers_are_sent() {
     assert_eq!(request.header("http-referer"), Some("https://example.org"));
     assert_eq!(request.path, "/v1/chat/completions");
     assert_eq!(request.body["model"], "test/model");
+}
+
+#[tokio::test]
+async fn dropping_the_server_stops_it() {
+    let server = ScriptedServer::with_script([ScriptedReply::text("up")]).await.unwrap();
+    let config = server.llm_config("test/model");
+    assert_eq!(config.api_key.expose(), SCRIPTED_API_KEY);
+    let response = build_chat_model(&config).unwrap().chat(&ask("hi")).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("up"));
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let error = build_chat_model(&config).unwrap().chat(&ask("hi")).await.unwrap_err();
+    assert!(matches!(error, Error::Connection { attempts: 3, .. }), "{error:?}");
 }
