@@ -174,14 +174,14 @@ async fn answers_a_fixture_conversation_end_to_end() {
     // Question vectors left out: the run embeds each question through the endpoint.
     let memory = mechanical_memory(&conversation, false).unwrap();
     let summary = bench.run(&[memory]).await;
-    assert_eq!((summary.total, summary.answered, summary.errors, summary.remaining), (8, 8, 0, 0));
+    assert_eq!((summary.total, summary.answered, summary.errors, summary.remaining), (9, 9, 0, 0));
     assert!(!summary.interrupted && summary.resume_hint().is_none());
     assert!(summary.usage.prompt_tokens > 0 && summary.usage.completion_tokens > 0);
 
     let lines = bench.lines("conv-7");
-    assert_eq!(lines.len(), 8);
+    assert_eq!(lines.len(), 9);
     let ids: BTreeSet<&str> = lines.iter().map(|line| line.question_id.as_str()).collect();
-    assert_eq!(ids.len(), 8, "one line per question");
+    assert_eq!(ids.len(), 9, "one line per question");
     for line in &lines {
         assert_eq!(line.status, Status::Ok, "{line:?}");
         assert!(!line.prediction.is_empty());
@@ -241,9 +241,9 @@ async fn answers_a_fixture_conversation_end_to_end() {
     // A second run finds everything answered and asks nothing.
     let before = bench.server.request_count();
     let again = bench.run(&[mechanical_memory(&conversation, false).unwrap()]).await;
-    assert_eq!((again.resumed, again.answered), (8, 0));
+    assert_eq!((again.resumed, again.answered), (9, 0));
     assert_eq!(bench.server.request_count(), before);
-    assert_eq!(bench.lines("conv-7").len(), 8);
+    assert_eq!(bench.lines("conv-7").len(), 9);
 }
 
 #[tokio::test]
@@ -310,7 +310,7 @@ async fn trace_renders_a_question_and_a_result_file() {
 
     let result_file = bench.settings.result_path("conv-7");
     let all = render_trace(bench.root(), result_file.to_str().unwrap(), &options).unwrap();
-    assert_eq!(all.matches("Q: ").count(), 8);
+    assert_eq!(all.matches("Q: ").count(), 9);
     let error = render_trace(bench.root(), "conv-7:q99", &options).unwrap_err().to_string();
     assert!(error.contains("no trace for question `conv-7:q99`"), "{error}");
 }
@@ -333,11 +333,11 @@ async fn injected_faults_never_stop_the_run() {
     // Few candidates pass the cut, so every question goes through the re-rank.
     bench.settings.retrieval.k2 = 1;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
-    assert_eq!((summary.answered, summary.errors), (8, 2));
+    assert_eq!((summary.answered, summary.errors), (9, 2));
     let lines = by_id(&bench.lines("conv-7"));
-    assert_eq!(lines.len(), 8);
+    assert_eq!(lines.len(), 9);
     // Retried by the client stack until they pass: 500, 429 with Retry-After, a timeout.
-    for id in ["conv-7:q1", "conv-7:q2", "conv-7:q3", "conv-7:q5", "conv-7:q7", "conv-7:q8"] {
+    for id in ["conv-7:q1", "conv-7:q2", "conv-7:q3", "conv-7:q5", "conv-7:q7", "conv-7:q8", "conv-7:q9"] {
         assert_eq!(lines[id].status, Status::Ok, "{:?}", lines[id]);
     }
     // Not retried by the client: a malformed body fails the question, which the next run
@@ -385,9 +385,9 @@ async fn injected_faults_never_stop_the_run() {
     // A rerun answers only the failed questions: the malformed body was a one-off, the 503s
     // go on. Lines are replaced, never duplicated.
     let again = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
-    assert_eq!((again.resumed, again.answered, again.errors), (6, 2, 1));
+    assert_eq!((again.resumed, again.answered, again.errors), (7, 2, 1));
     let lines = by_id(&bench.lines("conv-7"));
-    assert_eq!(lines.len(), 8);
+    assert_eq!(lines.len(), 9);
     assert_eq!(lines["conv-7:q4"].status, Status::Ok);
     assert_eq!(lines["conv-7:q6"].status, Status::Error);
 }
