@@ -18,9 +18,11 @@ pub mod settings;
 pub mod agent;
 pub mod build;
 pub mod dataset;
+pub mod embedding;
 pub mod llm;
 pub mod memory;
 pub mod results;
+pub mod retrieval;
 
 pub mod eval;
 

@@ -10,3 +10,4 @@ mod dataset;
 mod eval;
 mod llm;
 mod memory;
+mod retrieval;

@@ -1,0 +1,157 @@
+//! Okapi BM25 over the text units of one conversation, built incrementally.
+//!
+//! Hand-written rather than taken from the `bm25` crate: we need an index that grows one session
+//! at a time alongside the association graph, dense scores for every unit (for rank fusion), and
+//! exact control of tokenisation; the scoring itself is a dozen lines. Tokens are lowercased
+//! alphanumeric runs, minus a short English stop-word list, reduced by the Snowball English
+//! stemmer (`rust-stemmers`), so "painted" matches "paint".
+//!
+//! `score(t, d) = idf(t) · tf·(k1 + 1) / (tf + k1·(1 − b + b·|d|/avgdl))` with the always-positive
+//! `idf(t) = ln(1 + (N − n_t + 0.5)/(n_t + 0.5))`, k1 = 1.2, b = 0.75, summed over the distinct
+//! query terms. Pure and deterministic.
+
+use std::collections::HashMap;
+
+use rust_stemmers::{Algorithm, Stemmer};
+
+/// Term-frequency saturation.
+const K1: f64 = 1.2;
+/// Length normalisation strength.
+const B: f64 = 0.75;
+
+/// Words too common in dialogue and questions to carry evidence.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "before",
+    "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "for", "from", "had", "has",
+    "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in",
+    "into", "is", "it", "its", "itself", "just", "me", "my", "myself", "of", "on", "or", "our", "ours", "she",
+    "so", "some", "than", "that", "the", "their", "theirs", "them", "then", "there", "these", "they", "this",
+    "those", "to", "too", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why",
+    "will", "with", "would", "you", "your", "yours", "s", "t", "m", "re", "ve", "ll", "d",
+];
+
+/// Turns text into index terms.
+pub struct Analyzer {
+    stemmer: Stemmer,
+}
+
+impl Default for Analyzer {
+    fn default() -> Self {
+        Self { stemmer: Stemmer::create(Algorithm::English) }
+    }
+}
+
+impl Analyzer {
+    /// Index terms of `text`, in order, with repeats.
+    pub fn terms(&self, text: &str) -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|word| !word.is_empty())
+            .map(str::to_lowercase)
+            .filter(|word| !STOP_WORDS.contains(&word.as_str()))
+            .map(|word| self.stemmer.stem(&word).into_owned())
+            .collect()
+    }
+}
+
+/// A growing BM25 index; documents are numbered in insertion order.
+#[derive(Default)]
+pub struct Bm25Index {
+    analyzer: Analyzer,
+    /// term → (document, term frequency), documents ascending.
+    postings: HashMap<String, Vec<(u32, u32)>>,
+    lengths: Vec<u32>,
+    total_length: u64,
+}
+
+impl Bm25Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of documents.
+    pub fn len(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Whether the index has no documents.
+    pub fn is_empty(&self) -> bool {
+        self.lengths.is_empty()
+    }
+
+    /// Add a document; returns its number.
+    pub fn add(&mut self, text: &str) -> usize {
+        let document = self.lengths.len() as u32;
+        let terms = self.analyzer.terms(text);
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        for term in &terms {
+            *counts.entry(term.clone()).or_default() += 1;
+        }
+        for (term, count) in counts {
+            self.postings.entry(term).or_default().push((document, count));
+        }
+        self.lengths.push(terms.len() as u32);
+        self.total_length += terms.len() as u64;
+        document as usize
+    }
+
+    /// BM25 score of every document for `query` (0 for documents sharing no term).
+    pub fn scores(&self, query: &str) -> Vec<f64> {
+        let mut scores = vec![0.0; self.lengths.len()];
+        if self.lengths.is_empty() {
+            return scores;
+        }
+        let mut terms = self.analyzer.terms(query);
+        terms.sort();
+        terms.dedup();
+        let n = self.lengths.len() as f64;
+        let average_length = (self.total_length as f64 / n).max(1.0);
+        for term in &terms {
+            let Some(postings) = self.postings.get(term) else { continue };
+            let containing = postings.len() as f64;
+            let idf = (1.0 + (n - containing + 0.5) / (containing + 0.5)).ln();
+            for &(document, tf) in postings {
+                let tf = f64::from(tf);
+                let length = f64::from(self.lengths[document as usize]);
+                let norm = K1 * (1.0 - B + B * length / average_length);
+                scores[document as usize] += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
+        scores
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn analyzer_lowercases_stems_and_drops_stop_words() {
+        let analyzer = Analyzer::default();
+        assert_eq!(analyzer.terms("When did Melanie PAINT the sunrises?"), vec!["melani", "paint", "sunris"]);
+        assert_eq!(analyzer.terms("painted, painting"), vec!["paint", "paint"]);
+    }
+
+    #[test]
+    fn scores_follow_the_bm25_formula() {
+        let mut index = Bm25Index::new();
+        index.add("Melanie painted a sunrise over the lake");
+        index.add("Caroline went to a support group");
+        index.add("a lake trip, a lake swim and lake fish");
+        let scores = index.scores("lake sunrise");
+        // Document 0: terms melani, paint, sunris, lake (length 4); document 2: lake×3, trip,
+        // swim, fish (length 6); average length (4 + 4 + 6) / 3.
+        let n = 3.0f64;
+        let idf = |containing: f64| (1.0 + (n - containing + 0.5) / (containing + 0.5)).ln();
+        let average: f64 = 14.0 / 3.0;
+        let part = |tf: f64, length: f64| tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
+        let expected0 = idf(2.0) * part(1.0, 4.0) + idf(1.0) * part(1.0, 4.0);
+        let expected2 = idf(2.0) * part(3.0, 6.0);
+        assert!((scores[0] - expected0).abs() < 1e-12);
+        assert_eq!(scores[1], 0.0);
+        assert!((scores[2] - expected2).abs() < 1e-12);
+        assert!(scores[0] > scores[2]);
+        assert!(Bm25Index::new().scores("x").is_empty());
+    }
+}

@@ -1,0 +1,39 @@
+//! Building a [`MemoryIndex`] for a conversation from any [`Embedder`] (async), for callers
+//! outside the offline evaluation, such as the answer loop's `query_memgas` tool.
+//!
+//! The units of every session are embedded in one batch (through an [`EmbeddingCache`] when one
+//! is given) and added to the index in session order.
+
+use anyhow::Context;
+
+use super::cache::EmbeddingCache;
+use super::index::{IndexOptions, MemoryIndex};
+use super::units::SessionUnits;
+use crate::llm::Embedder;
+
+/// Embed `sessions` (in time order) with `embedder` and index them. `cache` is an optional
+/// cache with the bucket name to use (e.g. the conversation's sample id).
+pub async fn build_index<E: Embedder>(
+    sessions: Vec<SessionUnits>,
+    embedder: &E,
+    cache: Option<(&EmbeddingCache, &str)>,
+    options: IndexOptions,
+) -> anyhow::Result<MemoryIndex> {
+    let per_session: Vec<Vec<String>> = sessions.iter().map(|s| s.texts_to_embed(&options.units)).collect();
+    let all: Vec<String> = per_session.iter().flatten().cloned().collect();
+    let vectors = match cache {
+        Some((cache, bucket)) => cache.get_or_embed_with(bucket, &all, embedder).await?.0,
+        None => embedder.embed(&all).await.context("embedding session units")?.vectors,
+    };
+    anyhow::ensure!(vectors.len() == all.len(), "embedder returned {} vectors for {} texts", vectors.len(), all.len());
+    let mut index = MemoryIndex::new(options);
+    let mut rest = vectors.into_iter();
+    for (units, texts) in sessions.into_iter().zip(&per_session) {
+        let session_vectors: Vec<Vec<f32>> = rest.by_ref().take(texts.len()).collect();
+        let assembled = units
+            .assemble(&options.units, session_vectors)
+            .with_context(|| format!("session {}: embedding count mismatch", units.session_id))?;
+        index.add_session(units, assembled)?;
+    }
+    Ok(index)
+}

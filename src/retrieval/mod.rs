@@ -1,0 +1,36 @@
+//! MemGAS multi-granularity retrieval (memgas.md §3–§5, §7).
+//!
+//! A conversation's sessions become units at several granularities ([`units`]): the session, its
+//! turns, and — when an LLM has written them — a summary and keywords. Units are embedded by the
+//! caller (the local MiniLM embedder offline) and added session by session to a [`MemoryIndex`]
+//! ([`index`]), which grows an association graph between units ([`graph`], split by a seeded
+//! Gaussian mixture, [`gmm`]) and BM25 indexes ([`bm25`]). A query is answered by one of several
+//! methods: plain dense or lexical ranking per granularity, MemGAS (entropy [`router`], seed
+//! selection, personalized PageRank [`ppr`]), or reciprocal-rank fusion. [`eval`] runs the
+//! methods over a dataset and scores them with the metrics of [`metrics`]; [`cache`] keeps
+//! embeddings on disk.
+//!
+//! `gmm`, `ppr`, `router`, `metrics`, `bm25`, `graph` and `index` are synchronous, pure and
+//! deterministic; only `cache` and `eval` touch the filesystem.
+
+pub mod bm25;
+pub mod build;
+pub mod cache;
+pub mod eval;
+pub mod gmm;
+pub mod graph;
+pub mod index;
+pub mod metrics;
+pub mod ppr;
+pub mod router;
+pub mod units;
+
+pub use build::build_index;
+pub use cache::EmbeddingCache;
+pub use eval::{MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval};
+pub use index::{
+    FusionOptions, IndexError, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex, Method, Ranking, Scored,
+    SessionHit, TurnHit, TurnRouting,
+};
+pub use router::RouterFormula;
+pub use units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};
