@@ -20,15 +20,19 @@ use mragent::retrieval::{Method, RetrieveSettings, run_retrieval_eval};
 fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut settings = RetrieveSettings::new(&root, DatasetKind::Locomo);
-    settings.embed_model_dir = std::env::var_os(MODEL_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+    settings.embed_model_dir =
+        std::env::var_os(MODEL_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
-        let (key, value) = arg.split_once('=').with_context(|| format!("expected key=value, got {arg}"))?;
+        let (key, value) =
+            arg.split_once('=').with_context(|| format!("expected key=value, got {arg}"))?;
         let index = &mut settings.index;
         match key {
             "methods" => {
                 settings.methods = value
                     .split(',')
-                    .map(|name| Method::parse(name).with_context(|| format!("unknown method {name}")))
+                    .map(|name| {
+                        Method::parse(name).with_context(|| format!("unknown method {name}"))
+                    })
                     .collect::<anyhow::Result<_>>()?;
             }
             "samples" => settings.samples = value.split(',').map(str::to_string).collect(),
@@ -37,7 +41,8 @@ fn main() -> anyhow::Result<()> {
             "lexical_turn_context" => index.units.lexical_turn_context = value.parse()?,
             "session_chunk_chars" => index.units.session_chunk_chars = value.parse()?,
             "router" => {
-                index.memgas.router = serde_json::from_value(serde_json::Value::String(value.to_string()))?;
+                index.memgas.router =
+                    serde_json::from_value(serde_json::Value::String(value.to_string()))?;
             }
             "temperature" => index.memgas.temperature = value.parse()?,
             "seeds" => index.memgas.n_seeds = value.parse()?,

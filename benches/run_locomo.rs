@@ -52,15 +52,21 @@ fn main() {
         config.requests_per_minute = NonZeroU32::new(rpm);
         config.burst_window = burst_window;
         let chat = build_chat_model(&config).unwrap();
-        let embedder =
-            build_embedder(&config, &EmbedderConfig { model: "bench-embedding".into(), batch_size: 64 }).unwrap();
+        let embedder = build_embedder(
+            &config,
+            &EmbedderConfig { model: "bench-embedding".into(), batch_size: 64 },
+        )
+        .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut settings = AnswerSettings::new(dir.path(), DatasetKind::Locomo, "bench", "bench-model", "bench");
+        let mut settings =
+            AnswerSettings::new(dir.path(), DatasetKind::Locomo, "bench", "bench-model", "bench");
         settings.workers = workers;
         settings.progress = false;
 
         let started = Instant::now();
-        let summary = answer_all(&settings, &samples, &chat, &embedder, std::future::pending()).await.unwrap();
+        let summary = answer_all(&settings, &samples, &chat, &embedder, std::future::pending())
+            .await
+            .unwrap();
         let wall = started.elapsed().as_secs_f64();
 
         let requests = server.request_count() as f64;
@@ -70,19 +76,38 @@ fn main() {
         let lines: Vec<ResultLine> = summary
             .result_files
             .iter()
-            .flat_map(|file| std::fs::read_to_string(file).unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>())
+            .flat_map(|file| {
+                std::fs::read_to_string(file)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
             .map(|line| serde_json::from_str(&line).unwrap())
             .collect();
         let ok = lines.iter().filter(|line| line.status == Status::Ok).count();
         // Each question's requests are sequential, so its latency floor is requests × latency.
         let latency_floor = requests * latency.as_secs_f64() / workers as f64;
 
-        println!("run_locomo: {} conversations, {questions} questions ({ok} ok), {requests} requests", samples.len());
-        println!("  endpoint latency {} ms, rate limit {rpm}/min (burst {burst}), {workers} workers", latency.as_millis());
+        println!(
+            "run_locomo: {} conversations, {questions} questions ({ok} ok), {requests} requests",
+            samples.len()
+        );
+        println!(
+            "  endpoint latency {} ms, rate limit {rpm}/min (burst {burst}), {workers} workers",
+            latency.as_millis()
+        );
         println!("  wall time            {wall:8.2} s");
-        println!("  rate-limit floor     {rate_floor:8.2} s   ratio wall/floor = {:.3}", wall / rate_floor);
+        println!(
+            "  rate-limit floor     {rate_floor:8.2} s   ratio wall/floor = {:.3}",
+            wall / rate_floor
+        );
         println!("  latency floor        {latency_floor:8.2} s   (requests x latency / workers)");
-        println!("  throughput           {:8.1} requests/s, {:.1} questions/s", requests / wall, questions as f64 / wall);
+        println!(
+            "  throughput           {:8.1} requests/s, {:.1} questions/s",
+            requests / wall,
+            questions as f64 / wall
+        );
         assert_eq!(lines.len(), questions, "one result line per question");
     });
 }

@@ -27,10 +27,12 @@ pub mod trace;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
+use futures::future::BoxFuture;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use tracing::Instrument as _;
@@ -40,7 +42,10 @@ use crate::agent::retrieve::{
     CallSettings, RetrievalSettings, RetrieveInput, Retrieved, score_key_tags,
 };
 use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup, Step, ToolOutput};
-use crate::agent::tools::{Applied, Tool, ToolContext, ToolState, finish_event_keywords};
+use crate::agent::tools::{
+    Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState, finish_event_keywords,
+    memgas_result,
+};
 use crate::agent::trace::{TraceEvent, TraceWriter, trace_path};
 use crate::build::SampleEmbeddings;
 use crate::dataset::{Conversation, DatasetKind, Question};
@@ -48,6 +53,7 @@ use crate::llm::{ChatModel, Embedder, ToolChoice, Usage};
 use crate::memory::MemoryGraph;
 use crate::prompts;
 use crate::results::{ResultLine, Status, result_path};
+use crate::retrieval::MemoryIndex;
 
 /// Resolved settings of an answer run (`mragent run`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -140,6 +146,70 @@ pub struct SampleMemory {
     pub graph: MemoryGraph,
     /// Vectors of its sentences, topics and questions.
     pub embeddings: SampleEmbeddings,
+    /// Its MemGAS index; when present, the loop offers the `query_memgas` tool.
+    pub memgas: Option<MemgasMemory>,
+}
+
+/// A conversation's MemGAS index with the embedder it was built with (queries must be embedded
+/// by the same model). Cheap to clone.
+#[derive(Clone)]
+pub struct MemgasMemory {
+    /// The index.
+    pub index: Arc<MemoryIndex>,
+    /// The index's embedder, for the tool's query texts.
+    pub embedder: Arc<dyn QueryEmbedder>,
+}
+
+impl MemgasMemory {
+    /// Pairs an index with its embedder.
+    pub fn new(index: MemoryIndex, embedder: impl Embedder + 'static) -> Self {
+        Self { index: Arc::new(index), embedder: Arc::new(embedder) }
+    }
+}
+
+impl std::fmt::Debug for MemgasMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemgasMemory")
+            .field("sessions", &self.index.n_sessions())
+            .field("turns", &self.index.n_turns())
+            .finish()
+    }
+}
+
+/// Embeds one query text. Implemented for every [`Embedder`]; it exists so that a
+/// [`SampleMemory`] can carry its MemGAS embedder without a type parameter (`Embedder` itself
+/// returns `impl Future` and cannot be a trait object).
+pub trait QueryEmbedder: Send + Sync {
+    /// The unit-length embedding of `text`.
+    fn embed_query<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>>;
+}
+
+impl<E: Embedder> QueryEmbedder for E {
+    fn embed_query<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>> {
+        Box::pin(async move {
+            let texts = [text.to_string()];
+            let embedded = self.embed(&texts).await?;
+            let vector = embedded.vectors.into_iter().next().ok_or_else(|| {
+                crate::llm::Error::Decode { message: "the embedder returned no vector".to_string() }
+            })?;
+            Ok(unit_length(vector))
+        })
+    }
+}
+
+/// `vector` scaled to length 1 (unchanged when it is zero).
+fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+    vector
 }
 
 /// What a run did.
@@ -421,7 +491,8 @@ async fn solve<M: ChatModel, E: Embedder>(
     };
     *usage += retrieval_usage;
 
-    let mut run = AnswerRun::new(run_setup(settings, prepared, payload.to_string()));
+    let mut run =
+        AnswerRun::new(run_setup(settings, prepared, payload.to_string(), sample.memgas.is_some()));
     let context = ToolContext {
         graph: &sample.graph,
         vectors: &sample.embeddings,
@@ -429,6 +500,7 @@ async fn solve<M: ChatModel, E: Embedder>(
         rerank_limit: settings.retrieval.k2,
         keep: settings.retrieval.k2,
         tag_max: settings.retrieval.tag_max,
+        memgas: sample.memgas.is_some(),
     };
     let mut state = ToolState { seen_keys };
     let mut sent: Vec<crate::llm::Message> = Vec::new();
@@ -477,6 +549,7 @@ async fn solve<M: ChatModel, E: Embedder>(
                     let call_started = Instant::now();
                     let content = execute_tool(
                         shared,
+                        sample,
                         prepared,
                         &invocation.tool,
                         &context,
@@ -533,9 +606,12 @@ async fn question_vector<M: ChatModel, E: Embedder>(
     Ok(vector)
 }
 
-/// Runs one tool call; tag scoring for `query_event_keywords` asks the model.
+/// Runs one tool call; tag scoring for `query_event_keywords` asks the model, and
+/// `query_memgas` embeds its query.
+#[allow(clippy::too_many_arguments)]
 async fn execute_tool<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
+    sample: &SampleMemory,
     prepared: &PreparedQuestion,
     tool: &Tool,
     context: &ToolContext<'_>,
@@ -569,12 +645,37 @@ async fn execute_tool<M: ChatModel, E: Embedder>(
             }
             finish_event_keywords(&event_id, keys).to_string()
         }
+        Ok(Applied::Memgas { query, k }) => {
+            let Some(memgas) = &sample.memgas else {
+                return ToolError::NotFound(format!(
+                    "{MEMGAS_TOOL} is not available for this conversation"
+                ))
+                .to_tool_result();
+            };
+            let vector = match memgas.embedder.embed_query(&query).await {
+                Ok(vector) => vector,
+                Err(error) => {
+                    return ToolError::NotFound(format!("embedding the query failed: {error}"))
+                        .to_tool_result();
+                }
+            };
+            match memgas.index.query(&query, &vector, k) {
+                Ok(hits) => memgas_result(&query, &hits).to_string(),
+                Err(error) => ToolError::NotFound(format!("MemGAS retrieval failed: {error}"))
+                    .to_tool_result(),
+            }
+        }
         Err(error) => error.to_tool_result(),
     }
 }
 
 /// The loop's prompts and limits for one question.
-fn run_setup(settings: &AnswerSettings, prepared: &PreparedQuestion, payload: String) -> RunSetup {
+fn run_setup(
+    settings: &AnswerSettings,
+    prepared: &PreparedQuestion,
+    payload: String,
+    memgas: bool,
+) -> RunSetup {
     let style = match prepared.style {
         AnswerStyle::Strict => prompts::ANSWER_STYLE_STRICT.text.trim(),
         AnswerStyle::Open => prompts::ANSWER_STYLE_OPEN.text.trim(),
@@ -601,7 +702,7 @@ fn run_setup(settings: &AnswerSettings, prepared: &PreparedQuestion, payload: St
         system,
         final_system,
         user: payload,
-        tools: Tool::specs(),
+        tools: Tool::specs(memgas),
         limits: settings.limits,
         time_nudge: prepared.time_nudge,
         temperature: settings.temperature,

@@ -629,7 +629,7 @@ mod tests {
             system: "tool rounds".into(),
             final_system: "final round".into(),
             user: r#"{"question":"Where does Caroline paint?"}"#.into(),
-            tools: Tool::specs(),
+            tools: Tool::specs(false),
             limits,
             time_nudge: false,
             temperature: Some(0.0),

@@ -179,7 +179,7 @@ pub fn mechanical_memory(
         embeddings.questions = questions;
     }
     let graph = build_graph(conversation, &rewrites, &keywords)?;
-    Ok(SampleMemory { conversation: conversation.clone(), graph, embeddings })
+    Ok(SampleMemory { conversation: conversation.clone(), graph, embeddings, memgas: None })
 }
 
 /// The longest content word, capitalised (first on ties); `Chat` when there is none.
@@ -459,6 +459,7 @@ fn seen_lines(request: &RecordedRequest) -> Vec<String> {
     let mut lines = Vec::new();
     let mut collect = |value: &Value| {
         for key in ["key_sentences", "similar_sentence", "events", "turns"] {
+            // (`query_memgas` turns are `<dia_id>:<text> (session date: …)` lines, like context turns.)
             if let Some(items) = value.get(key).and_then(Value::as_array) {
                 lines.extend(items.iter().filter_map(Value::as_str).map(str::to_string));
             }
@@ -560,6 +561,14 @@ fn loop_reply(request: &RecordedRequest, question: &str, invalid_arguments: bool
         }
         if let Some(person) = capitalised_name(question) {
             calls.push(call("query_personal_information", json!({ "person": person }).to_string()));
+        }
+        let offers_memgas =
+            request.body.get("tools").and_then(Value::as_array).is_some_and(|tools| {
+                tools.iter().any(|tool| tool["function"]["name"] == "query_memgas")
+            });
+        if offers_memgas {
+            let asked = question.split_once('?').map_or(question, |(head, _)| head);
+            calls.push(call("query_memgas", json!({ "query": asked, "k": 3 }).to_string()));
         }
         if !calls.is_empty() {
             return ScriptedReply::ToolCalls { content: None, calls };

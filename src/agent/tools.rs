@@ -23,6 +23,7 @@ use crate::llm::ToolSpec;
 use crate::memory::query::{self, KeyTags, QueryError};
 use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
+use crate::retrieval::MemgasHits;
 
 /// One tool call of the answer loop, with typed arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +67,19 @@ pub enum Tool {
         /// Topic id `D<s>:t<k>`.
         topic: String,
     },
+    /// `query_memgas`: MemGAS multi-granularity retrieval over the whole conversation.
+    QueryMemgas {
+        /// Free-text query.
+        query: String,
+        /// Sessions and turns to return (1..=[`MEMGAS_MAX_K`]).
+        k: usize,
+    },
 }
+
+/// Default `k` of `query_memgas`.
+pub const MEMGAS_DEFAULT_K: usize = 5;
+/// Largest `k` of `query_memgas`.
+pub const MEMGAS_MAX_K: usize = 10;
 
 /// Why a tool call produced no result. The text is what the model reads.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,7 +130,7 @@ impl ToolError {
     }
 }
 
-/// The names of the tools, in the order they are offered to the model.
+/// The names of the graph tools, in the order they are offered to the model.
 pub const TOOL_NAMES: [&str; 7] = [
     "edges_by_tag",
     "query_conversation_time",
@@ -128,15 +141,39 @@ pub const TOOL_NAMES: [&str; 7] = [
     "query_topic_events",
 ];
 
-/// Arguments of each tool: (tool, [(argument, required)]). Every argument is a string.
-const TOOL_ARGUMENTS: [(&str, &[(&str, bool)]); 7] = [
-    ("edges_by_tag", &[("key", true), ("tag", true), ("note", false)]),
-    ("query_conversation_time", &[("event_id", true)]),
-    ("query_event_keywords", &[("event_id", true)]),
-    ("query_event_context", &[("event_id", true)]),
-    ("query_personal_information", &[("person", true)]),
-    ("query_personal_aspect", &[("person", true), ("aspect", true)]),
-    ("query_topic_events", &[("topic", true)]),
+/// The MemGAS tool, offered after the graph tools when the conversation has a MemGAS index.
+pub const MEMGAS_TOOL: &str = "query_memgas";
+
+/// JSON type of a tool argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArgType {
+    String,
+    Integer,
+}
+
+/// One argument: name, JSON type, required.
+type ArgSpec = (&'static str, ArgType, bool);
+
+/// Arguments of each tool.
+const TOOL_ARGUMENTS: [(&str, &[ArgSpec]); 8] = [
+    (
+        "edges_by_tag",
+        &[
+            ("key", ArgType::String, true),
+            ("tag", ArgType::String, true),
+            ("note", ArgType::String, false),
+        ],
+    ),
+    ("query_conversation_time", &[("event_id", ArgType::String, true)]),
+    ("query_event_keywords", &[("event_id", ArgType::String, true)]),
+    ("query_event_context", &[("event_id", ArgType::String, true)]),
+    ("query_personal_information", &[("person", ArgType::String, true)]),
+    (
+        "query_personal_aspect",
+        &[("person", ArgType::String, true), ("aspect", ArgType::String, true)],
+    ),
+    ("query_topic_events", &[("topic", ArgType::String, true)]),
+    (MEMGAS_TOOL, &[("query", ArgType::String, true), ("k", ArgType::Integer, false)]),
 ];
 
 /// The tool specs offered to the model, built once from `prompts/answer_tools.md` (descriptions)
@@ -152,13 +189,19 @@ fn build_specs() -> Vec<ToolSpec> {
             let doc = docs.get(*name);
             let mut properties = serde_json::Map::new();
             let mut required = Vec::new();
-            for (argument, is_required) in arguments.iter() {
+            for (argument, kind, is_required) in arguments.iter() {
                 let description =
                     doc.and_then(|doc| doc.arguments.get(*argument)).cloned().unwrap_or_default();
-                properties.insert(
-                    (*argument).to_string(),
-                    json!({ "type": "string", "description": description }),
-                );
+                let schema = match kind {
+                    ArgType::String => json!({ "type": "string", "description": description }),
+                    ArgType::Integer => json!({
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MEMGAS_MAX_K,
+                        "description": description,
+                    }),
+                };
+                properties.insert((*argument).to_string(), schema);
                 if *is_required {
                     required.push(json!(argument));
                 }
@@ -246,10 +289,19 @@ struct TopicArgs {
     topic: String,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemgasArgs {
+    query: String,
+    #[serde(default)]
+    k: Option<usize>,
+}
+
 impl Tool {
-    /// The specs of every tool, in a fixed order.
-    pub fn specs() -> Vec<ToolSpec> {
-        SPECS.clone()
+    /// The specs of the tools offered, in a fixed order: the seven graph tools, then
+    /// `query_memgas` when the conversation has a MemGAS index.
+    pub fn specs(memgas: bool) -> Vec<ToolSpec> {
+        SPECS.iter().filter(|spec| memgas || spec.name != MEMGAS_TOOL).cloned().collect()
     }
 
     /// Turns a model's call (`name`, raw JSON `arguments`) into a typed tool. Argument strings
@@ -259,7 +311,7 @@ impl Tool {
         let value: Value = serde_json::from_str(raw).map_err(|error| {
             ToolError::MalformedArguments { tool: name.to_string(), message: error.to_string() }
         })?;
-        if !value.is_object() && TOOL_NAMES.contains(&name) {
+        if !value.is_object() && (TOOL_NAMES.contains(&name) || name == MEMGAS_TOOL) {
             return Err(ToolError::MalformedArguments {
                 tool: name.to_string(),
                 message: format!("expected an object, got {value}"),
@@ -298,10 +350,21 @@ impl Tool {
                 let args: TopicArgs = serde_json::from_value(value).map_err(invalid)?;
                 Tool::QueryTopicEvents { topic: args.topic }
             }
+            MEMGAS_TOOL => {
+                let args: MemgasArgs = serde_json::from_value(value).map_err(invalid)?;
+                let k = args.k.unwrap_or(MEMGAS_DEFAULT_K);
+                if !(1..=MEMGAS_MAX_K).contains(&k) {
+                    return Err(ToolError::InvalidArguments {
+                        tool: name.to_string(),
+                        message: format!("`k` must be between 1 and {MEMGAS_MAX_K}, got {k}"),
+                    });
+                }
+                Tool::QueryMemgas { query: args.query, k }
+            }
             _ => {
                 return Err(ToolError::UnknownTool {
                     name: name.to_string(),
-                    available: TOOL_NAMES.join(", "),
+                    available: format!("{}, {MEMGAS_TOOL}", TOOL_NAMES.join(", ")),
                 });
             }
         };
@@ -345,6 +408,9 @@ impl Tool {
             Tool::QueryTopicEvents { topic } => {
                 Tool::QueryTopicEvents { topic: clean("topic", topic)? }
             }
+            Tool::QueryMemgas { query, k } => {
+                Tool::QueryMemgas { query: clean("query", query)?, k }
+            }
         })
     }
 
@@ -360,6 +426,7 @@ impl Tool {
                 json!({ "person": person, "aspect": aspect })
             }
             Tool::QueryTopicEvents { topic } => json!({ "topic": topic }),
+            Tool::QueryMemgas { query, k } => json!({ "query": query, "k": k }),
         }
     }
 
@@ -373,6 +440,7 @@ impl Tool {
             Tool::QueryPersonalInformation { .. } => "query_personal_information",
             Tool::QueryPersonalAspect { .. } => "query_personal_aspect",
             Tool::QueryTopicEvents { .. } => "query_topic_events",
+            Tool::QueryMemgas { .. } => MEMGAS_TOOL,
         }
     }
 }
@@ -392,6 +460,8 @@ pub struct ToolContext<'a> {
     pub keep: usize,
     /// Keys with more tags than this get their tags scored before they are shown.
     pub tag_max: usize,
+    /// Whether the conversation has a MemGAS index (`query_memgas` is offered).
+    pub memgas: bool,
 }
 
 /// What a question's tool calls have shown so far.
@@ -414,6 +484,14 @@ pub enum Applied {
         event_id: String,
         /// New keys with all their tags, in result order.
         keys: Vec<KeyTags>,
+    },
+    /// `query_memgas`: embed the query with the MemGAS index's embedder, then call
+    /// [`memgas_result`].
+    Memgas {
+        /// Query text.
+        query: String,
+        /// Hits wanted.
+        k: usize,
     },
 }
 
@@ -497,6 +575,14 @@ impl Tool {
                     .collect();
                 json!({ "topic": topic, "events": events })
             }
+            Tool::QueryMemgas { query, k } => {
+                if !context.memgas {
+                    return Err(ToolError::NotFound(format!(
+                        "{MEMGAS_TOOL} is not available for this conversation (it has no MemGAS index)"
+                    )));
+                }
+                return Ok(Applied::Memgas { query: query.clone(), k: *k });
+            }
         };
         Ok(Applied::Done(value))
     }
@@ -514,6 +600,25 @@ pub fn finish_event_keywords(event_id: &str, keys: Vec<KeyTags>) -> Value {
     let keys: Vec<Value> =
         keys.into_iter().map(|key| json!({ "key": key.key, "tags": key.tags })).collect();
     json!({ "event_id": event_id, "keys": keys })
+}
+
+/// The `query_memgas` result: the top sessions (id, date) and turns (`<dia_id>:<text>`, with
+/// the session date), best first.
+pub fn memgas_result(query: &str, hits: &MemgasHits) -> Value {
+    let sessions: Vec<Value> = hits
+        .sessions
+        .iter()
+        .map(|hit| json!({ "session": hit.session_id, "date": hit.date }))
+        .collect();
+    let turns: Vec<String> = hits
+        .turns
+        .iter()
+        .map(|hit| match &hit.date {
+            Some(date) => format!("{}:{} (session date: {date})", hit.dia_id, hit.text),
+            None => format!("{}:{}", hit.dia_id, hit.text),
+        })
+        .collect();
+    json!({ "query": query, "sessions": sessions, "turns": turns })
 }
 
 #[cfg(test)]
@@ -576,6 +681,16 @@ mod tests {
             r#"{"topic":"D1:t2"}"#,
             Ok(Tool::QueryTopicEvents { topic: "D1:t2".into() }),
         );
+        check_parse(
+            "query_memgas",
+            r#"{"query":"kitten adoption"}"#,
+            Ok(Tool::QueryMemgas { query: "kitten adoption".into(), k: MEMGAS_DEFAULT_K }),
+        );
+        check_parse(
+            "query_memgas",
+            r#"{"query":"kitten","k":3}"#,
+            Ok(Tool::QueryMemgas { query: "kitten".into(), k: 3 }),
+        );
     }
 
     #[test]
@@ -600,6 +715,8 @@ mod tests {
             Err("`event_id` must not be empty"),
         );
         check_parse("query_event_context", "", Err("missing field `event_id`"));
+        check_parse("query_memgas", r#"{"query":"x","k":50}"#, Err("`k` must be between 1 and 10"));
+        check_parse("query_memgas", r#"{"query":"x","k":"two"}"#, Err("invalid type: string"));
         let error = Tool::parse("edges_by_tag", "{").err();
         let text = error.map(|error| error.to_tool_result()).unwrap_or_default();
         let value: Value = serde_json::from_str(&text).unwrap_or_default();
@@ -608,15 +725,17 @@ mod tests {
 
     #[test]
     fn specs_cover_every_tool_with_described_arguments() {
-        let specs = Tool::specs();
+        assert_eq!(Tool::specs(false).len(), 7);
+        let specs = Tool::specs(true);
         let names: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
-        assert_eq!(names, TOOL_NAMES);
+        assert_eq!(names[..7], TOOL_NAMES);
+        assert_eq!(names[7], MEMGAS_TOOL);
         for spec in &specs {
             assert!(spec.description.len() > 40, "{} lacks a description", spec.name);
             let properties = spec.parameters["properties"].as_object().cloned().unwrap_or_default();
             assert!(!properties.is_empty());
             for (argument, schema) in properties {
-                assert_eq!(schema["type"], "string");
+                assert!(schema["type"] == "string" || schema["type"] == "integer");
                 let description = schema["description"].as_str().unwrap_or_default();
                 assert!(!description.is_empty(), "{}.{argument} lacks a description", spec.name);
             }

@@ -21,13 +21,14 @@ const B: f64 = 0.75;
 
 /// Words too common in dialogue and questions to carry evidence.
 const STOP_WORDS: &[&str] = &[
-    "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "before",
-    "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "for", "from", "had", "has",
-    "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in",
-    "into", "is", "it", "its", "itself", "just", "me", "my", "myself", "of", "on", "or", "our", "ours", "she",
-    "so", "some", "than", "that", "the", "their", "theirs", "them", "then", "there", "these", "they", "this",
-    "those", "to", "too", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why",
-    "will", "with", "would", "you", "your", "yours", "s", "t", "m", "re", "ve", "ll", "d",
+    "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "before", "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing",
+    "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him",
+    "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me",
+    "my", "myself", "of", "on", "or", "our", "ours", "she", "so", "some", "than", "that", "the",
+    "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "to", "too",
+    "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will",
+    "with", "would", "you", "your", "yours", "s", "t", "m", "re", "ve", "ll", "d",
 ];
 
 /// Turns text into index terms.
@@ -129,7 +130,10 @@ mod tests {
     #[test]
     fn analyzer_lowercases_stems_and_drops_stop_words() {
         let analyzer = Analyzer::default();
-        assert_eq!(analyzer.terms("When did Melanie PAINT the sunrises?"), vec!["melani", "paint", "sunris"]);
+        assert_eq!(
+            analyzer.terms("When did Melanie PAINT the sunrises?"),
+            vec!["melani", "paint", "sunris"]
+        );
         assert_eq!(analyzer.terms("painted, painting"), vec!["paint", "paint"]);
     }
 
@@ -145,7 +149,8 @@ mod tests {
         let n = 3.0f64;
         let idf = |containing: f64| (1.0 + (n - containing + 0.5) / (containing + 0.5)).ln();
         let average: f64 = 14.0 / 3.0;
-        let part = |tf: f64, length: f64| tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
+        let part =
+            |tf: f64, length: f64| tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
         let expected0 = idf(2.0) * part(1.0, 4.0) + idf(1.0) * part(1.0, 4.0);
         let expected2 = idf(2.0) * part(3.0, 6.0);
         assert!((scores[0] - expected0).abs() < 1e-12);

@@ -19,13 +19,19 @@ pub async fn build_index<E: Embedder>(
     cache: Option<(&EmbeddingCache, &str)>,
     options: IndexOptions,
 ) -> anyhow::Result<MemoryIndex> {
-    let per_session: Vec<Vec<String>> = sessions.iter().map(|s| s.texts_to_embed(&options.units)).collect();
+    let per_session: Vec<Vec<String>> =
+        sessions.iter().map(|s| s.texts_to_embed(&options.units)).collect();
     let all: Vec<String> = per_session.iter().flatten().cloned().collect();
     let vectors = match cache {
         Some((cache, bucket)) => cache.get_or_embed_with(bucket, &all, embedder).await?.0,
         None => embedder.embed(&all).await.context("embedding session units")?.vectors,
     };
-    anyhow::ensure!(vectors.len() == all.len(), "embedder returned {} vectors for {} texts", vectors.len(), all.len());
+    anyhow::ensure!(
+        vectors.len() == all.len(),
+        "embedder returned {} vectors for {} texts",
+        vectors.len(),
+        all.len()
+    );
     let mut index = MemoryIndex::new(options);
     let mut rest = vectors.into_iter();
     for (units, texts) in sessions.into_iter().zip(&per_session) {

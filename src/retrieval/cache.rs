@@ -101,8 +101,10 @@ impl EmbeddingCache {
     }
 
     fn bucket_path(&self, bucket: &str) -> PathBuf {
-        let safe: String =
-            bucket.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        let safe: String = bucket
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
         self.dir.join(format!("{safe}.bin"))
     }
 }
@@ -119,7 +121,9 @@ impl Lookup {
     fn finish(self, texts: &[String]) -> anyhow::Result<(Vec<Vec<f32>>, usize)> {
         let vectors = texts
             .iter()
-            .map(|text| self.entries.get(&key(text)).cloned().context("embedding missing after cache fill"))
+            .map(|text| {
+                self.entries.get(&key(text)).cloned().context("embedding missing after cache fill")
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok((vectors, self.missing.len()))
     }
@@ -135,11 +139,14 @@ fn read_bucket(path: &Path) -> anyhow::Result<HashMap<Key, Vec<f32>>> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
         Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
     };
-    let corrupt = || anyhow::anyhow!("embedding cache {} is corrupt; delete it to rebuild", path.display());
+    let corrupt =
+        || anyhow::anyhow!("embedding cache {} is corrupt; delete it to rebuild", path.display());
     if bytes.len() < 16 || &bytes[..8] != MAGIC {
         return Err(corrupt());
     }
-    let read_u32 = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+    let read_u32 = |at: usize| {
+        u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize
+    };
     let dims = read_u32(8);
     let count = read_u32(12);
     let entry_size = 32 + 4 * dims;
@@ -150,8 +157,10 @@ fn read_bucket(path: &Path) -> anyhow::Result<HashMap<Key, Vec<f32>>> {
     for entry in bytes[16..].chunks_exact(entry_size) {
         let mut key = [0u8; 32];
         key.copy_from_slice(&entry[..32]);
-        let vector =
-            entry[32..].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>();
+        let vector = entry[32..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect::<Vec<f32>>();
         entries.insert(key, vector);
     }
     Ok(entries)
@@ -161,7 +170,10 @@ fn write_bucket(path: &Path, entries: &HashMap<Key, Vec<f32>>) -> anyhow::Result
     let dir = path.parent().context("cache path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dims = entries.values().next().map_or(0, Vec::len);
-    anyhow::ensure!(entries.values().all(|v| v.len() == dims), "vectors of different dimensions in one cache bucket");
+    anyhow::ensure!(
+        entries.values().all(|v| v.len() == dims),
+        "vectors of different dimensions in one cache bucket"
+    );
     // Sorted by key so the file content does not depend on hash-map order.
     let mut sorted: Vec<(&Key, &Vec<f32>)> = entries.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
@@ -175,7 +187,8 @@ fn write_bucket(path: &Path, entries: &HashMap<Key, Vec<f32>>) -> anyhow::Result
             bytes.extend_from_slice(&value.to_le_bytes());
         }
     }
-    let mut file = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a file in {}", dir.display()))?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?;
     file.write_all(&bytes).with_context(|| format!("writing {}", path.display()))?;
     file.persist(path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
@@ -199,7 +212,9 @@ mod tests {
         let (vectors, embedded) = cache.get_or_embed("conv-1", &more, fake).unwrap();
         assert_eq!((embedded, vectors[1].clone()), (1, vec![3.0, 1.0]));
         let (_, embedded) = cache
-            .get_or_embed("conv-1", &texts, |_| -> anyhow::Result<Vec<Vec<f32>>> { panic!("cached") })
+            .get_or_embed("conv-1", &texts, |_| -> anyhow::Result<Vec<Vec<f32>>> {
+                panic!("cached")
+            })
             .unwrap();
         assert_eq!(embedded, 0);
         assert!(dir.path().join("locomo/embedding/fake/conv-1.bin").is_file());

@@ -171,7 +171,8 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     .with_context(|| format!("loading {}", settings.data_path.display()))?;
     let llm_units: LlmUnits = match &settings.llm_units {
         Some(path) => serde_json::from_str(
-            &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
         )
         .with_context(|| format!("parsing {}", path.display()))?,
         None => LlmUnits::new(),
@@ -189,12 +190,15 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     )
     .context("loading the local embedder")?;
     timings.model_load_seconds = load_started.elapsed().as_secs_f64();
-    let cache = EmbeddingCache::new(&settings.data_dir, settings.dataset.as_str(), LOCAL_EMBEDDER_NAME);
+    let cache =
+        EmbeddingCache::new(&settings.data_dir, settings.dataset.as_str(), LOCAL_EMBEDDER_NAME);
 
     let output_dir = settings.output_dir();
-    std::fs::create_dir_all(&output_dir).with_context(|| format!("creating {}", output_dir.display()))?;
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("creating {}", output_dir.display()))?;
     let mut method_lines: Vec<Vec<u8>> = vec![Vec::new(); settings.methods.len()];
-    let mut per_question: Vec<Vec<(Category, QuestionMetrics)>> = vec![Vec::new(); settings.methods.len()];
+    let mut per_question: Vec<Vec<(Category, QuestionMetrics)>> =
+        vec![Vec::new(); settings.methods.len()];
     let mut skipped: Vec<Option<String>> = vec![None; settings.methods.len()];
     let mut query_seconds = vec![0.0; settings.methods.len()];
     let mut granularities: Option<Vec<Granularity>> = None;
@@ -203,10 +207,13 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     for conversation in &conversations {
         let units = session_units(conversation, llm_units.get(&conversation.sample_id));
         let index = build_index(settings, conversation, &units, &embedder, &cache, &mut timings)?;
-        let questions: Vec<String> = conversation.questions.iter().map(|q| q.question.clone()).collect();
+        let questions: Vec<String> =
+            conversation.questions.iter().map(|q| q.question.clone()).collect();
         let embed_started = Instant::now();
         let (question_vectors, embedded) =
-            cache.get_or_embed(&conversation.sample_id, &questions, |texts| Ok(embedder.embed_blocking(texts)?))?;
+            cache.get_or_embed(&conversation.sample_id, &questions, |texts| {
+                Ok(embedder.embed_blocking(texts)?)
+            })?;
         timings.embed_seconds += embed_started.elapsed().as_secs_f64();
         timings.texts_embedded += embedded;
         timings.texts_cached += questions.len() - embedded;
@@ -226,10 +233,15 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
                 let ranking = match index.rank(method, &question.question, vector) {
                     Ok(ranking) => ranking,
                     Err(IndexError::Unavailable { granularity, .. }) => {
-                        skipped[slot] = Some(format!("no {} units (they come from an LLM)", granularity.as_str()));
+                        skipped[slot] = Some(format!(
+                            "no {} units (they come from an LLM)",
+                            granularity.as_str()
+                        ));
                         break;
                     }
-                    Err(err) => return Err(err).with_context(|| format!("ranking {}", question.id)),
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("ranking {}", question.id));
+                    }
                 };
                 let (sessions, turns) = ranking_ids(&index, &ranking);
                 let evidence = Evidence::parse(&question.evidence);
@@ -272,7 +284,9 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
         let by_category = categories
             .into_iter()
             .map(|category| {
-                let table = MetricTable::average(questions.iter().filter(|(c, _)| c == category).map(|(_, m)| m));
+                let table = MetricTable::average(
+                    questions.iter().filter(|(c, _)| c == category).map(|(_, m)| m),
+                );
                 (category_label(category), table)
             })
             .collect();
@@ -289,7 +303,8 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     let granularities = granularities.unwrap_or_default();
     if !granularities.contains(&Granularity::Summary) {
         notes.push(
-            "No LLM summary/keyword units were given: MemGAS ran on session and turn units only.".to_string(),
+            "No LLM summary/keyword units were given: MemGAS ran on session and turn units only."
+                .to_string(),
         );
     }
     timings.total_seconds = started.elapsed().as_secs_f64();
@@ -316,7 +331,10 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
 }
 
 /// The units of every session, with LLM units attached where given.
-fn session_units(conversation: &Conversation, llm: Option<&BTreeMap<String, LlmUnit>>) -> Vec<SessionUnits> {
+fn session_units(
+    conversation: &Conversation,
+    llm: Option<&BTreeMap<String, LlmUnit>>,
+) -> Vec<SessionUnits> {
     conversation
         .sessions
         .iter()
@@ -340,11 +358,12 @@ fn build_index(
     timings: &mut Timings,
 ) -> anyhow::Result<MemoryIndex> {
     let text_options = settings.index.units;
-    let per_session: Vec<Vec<String>> = units.iter().map(|u| u.texts_to_embed(&text_options)).collect();
+    let per_session: Vec<Vec<String>> =
+        units.iter().map(|u| u.texts_to_embed(&text_options)).collect();
     let all: Vec<String> = per_session.iter().flatten().cloned().collect();
     let embed_started = Instant::now();
-    let (vectors, embedded) =
-        cache.get_or_embed(&conversation.sample_id, &all, |texts| Ok(embedder.embed_blocking(texts)?))?;
+    let (vectors, embedded) = cache
+        .get_or_embed(&conversation.sample_id, &all, |texts| Ok(embedder.embed_blocking(texts)?))?;
     timings.embed_seconds += embed_started.elapsed().as_secs_f64();
     timings.texts_embedded += embedded;
     timings.texts_cached += all.len() - embedded;
@@ -354,9 +373,13 @@ fn build_index(
     let mut rest = vectors.into_iter();
     for (session_units, texts) in units.iter().zip(&per_session) {
         let session_vectors: Vec<Vec<f32>> = rest.by_ref().take(texts.len()).collect();
-        let assembled = session_units
-            .assemble(&text_options, session_vectors)
-            .with_context(|| format!("{} {}: embedding count mismatch", conversation.sample_id, session_units.session_id))?;
+        let assembled =
+            session_units.assemble(&text_options, session_vectors).with_context(|| {
+                format!(
+                    "{} {}: embedding count mismatch",
+                    conversation.sample_id, session_units.session_id
+                )
+            })?;
         index
             .add_session(session_units.clone(), assembled)
             .with_context(|| format!("indexing {}", conversation.sample_id))?;
@@ -374,8 +397,8 @@ fn category_label(category: &Category) -> String {
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().context("output path has no parent")?;
-    let mut file =
-        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a file in {}", dir.display()))?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?;
     file.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
     file.persist(path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
@@ -441,11 +464,14 @@ pub fn render_markdown(report: &RetrieveReport) -> String {
 
     let categories: Vec<(String, usize)> = ran
         .first()
-        .map(|m| m.by_category.iter().map(|(name, table)| (name.clone(), table.n_questions)).collect())
+        .map(|m| {
+            m.by_category.iter().map(|(name, table)| (name.clone(), table.n_questions)).collect()
+        })
         .unwrap_or_default();
-    for (title, level, metric, k) in
-        [("Session recall_all@3", "session", "recall_all", 3), ("Turn recall_any@10", "turn", "recall_any", 10)]
-    {
+    for (title, level, metric, k) in [
+        ("Session recall_all@3", "session", "recall_all", 3),
+        ("Turn recall_any@10", "turn", "recall_any", 10),
+    ] {
         push(&mut out, format!("\n## {title} by category\n"));
         let mut header = vec!["method".to_string()];
         header.extend(categories.iter().map(|(name, n)| format!("{name} ({n})")));
@@ -453,13 +479,21 @@ pub fn render_markdown(report: &RetrieveReport) -> String {
         table_header(&mut out, &header);
         for method in &ran {
             let value = |table: &MetricTable| {
-                if level == "session" { table.session_at(metric, k) } else { table.turn_at(metric, k) }
+                if level == "session" {
+                    table.session_at(metric, k)
+                } else {
+                    table.turn_at(metric, k)
+                }
             };
             if value(&method.overall).is_none() {
                 continue;
             }
             let mut row = vec![method.method.to_string()];
-            row.extend(categories.iter().map(|(name, _)| fmt(method.by_category.get(name).and_then(value))));
+            row.extend(
+                categories
+                    .iter()
+                    .map(|(name, _)| fmt(method.by_category.get(name).and_then(value))),
+            );
             row.push(fmt(value(&method.overall)));
             table_row(&mut out, &row);
         }
@@ -470,7 +504,12 @@ pub fn render_markdown(report: &RetrieveReport) -> String {
         &mut out,
         format!(
             "\nTimings: model load {:.1} s; embedding {:.1} s ({} texts embedded, {} from cache); index build {:.2} s; total {:.1} s.",
-            t.model_load_seconds, t.embed_seconds, t.texts_embedded, t.texts_cached, t.index_seconds, t.total_seconds
+            t.model_load_seconds,
+            t.embed_seconds,
+            t.texts_embedded,
+            t.texts_cached,
+            t.index_seconds,
+            t.total_seconds
         ),
     );
     for note in &report.notes {

@@ -61,7 +61,12 @@ impl AssociationGraph {
     /// Add the nodes `new_nodes` (a range ending at `vectors.len()`) of one new session and link
     /// them to the nodes before `new_nodes.start`, which all belong to earlier sessions.
     /// `vectors[i]` is node i's vector.
-    pub fn add_session(&mut self, vectors: &[Vec<f32>], new_nodes: Range<usize>, options: &GraphOptions) {
+    pub fn add_session(
+        &mut self,
+        vectors: &[Vec<f32>],
+        new_nodes: Range<usize>,
+        options: &GraphOptions,
+    ) {
         debug_assert_eq!(self.neighbours.len(), new_nodes.start, "graph and node list out of step");
         debug_assert_eq!(new_nodes.end, vectors.len());
         self.neighbours.resize(new_nodes.end, Vec::new());
@@ -75,7 +80,8 @@ impl AssociationGraph {
             // Most similar first; equal similarities keep node order.
             candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             candidates.truncate(options.mem_threshold.max(1));
-            let similarities: Vec<f64> = candidates.iter().map(|(_, similarity)| *similarity).collect();
+            let similarities: Vec<f64> =
+                candidates.iter().map(|(_, similarity)| *similarity).collect();
             let accepted = gmm::accept_upper(&similarities, &options.gmm);
             for ((other, _), accept) in candidates.iter().zip(accepted) {
                 if accept {
@@ -105,7 +111,8 @@ mod tests {
     #[test]
     fn links_new_nodes_to_the_similar_block_of_earlier_nodes() {
         // Earlier sessions: three nodes near angle 0, three near angle 1.5.
-        let mut vectors: Vec<Vec<f32>> = [0.0, 0.05, 0.1, 1.5, 1.45, 1.55].iter().map(|a| unit(*a)).collect();
+        let mut vectors: Vec<Vec<f32>> =
+            [0.0, 0.05, 0.1, 1.5, 1.45, 1.55].iter().map(|a| unit(*a)).collect();
         let options = GraphOptions { min_pool: 4, ..GraphOptions::default() };
         let mut graph = AssociationGraph::default();
         graph.add_session(&vectors[..2], 0..2, &options);

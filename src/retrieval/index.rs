@@ -157,7 +157,9 @@ pub struct IndexOptions {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IndexError {
     /// The method needs units the index does not have.
-    #[error("method {method} needs {granularity} units, which this index does not have (they come from an LLM)")]
+    #[error(
+        "method {method} needs {granularity} units, which this index does not have (they come from an LLM)"
+    )]
     Unavailable {
         /// The method asked for.
         method: Method,
@@ -299,12 +301,22 @@ impl MemoryIndex {
 
     /// Append a session (the next one in time): its units become graph nodes linked to earlier
     /// sessions' nodes, and its texts join the lexical indexes.
-    pub fn add_session(&mut self, units: SessionUnits, vectors: UnitVectors) -> Result<(), IndexError> {
-        let bad = |message: String| IndexError::BadVectors { session: units.session_id.clone(), message };
+    pub fn add_session(
+        &mut self,
+        units: SessionUnits,
+        vectors: UnitVectors,
+    ) -> Result<(), IndexError> {
+        let bad =
+            |message: String| IndexError::BadVectors { session: units.session_id.clone(), message };
         if vectors.turns.len() != units.turns.len() {
-            return Err(bad(format!("{} turn vectors for {} turns", vectors.turns.len(), units.turns.len())));
+            return Err(bad(format!(
+                "{} turn vectors for {} turns",
+                vectors.turns.len(),
+                units.turns.len()
+            )));
         }
-        if vectors.summary.is_some() != units.summary.is_some() || vectors.keywords.is_some() != units.keywords.is_some()
+        if vectors.summary.is_some() != units.summary.is_some()
+            || vectors.keywords.is_some() != units.keywords.is_some()
         {
             return Err(bad("summary/keyword vectors do not match the units".to_string()));
         }
@@ -399,7 +411,12 @@ impl MemoryIndex {
     }
 
     /// Rank every session (and turn, where the method scores turns) for a query.
-    pub fn rank(&self, method: Method, query_text: &str, query_vector: &[f32]) -> Result<Ranking, IndexError> {
+    pub fn rank(
+        &self,
+        method: Method,
+        query_text: &str,
+        query_vector: &[f32],
+    ) -> Result<Ranking, IndexError> {
         if let Some(expected) = self.dims
             && query_vector.len() != expected
         {
@@ -413,9 +430,15 @@ impl MemoryIndex {
                 Err(IndexError::Unavailable { method, granularity })
             }
         };
-        let session_only = |scores: Vec<f64>| Ranking { sessions: ranked(&scores), turns: None, router_weights: Vec::new() };
+        let session_only = |scores: Vec<f64>| Ranking {
+            sessions: ranked(&scores),
+            turns: None,
+            router_weights: Vec::new(),
+        };
         Ok(match method {
-            Method::Session => session_only(self.node_scores_per_session(Granularity::Session, query_vector)),
+            Method::Session => {
+                session_only(self.node_scores_per_session(Granularity::Session, query_vector))
+            }
             Method::Summary => {
                 require(Granularity::Summary)?;
                 session_only(self.node_scores_per_session(Granularity::Summary, query_vector))
@@ -453,7 +476,12 @@ impl MemoryIndex {
     }
 
     /// Top `k` sessions and turns for the agent's `query_memgas` tool, ranked by MemGAS.
-    pub fn query(&self, query_text: &str, query_vector: &[f32], k: usize) -> Result<MemgasHits, IndexError> {
+    pub fn query(
+        &self,
+        query_text: &str,
+        query_vector: &[f32],
+        k: usize,
+    ) -> Result<MemgasHits, IndexError> {
         self.query_with(Method::Memgas, query_text, query_vector, k)
     }
 
@@ -472,7 +500,11 @@ impl MemoryIndex {
             .take(k)
             .map(|hit| {
                 let units = &self.sessions[hit.index].units;
-                SessionHit { session_id: units.session_id.clone(), date: units.date.clone(), score: hit.score }
+                SessionHit {
+                    session_id: units.session_id.clone(),
+                    date: units.date.clone(),
+                    score: hit.score,
+                }
             })
             .collect();
         let turns = ranking
@@ -543,10 +575,17 @@ impl MemoryIndex {
         let inputs: Vec<&[f64]> = router_inputs.iter().map(Vec::as_slice).collect();
         let weights = route(&inputs, options.temperature, options.router);
         let weight_of = |granularity: Granularity| {
-            granularities.iter().position(|g| *g == granularity).map_or(0.0, |position| weights[position])
+            granularities
+                .iter()
+                .position(|g| *g == granularity)
+                .map_or(0.0, |position| weights[position])
         };
-        let node_scores: Vec<f64> =
-            self.nodes.iter().zip(&similarities).map(|(node, s)| weight_of(node.granularity) * s).collect();
+        let node_scores: Vec<f64> = self
+            .nodes
+            .iter()
+            .zip(&similarities)
+            .map(|(node, s)| weight_of(node.granularity) * s)
+            .collect();
         let seeds = select_seeds(&node_scores, options.n_seeds);
         let mass = match personalized_pagerank(self.graph.neighbours(), &seeds, options.damping) {
             Ok(mass) => mass,
@@ -599,7 +638,11 @@ impl MemoryIndex {
             add(&mut turn_scores, weights.memgas, &by_turn);
         }
         if weights.turn_to_session != 0.0 {
-            add(&mut session_scores, weights.turn_to_session, &self.best_turn_per_session(&turn_scores));
+            add(
+                &mut session_scores,
+                weights.turn_to_session,
+                &self.best_turn_per_session(&turn_scores),
+            );
         }
         if weights.session_to_turn != 0.0 {
             let normalised = min_max(&session_scores);
@@ -607,7 +650,11 @@ impl MemoryIndex {
                 *score += weights.session_to_turn * normalised[turn.session];
             }
         }
-        Ranking { sessions: ranked(&session_scores), turns: Some(ranked(&turn_scores)), router_weights: Vec::new() }
+        Ranking {
+            sessions: ranked(&session_scores),
+            turns: Some(ranked(&turn_scores)),
+            router_weights: Vec::new(),
+        }
     }
 }
 
@@ -624,13 +671,19 @@ fn min_max(values: &[f64]) -> Vec<f64> {
 
 /// Scores → full ranking, best first, ties in index order.
 fn ranked(scores: &[f64]) -> Vec<Scored> {
-    rank_descending(scores).into_iter().map(|index| Scored { index, score: scores[index] }).collect()
+    rank_descending(scores)
+        .into_iter()
+        .map(|index| Scored { index, score: scores[index] })
+        .collect()
 }
 
 /// Session ids and turn ids of a ranking, for metrics.
 pub fn ranking_ids(index: &MemoryIndex, ranking: &Ranking) -> (Vec<String>, Option<Vec<String>>) {
-    let sessions = ranking.sessions.iter().map(|hit| index.session_id(hit.index).to_string()).collect();
-    let turns =
-        ranking.turns.as_ref().map(|turns| turns.iter().map(|hit| index.turn_id(hit.index).to_string()).collect());
+    let sessions =
+        ranking.sessions.iter().map(|hit| index.session_id(hit.index).to_string()).collect();
+    let turns = ranking
+        .turns
+        .as_ref()
+        .map(|turns| turns.iter().map(|hit| index.turn_id(hit.index).to_string()).collect());
     (sessions, turns)
 }

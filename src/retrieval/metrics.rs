@@ -77,7 +77,9 @@ impl Evidence {
         let mut parsed = Evidence::default();
         for item in evidence {
             for piece in item.split(|c: char| c == ';' || c == ',' || c.is_whitespace()) {
-                let Some((session, turn)) = piece.strip_prefix('D').and_then(|rest| rest.split_once(':')) else {
+                let Some((session, turn)) =
+                    piece.strip_prefix('D').and_then(|rest| rest.split_once(':'))
+                else {
                     continue;
                 };
                 let (Ok(session), Ok(turn)) = (session.parse::<u32>(), turn.parse::<u32>()) else {
@@ -105,8 +107,13 @@ impl QuestionMetrics {
     /// Score one question's rankings.
     pub fn score(evidence: &Evidence, sessions: &[String], turns: Option<&[String]>) -> Self {
         Self {
-            session: CUTOFFS.iter().map(|&k| evaluate_at(sessions, &evidence.sessions, k)).collect(),
-            turn: turns.map(|turns| CUTOFFS.iter().map(|&k| evaluate_at(turns, &evidence.turns, k)).collect()),
+            session: CUTOFFS
+                .iter()
+                .map(|&k| evaluate_at(sessions, &evidence.sessions, k))
+                .collect(),
+            turn: turns.map(|turns| {
+                CUTOFFS.iter().map(|&k| evaluate_at(turns, &evidence.turns, k)).collect()
+            }),
         }
     }
 }
@@ -218,7 +225,8 @@ mod tests {
     #[test]
     fn tables_average_and_scale() {
         let evidence = Evidence::parse(&ids(&["D1:2"]));
-        let hit = QuestionMetrics::score(&evidence, &ids(&["D1", "D2"]), Some(&ids(&["D1:2", "D1:1"])));
+        let hit =
+            QuestionMetrics::score(&evidence, &ids(&["D1", "D2"]), Some(&ids(&["D1:2", "D1:1"])));
         let miss = QuestionMetrics::score(&evidence, &ids(&["D2", "D1"]), None);
         let table = MetricTable::average([&hit, &miss]);
         assert_eq!(table.n_questions, 2);

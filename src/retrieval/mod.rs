@@ -29,8 +29,8 @@ pub use build::build_index;
 pub use cache::EmbeddingCache;
 pub use eval::{MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval};
 pub use index::{
-    FusionOptions, IndexError, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex, Method, Ranking, Scored,
-    SessionHit, TurnHit, TurnRouting,
+    FusionOptions, IndexError, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex, Method,
+    Ranking, Scored, SessionHit, TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
 pub use units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};

@@ -66,7 +66,12 @@ pub struct UnitTextOptions {
 
 impl Default for UnitTextOptions {
     fn default() -> Self {
-        Self { turn_context: 2, turn_context_after: 0, lexical_turn_context: true, session_chunk_chars: 1000 }
+        Self {
+            turn_context: 2,
+            turn_context_after: 0,
+            lexical_turn_context: true,
+            session_chunk_chars: 1000,
+        }
     }
 }
 
@@ -105,7 +110,11 @@ impl SessionUnits {
             turns: session
                 .turns
                 .iter()
-                .map(|turn| TurnUnit { dia_id: turn.dia_id.clone(), speaker: turn.speaker.clone(), text: turn.display() })
+                .map(|turn| TurnUnit {
+                    dia_id: turn.dia_id.clone(),
+                    speaker: turn.speaker.clone(),
+                    text: turn.display(),
+                })
                 .collect(),
             summary: None,
             keywords: None,
@@ -132,7 +141,9 @@ impl SessionUnits {
     /// MemGAS's hybrid text (summary, keywords, session), when both LLM units exist.
     pub fn hybrid_text(&self) -> Option<String> {
         match (&self.summary, &self.keywords) {
-            (Some(summary), Some(keywords)) => Some(format!("{summary} {keywords} {}", self.session_text())),
+            (Some(summary), Some(keywords)) => {
+                Some(format!("{summary} {keywords} {}", self.session_text()))
+            }
             _ => None,
         }
     }
@@ -150,7 +161,11 @@ impl SessionUnits {
 
     /// Build the unit vectors from the embeddings of [`SessionUnits::texts_to_embed`].
     /// Returns `None` when the count does not match.
-    pub fn assemble(&self, options: &UnitTextOptions, vectors: Vec<Vec<f32>>) -> Option<UnitVectors> {
+    pub fn assemble(
+        &self,
+        options: &UnitTextOptions,
+        vectors: Vec<Vec<f32>>,
+    ) -> Option<UnitVectors> {
         let n_chunks = self.session_chunks(options).len();
         let expected = n_chunks
             + self.turns.len()
@@ -186,7 +201,9 @@ impl SessionUnits {
         let mut chunks = Vec::new();
         let mut current = String::new();
         for turn in &self.turns {
-            if !current.is_empty() && current.len() + 1 + turn.text.len() > options.session_chunk_chars {
+            if !current.is_empty()
+                && current.len() + 1 + turn.text.len() > options.session_chunk_chars
+            {
                 chunks.push(std::mem::take(&mut current));
             }
             if !current.is_empty() {
@@ -244,7 +261,11 @@ mod tests {
             turns: texts
                 .iter()
                 .enumerate()
-                .map(|(i, t)| TurnUnit { dia_id: format!("D1:{}", i + 1), speaker: "A".into(), text: t.to_string() })
+                .map(|(i, t)| TurnUnit {
+                    dia_id: format!("D1:{}", i + 1),
+                    speaker: "A".into(),
+                    text: t.to_string(),
+                })
                 .collect(),
             summary: None,
             keywords: None,
@@ -254,11 +275,24 @@ mod tests {
     #[test]
     fn texts_and_assembly_line_up() {
         let session = units(&["aaaa", "bbbb", "cccc"]).with_summary("sum").with_keywords("k1; k2");
-        let options = UnitTextOptions { turn_context: 1, session_chunk_chars: 9, ..UnitTextOptions::default() };
+        let options = UnitTextOptions {
+            turn_context: 1,
+            session_chunk_chars: 9,
+            ..UnitTextOptions::default()
+        };
         let texts = session.texts_to_embed(&options);
         assert_eq!(
             texts,
-            vec!["aaaa\nbbbb", "cccc", "aaaa", "aaaa\nbbbb", "bbbb\ncccc", "sum", "k1; k2", "sum k1; k2 aaaa\nbbbb\ncccc"]
+            vec![
+                "aaaa\nbbbb",
+                "cccc",
+                "aaaa",
+                "aaaa\nbbbb",
+                "bbbb\ncccc",
+                "sum",
+                "k1; k2",
+                "sum k1; k2 aaaa\nbbbb\ncccc"
+            ]
         );
         let vectors: Vec<Vec<f32>> = (0..texts.len()).map(|i| vec![i as f32 + 1.0, 0.0]).collect();
         let assembled = session.assemble(&options, vectors.clone()).unwrap();
@@ -273,7 +307,11 @@ mod tests {
     #[test]
     fn without_chunking_the_session_is_one_text() {
         let session = units(&["x", "y"]);
-        let options = UnitTextOptions { turn_context: 0, session_chunk_chars: 0, ..UnitTextOptions::default() };
+        let options = UnitTextOptions {
+            turn_context: 0,
+            session_chunk_chars: 0,
+            ..UnitTextOptions::default()
+        };
         assert_eq!(session.texts_to_embed(&options), vec!["x\ny", "x", "y"]);
         assert_eq!(normalised_mean(&[vec![3.0, 0.0], vec![0.0, 4.0]]), vec![0.6, 0.8]);
     }

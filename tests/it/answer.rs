@@ -14,7 +14,7 @@ use std::time::Duration;
 use mragent::agent::render::{RenderOptions, render_trace};
 use mragent::agent::scripted::{AgentScript, Fault, mechanical_memory, plausible_agent};
 use mragent::agent::trace::{TraceEvent, read_trace};
-use mragent::agent::{AnswerSettings, RunSummary, SampleMemory, answer_all};
+use mragent::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory, answer_all};
 use mragent::dataset::{Conversation, DatasetKind, load_locomo};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
@@ -22,6 +22,7 @@ use mragent::llm::{
     Client, EmbedClient, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder,
 };
 use mragent::results::{ResultLine, Status};
+use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
 use serde_json::Value;
 
 fn fixture() -> Conversation {
@@ -167,12 +168,22 @@ fn evidence_hit_rate(lines: &[ResultLine]) -> f64 {
     hits as f64 / lines.len().max(1) as f64
 }
 
+/// Attaches a MemGAS index of the conversation, built with the endpoint's embeddings.
+async fn with_memgas(mut memory: SampleMemory, embedder: &EmbedClient) -> SampleMemory {
+    let sessions: Vec<SessionUnits> =
+        memory.conversation.sessions.iter().map(SessionUnits::from_session).collect();
+    let index = build_index(sessions, embedder, None, IndexOptions::default()).await.unwrap();
+    memory.memgas = Some(MemgasMemory::new(index, embedder.clone()));
+    memory
+}
+
 #[tokio::test]
 async fn answers_a_fixture_conversation_end_to_end() {
     let bench = Bench::new(AgentScript::default()).await;
     let conversation = fixture();
     // Question vectors left out: the run embeds each question through the endpoint.
-    let memory = mechanical_memory(&conversation, false).unwrap();
+    let memory =
+        with_memgas(mechanical_memory(&conversation, false).unwrap(), &bench.embedder).await;
     let summary = bench.run(&[memory]).await;
     assert_eq!((summary.total, summary.answered, summary.errors, summary.remaining), (9, 9, 0, 0));
     assert!(!summary.interrupted && summary.resume_hint().is_none());
@@ -220,12 +231,29 @@ async fn answers_a_fixture_conversation_end_to_end() {
         assert_transcript_well_formed(request);
         assert_eq!(request.body["temperature"], 0.0);
         assert_eq!(request.body["seed"], 66);
-        assert_eq!(request.body["tools"].as_array().map(Vec::len), Some(7));
+        assert_eq!(request.body["tools"].as_array().map(Vec::len), Some(8));
     }
     let called = tools_called(&requests);
-    let all: BTreeSet<String> =
+    let mut all: BTreeSet<String> =
         mragent::agent::tools::TOOL_NAMES.iter().map(|name| name.to_string()).collect();
+    all.insert("query_memgas".into());
     assert_eq!(called, all, "every tool is exercised");
+    // MemGAS answers with dated turns of the conversation.
+    let memgas_result: Value = requests
+        .iter()
+        .flat_map(|request| request.messages().to_vec())
+        .filter(|message| message["role"] == "tool")
+        .filter_map(|message| serde_json::from_str::<Value>(message["content"].as_str()?).ok())
+        .find(|result| result.get("turns").is_some() && result.get("sessions").is_some())
+        .unwrap();
+    let turns = memgas_result["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 3);
+    assert!(
+        turns
+            .iter()
+            .filter_map(Value::as_str)
+            .all(|turn| turn.starts_with('D') && turn.contains("(session date: "))
+    );
     // The adversarial question offers both options.
     let adversarial =
         requests.iter().find(|request| request.transcript().contains("Omar's kitten")).unwrap();
@@ -239,8 +267,10 @@ async fn answers_a_fixture_conversation_end_to_end() {
     assert!(temporal.transcript().contains("query_conversation_time"));
 
     // A second run finds everything answered and asks nothing.
+    let memory =
+        with_memgas(mechanical_memory(&conversation, false).unwrap(), &bench.embedder).await;
     let before = bench.server.request_count();
-    let again = bench.run(&[mechanical_memory(&conversation, false).unwrap()]).await;
+    let again = bench.run(&[memory]).await;
     assert_eq!((again.resumed, again.answered), (9, 0));
     assert_eq!(bench.server.request_count(), before);
     assert_eq!(bench.lines("conv-7").len(), 9);
@@ -337,7 +367,9 @@ async fn injected_faults_never_stop_the_run() {
     let lines = by_id(&bench.lines("conv-7"));
     assert_eq!(lines.len(), 9);
     // Retried by the client stack until they pass: 500, 429 with Retry-After, a timeout.
-    for id in ["conv-7:q1", "conv-7:q2", "conv-7:q3", "conv-7:q5", "conv-7:q7", "conv-7:q8", "conv-7:q9"] {
+    for id in
+        ["conv-7:q1", "conv-7:q2", "conv-7:q3", "conv-7:q5", "conv-7:q7", "conv-7:q8", "conv-7:q9"]
+    {
         assert_eq!(lines[id].status, Status::Ok, "{:?}", lines[id]);
     }
     // Not retried by the client: a malformed body fails the question, which the next run

