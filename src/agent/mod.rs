@@ -78,8 +78,6 @@ pub struct AnswerSettings {
     pub temperature: Option<f32>,
     /// Seed: provider seed of every request, and the category-5 option coin.
     pub seed: u64,
-    /// Send the final answer's schema as `response_format` (for models that support it).
-    pub structured_output: bool,
     /// Draw a progress bar on stderr.
     pub progress: bool,
     /// Write per-question traces under `log/`.
@@ -107,7 +105,6 @@ impl AnswerSettings {
             retrieval: RetrievalSettings::default(),
             temperature: Some(0.0),
             seed: 66,
-            structured_output: false,
             progress: true,
             traces: true,
         }
@@ -631,7 +628,7 @@ async fn execute_tool<M: ChatModel, E: Embedder>(
                     shared.model,
                     &settings.call_settings(),
                     settings.retrieval.tag_limit,
-                    &prepared.text,
+                    &prepared.search_text,
                     &key.key,
                     &key.tags,
                     trace,
@@ -707,7 +704,8 @@ fn run_setup(
         time_nudge: prepared.time_nudge,
         temperature: settings.temperature,
         seed: settings.provider_seed(),
-        structured_output: settings.structured_output,
+        // Always attached; the client sends it only when its structured-output setting is on.
+        structured_output: true,
     }
 }
 

@@ -29,8 +29,12 @@ pub enum AnswerStyle {
 /// A question prepared for the loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparedQuestion {
-    /// The question as the model sees it.
+    /// The question as the loop's model sees it, category instructions included.
     pub text: String,
+    /// The question for retrieval calls (keywords, re-rank, tag scores): without the
+    /// instructions, which would only add noise (the temporal instructions even contain a date),
+    /// but with the category-5 options, whose words are worth searching for.
+    pub search_text: String,
     /// Answer style (selects the system prompt's rules).
     pub style: AnswerStyle,
     /// Remind the model to resolve dates before the last tool round.
@@ -46,6 +50,7 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
     let base = question.question.trim().to_string();
     let mut prepared = PreparedQuestion {
         text: base.clone(),
+        search_text: base.clone(),
         style: AnswerStyle::Strict,
         time_nudge: false,
         current_date: None,
@@ -76,6 +81,7 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
                     .render(&[("first", a), ("second", b)])
                     .unwrap_or_else(|_| format!("Choose \"{a}\" or \"{b}\"."));
                 prepared.text = join(&base, &options);
+                prepared.search_text = prepared.text.clone();
                 prepared.not_mentioned_first = Some(first);
             }
         }
@@ -125,6 +131,9 @@ mod tests {
     fn categories_shape_the_question() {
         let temporal = prepare(&question("q", Category::Locomo(2)), DatasetKind::Locomo, 1);
         assert!(temporal.time_nudge && temporal.text.contains("query_conversation_time"));
+        assert_eq!(temporal.search_text, "What did Caroline paint?");
+        let adversarial = prepare(&question("q", Category::Locomo(5)), DatasetKind::Locomo, 1);
+        assert_eq!(adversarial.search_text, adversarial.text);
         let open = prepare(&question("q", Category::Locomo(3)), DatasetKind::Locomo, 1);
         assert_eq!(open.style, AnswerStyle::Open);
         let single = prepare(&question("q", Category::Locomo(4)), DatasetKind::Locomo, 1);

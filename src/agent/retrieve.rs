@@ -247,7 +247,7 @@ pub async fn retrieve<M: ChatModel>(
         &input.call,
         "question_keywords",
         prompts::QUESTION_KEYWORDS.text.to_string(),
-        quoted_question(&input.question.text),
+        quoted_question(&input.question.search_text),
         &keywords_schema(),
         trace,
     )
@@ -379,7 +379,7 @@ pub async fn retrieve<M: ChatModel>(
             model,
             &input.call,
             settings.tag_limit,
-            &input.question.text,
+            &input.question.search_text,
             &key.key,
             &key.tags,
             trace,
@@ -573,7 +573,8 @@ async fn rerank<M: ChatModel>(
     let system = prompts::RERANK
         .render(&[("limit", &limit.to_string())])
         .unwrap_or_else(|_| prompts::RERANK.text.to_string());
-    let user = json!({ "question": input.question.text, "similar_sentence": lines }).to_string();
+    let user =
+        json!({ "question": input.question.search_text, "similar_sentence": lines }).to_string();
     let (value, usage) =
         ask_json(model, &input.call, "rerank", system, user, &rerank_schema(), trace).await;
     let ids: Vec<String> =

@@ -68,7 +68,9 @@ pub struct RunSetup {
     pub temperature: Option<f32>,
     /// Provider seed of every request.
     pub seed: Option<i64>,
-    /// Send the answer schema as `response_format` in the final-answer round.
+    /// Attach the answer schema as `response_format` in the final-answer round (the client
+    /// sends it only when its structured-output setting is on; the answer is validated here
+    /// either way).
     pub structured_output: bool,
 }
 

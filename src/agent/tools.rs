@@ -1,15 +1,18 @@
 //! The answer loop's tools: a closed enum with JSON schemas, argument parsing and execution.
 //!
-//! The model calls tools by name with JSON arguments; [`Tool::parse`] turns such a call into a
-//! typed variant, and [`Tool::apply`] runs it against the question's memory. Every failure (an
+//! Eight tools: the seven graph tools of the reference (§10, over `memory::query`) and
+//! `query_memgas` (MemGAS retrieval, offered only when the conversation has an index). The model
+//! calls tools by name with JSON arguments; [`Tool::parse`] turns such a call into a typed
+//! variant, and [`Tool::apply`] runs it against the question's memory. Every failure (an
 //! unknown tool, malformed or missing arguments, an id the memory does not hold) becomes a
 //! [`ToolError`] whose text is shown to the model as the tool result, so it can correct itself;
 //! nothing here aborts a question. Results are JSON objects with a fixed key order.
 //!
-//! This module does not talk to a model: when `query_event_keywords` finds keys with too many
-//! tags, [`Tool::apply`] hands them back as [`Applied::ScoreTags`] and the async driver in
+//! This module does no IO: when `query_event_keywords` finds keys with too many tags,
+//! [`Tool::apply`] hands them back as [`Applied::ScoreTags`] and the async driver in
 //! `agent/mod.rs` has the model score them (the reference scored them against the event's own
-//! text, §17 item 13; we score against the question) before calling [`finish_event_keywords`].
+//! text, §17 item 13; we score against the question) before calling [`finish_event_keywords`];
+//! `query_memgas` comes back as [`Applied::Memgas`] for the driver to embed the query.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
