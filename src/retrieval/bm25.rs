@@ -144,14 +144,14 @@ mod tests {
         index.add("Caroline went to a support group");
         index.add("a lake trip, a lake swim and lake fish");
         let scores = index.scores("lake sunrise");
-        // Document 0: terms melani, paint, sunris, lake (length 4); document 2: lake×3, trip,
-        // swim, fish (length 6); average length (4 + 4 + 6) / 3.
+        // Document 0: melani, paint, sunris, over, lake (length 5); document 1: carolin, went,
+        // support, group (4); document 2: lake×3, trip, swim, fish (6); average 15 / 3.
         let n = 3.0f64;
         let idf = |containing: f64| (1.0 + (n - containing + 0.5) / (containing + 0.5)).ln();
-        let average: f64 = 14.0 / 3.0;
+        let average: f64 = 15.0 / 3.0;
         let part =
             |tf: f64, length: f64| tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
-        let expected0 = idf(2.0) * part(1.0, 4.0) + idf(1.0) * part(1.0, 4.0);
+        let expected0 = idf(2.0) * part(1.0, 5.0) + idf(1.0) * part(1.0, 5.0);
         let expected2 = idf(2.0) * part(3.0, 6.0);
         assert!((scores[0] - expected0).abs() < 1e-12);
         assert_eq!(scores[1], 0.0);

@@ -6,7 +6,8 @@
 //! ([`index`]), which grows an association graph between units ([`graph`], split by a seeded
 //! Gaussian mixture, [`gmm`]) and BM25 indexes ([`bm25`]). A query is answered by one of several
 //! methods: plain dense or lexical ranking per granularity, MemGAS (entropy [`router`], seed
-//! selection, personalized PageRank [`ppr`]), or reciprocal-rank fusion. [`eval`] runs the
+//! selection, personalized PageRank [`ppr`]), or a weighted fusion of normalised lexical and
+//! dense scores with session↔turn propagation (the best offline method). [`eval`] runs the
 //! methods over a dataset and scores them with the metrics of [`metrics`]; [`cache`] keeps
 //! embeddings on disk.
 //!

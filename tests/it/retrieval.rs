@@ -196,7 +196,7 @@ async fn query_returns_ranked_sessions_and_turns_with_ids_and_dates() {
     let question = "Why did Pepper need surgery?";
     let vector = embedder().embed_blocking(&[question.to_string()]).unwrap().remove(0);
     let hits = index.query(question, &vector, 3).unwrap();
-    assert_eq!(hits.method, Method::Memgas);
+    assert_eq!(hits.method, Method::Fusion);
     assert_eq!(hits.sessions.len(), 3);
     assert_eq!(hits.sessions[0].session_id, "D8");
     assert_eq!(hits.sessions[0].date.as_deref(), Some("3:30 pm on 12 September, 2023"));
@@ -210,6 +210,8 @@ async fn query_returns_ranked_sessions_and_turns_with_ids_and_dates() {
     assert!(first.text.starts_with(&format!("{}: ", first.speaker)));
     assert_eq!(first.session_id, first.dia_id.split(':').next().unwrap());
 
+    let memgas = index.query_with(Method::Memgas, question, &vector, 3).unwrap();
+    assert_eq!(memgas.sessions[0].session_id, "D8");
     let lexical = index.query_with(Method::Bm25, question, &vector, 2).unwrap();
     assert_eq!(lexical.turns.len(), 2);
     assert!(matches!(
