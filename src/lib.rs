@@ -2,10 +2,16 @@
 //!
 //! # Layout
 //! Modules are declared in data-flow order (a suggested reading order):
-//! - [`cli`]: clap types; [`settings`]: resolved settings; [`logging`]: tracing setup; [`prompts`]: every prompt, compiled in.
+//! - [`cli`]: clap types; [`settings`]: resolved settings; [`logging`]: tracing setup;
+//!   [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders.
 //! - [`llm`]: the only module that talks to model endpoints.
+//! - [`embedding`]: the local all-MiniLM-L6-v2 embedder (candle), provisioned automatically.
+//! - [`build`]: the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
+//! - [`retrieval`]: MemGAS multi-granularity retrieval (GMM association graph, entropy router,
+//!   personalized PageRank), BM25 and dense baselines, retrieval metrics.
+//! - [`agent`]: the answer engine: pre-loop retrieval, the tool loop, resumable runs, traces.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
@@ -15,14 +21,19 @@ pub mod logging;
 pub mod prompts;
 pub mod settings;
 
-pub mod agent;
-pub mod build;
 pub mod dataset;
-pub mod embedding;
 pub mod llm;
+
+pub mod embedding;
+
+pub mod build;
 pub mod memory;
-pub mod results;
+
 pub mod retrieval;
+
+pub mod agent;
+
+pub mod results;
 
 pub mod eval;
 
