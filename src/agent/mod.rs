@@ -47,7 +47,7 @@ use crate::agent::tools::{
     memgas_result,
 };
 use crate::agent::trace::{TraceEvent, TraceWriter, trace_path};
-use crate::build::SampleEmbeddings;
+use crate::build::{BuiltMemory, SampleEmbeddings};
 use crate::dataset::{Conversation, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder, ToolChoice, Usage};
 use crate::memory::MemoryGraph;
@@ -145,6 +145,14 @@ pub struct SampleMemory {
     pub embeddings: SampleEmbeddings,
     /// Its MemGAS index; when present, the loop offers the `query_memgas` tool.
     pub memgas: Option<MemgasMemory>,
+}
+
+impl SampleMemory {
+    /// A conversation's memory from its finished build (`build::build_memory` or
+    /// `build::load_memory`), without a MemGAS index.
+    pub fn from_built(conversation: Conversation, built: BuiltMemory) -> Self {
+        Self { conversation, graph: built.graph, embeddings: built.embeddings, memgas: None }
+    }
 }
 
 /// A conversation's MemGAS index with the embedder it was built with (queries must be embedded

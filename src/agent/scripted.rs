@@ -238,6 +238,19 @@ enum Ask {
     Loop,
 }
 
+/// Whether a request belongs to the answer stage (an embedding, a question-keyword, re-rank or
+/// tag-score prompt, or a loop request offering tools), so that tests can route other prompts
+/// (the build stages') to another responder.
+pub fn is_answer_request(request: &RecordedRequest) -> bool {
+    if request.is_embeddings() || request.body.get("tools").is_some() {
+        return true;
+    }
+    let system = message_text(request, 0);
+    system == prompts::QUESTION_KEYWORDS.text
+        || system == prompts::ANSWER_TAG_SCORES.text
+        || system.starts_with(prompts::RERANK.text.lines().next().unwrap_or_default())
+}
+
 /// A responder for `ScriptedServer::with_responder` playing the answering agent.
 pub fn plausible_agent(
     script: AgentScript,

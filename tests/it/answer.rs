@@ -12,12 +12,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mragent::agent::render::{RenderOptions, render_trace};
-use mragent::agent::scripted::{AgentScript, Fault, mechanical_memory, plausible_agent};
+use mragent::agent::scripted::{
+    AgentScript, Fault, is_answer_request, mechanical_memory, plausible_agent,
+};
 use mragent::agent::trace::{TraceEvent, read_trace};
 use mragent::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory, answer_all};
+use mragent::build::{BuildSettings, build_memory};
 use mragent::dataset::{Conversation, DatasetKind, load_locomo};
 use mragent::llm::retry::RetryPolicy;
-use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
+use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{
     Client, EmbedClient, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder,
 };
@@ -52,7 +55,13 @@ struct Bench {
 
 impl Bench {
     async fn new(script: AgentScript) -> Self {
-        let server = ScriptedServer::with_responder(plausible_agent(script)).await.unwrap();
+        Self::with_responder(plausible_agent(script)).await
+    }
+
+    async fn with_responder(
+        responder: impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static,
+    ) -> Self {
+        let server = ScriptedServer::with_responder(responder).await.unwrap();
         let mut config =
             LlmConfig::new(server.base_url(), Secret::new("sk-answer-test-secret"), "test-model");
         config.retry = RetryPolicy {
@@ -522,19 +531,36 @@ async fn interrupt_lets_in_flight_questions_finish_and_says_how_to_resume() {
     assert_eq!(bench.lines("conv-30").len(), total);
 }
 
+/// `run` end to end on a whole LoCoMo conversation: the real build stages (rewrite, keywords,
+/// embeddings, through the same endpoint, answered mechanically by the build tests' responder)
+/// write their caches, the graph is built from them, and every question is answered.
 #[tokio::test]
-async fn answers_a_whole_locomo_conversation() {
+async fn builds_and_answers_a_whole_locomo_conversation() {
     let conversation = locomo("conv-30");
-    let mut bench = Bench::new(AgentScript::default()).await;
+    let agent = plausible_agent(AgentScript::default());
+    let mut bench = Bench::with_responder(move |request: &RecordedRequest| {
+        if is_answer_request(request) {
+            agent(request)
+        } else {
+            ScriptedReply::json(&crate::build::good_answer(request))
+        }
+    })
+    .await;
     bench.settings.workers = 10;
-    let memory = mechanical_memory(&conversation, true).unwrap();
+    let mut build_settings =
+        BuildSettings::new(bench.root().join("data"), DatasetKind::Locomo, "test", "test-model");
+    build_settings.progress = false;
+    let built =
+        build_memory(&build_settings, &bench.chat, &bench.embedder, &conversation).await.unwrap();
+    assert_eq!(built.summary.failed.len(), 0, "{:?}", built.summary);
+    let memory = SampleMemory::from_built(conversation.clone(), built);
+
     let summary = bench.run(&[memory]).await;
     assert_eq!((summary.answered, summary.errors), (conversation.questions.len(), 0));
     let lines = bench.lines("conv-30");
     assert_eq!(lines.len(), conversation.questions.len());
     let ids: BTreeSet<&str> = lines.iter().map(|line| line.question_id.as_str()).collect();
     assert_eq!(ids.len(), lines.len());
-    // Questions are spread over every category, all with cited support.
     let categories: BTreeSet<String> = lines.iter().map(|line| line.category.to_string()).collect();
     let expected: BTreeSet<String> =
         conversation.questions.iter().map(|question| question.category.to_string()).collect();
