@@ -325,20 +325,16 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     let progress = Progress::new(settings, total as u64, resumed as u64);
     let writer = resume::ResultWriter::new();
     let shared = Shared { settings, model, embedder };
+
+    // Set once `stop` resolves; the question stream checks it before starting each question.
     let stopped = AtomicBool::new(false);
-    let stop = async {
-        stop.await;
-        stopped.store(true, Ordering::SeqCst);
-        progress.println(
-            "interrupted: no new questions start; waiting for the ones in flight to finish",
-        );
-    };
+    let stopped_ref = &stopped;
     let shared_ref = &shared;
     let pending_ref = &pending;
     // The stream yields indices, not references: closures over plain values keep the future
     // `Send` (closures taking references trip the compiler's higher-ranked lifetime inference).
     let finished = futures::stream::iter(0..pending.len())
-        .take_until(stop)
+        .take_while(move |_| std::future::ready(!stopped_ref.load(Ordering::SeqCst)))
         .map(move |index| {
             let (sample, question) = pending_ref[index];
             let span = tracing::info_span!("question", id = %question.id);
@@ -346,10 +342,24 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         })
         .buffer_unordered(settings.workers.max(1));
     let mut finished = std::pin::pin!(finished);
+    let mut stop = std::pin::pin!(stop);
     let mut answered = 0;
     let mut errors = 0;
     let mut usage = Usage::default();
-    while let Some(line) = finished.next().await {
+    loop {
+        // Polled together so that an interrupt is acknowledged at once, even while every
+        // worker is busy.
+        let line = tokio::select! {
+            () = &mut stop, if !stopped.load(Ordering::SeqCst) => {
+                stopped.store(true, Ordering::SeqCst);
+                progress.println(
+                    "interrupted: no new questions start; waiting for the ones in flight to finish",
+                );
+                continue;
+            }
+            line = finished.next() => line,
+        };
+        let Some(line) = line else { break };
         let path = settings.result_path(&line.sample);
         writer.append(&path, &line)?;
         answered += 1;

@@ -308,7 +308,7 @@ pub async fn retrieve<M: ChatModel>(
     }
 
     // Main route: keyword candidates ranked by similarity, then re-ranked by the model.
-    let mut candidates: Vec<&EventMatch> = matches
+    let candidates: Vec<&EventMatch> = matches
         .full
         .iter()
         .chain(
@@ -330,7 +330,6 @@ pub async fn retrieve<M: ChatModel>(
             .collect();
         rank_candidates(input, all_episodes.iter().map(|(id, text)| (id.as_str(), text.as_str())))
     } else {
-        candidates.retain(|found| !found.event_id.is_empty());
         rank_candidates(
             input,
             candidates.iter().map(|found| (found.event_id.as_str(), found.text.as_str())),
