@@ -11,6 +11,9 @@
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
 //! - [`retrieval`]: MemGAS multi-granularity retrieval (GMM association graph, entropy router,
 //!   personalized PageRank), BM25 and dense baselines, retrieval metrics.
+//! - [`agent`]: the answer engine: pre-loop retrieval, the tool loop, resumable runs, traces.
+//! - [`agent`]: the answer engine: pre-loop retrieval, graph tools, the tool-calling loop,
+//!   resumable concurrent runs, traces.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
@@ -29,6 +32,8 @@ pub mod build;
 pub mod memory;
 
 pub mod retrieval;
+
+pub mod agent;
 
 pub mod results;
 

@@ -103,6 +103,23 @@ prompt!(REWRITE, "rewrite");
 prompt!(KEYWORDS, "keywords");
 prompt!(STAGE_REASK, "stage_reask");
 prompt!(MEMGAS_GRANULES, "memgas_granules");
+prompt!(QUESTION_KEYWORDS, "question_keywords");
+prompt!(RERANK, "rerank");
+prompt!(ANSWER_TAG_SCORES, "answer_tag_scores");
+prompt!(ANSWER_SYSTEM, "answer_system");
+prompt!(ANSWER_STYLE_STRICT, "answer_style_strict");
+prompt!(ANSWER_STYLE_OPEN, "answer_style_open");
+prompt!(ANSWER_RULES_LONGMEMEVAL, "answer_rules_longmemeval");
+prompt!(ANSWER_FINAL, "answer_final");
+prompt!(ANSWER_FINAL_ROUND, "answer_final_round");
+prompt!(ANSWER_TIME_NUDGE, "answer_time_nudge");
+prompt!(ANSWER_NUDGE, "answer_nudge");
+prompt!(ANSWER_REASK, "answer_reask");
+prompt!(ANSWER_MULTI_HOP, "answer_multi_hop");
+prompt!(ANSWER_OPEN_DOMAIN, "answer_open_domain");
+prompt!(ANSWER_TEMPORAL, "answer_temporal");
+prompt!(ANSWER_ADVERSARIAL, "answer_adversarial");
+prompt!(ANSWER_TOOLS, "answer_tools");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
 prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
@@ -118,6 +135,23 @@ pub const ALL: &[Prompt] = &[
     KEYWORDS,
     STAGE_REASK,
     MEMGAS_GRANULES,
+    QUESTION_KEYWORDS,
+    RERANK,
+    ANSWER_TAG_SCORES,
+    ANSWER_SYSTEM,
+    ANSWER_STYLE_STRICT,
+    ANSWER_STYLE_OPEN,
+    ANSWER_RULES_LONGMEMEVAL,
+    ANSWER_FINAL,
+    ANSWER_FINAL_ROUND,
+    ANSWER_TIME_NUDGE,
+    ANSWER_NUDGE,
+    ANSWER_REASK,
+    ANSWER_MULTI_HOP,
+    ANSWER_OPEN_DOMAIN,
+    ANSWER_TEMPORAL,
+    ANSWER_ADVERSARIAL,
+    ANSWER_TOOLS,
     JUDGE_LOCOMO,
     JUDGE_LONGMEMEVAL,
     JUDGE_LONGMEMEVAL_TEMPORAL,

@@ -1,0 +1,292 @@
+//! Per-question traces: one JSONL file per question under `log/<dataset>/<file>/<sample>/`.
+//!
+//! Every line is one [`TraceRecord`]: milliseconds since the attempt started plus a
+//! [`TraceEvent`]. A trace holds the formatted question, the retrieval steps (their model calls
+//! with request, parsed reply, tokens and timing), every request of the tool loop, every response,
+//! every tool call with its result, and the final outcome. Requests record the messages added since
+//! the previous request (`messages_from` says where they start), which reconstructs every full
+//! request exactly without storing the growing transcript eight times; the first request also
+//! carries the full tool specs.
+//!
+//! Lines are appended as they happen, so a killed run still leaves a readable trace. A question
+//! answered again (after a failure or an interruption) appends a new attempt to the same file.
+//! Trace writing never fails a question: an IO error is logged once and tracing stops.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::dataset::Category;
+use crate::llm::{Message, ToolSpec, Usage};
+use crate::results::Status;
+
+/// One line of a trace file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    /// Milliseconds since the attempt's `start` event.
+    pub t_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: TraceEvent,
+}
+
+/// What a trace line records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TraceEvent {
+    /// An attempt at a question begins.
+    Start {
+        /// Question id.
+        question_id: String,
+        /// Sample id.
+        sample: String,
+        /// Dataset name.
+        dataset: String,
+        /// Model id used for answering.
+        model: String,
+        /// Run tag (`--file`).
+        file: String,
+        /// Result file, relative to the project root.
+        result_file: String,
+        /// Category.
+        category: Category,
+        /// Original question.
+        question: String,
+        /// The question as the model sees it (category instructions added).
+        formatted_question: String,
+        /// Wall-clock start, RFC 3339.
+        started_at: String,
+    },
+    /// A model call of the retrieval phase (question keywords, re-rank, tag scoring).
+    Llm {
+        /// What the call was for.
+        purpose: String,
+        /// The full request.
+        messages: Vec<Message>,
+        /// The parsed JSON reply, when the call succeeded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<Value>,
+        /// Why the call failed, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// Requests made (re-asks included).
+        attempts: u32,
+        /// Tokens.
+        usage: Usage,
+        /// Duration.
+        ms: u64,
+    },
+    /// A retrieval step's result (keywords, route, candidates, fallbacks).
+    Retrieval {
+        /// Step name.
+        step: String,
+        /// Step details.
+        detail: Value,
+    },
+    /// A request of the tool loop.
+    Request {
+        /// 1-based request number.
+        round: u32,
+        /// Index of the first message in `messages` within the full transcript.
+        messages_from: usize,
+        /// Messages added since the previous request (all of them for the first).
+        messages: Vec<Message>,
+        /// Tool specs; only on the first request (later requests offer the same tools).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tools: Vec<ToolSpec>,
+        /// `auto`, `none`, ...
+        tool_choice: String,
+        /// Whether an answer schema was sent as `response_format`.
+        structured: bool,
+    },
+    /// The reply to a request of the tool loop.
+    Response {
+        /// The request it answers.
+        round: u32,
+        /// The assistant message, when the call succeeded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<Message>,
+        /// Provider finish reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        /// Why the call failed, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// Tokens.
+        usage: Usage,
+        /// Duration.
+        ms: u64,
+    },
+    /// One executed tool call.
+    ToolCall {
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments as executed.
+        arguments: Value,
+        /// The tool message text.
+        result: String,
+        /// Duration.
+        ms: u64,
+    },
+    /// The attempt's outcome (also written to the result file).
+    Finish {
+        /// Outcome.
+        status: Status,
+        /// Answer text.
+        prediction: String,
+        /// Supporting turn ids.
+        prediction_context: Vec<String>,
+        /// Error text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// Model rounds.
+        rounds: u32,
+        /// Tool calls.
+        tool_calls: u32,
+        /// Tokens of every call for the question.
+        usage: Usage,
+        /// Wall time.
+        latency_ms: u64,
+    },
+}
+
+/// `log/<dataset>/<file>/<sample>/<question>.jsonl` under `root`.
+pub fn trace_path(
+    root: &Path,
+    dataset: &str,
+    file: &str,
+    sample: &str,
+    question_id: &str,
+) -> PathBuf {
+    root.join("log")
+        .join(dataset)
+        .join(file)
+        .join(path_safe(sample))
+        .join(format!("{}.jsonl", path_safe(question_id)))
+}
+
+/// Replaces characters that are awkward in file names (`:` and `/` among them) with `_`.
+pub fn path_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .collect()
+}
+
+/// Appends trace records for one attempt at one question.
+#[derive(Debug)]
+pub struct TraceWriter {
+    file: Option<File>,
+    path: PathBuf,
+    started: Instant,
+}
+
+impl TraceWriter {
+    /// Opens (appending) the trace at `path`. On failure the writer is inert and the error is
+    /// logged.
+    pub fn open(path: PathBuf) -> Self {
+        let file = path
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|()| OpenOptions::new().create(true).append(true).open(&path));
+        let file = match file {
+            Ok(file) => Some(file),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), error = %error, "cannot write the question trace");
+                None
+            }
+        };
+        Self { file, path, started: Instant::now() }
+    }
+
+    /// A writer that records nothing.
+    pub fn disabled() -> Self {
+        Self { file: None, path: PathBuf::new(), started: Instant::now() }
+    }
+
+    /// Where the trace goes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Milliseconds since the writer was opened.
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Appends one event as one line.
+    pub fn record(&mut self, event: TraceEvent) {
+        let t_ms = self.elapsed_ms();
+        let Some(file) = &mut self.file else { return };
+        let record = TraceRecord { t_ms, event };
+        let written =
+            serde_json::to_string(&record).map_err(std::io::Error::other).and_then(|mut text| {
+                text.push('\n');
+                file.write_all(text.as_bytes())
+            });
+        if let Err(error) = written {
+            tracing::warn!(path = %self.path.display(), error = %error, "trace write failed; tracing stops");
+            self.file = None;
+        }
+    }
+}
+
+/// Reads a trace file; a torn last line is skipped.
+pub fn read_trace(path: &Path) -> anyhow::Result<Vec<TraceRecord>> {
+    use anyhow::Context;
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut records = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<TraceRecord>(line) {
+            Ok(record) => records.push(record),
+            Err(_) if index + 1 == lines.len() => {}
+            Err(error) => {
+                return Err(error)
+                    .with_context(|| format!("{}: line {}", path.display(), index + 1));
+            }
+        }
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_safe_and_records_round_trip() -> anyhow::Result<()> {
+        let directory = tempfile::tempdir()?;
+        let path = trace_path(directory.path(), "locomo", "run1", "conv-26", "conv-26:q7");
+        assert!(path.ends_with("log/locomo/run1/conv-26/conv-26_q7.jsonl"));
+        let mut writer = TraceWriter::open(path.clone());
+        writer.record(TraceEvent::Retrieval {
+            step: "route".into(),
+            detail: serde_json::json!({"route": "main"}),
+        });
+        writer.record(TraceEvent::ToolCall {
+            call_id: "a".into(),
+            name: "query_topic_events".into(),
+            arguments: serde_json::json!({"topic": "D1:t1"}),
+            result: "{}".into(),
+            ms: 1,
+        });
+        drop(writer);
+        let mut file = OpenOptions::new().append(true).open(&path)?;
+        file.write_all(b"{\"t_ms\":3,\"event\":\"fin")?;
+        let records = read_trace(&path)?;
+        assert_eq!(records.len(), 2);
+        assert!(
+            matches!(&records[1].event, TraceEvent::ToolCall { name, .. } if name == "query_topic_events")
+        );
+        Ok(())
+    }
+}
