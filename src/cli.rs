@@ -48,6 +48,11 @@ pub enum Command {
     /// Evaluate retrieval offline (no key needed): MemGAS and baselines ranked against the gold
     /// evidence; session recall_all/recall_any/NDCG and turn recall at k = 1, 3, 5, 10.
     Retrieve(RetrieveArgs),
+    /// The main job: build the memory (cached) and answer every question with the tool-calling
+    /// loop; one result line per question, resumable, traces under log/.
+    Run(RunCommandArgs),
+    /// Show a question's trace (prompts, tool calls, results, tokens) as a timeline.
+    Trace(TraceArgs),
 }
 
 /// Which benchmark to work on.
@@ -213,4 +218,53 @@ pub struct RetrieveArgs {
     /// Summary/keyword units from a JSON file `{sample: {session: {"summary", "keywords"}}}`.
     #[arg(long)]
     pub llm_units: Option<PathBuf>,
+}
+
+/// `mragent run`.
+#[derive(Debug, Args)]
+pub struct RunCommandArgs {
+    /// Dataset selection.
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Model and endpoint.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Run tag and concurrency.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Embedder of the memory.
+    #[command(flatten)]
+    pub embed: EmbedArgs,
+    /// Do not offer the MemGAS retrieval tool (`query_memgas`), which embeds locally.
+    #[arg(long)]
+    pub no_memgas: bool,
+    /// Directory with all-MiniLM-L6-v2 for the MemGAS tool (default: installed automatically
+    /// into data/models/ on first use).
+    #[arg(long, env = "MRAGENT_EMBED_MODEL_DIR")]
+    pub embed_model_dir: Option<PathBuf>,
+    /// Seed of the category-5 option order and of provider sampling.
+    #[arg(long, default_value_t = 66)]
+    pub seed: u64,
+    /// Do not write per-question traces under log/.
+    #[arg(long)]
+    pub no_traces: bool,
+}
+
+/// `mragent trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// A question id (`conv-26:q3`) or a result file (every question in it).
+    pub target: String,
+    /// Print the trace records as JSON lines instead of a timeline.
+    #[arg(long)]
+    pub json: bool,
+    /// Only traces of this run tag.
+    #[arg(long)]
+    pub file: Option<String>,
+    /// Only traces of this dataset (`locomo`, `LM`).
+    #[arg(long)]
+    pub data: Option<String>,
+    /// Characters shown of long texts (0: 400).
+    #[arg(long, default_value_t = 0)]
+    pub max_chars: usize,
 }

@@ -56,6 +56,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Eval(_) => "eval",
         Command::Build(_) => "build",
         Command::Retrieve(_) => "retrieve",
+        Command::Run(_) => "run",
+        Command::Trace(_) => "trace",
     }
 }
 
@@ -69,6 +71,38 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             Ok(Outcome::Success)
         }
         Command::Build(args) => build(&args, &paths, quiet).await,
+        Command::Run(args) => {
+            let data = DataSettings::resolve(&paths, &args.data);
+            let models = ModelSettings::resolve(&args.model, env_var)?;
+            models.require_key()?;
+            let conversations = data.load()?;
+            let summary =
+                mragent::commands::run(&paths, &data, &models, &args, quiet, conversations).await?;
+            println!("{summary}");
+            for file in &summary.result_files {
+                println!("  {}", file.display());
+            }
+            if let Some(hint) = summary.resume_hint() {
+                eprintln!("{hint}");
+                return Ok(Outcome::Partial);
+            }
+            Ok(Outcome::Success)
+        }
+        Command::Trace(args) => {
+            use std::io::IsTerminal as _;
+            let options = mragent::agent::render::RenderOptions {
+                json: args.json,
+                color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+                dataset: args.data.clone(),
+                file: args.file.clone(),
+                max_chars: args.max_chars,
+            };
+            print!(
+                "{}",
+                mragent::agent::render::render_trace(&paths.root, &args.target, &options)?
+            );
+            Ok(Outcome::Success)
+        }
         Command::Retrieve(args) => {
             let data = DataSettings::resolve(&paths, &args.data);
             let report = tokio::task::spawn_blocking(move || {

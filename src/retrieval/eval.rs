@@ -147,9 +147,11 @@ pub struct RetrieveReport {
 
 /// Per-session LLM units as read from `--llm-units`.
 #[derive(Debug, Clone, Default, Deserialize)]
-struct LlmUnit {
-    summary: Option<String>,
-    keywords: Option<String>,
+pub struct LlmUnit {
+    /// Session summary text.
+    pub summary: Option<String>,
+    /// Session keywords as one text.
+    pub keywords: Option<String>,
 }
 
 type LlmUnits = BTreeMap<String, BTreeMap<String, LlmUnit>>;
@@ -364,7 +366,7 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
 
 /// The units of every session, with LLM units attached where given (`--llm-units` first, then
 /// the granule cache).
-fn session_units(
+pub fn session_units(
     conversation: &Conversation,
     llm: Option<&BTreeMap<String, LlmUnit>>,
     granules: Option<&ConversationGranules>,
