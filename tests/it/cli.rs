@@ -141,3 +141,89 @@ async fn retrieve_command_runs_offline_and_writes_its_tables() {
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown retrieval method `magic`"));
 }
+
+/// The whole user journey through the binary against the scripted endpoint: `run` builds the
+/// memory and answers every question (MemGAS tool included, local embedder), a rerun answers
+/// nothing again, `trace` renders a question, `eval` scores the run.
+#[tokio::test]
+async fn run_then_trace_then_eval_through_the_binary() {
+    use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
+
+    let agent = plausible_agent(AgentScript::default());
+    let server = ScriptedServer::with_responder(move |request| {
+        if is_answer_request(request) {
+            agent(request)
+        } else {
+            ScriptedReply::json(&crate::build::good_answer(request))
+        }
+    })
+    .await
+    .unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/answer/tiny_conversation.json");
+    let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
+    let args = [
+        "run",
+        "--data-file",
+        fixture.to_str().unwrap(),
+        "--base-url",
+        server.base_url(),
+        "--model",
+        "local/tiny",
+        "--file",
+        "journey",
+        "--embed-model-dir",
+        &model_dir,
+        "-q",
+    ];
+    let (output, dir) = mragent(&args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let results = dir.path().join("result/locomo");
+    let files: Vec<_> =
+        std::fs::read_dir(&results).unwrap().map(|entry| entry.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let lines: Vec<mragent::results::ResultLine> =
+        text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|line| line.status == mragent::results::Status::Ok), "{text}");
+    let tools: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|request| request.body.get("tools"))
+        .flat_map(|tools| tools.as_array().cloned().unwrap_or_default())
+        .filter_map(|tool| tool["function"]["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(tools.iter().any(|name| name == "query_memgas"), "the MemGAS tool is offered");
+
+    // A rerun in the same project answers nothing again.
+    let before = server.request_count();
+    let mut rerun = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
+    let rerun = rerun
+        .args(args)
+        .current_dir(dir.path())
+        .env_remove("OPENROUTER_API_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert!(rerun.status.success());
+    assert_eq!(server.request_count(), before);
+
+    let question_id = lines[0].question_id.clone();
+    let mut trace = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
+    let trace = trace.args(["trace", &question_id]).current_dir(dir.path()).output().await.unwrap();
+    let rendered = String::from_utf8_lossy(&trace.stdout);
+    assert!(trace.status.success(), "{}", String::from_utf8_lossy(&trace.stderr));
+    assert!(rendered.contains(&question_id) && rendered.contains(&lines[0].question), "{rendered}");
+
+    let mut eval = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
+    let eval = eval
+        .args(["eval", "--model", "local/tiny", "--file", "journey"])
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    assert!(dir.path().join("eval/locomo/journey/summary.md").is_file());
+}
