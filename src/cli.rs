@@ -37,22 +37,22 @@ pub struct GlobalArgs {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Send one tiny request to the configured model endpoint and report latency and tokens.
-    Ping(PingArgs),
-    /// Score a run's answers: official LoCoMo F1 and exact match, evidence recall, and
-    /// optionally an LLM judge (LoCoMo lenient protocol, LongMemEval per question type).
-    Eval(EvalArgs),
     /// Build the memory of every selected conversation: rewrite, keywords, embeddings (each
     /// cached under data/<dataset>/ and resumable per session), then the graph.
     Build(BuildArgs),
-    /// Evaluate retrieval offline (no key needed): MemGAS and baselines ranked against the gold
-    /// evidence; session recall_all/recall_any/NDCG and turn recall at k = 1, 3, 5, 10.
-    Retrieve(RetrieveArgs),
     /// The main job: build the memory (cached) and answer every question with the tool-calling
     /// loop; one result line per question, resumable, traces under log/.
     Run(RunCommandArgs),
+    /// Score a run's answers: official LoCoMo F1 and exact match, evidence recall, and
+    /// optionally an LLM judge (LoCoMo lenient protocol, LongMemEval per question type).
+    Eval(EvalArgs),
+    /// Evaluate retrieval offline (no key needed): MemGAS and baselines ranked against the gold
+    /// evidence; session recall_all/recall_any/NDCG and turn recall at k = 1, 3, 5, 10.
+    Retrieve(RetrieveArgs),
     /// Show a question's trace (prompts, tool calls, results, tokens) as a timeline.
     Trace(TraceArgs),
+    /// Send one tiny request to the configured model endpoint and report latency and tokens.
+    Ping(PingArgs),
 }
 
 /// Which benchmark to work on.

@@ -6,7 +6,7 @@ use std::process::Output;
 use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
-const COMMANDS: &[&str] = &["ping", "eval", "build", "retrieve", "run", "trace"];
+const COMMANDS: &[&str] = &["build", "run", "eval", "retrieve", "trace", "ping"];
 
 /// Run the built binary in an empty directory (no `.env`) with a clean model environment.
 async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
