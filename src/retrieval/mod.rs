@@ -7,7 +7,8 @@
 //! Gaussian mixture, [`gmm`]) and BM25 indexes ([`bm25`]). A query is answered by one of several
 //! methods: plain dense or lexical ranking per granularity, MemGAS (entropy [`router`], seed
 //! selection, personalized PageRank [`ppr`]), or a weighted fusion of normalised lexical and
-//! dense scores with session↔turn propagation (the best offline method). [`eval`] runs the
+//! dense scores with session↔turn propagation (the best offline method), optionally boosting
+//! sessions dated in a month the question names ([`dates`]). [`eval`] runs the
 //! methods over a dataset and scores them with the metrics of [`metrics`]; [`cache`] keeps
 //! embeddings on disk.
 //!
@@ -17,6 +18,7 @@
 pub mod bm25;
 pub mod build;
 pub mod cache;
+pub mod dates;
 pub mod eval;
 pub mod gmm;
 pub mod graph;
@@ -26,12 +28,13 @@ pub mod ppr;
 pub mod router;
 pub mod units;
 
+pub use bm25::Bm25Params;
 pub use build::build_index;
 pub use cache::EmbeddingCache;
 pub use eval::{MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval};
 pub use index::{
     FusionOptions, IndexError, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex, Method,
-    Ranking, Scored, SessionHit, TurnHit, TurnRouting,
+    Normalisation, Ranking, Scored, SessionHit, TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
 pub use units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};
