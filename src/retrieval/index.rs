@@ -167,7 +167,7 @@ impl Default for FusionOptions {
         Self {
             bm25: 1.0,
             dense: 1.0,
-            session_bm25: 1.0,
+            session_bm25: 0.5,
             session_dense: 1.0,
             memgas: 0.0,
             session_to_turn: 1.0,
