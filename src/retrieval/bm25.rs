@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn analyzer_lowercases_stems_and_drops_stop_words() {
-        let analyzer = Analyzer::default();
+        let analyzer = Analyzer;
         assert_eq!(
             analyzer.terms("When did Melanie PAINT the sunrises?"),
             vec!["melani", "paint", "sunris"]

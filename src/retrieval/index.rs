@@ -170,7 +170,7 @@ impl Default for FusionOptions {
             session_bm25: 0.5,
             session_dense: 1.0,
             memgas: 0.0,
-            session_to_turn: 1.0,
+            session_to_turn: 1.5,
             turn_to_session: 1.0,
             session_top_turns: 1,
             session_turn_decay: 0.5,
