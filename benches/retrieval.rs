@@ -50,6 +50,19 @@ fn main() -> anyhow::Result<()> {
             "mem_threshold" => index.graph.mem_threshold = value.parse()?,
             "w_bm25" => index.fusion.bm25 = value.parse()?,
             "w_dense" => index.fusion.dense = value.parse()?,
+            "w_session_bm25" => index.fusion.session_bm25 = value.parse()?,
+            "w_session_dense" => index.fusion.session_dense = value.parse()?,
+            "session_top_turns" => index.fusion.session_top_turns = value.parse()?,
+            "session_turn_decay" => index.fusion.session_turn_decay = value.parse()?,
+            "normalisation" => {
+                index.fusion.normalisation =
+                    serde_json::from_value(serde_json::Value::String(value.to_string()))?;
+            }
+            "w_date" => index.fusion.date = value.parse()?,
+            "date_next_month" => index.fusion.date_next_month = value.parse()?,
+            "k1" => index.bm25.k1 = value.parse()?,
+            "b" => index.bm25.b = value.parse()?,
+            "drop_question_words" => index.bm25.drop_question_words = value.parse()?,
             "w_memgas" => index.fusion.memgas = value.parse()?,
             "w_turn" => index.fusion.turn_to_session = value.parse()?,
             "w_session" => index.fusion.session_to_turn = value.parse()?,

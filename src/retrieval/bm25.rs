@@ -3,21 +3,61 @@
 //! Hand-written rather than taken from the `bm25` crate: we need an index that grows one session
 //! at a time alongside the association graph, dense scores for every unit (for rank fusion), and
 //! exact control of tokenisation; the scoring itself is a dozen lines. Tokens are lowercased
-//! alphanumeric runs, minus a short English stop-word list, reduced by the Snowball English
-//! stemmer (`rust-stemmers`), so "painted" matches "paint".
+//! alphanumeric runs, minus a short English stop-word list, reduced by NLTK's Porter stemmer
+//! ([`crate::eval::porter`], the one the LoCoMo scorer uses), so "painted" matches "paint".
 //!
 //! `score(t, d) = idf(t) · tf·(k1 + 1) / (tf + k1·(1 − b + b·|d|/avgdl))` with the always-positive
-//! `idf(t) = ln(1 + (N − n_t + 0.5)/(n_t + 0.5))`, k1 = 1.2, b = 0.75, summed over the distinct
-//! query terms. Pure and deterministic.
+//! `idf(t) = ln(1 + (N − n_t + 0.5)/(n_t + 0.5))`, summed over the distinct query terms; k1 and b
+//! come from [`Bm25Params`] (k1 = 1.2; b = 0.3 by default, lighter than the usual 0.75: long turns
+//! that carry their context are not penalised as much). Queries may also drop question
+//! boilerplate ([`QUESTION_WORDS`]: "kind", "likely", ...), which names what is asked rather than
+//! what the evidence says. Pure and deterministic.
 
 use std::collections::HashMap;
 
-use rust_stemmers::{Algorithm, Stemmer};
+use crate::eval::porter::stem;
+use serde::{Deserialize, Serialize};
 
-/// Term-frequency saturation.
-const K1: f64 = 1.2;
-/// Length normalisation strength.
-const B: f64 = 0.75;
+/// BM25 parameters and query processing.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bm25Params {
+    /// Term-frequency saturation.
+    pub k1: f64,
+    /// Length normalisation strength (0: none, 1: full).
+    pub b: f64,
+    /// Drop [`QUESTION_WORDS`] from queries (documents keep them).
+    pub drop_question_words: bool,
+}
+
+impl Default for Bm25Params {
+    fn default() -> Self {
+        Self { k1: 1.2, b: 0.3, drop_question_words: false }
+    }
+}
+
+/// Words that frame a question ("What kind of ...", "Would X likely ...") without naming its
+/// content; removed from queries when [`Bm25Params::drop_question_words`] is set.
+pub const QUESTION_WORDS: &[&str] = &[
+    "kind",
+    "type",
+    "types",
+    "sort",
+    "likely",
+    "might",
+    "many",
+    "much",
+    "ever",
+    "also",
+    "something",
+    "anything",
+    "thing",
+    "things",
+    "still",
+    "yet",
+    "whose",
+    "does",
+    "one",
+];
 
 /// Words too common in dialogue and questions to carry evidence.
 const STOP_WORDS: &[&str] = &[
@@ -32,24 +72,24 @@ const STOP_WORDS: &[&str] = &[
 ];
 
 /// Turns text into index terms.
-pub struct Analyzer {
-    stemmer: Stemmer,
-}
-
-impl Default for Analyzer {
-    fn default() -> Self {
-        Self { stemmer: Stemmer::create(Algorithm::English) }
-    }
-}
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Analyzer;
 
 impl Analyzer {
     /// Index terms of `text`, in order, with repeats.
     pub fn terms(&self, text: &str) -> Vec<String> {
+        self.terms_without(text, &[])
+    }
+
+    /// Index terms of `text` without the words of `extra_stop_words` (lowercase).
+    pub fn terms_without(&self, text: &str, extra_stop_words: &[&str]) -> Vec<String> {
         text.split(|c: char| !c.is_alphanumeric())
             .filter(|word| !word.is_empty())
             .map(str::to_lowercase)
-            .filter(|word| !STOP_WORDS.contains(&word.as_str()))
-            .map(|word| self.stemmer.stem(&word).into_owned())
+            .filter(|word| {
+                !STOP_WORDS.contains(&word.as_str()) && !extra_stop_words.contains(&word.as_str())
+            })
+            .map(|word| stem(&word))
             .collect()
     }
 }
@@ -57,6 +97,7 @@ impl Analyzer {
 /// A growing BM25 index; documents are numbered in insertion order.
 #[derive(Default)]
 pub struct Bm25Index {
+    params: Bm25Params,
     analyzer: Analyzer,
     /// term → (document, term frequency), documents ascending.
     postings: HashMap<String, Vec<(u32, u32)>>,
@@ -65,9 +106,14 @@ pub struct Bm25Index {
 }
 
 impl Bm25Index {
-    /// An empty index.
+    /// An empty index with the default parameters.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty index with `params`.
+    pub fn with_params(params: Bm25Params) -> Self {
+        Self { params, ..Self::default() }
     }
 
     /// Number of documents.
@@ -102,7 +148,9 @@ impl Bm25Index {
         if self.lengths.is_empty() {
             return scores;
         }
-        let mut terms = self.analyzer.terms(query);
+        let extra: &[&str] = if self.params.drop_question_words { QUESTION_WORDS } else { &[] };
+        let mut terms = self.analyzer.terms_without(query, extra);
+        let Bm25Params { k1, b, .. } = self.params;
         terms.sort();
         terms.dedup();
         let n = self.lengths.len() as f64;
@@ -114,8 +162,8 @@ impl Bm25Index {
             for &(document, tf) in postings {
                 let tf = f64::from(tf);
                 let length = f64::from(self.lengths[document as usize]);
-                let norm = K1 * (1.0 - B + B * length / average_length);
-                scores[document as usize] += idf * tf * (K1 + 1.0) / (tf + norm);
+                let norm = k1 * (1.0 - b + b * length / average_length);
+                scores[document as usize] += idf * tf * (k1 + 1.0) / (tf + norm);
             }
         }
         scores
@@ -129,7 +177,7 @@ mod tests {
 
     #[test]
     fn analyzer_lowercases_stems_and_drops_stop_words() {
-        let analyzer = Analyzer::default();
+        let analyzer = Analyzer;
         assert_eq!(
             analyzer.terms("When did Melanie PAINT the sunrises?"),
             vec!["melani", "paint", "sunris"]
@@ -149,8 +197,9 @@ mod tests {
         let n = 3.0f64;
         let idf = |containing: f64| (1.0 + (n - containing + 0.5) / (containing + 0.5)).ln();
         let average: f64 = 15.0 / 3.0;
+        let Bm25Params { k1, b, .. } = Bm25Params::default();
         let part =
-            |tf: f64, length: f64| tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
+            |tf: f64, length: f64| tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length / average));
         let expected0 = idf(2.0) * part(1.0, 5.0) + idf(1.0) * part(1.0, 5.0);
         let expected2 = idf(2.0) * part(3.0, 6.0);
         assert!((scores[0] - expected0).abs() < 1e-12);
@@ -158,5 +207,34 @@ mod tests {
         assert!((scores[2] - expected2).abs() < 1e-12);
         assert!(scores[0] > scores[2]);
         assert!(Bm25Index::new().scores("x").is_empty());
+    }
+
+    #[test]
+    fn parameters_and_question_words_change_the_scores() {
+        let texts = ["the lake was cold", "lake lake lake and a long walk by the lake shore"];
+        let build = |params: Bm25Params| {
+            let mut index = Bm25Index::with_params(params);
+            for text in texts {
+                index.add(text);
+            }
+            index
+        };
+        // b = 0: no length normalisation, so the long document's four "lake"s win outright;
+        // k1 = 0: term frequency no longer counts, so both documents score the same.
+        let no_length = build(Bm25Params { b: 0.0, ..Bm25Params::default() }).scores("lake");
+        assert!(no_length[1] > no_length[0]);
+        let binary = build(Bm25Params { k1: 0.0, ..Bm25Params::default() }).scores("lake");
+        assert!((binary[0] - binary[1]).abs() < 1e-12);
+        // "kind" is framing: dropped from queries only when asked.
+        let mut index = Bm25Index::with_params(Bm25Params {
+            drop_question_words: true,
+            ..Bm25Params::default()
+        });
+        index.add("what kind of day");
+        index.add("a cold lake");
+        assert_eq!(index.scores("what kind of lake"), index.scores("lake"));
+        let mut plain = Bm25Index::new();
+        plain.add("what kind of day");
+        assert!(plain.scores("kind")[0] > 0.0);
     }
 }

@@ -11,7 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::bm25::Bm25Index;
+use super::bm25::{Bm25Index, Bm25Params};
+use super::dates::{date_affinity, month_mentions, session_month};
 use super::graph::{AssociationGraph, GraphOptions, dot};
 use super::ppr::personalized_pagerank;
 use super::router::{RouterFormula, rank_descending, route, select_seeds};
@@ -117,26 +118,66 @@ impl Default for MemgasOptions {
     }
 }
 
-/// Score-fusion settings: each channel's scores are min-max normalised per query over the
-/// conversation, then summed with these weights.
+/// How a channel's scores are put on a common scale before they are weighted and summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Normalisation {
+    /// `(v − min) / (max − min)`, so the best unit of every channel scores 1.
+    #[default]
+    MinMax,
+    /// `(v − mean) / standard deviation`, so a channel whose best unit stands far out of the
+    /// crowd counts for more than one with a flat top.
+    ZScore,
+}
+
+/// Score-fusion settings: each channel's scores are normalised per query over the conversation
+/// ([`Normalisation`]), then summed with these weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FusionOptions {
-    /// Weight of BM25 (turns for the turn score, session documents for the session score).
+    /// Weight of BM25 over turns in the turn score.
     pub bm25: f64,
-    /// Weight of dense similarity (the turn's own; a session's best turn).
+    /// Weight of dense similarity of the turn in the turn score.
     pub dense: f64,
+    /// Weight of BM25 over whole session documents in the session score.
+    pub session_bm25: f64,
+    /// Weight of a session's best dense turn similarity in the session score.
+    pub session_dense: f64,
     /// Weight of MemGAS's PageRank mass (turn node; session sum).
     pub memgas: f64,
     /// Weight of a turn's session score in its turn score (hierarchical: evidence turns sit in
     /// sessions that match the question as a whole).
     pub session_to_turn: f64,
-    /// Weight of a session's best fused turn score in its session score.
+    /// Weight of a session's aggregated fused turn scores in its session score.
     pub turn_to_session: f64,
+    /// How many of a session's best fused turns make up that aggregate (1: the best alone).
+    pub session_top_turns: usize,
+    /// Weight of the i-th best of those turns is `session_turn_decay^i` (i from 0).
+    pub session_turn_decay: f64,
+    /// Channel normalisation.
+    pub normalisation: Normalisation,
+    /// Weight of [`date_affinity`] (a session dated in a month the question names) in the
+    /// session score; 0 turns date awareness off.
+    pub date: f64,
+    /// Affinity of a session dated in the month after a named month (see [`date_affinity`]).
+    pub date_next_month: f64,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        Self { bm25: 1.0, dense: 1.0, memgas: 0.0, session_to_turn: 1.0, turn_to_session: 1.0 }
+        Self {
+            bm25: 1.0,
+            dense: 1.0,
+            session_bm25: 0.5,
+            session_dense: 1.0,
+            memgas: 0.0,
+            session_to_turn: 1.5,
+            turn_to_session: 1.0,
+            session_top_turns: 1,
+            session_turn_decay: 0.5,
+            normalisation: Normalisation::MinMax,
+            date: 2.0,
+            date_next_month: 0.5,
+        }
     }
 }
 
@@ -154,6 +195,8 @@ pub struct IndexOptions {
     pub memgas: MemgasOptions,
     /// Fusion settings.
     pub fusion: FusionOptions,
+    /// BM25 parameters (turn and session indexes).
+    pub bm25: Bm25Params,
 }
 
 impl Default for IndexOptions {
@@ -164,6 +207,7 @@ impl Default for IndexOptions {
             graph: GraphOptions::default(),
             memgas: MemgasOptions::default(),
             fusion: FusionOptions::default(),
+            bm25: Bm25Params::default(),
         }
     }
 }
@@ -304,8 +348,8 @@ impl MemoryIndex {
             nodes: Vec::new(),
             vectors: Vec::new(),
             graph: AssociationGraph::default(),
-            bm25_turns: Bm25Index::new(),
-            bm25_sessions: Bm25Index::new(),
+            bm25_turns: Bm25Index::with_params(options.bm25),
+            bm25_sessions: Bm25Index::with_params(options.bm25),
         }
     }
 
@@ -623,22 +667,23 @@ impl MemoryIndex {
 }
 
 impl MemoryIndex {
-    /// Weighted sum of min-max normalised channel scores (see [`FusionOptions`]).
+    /// Weighted sum of normalised channel scores (see [`FusionOptions`]).
     fn fusion(&self, query_text: &str, query: &[f32]) -> Ranking {
         let weights = self.options.fusion;
+        let normalise = |values: &[f64]| normalised(values, weights.normalisation);
         let dense_turns = self.turn_similarities(query);
         let dense_sessions = self.best_turn_per_session(&dense_turns);
         let mut session_scores = vec![0.0; self.sessions.len()];
         let mut turn_scores = vec![0.0; self.turns.len()];
         let add = |target: &mut Vec<f64>, weight: f64, values: &[f64]| {
             if weight != 0.0 {
-                for (t, v) in target.iter_mut().zip(min_max(values)) {
+                for (t, v) in target.iter_mut().zip(normalise(values)) {
                     *t += weight * v;
                 }
             }
         };
-        add(&mut session_scores, weights.bm25, &self.bm25_sessions.scores(query_text));
-        add(&mut session_scores, weights.dense, &dense_sessions);
+        add(&mut session_scores, weights.session_bm25, &self.bm25_sessions.scores(query_text));
+        add(&mut session_scores, weights.session_dense, &dense_sessions);
         add(&mut turn_scores, weights.bm25, &self.bm25_turns.scores(query_text));
         add(&mut turn_scores, weights.dense, &dense_turns);
         if weights.memgas != 0.0 {
@@ -655,16 +700,30 @@ impl MemoryIndex {
             add(&mut turn_scores, weights.memgas, &by_turn);
         }
         if weights.turn_to_session != 0.0 {
-            add(
-                &mut session_scores,
-                weights.turn_to_session,
-                &self.best_turn_per_session(&turn_scores),
-            );
+            let aggregated: Vec<f64> = self
+                .sessions
+                .iter()
+                .map(|s| {
+                    top_decayed_sum(
+                        &turn_scores[s.turns.clone()],
+                        weights.session_top_turns,
+                        weights.session_turn_decay,
+                    )
+                })
+                .collect();
+            add(&mut session_scores, weights.turn_to_session, &aggregated);
+        }
+        if weights.date != 0.0 {
+            let mentions = month_mentions(query_text);
+            for (score, session) in session_scores.iter_mut().zip(&self.sessions) {
+                let month = session.units.date.as_deref().and_then(session_month);
+                *score += weights.date * date_affinity(&mentions, month, weights.date_next_month);
+            }
         }
         if weights.session_to_turn != 0.0 {
-            let normalised = min_max(&session_scores);
+            let sessions = normalise(&session_scores);
             for (score, turn) in turn_scores.iter_mut().zip(&self.turns) {
-                *score += weights.session_to_turn * normalised[turn.session];
+                *score += weights.session_to_turn * sessions[turn.session];
             }
         }
         Ranking {
@@ -673,6 +732,51 @@ impl MemoryIndex {
             router_weights: Vec::new(),
         }
     }
+}
+
+/// `values` on the scale of `normalisation`.
+fn normalised(values: &[f64], normalisation: Normalisation) -> Vec<f64> {
+    match normalisation {
+        Normalisation::MinMax => min_max(values),
+        Normalisation::ZScore => z_scores(values),
+    }
+}
+
+/// Standard scores over the finite values; non-finite values get the lowest finite score (all
+/// zeros when the finite values do not vary).
+fn z_scores(values: &[f64]) -> Vec<f64> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if finite.is_empty() {
+        return vec![0.0; values.len()];
+    }
+    let n = finite.len() as f64;
+    let mean = finite.iter().sum::<f64>() / n;
+    let deviation = (finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    if deviation <= 0.0 {
+        return vec![0.0; values.len()];
+    }
+    let lowest = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    values
+        .iter()
+        .map(|v| if v.is_finite() { (v - mean) / deviation } else { (lowest - mean) / deviation })
+        .collect()
+}
+
+/// `Σ_{i<m} decay^i · s_(i)` over the `m` largest values `s_(0) ≥ s_(1) ≥ …` (fewer when there
+/// are fewer values; −∞ for none). `m` = 1 is the maximum.
+fn top_decayed_sum(values: &[f64], m: usize, decay: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    if sorted.is_empty() || m == 0 {
+        return f64::NEG_INFINITY;
+    }
+    let mut weight = 1.0;
+    let mut total = 0.0;
+    for value in sorted.into_iter().take(m) {
+        total += weight * value;
+        weight *= decay;
+    }
+    total
 }
 
 /// Scale to [0, 1] by the minimum and maximum (all zeros when the values are all equal).
@@ -832,6 +936,26 @@ mod tests {
         assert_eq!(hits.turns.len(), 2);
         assert!(hits.turns[0].text.contains("Pepper"));
         assert_eq!(hits.granularities, vec![Granularity::Session, Granularity::Turn]);
+    }
+
+    #[test]
+    fn z_scores_standardise_and_floor_missing_values() {
+        let z = z_scores(&[1.0, 2.0, 3.0]);
+        let sd = (2.0f64 / 3.0).sqrt();
+        assert!((z[0] + 1.0 / sd).abs() < 1e-12 && z[1].abs() < 1e-12);
+        assert!((z[2] - 1.0 / sd).abs() < 1e-12);
+        assert_eq!(z_scores(&[5.0, 5.0]), vec![0.0, 0.0]);
+        let with_missing = z_scores(&[f64::NEG_INFINITY, 1.0, 3.0]);
+        assert_eq!(with_missing, vec![-1.0, -1.0, 1.0]);
+        assert_eq!(normalised(&[1.0, 3.0], Normalisation::MinMax), vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn top_decayed_sum_weights_the_best_values() {
+        assert_eq!(top_decayed_sum(&[0.2, 0.9, 0.5], 1, 0.5), 0.9);
+        assert!((top_decayed_sum(&[0.2, 0.9, 0.5], 2, 0.5) - (0.9 + 0.25)).abs() < 1e-12);
+        assert!((top_decayed_sum(&[0.2, 0.9, 0.5], 9, 1.0) - 1.6).abs() < 1e-12);
+        assert_eq!(top_decayed_sum(&[], 3, 0.5), f64::NEG_INFINITY);
     }
 
     #[test]
