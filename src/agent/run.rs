@@ -575,47 +575,16 @@ pub fn extract_json_object(text: &str) -> Option<Value> {
     if let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(trimmed) {
         return Some(value);
     }
-    let bytes = trimmed.as_bytes();
     let mut start = 0;
     while let Some(offset) = trimmed[start..].find('{') {
         let open = start + offset;
-        if let Some(close) = matching_brace(bytes, open)
+        if let Some(length) = crate::llm::structured::balanced_end(&trimmed[open..])
             && let Ok(value @ Value::Object(_)) =
-                serde_json::from_str::<Value>(&trimmed[open..=close])
+                serde_json::from_str::<Value>(&trimmed[open..open + length])
         {
             return Some(value);
         }
         start = open + 1;
-    }
-    None
-}
-
-/// Index of the `}` closing the `{` at `open`, skipping string literals.
-fn matching_brace(bytes: &[u8], open: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (index, &byte) in bytes.iter().enumerate().skip(open) {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match byte {
-            b'"' => in_string = true,
-            b'{' => depth += 1,
-            b'}' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(index);
-                }
-            }
-            _ => {}
-        }
     }
     None
 }

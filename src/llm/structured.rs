@@ -157,7 +157,7 @@ fn fenced_block(text: &str) -> Option<&str> {
 
 /// Length of the balanced `{…}`/`[…]` starting at `text[0]`, counting brackets outside JSON
 /// strings only; `None` if it never closes.
-fn balanced_end(text: &str) -> Option<usize> {
+pub fn balanced_end(text: &str) -> Option<usize> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
