@@ -29,6 +29,7 @@ use crate::memory::input::{
 };
 use crate::memory::{self, build_graph};
 use crate::prompts;
+use crate::retrieval::dates::MONTHS;
 
 /// Words never used as keywords or tags by the mechanical memory and the scripted agent.
 const STOP_WORDS: &[&str] = &[
@@ -341,21 +342,6 @@ fn quoted_question(user: &str) -> String {
         .map(|(inner, _)| inner);
     inner.and_then(|inner| serde_json::from_str::<String>(inner).ok()).unwrap_or_default()
 }
-
-const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
 
 fn keywords_reply(question: &str) -> Value {
     // The question as asked, without the category instructions appended to it.

@@ -9,7 +9,7 @@
 //! inside free text.
 
 /// English month names, January first; abbreviations are their first three letters.
-const MONTHS: [&str; 12] = [
+pub const MONTHS: [&str; 12] = [
     "january",
     "february",
     "march",
