@@ -227,3 +227,26 @@ async fn run_then_trace_then_eval_through_the_binary() {
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
     assert!(dir.path().join("eval/locomo/journey/summary.md").is_file());
 }
+
+/// Regression: a `.env` copied from `.env.example` must parse (clap rejects empty values), so
+/// a fresh user gets the missing-key message, not an argument error.
+#[tokio::test]
+async fn env_example_copied_to_dot_env_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".env.example"),
+        dir.path().join(".env"),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"))
+        .args(["run", "--data", "locomo"])
+        .current_dir(dir.path())
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("MRAGENT_ROOT")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
+}
