@@ -8,20 +8,31 @@ use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
 const COMMANDS: &[&str] = &["build", "run", "eval", "retrieve", "trace", "ping"];
 
-/// Run the built binary in an empty directory (no `.env`) with a clean model environment.
+/// Run the built binary in a new empty directory (no `.env`) with a clean model environment.
 async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
+    let output = mragent_in(dir.path(), args, env).await;
+    (output, dir)
+}
+
+/// Run the built binary in `dir` (a project directory) with a clean model environment.
+async fn mragent_in(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    command.args(args).current_dir(dir.path());
-    for variable in
-        ["OPENROUTER_API_KEY", "OPENAI_API_KEY", "MRAGENT_BASE_URL", "MRAGENT_MODEL", "RUST_LOG"]
-    {
+    command.args(args).current_dir(dir);
+    for variable in [
+        "OPENROUTER_API_KEY",
+        "OPENAI_API_KEY",
+        "MRAGENT_BASE_URL",
+        "MRAGENT_MODEL",
+        "MRAGENT_ROOT",
+        "RUST_LOG",
+    ] {
         command.env_remove(variable);
     }
     for (name, value) in env {
         command.env(name, value);
     }
-    (command.output().await.unwrap(), dir)
+    command.output().await.unwrap()
 }
 
 fn listed_commands(help: &str) -> Vec<String> {
@@ -103,14 +114,7 @@ async fn build_command_builds_a_conversation_then_resumes_from_cache() {
     assert!(dir.path().join("data/locomo/rewrite_local-tiny").is_dir());
 
     // The same command in the same project directory finds everything cached.
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    let rerun = command
-        .args(args)
-        .current_dir(dir.path())
-        .env_remove("OPENROUTER_API_KEY")
-        .output()
-        .await
-        .unwrap();
+    let rerun = mragent_in(dir.path(), &args, &[]).await;
     assert!(rerun.status.success());
     assert_eq!(server.request_count(), first, "a rerun must not ask the model again");
 }
@@ -199,31 +203,18 @@ async fn run_then_trace_then_eval_through_the_binary() {
 
     // A rerun in the same project answers nothing again.
     let before = server.request_count();
-    let mut rerun = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    let rerun = rerun
-        .args(args)
-        .current_dir(dir.path())
-        .env_remove("OPENROUTER_API_KEY")
-        .output()
-        .await
-        .unwrap();
+    let rerun = mragent_in(dir.path(), &args, &[]).await;
     assert!(rerun.status.success());
     assert_eq!(server.request_count(), before);
 
     let question_id = lines[0].question_id.clone();
-    let mut trace = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    let trace = trace.args(["trace", &question_id]).current_dir(dir.path()).output().await.unwrap();
+    let trace = mragent_in(dir.path(), &["trace", &question_id], &[]).await;
     let rendered = String::from_utf8_lossy(&trace.stdout);
     assert!(trace.status.success(), "{}", String::from_utf8_lossy(&trace.stderr));
     assert!(rendered.contains(&question_id) && rendered.contains(&lines[0].question), "{rendered}");
 
-    let mut eval = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    let eval = eval
-        .args(["eval", "--model", "local/tiny", "--file", "journey"])
-        .current_dir(dir.path())
-        .output()
-        .await
-        .unwrap();
+    let eval =
+        mragent_in(dir.path(), &["eval", "--model", "local/tiny", "--file", "journey"], &[]).await;
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
     assert!(dir.path().join("eval/locomo/journey/summary.md").is_file());
 }
@@ -238,14 +229,7 @@ async fn env_example_copied_to_dot_env_parses() {
         dir.path().join(".env"),
     )
     .unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"))
-        .args(["run", "--data", "locomo"])
-        .current_dir(dir.path())
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("MRAGENT_ROOT")
-        .output()
-        .await
-        .unwrap();
+    let output = mragent_in(dir.path(), &["run", "--data", "locomo"], &[]).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
