@@ -18,8 +18,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mragent::build::{BuildSettings, build, load_memory};
 use mragent::dataset::{Conversation, DatasetKind, default_path, load_locomo};
+use mragent::ingest::{BuildSettings, build, load_memory};
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer, hashed_embedding};
 use mragent::llm::{
     Embedder as _, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder,

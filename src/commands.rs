@@ -8,13 +8,13 @@ use std::time::Instant;
 use anyhow::Context as _;
 
 use crate::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory};
-use crate::build::{BuildSettings, BuildSummary, GranuleSummary};
 use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs, RunCommandArgs};
 use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
+use crate::ingest::{BuildSettings, BuildSummary, GranuleSummary};
 use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
-use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths, path_safe};
+use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths};
 
 /// What `ping` found out.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,8 +76,12 @@ pub async fn eval(
         DataArg::Locomo => DatasetKind::Locomo,
         DataArg::Lm => DatasetKind::LongMemEval,
     };
-    let mut settings =
-        EvalSettings::new(&paths.root, dataset, &models.build_model.alias, &path_safe(&args.file));
+    let mut settings = EvalSettings::new(
+        &paths.root,
+        dataset,
+        &models.build_model.alias,
+        &crate::fsutil::safe_name(&args.file, '-'),
+    );
     settings.judge_runs = args.judge_runs;
     settings.concurrency = args.judge_workers as usize;
     settings.audit = !args.no_audit;
@@ -142,7 +146,7 @@ pub async fn build(
     let chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
         .context("building the model client")?;
     let embedder = api_embedder(models, embed)?;
-    crate::build::build(&settings, &chat, &embedder, conversations).await
+    crate::ingest::build(&settings, &chat, &embedder, conversations).await
 }
 
 /// Generate (or resume) the MemGAS granules of every conversation.
@@ -158,7 +162,7 @@ pub async fn build_granules(
     settings.progress = !quiet;
     let chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
         .context("building the model client")?;
-    crate::build::build_granules(&settings, &chat, conversations).await
+    crate::ingest::build_granules(&settings, &chat, conversations).await
 }
 
 /// Evaluate retrieval methods offline with the local embedder.
@@ -215,7 +219,7 @@ pub async fn run(
         .context("building the model client")?;
     let embedder = api_embedder(models, &args.embed)?;
     let built =
-        crate::build::build(&build_settings, &build_chat, &embedder, &conversations).await?;
+        crate::ingest::build(&build_settings, &build_chat, &embedder, &conversations).await?;
     if !built.is_complete() {
         tracing::warn!(
             failed = built.failed().count(),
@@ -247,7 +251,7 @@ pub async fn run(
     );
     let mut samples = Vec::with_capacity(conversations.len());
     for conversation in conversations {
-        let memory = crate::build::load_memory(
+        let memory = crate::ingest::load_memory(
             &build_settings,
             crate::llm::Embedder::name(&embedder),
             &conversation,
@@ -255,7 +259,7 @@ pub async fn run(
         .with_context(|| format!("loading the memory of {}", conversation.sample_id))?;
         let memgas = match &local {
             Some(local) => {
-                let granules = crate::build::load_granules(&build_settings, &conversation)?;
+                let granules = crate::ingest::load_granules(&build_settings, &conversation)?;
                 let units =
                     crate::retrieval::eval::session_units(&conversation, None, granules.as_ref());
                 let index = crate::retrieval::build_index(

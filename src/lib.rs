@@ -2,12 +2,12 @@
 //!
 //! # Layout
 //! Modules are declared in data-flow order (a suggested reading order):
-//! - [`cli`]: clap types; [`settings`]: resolved settings; [`logging`]: tracing setup;
+//! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`settings`]: resolved settings; [`logging`]: tracing setup;
 //!   [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders.
 //! - [`llm`]: the only module that talks to model endpoints.
 //! - [`embedding`]: the local all-MiniLM-L6-v2 embedder (candle), provisioned automatically.
-//! - [`build`]: the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
+//! - [`ingest`]: the write path, the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
 //! - [`retrieval`]: MemGAS multi-granularity retrieval (GMM association graph, entropy router,
 //!   personalized PageRank), BM25 and dense baselines, retrieval metrics.
@@ -19,6 +19,7 @@
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
 
 pub mod cli;
+pub mod fsutil;
 pub mod logging;
 pub mod prompts;
 pub mod settings;
@@ -28,7 +29,7 @@ pub mod llm;
 
 pub mod embedding;
 
-pub mod build;
+pub mod ingest;
 pub mod memory;
 
 pub mod retrieval;

@@ -107,7 +107,10 @@ pub struct ModelChoice {
 impl ModelChoice {
     /// Resolve an alias (see `llm::models`).
     pub fn resolve(name: &str) -> Self {
-        Self { alias: path_safe(name), id: crate::llm::models::resolve_model_alias(name) }
+        Self {
+            alias: crate::fsutil::safe_name(name, '-'),
+            id: crate::llm::models::resolve_model_alias(name),
+        }
     }
 }
 
@@ -216,20 +219,12 @@ pub struct RunSettings {
 impl RunSettings {
     /// Resolve run arguments.
     pub fn resolve(args: &RunArgs) -> anyhow::Result<Self> {
-        let file = path_safe(&args.file);
+        let file = crate::fsutil::safe_name(&args.file, '-');
         if file.is_empty() {
             anyhow::bail!("--file must not be empty");
         }
         Ok(Self { file, workers: args.workers as usize })
     }
-}
-
-/// Make a name safe for file names: `/` and other separators become `-`.
-pub fn path_safe(name: &str) -> String {
-    name.trim()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '-' })
-        .collect()
 }
 
 #[cfg(test)]

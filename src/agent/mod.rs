@@ -21,6 +21,7 @@ pub mod render;
 pub mod resume;
 pub mod retrieve;
 pub mod run;
+#[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 pub mod tools;
 pub mod trace;
@@ -47,8 +48,8 @@ use crate::agent::tools::{
     memgas_result,
 };
 use crate::agent::trace::{TraceEvent, TraceWriter, trace_path};
-use crate::build::{BuiltMemory, SampleEmbeddings};
 use crate::dataset::{Conversation, DatasetKind, Question};
+use crate::ingest::{BuiltMemory, SampleEmbeddings};
 use crate::llm::{ChatModel, Embedder, ToolChoice, Usage};
 use crate::memory::MemoryGraph;
 use crate::prompts;
@@ -148,8 +149,8 @@ pub struct SampleMemory {
 }
 
 impl SampleMemory {
-    /// A conversation's memory from its finished build (`build::build_memory` or
-    /// `build::load_memory`), without a MemGAS index.
+    /// A conversation's memory from its finished build (`ingest::build_memory` or
+    /// `ingest::load_memory`), without a MemGAS index.
     pub fn from_built(conversation: Conversation, built: BuiltMemory) -> Self {
         Self { conversation, graph: built.graph, embeddings: built.embeddings, memgas: None }
     }

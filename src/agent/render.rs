@@ -13,7 +13,7 @@ use anyhow::Context;
 use console::Style;
 use serde_json::{Value, json};
 
-use crate::agent::trace::{TraceEvent, TraceRecord, path_safe, read_trace};
+use crate::agent::trace::{TraceEvent, TraceRecord, read_trace};
 use crate::llm::{Message, Role};
 use crate::results::{ResultLine, Status};
 
@@ -80,7 +80,7 @@ fn find_question_trace(
     question_id: &str,
     options: &RenderOptions,
 ) -> anyhow::Result<Option<PathBuf>> {
-    let file_name = format!("{}.jsonl", path_safe(question_id));
+    let file_name = format!("{}.jsonl", crate::fsutil::safe_name(question_id, '_'));
     let mut found = trace_files_named(root, &file_name, options)?;
     if found.is_empty() {
         anyhow::bail!(
@@ -152,7 +152,7 @@ fn traces_of_result_file(
     let mut traces = Vec::new();
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
         let Ok(result) = serde_json::from_str::<ResultLine>(line) else { continue };
-        let file_name = format!("{}.jsonl", path_safe(&result.question_id));
+        let file_name = format!("{}.jsonl", crate::fsutil::safe_name(&result.question_id, '_'));
         let mut chosen = None;
         for path in trace_files_named(root, &file_name, options)? {
             let records = read_trace(&path).unwrap_or_default();

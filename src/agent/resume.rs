@@ -63,25 +63,9 @@ pub fn load_results(path: &Path) -> anyhow::Result<ResumeState> {
         }
     }
     if kept.len() != bytes.len() {
-        write_atomically(path, &kept)?;
+        crate::fsutil::write_atomic(path, &kept)?;
     }
     Ok(state)
-}
-
-/// Replaces `path` with `contents` through a temporary file and a rename.
-fn write_atomically(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
-    let directory = path.parent().unwrap_or(Path::new("."));
-    let mut temporary = tempfile::NamedTempFile::new_in(directory)
-        .with_context(|| format!("creating a temporary file in {}", directory.display()))?;
-    temporary
-        .write_all(contents)
-        .with_context(|| format!("writing {}", temporary.path().display()))?;
-    temporary
-        .as_file()
-        .sync_all()
-        .with_context(|| format!("syncing {}", temporary.path().display()))?;
-    temporary.persist(path).with_context(|| format!("replacing {}", path.display()))?;
-    Ok(())
 }
 
 /// Appends result lines to their files, one complete line per write.

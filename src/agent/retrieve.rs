@@ -25,13 +25,14 @@ use serde_json::{Value, json};
 use crate::agent::question::PreparedQuestion;
 use crate::agent::run::origin_of;
 use crate::agent::trace::{TraceEvent, TraceWriter};
-use crate::build::SampleEmbeddings;
 use crate::dataset::DatasetKind;
+use crate::ingest::SampleEmbeddings;
 use crate::llm::structured::chat_json;
 use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
 use crate::memory::query::{self, EventMatch, QueryKeyword};
 use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
+use crate::retrieval::vector::{dot, top_k};
 
 /// Numeric knobs of retrieval (spec §16).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -706,29 +707,11 @@ impl TimeWindow {
             }
         }
     }
-
-    /// The window's first day in the given years (for `current_date`-style displays).
-    pub fn first_day(&self, years: &BTreeSet<i32>) -> Option<NaiveDate> {
-        self.ranges(years).first().map(|(start, _)| *start)
-    }
 }
 
 /// Years present in a set of dates.
 pub fn years_of(dates: impl IntoIterator<Item = NaiveDate>) -> BTreeSet<i32> {
     dates.into_iter().map(|date| date.year()).collect()
-}
-
-/// Dot product (the vectors are L2-normalised, so this is cosine similarity).
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Indices of the `k` best-scoring items, best first; equal scores keep input order.
-pub fn top_k(scores: &[f32], k: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    order.truncate(k);
-    order
 }
 
 /// Maps ids returned by the re-rank to candidate positions: an id matches a candidate with the
@@ -836,7 +819,6 @@ mod tests {
 
     #[test]
     fn ranking_helpers_are_stable() {
-        assert_eq!(top_k(&[0.1, 0.9, 0.5, 0.9], 3), vec![1, 3, 2]);
         let ids: Vec<String> =
             ["D1:1-1", "D1:2-1", "D1:2-2", "D2:5-1"].iter().map(|s| s.to_string()).collect();
         let returned: Vec<String> = ["D2:5-1", "D1:2", "D9:9-1", "D2:5-1", "D1:1-1: Caroline: hi"]

@@ -517,7 +517,7 @@ pub fn answer_schema() -> &'static Value {
 /// `answer` key (so it is not an answer attempt). `Some(Err)`: an attempt that breaks the schema,
 /// with the reason the model is told.
 pub fn parse_answer(content: &str) -> Option<Result<FinalAnswer, String>> {
-    let mut value = extract_json_object(content)?;
+    let mut value = crate::llm::structured::extract_json(content).ok()?;
     let object = value.as_object_mut()?;
     if !object.contains_key("answer") {
         return None;
@@ -566,27 +566,6 @@ fn validate_answer(value: &Value) -> Result<(), String> {
             Err(format!("the answer JSON does not match the schema{at}: {error}"))
         }
     }
-}
-
-/// The first JSON object in `text`: the whole text if it parses, else the text inside a code
-/// fence, else the first balanced `{…}` span (braces inside strings are skipped) that parses.
-pub fn extract_json_object(text: &str) -> Option<Value> {
-    let trimmed = text.trim();
-    if let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(trimmed) {
-        return Some(value);
-    }
-    let mut start = 0;
-    while let Some(offset) = trimmed[start..].find('{') {
-        let open = start + offset;
-        if let Some(length) = crate::llm::structured::balanced_end(&trimmed[open..])
-            && let Ok(value @ Value::Object(_)) =
-                serde_json::from_str::<Value>(&trimmed[open..open + length])
-        {
-            return Some(value);
-        }
-        start = open + 1;
-    }
-    None
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use indexmap::IndexMap;
 use serde_json::{Value, json};
 
 use crate::agent::SampleMemory;
-use crate::build::SampleEmbeddings;
 use crate::dataset::Conversation;
+use crate::ingest::SampleEmbeddings;
 use crate::llm::ToolCall;
 use crate::llm::scripted::{HASH_EMBEDDING_DIM, RecordedRequest, ScriptedReply, hashed_embedding};
 use crate::memory::input::{

@@ -20,13 +20,13 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::retrieve::{dot, top_k};
-use crate::build::SampleEmbeddings;
+use crate::ingest::SampleEmbeddings;
 use crate::llm::ToolSpec;
 use crate::memory::query::{self, KeyTags, QueryError};
 use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
 use crate::retrieval::MemgasHits;
+use crate::retrieval::vector::{dot, top_k};
 
 /// One tool call of the answer loop, with typed arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]

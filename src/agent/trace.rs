@@ -167,15 +167,8 @@ pub fn trace_path(
     root.join("log")
         .join(dataset)
         .join(file)
-        .join(path_safe(sample))
-        .join(format!("{}.jsonl", path_safe(question_id)))
-}
-
-/// Replaces characters that are awkward in file names (`:` and `/` among them) with `_`.
-pub fn path_safe(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
-        .collect()
+        .join(crate::fsutil::safe_name(sample, '_'))
+        .join(format!("{}.jsonl", crate::fsutil::safe_name(question_id, '_')))
 }
 
 /// Appends trace records for one attempt at one question.

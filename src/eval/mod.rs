@@ -378,29 +378,19 @@ fn write_outputs(
         scores.push_str(&serde_json::to_string(item).context("serialising a score")?);
         scores.push('\n');
     }
-    write_atomic(&output_dir.join("scores.jsonl"), &scores)?;
+    crate::fsutil::write_atomic(&output_dir.join("scores.jsonl"), &scores)?;
     let json = serde_json::to_string_pretty(summary).context("serialising the summary")?;
-    write_atomic(&output_dir.join("summary.json"), &(json + "\n"))?;
-    write_atomic(&output_dir.join("summary.md"), &summary_markdown(summary))?;
+    crate::fsutil::write_atomic(&output_dir.join("summary.json"), &(json + "\n"))?;
+    crate::fsutil::write_atomic(&output_dir.join("summary.md"), &summary_markdown(summary))?;
     let title = format!("{} / {} / {}", summary.dataset, summary.model, summary.file);
-    write_atomic(
+    crate::fsutil::write_atomic(
         &output_dir.join("accuracy.svg"),
         &svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows),
     )?;
-    write_atomic(
+    crate::fsutil::write_atomic(
         &output_dir.join("tokens.svg"),
         &svg::tokens_chart(&format!("Tokens per question: {title}"), &summary.rows),
     )?;
-    Ok(())
-}
-
-fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
-    let directory = path.parent().unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(directory)
-        .with_context(|| format!("creating a temporary file in {}", directory.display()))?;
-    std::io::Write::write_all(&mut file, contents.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
-    file.persist(path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
 }
 

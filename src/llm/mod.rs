@@ -14,6 +14,7 @@ pub mod models;
 pub mod openai;
 pub mod rate_limit;
 pub mod retry;
+#[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 pub mod secret;
 pub mod stack;
@@ -23,7 +24,7 @@ pub mod usage;
 pub use models::{estimate_cost_usd, resolve_model_alias};
 pub use secret::Secret;
 pub use stack::{Client, EmbedClient, EmbedderConfig, LlmConfig, build_chat_model, build_embedder};
-pub use structured::{StructuredResponse, chat_json, chat_typed};
+pub use structured::{StructuredResponse, chat_json};
 pub use usage::{UsageMeter, UsageTotals};
 
 use std::future::Future;

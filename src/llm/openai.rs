@@ -107,7 +107,7 @@ impl OpenAiChat {
 impl OpenAiEmbedder {
     /// An embedder for `model` at `config.base_url`, counting every attempt in `meter`.
     pub fn new(config: &LlmConfig, model: &str, meter: Arc<UsageMeter>) -> Result<Self, Error> {
-        let name = format!("api-{}", path_safe(model));
+        let name = format!("api-{}", crate::fsutil::safe_name(model, '-'));
         Ok(Self { transport: Transport::new(config, meter)?, model: model.to_owned(), name })
     }
 
@@ -576,17 +576,6 @@ pub fn is_strict_compatible(schema: &Value) -> bool {
         Value::Array(items) => items.iter().all(is_strict_compatible),
         _ => true,
     }
-}
-
-/// A path-safe rendering of a model id (`openai/text-embedding-3-small` →
-/// `openai-text-embedding-3-small`).
-fn path_safe(model: &str) -> String {
-    model
-        .chars()
-        .map(
-            |c| if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' { c } else { '-' },
-        )
-        .collect()
 }
 
 /// An error and its sources on one line (reqwest puts the interesting part, e.g. "connection

@@ -9,7 +9,6 @@
 //! Schemas must be self-contained (no remote `$ref`): they are compiled inside the async
 //! runtime, where fetching a remote reference is not allowed.
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{ChatModel, ChatRequest, Error, JsonSchemaSpec, Message, Usage};
@@ -81,26 +80,6 @@ pub async fn chat_json<M: ChatModel>(
         tracing::debug!(schema = %schema.name, path = %rejection.path, reason = %rejection.message, attempts, "re-asking for valid json");
         request.messages.push(Message::assistant(text));
         request.messages.push(Message::user(reask_message(&schema.name, &rejection)));
-    }
-}
-
-/// [`chat_json`], then deserialize the value into `T`. A value that passes the schema but not
-/// `T` (a schema/type mismatch in our code) is reported as [`Error::SchemaInvalid`] at the root.
-pub async fn chat_typed<T: DeserializeOwned, M: ChatModel>(
-    model: &M,
-    request: ChatRequest,
-    schema: &JsonSchemaSpec,
-    max_reasks: u32,
-) -> Result<(T, StructuredResponse), Error> {
-    let response = chat_json(model, request, schema, max_reasks).await?;
-    match T::deserialize(&response.value) {
-        Ok(typed) => Ok((typed, response)),
-        Err(error) => Err(Error::SchemaInvalid {
-            schema: schema.name.clone(),
-            path: String::new(),
-            message: format!("value does not fit the expected type: {error}"),
-            attempts: response.attempts,
-        }),
     }
 }
 

@@ -10,7 +10,6 @@
 //! entry 32 bytes of SHA-256 and `dims` `f32` values.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -187,11 +186,7 @@ fn write_bucket(path: &Path, entries: &HashMap<Key, Vec<f32>>) -> anyhow::Result
             bytes.extend_from_slice(&value.to_le_bytes());
         }
     }
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a file in {}", dir.display()))?;
-    file.write_all(&bytes).with_context(|| format!("writing {}", path.display()))?;
-    file.persist(path).with_context(|| format!("replacing {}", path.display()))?;
-    Ok(())
+    crate::fsutil::write_atomic(path, &bytes)
 }
 
 #[cfg(test)]

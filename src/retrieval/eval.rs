@@ -7,7 +7,6 @@
 //! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -19,9 +18,9 @@ use super::cache::EmbeddingCache;
 use super::index::{IndexError, IndexOptions, MemoryIndex, Method, ranking_ids};
 use super::metrics::{CUTOFFS, Evidence, MetricTable, QuestionMetrics};
 use super::units::{Granularity, SessionUnits};
-use crate::build::{BuildSettings, ConversationGranules, load_granules};
 use crate::dataset::{self, Category, Conversation, DatasetKind, LoadOptions};
 use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use crate::ingest::{BuildSettings, ConversationGranules, load_granules};
 
 /// Resolved settings of a retrieval evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,7 +47,7 @@ pub struct RetrieveSettings {
     /// "keywords": …}}}` (`--llm-units`). Without it the summary, keyword and hybrid methods are
     /// skipped and MemGAS runs on sessions and turns.
     pub llm_units: Option<PathBuf>,
-    /// LLM summary/keyword units from the granule cache of [`crate::build::build_granules`]:
+    /// LLM summary/keyword units from the granule cache of [`crate::ingest::build_granules`]:
     /// the build settings (data directory, dataset, model) they were made with. Sessions that
     /// `llm_units` covers keep those.
     pub granules: Option<BuildSettings>,
@@ -326,7 +325,7 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
             query_seconds: query_seconds[slot],
         });
         let path = output_dir.join(format!("{method}.jsonl"));
-        write_atomic(&path, &method_lines[slot])?;
+        crate::fsutil::write_atomic(&path, &method_lines[slot])?;
     }
     let granularities = granularities.unwrap_or_default();
     if let Some(build) = &settings.granules {
@@ -359,8 +358,8 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
         json_path: output_dir.join("summary.json"),
     };
     report.markdown = render_markdown(&report);
-    write_atomic(&report.markdown_path, report.markdown.as_bytes())?;
-    write_atomic(&report.json_path, &serde_json::to_vec_pretty(&report)?)?;
+    crate::fsutil::write_atomic(&report.markdown_path, report.markdown.as_bytes())?;
+    crate::fsutil::write_atomic(&report.json_path, &serde_json::to_vec_pretty(&report)?)?;
     Ok(report)
 }
 
@@ -432,15 +431,6 @@ fn category_label(category: &Category) -> String {
         Category::Locomo(_) => format!("{} {}", category, category.name()),
         Category::LongMemEval(name) => name.clone(),
     }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().context("output path has no parent")?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a file in {}", dir.display()))?;
-    file.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
-    file.persist(path).with_context(|| format!("replacing {}", path.display()))?;
-    Ok(())
 }
 
 /// The tables of `summary.md`.

@@ -75,8 +75,9 @@ impl AssociationGraph {
             return;
         }
         for node in new_nodes {
-            let mut candidates: Vec<(usize, f64)> =
-                (0..pool).map(|other| (other, dot(&vectors[node], &vectors[other]))).collect();
+            let mut candidates: Vec<(usize, f64)> = (0..pool)
+                .map(|other| (other, super::vector::dot_f64(&vectors[node], &vectors[other])))
+                .collect();
             // Most similar first; equal similarities keep node order.
             candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             candidates.truncate(options.mem_threshold.max(1));
@@ -92,11 +93,6 @@ impl AssociationGraph {
             }
         }
     }
-}
-
-/// Dot product in f64.
-pub fn dot(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() as f64
 }
 
 #[cfg(test)]

@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use super::bm25::{Bm25Index, Bm25Params};
 use super::dates::{date_affinity, month_mentions, session_month};
-use super::graph::{AssociationGraph, GraphOptions, dot};
+use super::graph::{AssociationGraph, GraphOptions};
 use super::ppr::personalized_pagerank;
 use super::router::{RouterFormula, rank_descending, route, select_seeds};
 use super::units::{Granularity, SessionUnits, UnitTextOptions, UnitVectors};
+use super::vector::dot_f64 as dot;
 
 /// A retrieval method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

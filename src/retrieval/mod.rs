@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod ppr;
 pub mod router;
 pub mod units;
+pub mod vector;
 
 pub use bm25::Bm25Params;
 pub use build::build_index;

@@ -17,8 +17,8 @@ use mragent::agent::scripted::{
 };
 use mragent::agent::trace::{TraceEvent, read_trace};
 use mragent::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory, answer_all};
-use mragent::build::{BuildSettings, build_memory};
 use mragent::dataset::{Conversation, DatasetKind, load_locomo};
+use mragent::ingest::{BuildSettings, build_memory};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{
@@ -542,7 +542,7 @@ async fn builds_and_answers_a_whole_locomo_conversation() {
         if is_answer_request(request) {
             agent(request)
         } else {
-            ScriptedReply::json(&crate::build::good_answer(request))
+            ScriptedReply::json(&crate::ingest::good_answer(request))
         }
     })
     .await;

@@ -91,9 +91,9 @@ async fn ping_reaches_a_local_endpoint_without_leaking_the_key() {
 
 #[tokio::test]
 async fn build_command_builds_a_conversation_then_resumes_from_cache() {
-    let server = ScriptedServer::with_responder(crate::build::responder(|_| None)).await.unwrap();
+    let server = ScriptedServer::with_responder(crate::ingest::responder(|_| None)).await.unwrap();
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/build/tiny_conversation.json");
+        .join("tests/fixtures/ingest/tiny_conversation.json");
     let fixture = fixture.to_str().unwrap();
     let args = [
         "build",
@@ -158,7 +158,7 @@ async fn run_then_trace_then_eval_through_the_binary() {
         if is_answer_request(request) {
             agent(request)
         } else {
-            ScriptedReply::json(&crate::build::good_answer(request))
+            ScriptedReply::json(&crate::ingest::good_answer(request))
         }
     })
     .await

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mragent::build::{BuildSettings, GranuleSummary, Stage, build_granules, load_granules};
 use mragent::dataset::{Conversation, DatasetKind, load_locomo, load_longmemeval};
 use mragent::embedding::ModelSource;
+use mragent::ingest::{BuildSettings, GranuleSummary, Stage, build_granules, load_granules};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{Client, LlmConfig, Secret, build_chat_model};

@@ -15,7 +15,7 @@ use mragent::llm::scripted::{
 use mragent::llm::{
     ChatModel, ChatRequest, Client, Embedder, EmbedderConfig, Error, JsonSchemaSpec, LlmConfig,
     Message, Secret, ToolCall, ToolChoice, ToolSpec, Usage, build_chat_model, build_embedder,
-    chat_json, chat_typed,
+    chat_json,
 };
 use serde_json::{Value, json};
 
@@ -313,8 +313,9 @@ async fn reask_recovers_and_sums_usage() {
         answer: String,
         confidence: f64,
     }
-    let (typed, response) =
-        chat_typed::<Answer, _>(&client, ask("capital?"), &answer_schema(), 1).await.unwrap();
+    use serde::Deserialize as _;
+    let response = chat_json(&client, ask("capital?"), &answer_schema(), 1).await.unwrap();
+    let typed = Answer::deserialize(&response.value).unwrap();
     assert_eq!((typed.answer.as_str(), typed.confidence), ("Paris", 0.9));
     assert_eq!(response.attempts, 2);
     assert_eq!(response.usage, Usage { prompt_tokens: 30, completion_tokens: 12 });

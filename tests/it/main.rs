@@ -4,11 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod answer;
-mod build;
 mod cli;
 mod dataset;
 mod eval;
 mod granules;
+mod ingest;
 mod llm;
 mod memory;
 mod retrieval;

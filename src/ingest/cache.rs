@@ -12,7 +12,6 @@
 //! are never mixed in one file. This module does no model calls.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -168,7 +167,7 @@ impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
             units: self.units.values().cloned().collect(),
         };
         let bytes = serde_json::to_vec_pretty(&file).context("serialising a stage cache")?;
-        write_atomic(self.path.clone(), bytes).await
+        crate::fsutil::write_atomic_async(self.path.clone(), bytes).await
     }
 
     /// Done outputs in dialogue order.
@@ -219,30 +218,6 @@ pub(crate) fn mismatch(format: u32, stored: &Provenance, expected: &Provenance) 
         return Some(format!("it depends on `{extra}`, which this build does not use"));
     }
     None
-}
-
-/// Write `bytes` to `path` atomically: a temporary file in the same directory, flushed to disk,
-/// then renamed over the target. Runs on the blocking pool, so a large file does not stall the
-/// async workers; if the caller's future is dropped, the write still completes or leaves the old
-/// file untouched.
-pub(crate) async fn write_atomic(path: PathBuf, bytes: Vec<u8>) -> anyhow::Result<()> {
-    tokio::task::spawn_blocking(move || write_atomic_blocking(&path, &bytes))
-        .await
-        .context("cache writer task failed")?
-}
-
-/// The blocking body of [`write_atomic`].
-pub(crate) fn write_atomic_blocking(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut temp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    temp.write_all(bytes).with_context(|| format!("writing {}", temp.path().display()))?;
-    temp.as_file().sync_all().with_context(|| format!("flushing {}", temp.path().display()))?;
-    temp.persist(path)
-        .map_err(|error| error.error)
-        .with_context(|| format!("replacing {}", path.display()))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -19,9 +19,9 @@ use anyhow::{Context as _, bail};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use crate::build::cache::{FORMAT, PlannedUnit, Provenance, mismatch, write_atomic};
-use crate::build::unit::short_hash;
 use crate::dataset::Question;
+use crate::ingest::cache::{FORMAT, PlannedUnit, Provenance, mismatch};
+use crate::ingest::unit::short_hash;
 use crate::llm::{self, Embedder, Usage};
 use crate::memory::input::SessionRewrite;
 
@@ -328,7 +328,7 @@ impl EmbeddingCache {
             .values()
             .map(|unit| unit.vectors.as_slice())
             .chain(self.questions.iter().map(|q| q.vectors.as_slice()));
-        write_atomic(self.path.clone(), encode(&header, floats)?).await
+        crate::fsutil::write_atomic_async(self.path.clone(), encode(&header, floats)?).await
     }
 
     /// Everything cached, by id.

@@ -19,7 +19,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::build::unit::Unit;
+use crate::ingest::unit::Unit;
 use crate::llm::JsonSchemaSpec;
 use crate::memory::input::{PersonalFact, RewrittenSentence, SessionRewrite, TopicInput};
 use crate::prompts::{self, PromptError};
@@ -291,8 +291,8 @@ pub(crate) fn parse_day(text: &str) -> Option<NaiveDate> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::unit::plan_units;
-    use crate::build::unit::tests::conversation;
+    use crate::ingest::unit::plan_units;
+    use crate::ingest::unit::tests::conversation;
 
     /// A valid answer for a one-session unit of `turns` turns dated 2023-05-01.
     fn valid(turns: u32) -> Value {

@@ -35,8 +35,9 @@ use super::ask::{AskSettings, ask_checked};
 use super::cache::{PlannedUnit, Provenance, StageCache};
 use super::progress::{Progress, human_count};
 use super::unit::{Unit, plan_units, short_hash};
-use super::{BuildSettings, FailedUnit, Ledger, Stage, Tally, path_safe, settle};
+use super::{BuildSettings, FailedUnit, Ledger, Stage, Tally, settle};
 use crate::dataset::{Conversation, DatasetKind};
+use crate::fsutil::safe_name;
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
 use crate::prompts::{self, PromptError};
 
@@ -168,8 +169,8 @@ impl BuildSettings {
     /// `data/<dataset>/memgas_<model>/<sample>_granules.json`.
     pub fn granules_path(&self, sample_id: &str) -> PathBuf {
         self.dataset_dir()
-            .join(format!("memgas_{}", path_safe(&self.model_name)))
-            .join(format!("{}_granules.json", path_safe(sample_id)))
+            .join(format!("memgas_{}", safe_name(&self.model_name, '_')))
+            .join(format!("{}_granules.json", safe_name(sample_id, '_')))
     }
 }
 
@@ -465,7 +466,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::build::unit::tests::conversation;
+    use crate::ingest::unit::tests::conversation;
 
     #[test]
     fn the_cache_path_follows_the_stage_layout() {

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mragent::build::{BuildSettings, BuildSummary, Stage, build, build_memory, load_memory};
 use mragent::dataset::{Conversation, DatasetKind};
 use mragent::dataset::{load_locomo, load_longmemeval};
+use mragent::ingest::{BuildSettings, BuildSummary, Stage, build, build_memory, load_memory};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{
@@ -27,7 +27,7 @@ const EMBEDDER: &str = "test-embedding";
 
 fn fixture() -> Vec<Conversation> {
     let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build/tiny_conversation.json");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ingest/tiny_conversation.json");
     load_locomo(&path).unwrap()
 }
 

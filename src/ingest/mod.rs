@@ -36,17 +36,18 @@ use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore};
 use tracing::Instrument as _;
 
-use crate::build::ask::{AskFailure, AskSettings, ask_checked};
-use crate::build::cache::{Outcome, PlannedUnit, Provenance, StageCache, UnitEntry};
-pub use crate::build::embed::SampleEmbeddings;
-use crate::build::embed::{EmbeddingCache, UnitTexts, embed_texts, question_texts};
-pub use crate::build::granules::{
+use crate::dataset::{Conversation, DatasetKind};
+use crate::fsutil::safe_name;
+use crate::ingest::ask::{AskFailure, AskSettings, ask_checked};
+use crate::ingest::cache::{Outcome, PlannedUnit, Provenance, StageCache, UnitEntry};
+pub use crate::ingest::embed::SampleEmbeddings;
+use crate::ingest::embed::{EmbeddingCache, UnitTexts, embed_texts, question_texts};
+pub use crate::ingest::granules::{
     ConversationGranules, GranuleSummary, SessionGranules, build_granules, load_granules,
 };
-use crate::build::keywords::KeywordRecord;
-use crate::build::progress::{Progress, human_count};
-use crate::build::unit::{Unit, plan_units};
-use crate::dataset::{Conversation, DatasetKind};
+use crate::ingest::keywords::KeywordRecord;
+use crate::ingest::progress::{Progress, human_count};
+use crate::ingest::unit::{Unit, plan_units};
 use crate::llm::{self, ChatModel, Embedder, Usage};
 use crate::memory::input::{SessionKeywords, SessionRewrite};
 use crate::memory::{MemoryGraph, build_graph};
@@ -110,34 +111,26 @@ impl BuildSettings {
     /// `data/<dataset>/rewrite_<model>/<sample>_rewrite.json`.
     pub fn rewrite_path(&self, sample_id: &str) -> PathBuf {
         self.dataset_dir()
-            .join(format!("rewrite_{}", path_safe(&self.model_name)))
-            .join(format!("{}_rewrite.json", path_safe(sample_id)))
+            .join(format!("rewrite_{}", safe_name(&self.model_name, '_')))
+            .join(format!("{}_rewrite.json", safe_name(sample_id, '_')))
     }
 
     /// `data/<dataset>/keyword_<model>/<sample>_keyword.json`.
     pub fn keyword_path(&self, sample_id: &str) -> PathBuf {
         self.dataset_dir()
-            .join(format!("keyword_{}", path_safe(&self.model_name)))
-            .join(format!("{}_keyword.json", path_safe(sample_id)))
+            .join(format!("keyword_{}", safe_name(&self.model_name, '_')))
+            .join(format!("{}_keyword.json", safe_name(sample_id, '_')))
     }
 
     /// `data/<dataset>/embedding/<embedder>/<sample>_embedding.bin`. The embeddings are of the
     /// rewritten text, so the rewrite model is part of the name too.
     pub fn embedding_path(&self, embedder: &str, sample_id: &str) -> PathBuf {
-        self.dataset_dir().join("embedding").join(path_safe(embedder)).join(format!(
+        self.dataset_dir().join("embedding").join(safe_name(embedder, '_')).join(format!(
             "{}_{}_embedding.bin",
-            path_safe(sample_id),
-            path_safe(&self.model_name)
+            safe_name(sample_id, '_'),
+            safe_name(&self.model_name, '_')
         ))
     }
-}
-
-/// A file-name-safe version of a model, embedder or sample name: anything but ASCII letters,
-/// digits, `.`, `-` and `_` becomes `_` (`openai/gpt-4o` → `openai_gpt-4o`).
-fn path_safe(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
-        .collect()
 }
 
 /// A build stage.

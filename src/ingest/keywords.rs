@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::build::unit::short_hash;
+use crate::ingest::unit::short_hash;
 use crate::llm::JsonSchemaSpec;
 use crate::memory::input::{RewrittenSentence, SentenceKeywords, SessionKeywords};
 use crate::prompts::{self, PromptError};
