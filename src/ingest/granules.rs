@@ -25,17 +25,17 @@ use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures::stream::{self, FuturesUnordered, StreamExt as _, TryStreamExt as _};
+use futures::stream::{self, StreamExt as _, TryStreamExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, Semaphore};
-use tracing::Instrument as _;
+use tokio::sync::Mutex;
 
-use super::ask::{AskSettings, ask_checked};
+use super::ask::ask_checked;
 use super::cache::{PlannedUnit, Provenance, StageCache};
-use super::progress::{Progress, human_count};
+use super::progress::human_count;
+use super::run::{Ledger, Pool, Tally, run_all, settle};
 use super::unit::{Unit, plan_units, short_hash};
-use super::{BuildSettings, FailedUnit, Ledger, Stage, Tally, settle};
+use super::{BuildSettings, FailedUnit, Stage};
 use crate::dataset::{Conversation, DatasetKind};
 use crate::fsutil::safe_name;
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
@@ -187,18 +187,7 @@ pub async fn build_granules<M: ChatModel>(
     conversations: &[Conversation],
 ) -> anyhow::Result<GranuleSummary> {
     let started = Instant::now();
-    let total: usize = conversations
-        .iter()
-        .map(|c| c.sessions.iter().filter(|s| !s.turns.is_empty()).count())
-        .sum();
-    let shared = Shared {
-        settings,
-        chat,
-        ask: AskSettings { model: settings.model.clone(), max_reasks: settings.max_reasks },
-        permits: Semaphore::new(settings.workers.max(1)),
-        progress: Progress::new(total as u64, settings.progress),
-        notices: StdMutex::new(Vec::new()),
-    };
+    let shared = Shared { settings, chat, pool: Pool::new(settings, conversations) };
     tracing::info!(conversations = conversations.len(), model = %settings.model, "granules started");
     let shared_ref = &shared;
     let samples: Vec<GranuleSampleSummary> = stream::iter(conversations)
@@ -206,9 +195,7 @@ pub async fn build_granules<M: ChatModel>(
         .buffered(settings.workers.max(1))
         .try_collect()
         .await?;
-    shared.progress.finish();
-    let usage = samples.iter().fold(Usage::default(), |total, sample| total + sample.usage);
-    let notices = shared.notices.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (notices, usage) = shared.pool.finish(samples.iter().map(|sample| sample.usage));
     let summary = GranuleSummary { samples, notices, usage, elapsed: started.elapsed() };
     tracing::info!(failed = summary.failed().count(), tokens = usage.total(), "granules finished");
     Ok(summary)
@@ -249,19 +236,8 @@ pub fn load_granules(
 struct Shared<'a, M> {
     settings: &'a BuildSettings,
     chat: &'a M,
-    ask: AskSettings,
-    /// Bounds the sessions in flight across all conversations to `settings.workers`; a
-    /// session holds a permit from its first call until its cache entry is written.
-    permits: Semaphore,
-    progress: Progress,
-    notices: StdMutex<Vec<String>>,
-}
-
-impl<M> Shared<'_, M> {
-    fn notice(&self, notice: String) {
-        tracing::warn!("{notice}");
-        self.notices.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(notice);
-    }
+    /// A session holds a worker permit from its first call until its cache entry is written.
+    pool: Pool,
 }
 
 /// One session to summarise: its unit (for keys and reports), what its cache entry must
@@ -312,7 +288,7 @@ async fn granules_of<M: ChatModel>(
 ) -> anyhow::Result<GranuleSampleSummary> {
     let (mut cache, notices) = open_cache(shared.settings, conversation)?;
     for notice in notices {
-        shared.notice(notice);
+        shared.pool.notice(notice);
     }
     let sessions = plan_sessions(conversation)?;
     let plan: Vec<PlannedUnit> = sessions.iter().map(|session| session.planned.clone()).collect();
@@ -320,22 +296,18 @@ async fn granules_of<M: ChatModel>(
     let pending: Vec<&PlannedSession<'_>> =
         sessions.iter().filter(|session| cache.done(&session.planned).is_none()).collect();
     let sessions_reused = sessions.len() - pending.len();
-    shared.progress.reused(sessions_reused);
+    shared.pool.progress.reused(sessions_reused);
     tracing::info!(sample = %conversation.sample_id, sessions = sessions.len(), cached = sessions_reused, "granules of conversation");
 
     let cache = Mutex::new(cache);
     let tally = StdMutex::new(Tally::default());
-    let ledger = Ledger { progress: &shared.progress, conversation, tally: &tally };
-    let mut in_flight: FuturesUnordered<_> = pending
-        .into_iter()
-        .map(|session| granules_of_session(shared, ledger, session, &cache))
-        .collect();
-    while let Some(result) = in_flight.next().await {
-        result?;
-    }
-    drop(in_flight);
+    let ledger = Ledger { progress: &shared.pool.progress, conversation, tally: &tally };
+    run_all(
+        pending.into_iter().map(|session| granules_of_session(shared, ledger, session, &cache)),
+    )
+    .await?;
 
-    let tally = tally.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tally = Tally::take(tally);
     let mut failed = tally.failed;
     failed.sort_by_key(|unit| unit.sessions.first().copied());
     Ok(GranuleSampleSummary {
@@ -356,21 +328,22 @@ async fn granules_of_session<M: ChatModel>(
     session: &PlannedSession<'_>,
     cache: &Mutex<StageCache<SessionGranules>>,
 ) -> anyhow::Result<()> {
-    let _permit = shared.permits.acquire().await.context("granule worker pool closed")?;
     let span = tracing::info_span!("granules", sample = %ledger.conversation.sample_id, unit = %session.unit.key);
     let session_id = session.unit.label();
-    let result = async {
-        let asked =
-            ask_checked(shared.chat, &shared.ask, session.prompt.clone(), &schema(), |value| {
-                check(value, &session_id)
-            })
-            .await;
-        settle(ledger, &session.unit, Stage::Granules, &session.planned, asked, cache).await
-    }
-    .instrument(span)
-    .await;
-    shared.progress.done(1);
-    result.map(drop)
+    let work = async {
+        let asked = ask_checked(
+            shared.chat,
+            &shared.pool.ask,
+            session.prompt.clone(),
+            &schema(),
+            |value| check(value, &session_id),
+        )
+        .await;
+        settle(ledger, &session.unit, Stage::Granules, &session.planned, asked, cache)
+            .await
+            .map(drop)
+    };
+    shared.pool.run_unit("granule worker pool closed", span, 1, work).await
 }
 
 /// Who is talking, for the prompt: the speakers by name (LoCoMo), or a user and an assistant
