@@ -22,7 +22,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Mutex as StdMutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use futures::stream::{self, StreamExt as _, TryStreamExt as _};
@@ -34,6 +34,7 @@ use super::ask::ask_checked;
 use super::cache::{PlannedUnit, Provenance, StageCache};
 use super::progress::human_count;
 use super::run::{Ledger, Pool, Tally, run_all, settle};
+use super::summary::{RunSummary, SampleFailures};
 use super::unit::{Unit, plan_units, short_hash};
 use super::{BuildSettings, FailedUnit, Stage};
 use crate::dataset::{Conversation, DatasetKind};
@@ -109,29 +110,15 @@ pub struct GranuleSampleSummary {
 }
 
 /// What a granule run did, for the caller's report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GranuleSummary {
-    /// Per conversation, in input order.
-    pub samples: Vec<GranuleSampleSummary>,
-    /// Notices about caches that were discarded (a changed prompt or model), one per file.
-    pub notices: Vec<String>,
-    /// Tokens spent in this run.
-    pub usage: Usage,
-    /// Wall time.
-    pub elapsed: Duration,
+pub type GranuleSummary = RunSummary<GranuleSampleSummary>;
+
+impl SampleFailures for GranuleSampleSummary {
+    fn failures(&self) -> &[FailedUnit] {
+        &self.failed
+    }
 }
 
 impl GranuleSummary {
-    /// Every failed session.
-    pub fn failed(&self) -> impl Iterator<Item = &FailedUnit> {
-        self.samples.iter().flat_map(|sample| sample.failed.iter())
-    }
-
-    /// Whether every session of every conversation has granules.
-    pub fn is_complete(&self) -> bool {
-        self.failed().next().is_none()
-    }
-
     /// Model calls made in this run, re-asks included.
     pub fn chat_calls(&self) -> u32 {
         self.samples.iter().map(|sample| sample.chat_calls).sum()
@@ -151,17 +138,7 @@ impl fmt::Display for GranuleSummary {
             human_count(self.usage.total()),
             self.elapsed.as_secs_f64()
         )?;
-        for unit in self.failed() {
-            writeln!(
-                f,
-                "failed: {} {} ({}): {}",
-                unit.sample_id, unit.unit, unit.stage, unit.error
-            )?;
-        }
-        for notice in &self.notices {
-            writeln!(f, "note: {notice}")?;
-        }
-        Ok(())
+        self.write_failures_and_notices(f)
     }
 }
 

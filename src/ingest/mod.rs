@@ -50,7 +50,8 @@ use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, run_a
 use crate::ingest::sample::{SampleCaches, embedding_planned, keyword_planned, rewrite_planned};
 use crate::ingest::summary::summarise;
 pub use crate::ingest::summary::{
-    BuildSummary, BuiltMemory, FailedUnit, SampleSummary, Stage, StageOutputs,
+    BuildSummary, BuiltMemory, FailedUnit, RunSummary, SampleFailures, SampleSummary, Stage,
+    StageOutputs,
 };
 use crate::ingest::unit::{Unit, plan_units};
 use crate::llm::{ChatModel, Embedder, Usage};

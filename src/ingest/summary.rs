@@ -96,28 +96,59 @@ pub struct SampleSummary {
     pub chat_calls: u32,
 }
 
-/// What a build did, for the command's report.
+/// What a unit-by-unit run did, for the command's report: [`BuildSummary`] for a build,
+/// [`GranuleSummary`](crate::ingest::GranuleSummary) for the MemGAS granules.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BuildSummary {
+pub struct RunSummary<S> {
     /// Per conversation, in input order.
-    pub samples: Vec<SampleSummary>,
+    pub samples: Vec<S>,
     /// Notices about caches that were discarded (a changed prompt or model), one per file.
     pub notices: Vec<String>,
-    /// Tokens spent in this build.
+    /// Tokens spent in this run.
     pub usage: Usage,
     /// Wall time.
     pub elapsed: Duration,
 }
 
-impl BuildSummary {
+/// What a build did, for the command's report.
+pub type BuildSummary = RunSummary<SampleSummary>;
+
+/// A conversation's part of a [`RunSummary`]: its failed units.
+pub trait SampleFailures {
+    /// Units of this conversation without valid output.
+    fn failures(&self) -> &[FailedUnit];
+}
+
+impl SampleFailures for SampleSummary {
+    fn failures(&self) -> &[FailedUnit] {
+        &self.failed
+    }
+}
+
+impl<S: SampleFailures> RunSummary<S> {
     /// Every failed unit.
     pub fn failed(&self) -> impl Iterator<Item = &FailedUnit> {
-        self.samples.iter().flat_map(|sample| sample.failed.iter())
+        self.samples.iter().flat_map(|sample| sample.failures().iter())
     }
 
     /// Whether every unit of every conversation has valid output for every stage.
     pub fn is_complete(&self) -> bool {
         self.failed().next().is_none()
+    }
+
+    /// The `failed:` and `note:` lines that end the report.
+    pub(super) fn write_failures_and_notices(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for unit in self.failed() {
+            writeln!(
+                f,
+                "failed: {} {} ({}): {}",
+                unit.sample_id, unit.unit, unit.stage, unit.error
+            )?;
+        }
+        for notice in &self.notices {
+            writeln!(f, "note: {notice}")?;
+        }
+        Ok(())
     }
 }
 
@@ -152,17 +183,7 @@ impl fmt::Display for BuildSummary {
                 sample.failed.len()
             )?;
         }
-        for unit in self.failed() {
-            writeln!(
-                f,
-                "failed: {} {} ({}): {}",
-                unit.sample_id, unit.unit, unit.stage, unit.error
-            )?;
-        }
-        for notice in &self.notices {
-            writeln!(f, "note: {notice}")?;
-        }
-        Ok(())
+        self.write_failures_and_notices(f)
     }
 }
 
