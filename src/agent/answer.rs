@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
 use crate::agent::run::{AnswerRun, Outcome};
-use crate::agent::sample::SampleMemory;
+use crate::agent::sample::{SampleMemory, unit_length};
 use crate::agent::settings::Shared;
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::{ToolContext, ToolState};
@@ -153,14 +153,10 @@ async fn question_vector<M: ChatModel, E: Embedder>(
         .await
         .map_err(|error| format!("embedding the question failed: {error}"))?;
     *usage += embedded.usage;
-    let mut vector = embedded
+    let vector = embedded
         .vectors
         .into_iter()
         .next()
         .ok_or_else(|| "the embedder returned no vector".to_string())?;
-    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        vector.iter_mut().for_each(|x| *x /= norm);
-    }
-    Ok(vector)
+    Ok(unit_length(vector))
 }

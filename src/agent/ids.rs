@@ -1,7 +1,9 @@
-//! Evidence ids shared by retrieval, the loop and the result writer.
+//! Evidence ids shared by retrieval, the loop's final answer and the result line; a leaf module
+//! (it imports nothing from `agent`), so every other part of the engine may use it.
 //!
 //! Ids look like `D1:3-2`: dialogue 1, turn 3, its second event (sentence). The turn part
-//! (`D1:3`) is the *origin*, the id the dataset's evidence lists use.
+//! (`D1:3`) is the *origin*, the id the dataset's evidence lists use. Retrieval shows events as
+//! `<id>:<text>` lines, or `Time:<date> <id>:<text>` on the date-window route.
 
 /// `D1:3-2` → `D1:3`; ids without a `-<n>` suffix are returned unchanged.
 pub fn origin_of(id: &str) -> &str {

@@ -85,7 +85,7 @@ impl<E: Embedder> QueryEmbedder for E {
 }
 
 /// `vector` scaled to length 1 (unchanged when it is zero).
-fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
+pub(super) fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 {
         vector.iter_mut().for_each(|x| *x /= norm);

@@ -1,8 +1,8 @@
 //! The tool-calling loop of one question as a sans-IO state machine.
 //!
 //! [`AnswerRun`] holds the transcript and decides what happens next; it never performs IO. The
-//! async driver in `agent/tool_loop.rs` asks [`AnswerRun::next_step`] for the next [`Step`], performs
-//! it (a model call, or a batch of tool calls) and feeds the outcome back with
+//! async driver in `agent/tool_loop.rs` asks [`AnswerRun::next_step`] for the next [`Step`],
+//! performs it (a model call, or a batch of tool calls) and feeds the outcome back with
 //! [`AnswerRun::model_responded`] or [`AnswerRun::tools_finished`]. Turn limits, the tool-call
 //! budget, recovery from malformed calls and final-answer validation are therefore unit-tested
 //! here without async, network or fakes.

@@ -10,8 +10,9 @@
 //!
 //! This module does no IO: when `query_event_keywords` finds keys with too many tags,
 //! [`Tool::apply`] hands them back as [`Applied::ScoreTags`] and the async driver in
-//! `agent/tool_loop.rs` has the model score them (the reference scored them against the event's own
-//! text, §17 item 13; we score against the question) before calling [`finish_event_keywords`];
+//! `agent/tool_loop.rs` has the model score them (the reference scored them against the event's
+//! own text, §17 item 13; we score against the question) before calling
+//! [`finish_event_keywords`];
 //! `query_memgas` comes back as [`Applied::Memgas`] for the driver to embed the query.
 //!
 //! Layout: this module holds the types; `spec` builds the schemas offered to the model, `parse`
