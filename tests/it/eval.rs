@@ -156,17 +156,24 @@ fn project() -> tempfile::TempDir {
     root
 }
 
-fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> EvalSettings {
-    let mut settings = EvalSettings::new(root, dataset, "fixture", "run1");
-    match dataset {
-        DatasetKind::Locomo => {
-            // The fixture run answered 17 of LoCoMo's 1,986 questions.
-            settings.data_file = repo("data/dataset_locomo.json");
-            settings.partial = true;
-        }
-        DatasetKind::LongMemEval => settings.data_file = fixture("run/data/dataset_LM.json"),
+/// Copy the datasets and the audit into `root/data/`, where `eval` looks by default.
+fn with_data(root: &Path) {
+    let data = root.join("data");
+    if data.join("dataset_locomo.json").is_file() {
+        return;
     }
-    settings.audit_file = Some(repo("data/locomo_audit.json"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(repo("data/dataset_locomo.json"), data.join("dataset_locomo.json")).unwrap();
+    std::fs::copy(repo("data/locomo_audit.json"), data.join("locomo_audit.json")).unwrap();
+    std::fs::copy(fixture("run/data/dataset_LM.json"), data.join("dataset_LM.json")).unwrap();
+}
+
+fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> EvalSettings {
+    // The project's data/ (see `with_data`) holds the dataset and the audit at their default
+    // places; the fixture run answered 17 of LoCoMo's 1,986 questions.
+    with_data(root);
+    let mut settings = EvalSettings::new(root, dataset, "fixture", "run1");
+    settings.partial = dataset == DatasetKind::Locomo;
     settings.judge_model = Some("judge-model".into());
     settings.judge_runs = judge_runs;
     settings.concurrency = 4;
@@ -642,7 +649,9 @@ async fn complete_run_is_scored_with_the_official_aggregation() {
     assert_eq!((summary.questions, summary.expected_questions), (105, 105));
     assert_eq!(summary.partial, None);
     assert!(!summary.table().contains("PARTIAL"));
-    let items = read_scores(root.path(), "locomo");
+    let text = std::fs::read_to_string(root.path().join("eval/locomo/full/scores.jsonl")).unwrap();
+    let items: Vec<ItemScore> =
+        text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     // The official means: per category, the sum of the stored (3-decimal) item values over
     // the count; overalls add the category sums in the order 4, 1, 2, 3 (then 5).
     let sum = |category: u8| -> (f64, usize) {
