@@ -251,12 +251,10 @@ fn parse_session(
             turns.push(turn);
         }
     }
-    Ok((!turns.is_empty()).then(|| Session {
-        index: number,
-        date_time: Some(date_time),
-        date,
-        turns,
-    }))
+    if turns.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Session { index: number, date_time: Some(date_time), date, turns }))
 }
 
 /// One turn; `None` for an empty turn (the reference drops empty turns). The dia_id is
