@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::ingest::repair::{Repair, Salvage, string_list};
+use crate::ingest::repair::{Repair, Salvage, items_of, string_list};
 use crate::ingest::unit::short_hash;
 use crate::llm::JsonSchemaSpec;
 use crate::memory::input::{RewrittenSentence, SentenceKeywords, SessionKeywords};
@@ -137,9 +137,8 @@ impl Salvage for KeywordSalvage<'_> {
             .map(|(index, sentence)| (sentence.id.as_str(), index))
             .collect();
         let wanted: Vec<String> = self.missing();
-        let items = value.get("sentence").and_then(Value::as_array).cloned().unwrap_or_default();
         let mut problems = Vec::new();
-        for item in &items {
+        for item in &items_of(&value, "sentence") {
             let Some(id) = item.get("sentence_id").and_then(Value::as_str) else {
                 problems.push("an item has no `sentence_id`".to_string());
                 continue;

@@ -152,6 +152,15 @@ pub(crate) fn string_list(value: Option<&Value>) -> Vec<String> {
     }
 }
 
+/// The items of the list under `field`, or of the reply itself when the model answered with a
+/// bare list.
+pub(crate) fn items_of(value: &Value, field: &str) -> Vec<Value> {
+    match value {
+        Value::Array(items) => items.clone(),
+        _ => value.get(field).and_then(Value::as_array).cloned().unwrap_or_default(),
+    }
+}
+
 /// A non-empty trimmed string field of a JSON object.
 pub(crate) fn text_field(item: &Value, field: &str) -> Option<String> {
     let text = item.get(field)?.as_str()?.trim();
@@ -172,6 +181,9 @@ mod tests {
         assert_eq!(text_field(&json!({"t": " x "}), "t").as_deref(), Some("x"));
         assert_eq!(text_field(&json!({"t": "  "}), "t"), None);
         assert_eq!(text_field(&json!({"t": 1}), "t"), None);
+        assert_eq!(items_of(&json!({"s": [1, 2]}), "s"), [json!(1), json!(2)]);
+        assert_eq!(items_of(&json!([3]), "s"), [json!(3)]);
+        assert!(items_of(&json!({"s": "x"}), "s").is_empty());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{RawPersonal, RawRewrite, RawSentence, normalise, parse_day};
-use crate::ingest::repair::{Repair, Salvage, string_list, text_field};
+use crate::ingest::repair::{Repair, Salvage, items_of, string_list, text_field};
 use crate::ingest::unit::{Unit, render_dialogue, turn_line};
 use crate::memory::input::SessionRewrite;
 use crate::prompts::{self, PromptError};
@@ -164,8 +164,7 @@ impl Salvage for RewriteSalvage<'_, '_> {
                 }
             }
         }
-        let items = value.get("sentence").and_then(Value::as_array).cloned().unwrap_or_default();
-        for item in &items {
+        for item in &items_of(&value, "sentence") {
             problems.extend(self.absorb_sentence(item, &wanted));
         }
         let facts =
