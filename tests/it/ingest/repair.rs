@@ -153,7 +153,7 @@ async fn prose_replies_enter_verbatim_after_the_re_asks_and_keywords_fall_back()
     assert_eq!(summary.samples[0].events, 11, "every turn is in memory");
     let requests = harness.requests();
     assert_eq!(rewrites_per_session(&requests), BTreeMap::from([(1, 1), (2, 3), (3, 1)]));
-    assert_eq!(requests.iter().filter(|r| keyword_session(r) == Some(3)).count(), 3);
+    assert_eq!(requests.iter().filter(|r| r.is_chat() && keyword_session(r) == Some(3)).count(), 3);
     for request in
         requests.iter().filter(|r| rewrite_session(r) == Some(2) && r.messages().len() > 1)
     {
