@@ -154,8 +154,9 @@ async fn prose_replies_enter_verbatim_after_the_re_asks_and_keywords_fall_back()
     let requests = harness.requests();
     assert_eq!(rewrites_per_session(&requests), BTreeMap::from([(1, 1), (2, 3), (3, 1)]));
     assert_eq!(requests.iter().filter(|r| r.is_chat() && keyword_session(r) == Some(3)).count(), 3);
-    for request in
-        requests.iter().filter(|r| rewrite_session(r) == Some(2) && r.messages().len() > 1)
+    for request in requests
+        .iter()
+        .filter(|r| r.is_chat() && rewrite_session(r) == Some(2) && r.messages().len() > 1)
     {
         assert_eq!(turns_in_last_message(request), ["D2:1", "D2:2", "D2:3"]);
     }
