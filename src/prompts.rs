@@ -102,6 +102,8 @@ prompt!(STRUCTURED_REASK, "structured_reask");
 prompt!(REWRITE, "rewrite");
 prompt!(KEYWORDS, "keywords");
 prompt!(STAGE_REASK, "stage_reask");
+prompt!(REWRITE_MISSING, "rewrite_missing");
+prompt!(KEYWORDS_MISSING, "keywords_missing");
 prompt!(MEMGAS_GRANULES, "memgas_granules");
 prompt!(QUESTION_KEYWORDS, "question_keywords");
 prompt!(RERANK, "rerank");
@@ -135,6 +137,8 @@ pub const ALL: &[Prompt] = &[
     REWRITE,
     KEYWORDS,
     STAGE_REASK,
+    REWRITE_MISSING,
+    KEYWORDS_MISSING,
     MEMGAS_GRANULES,
     QUESTION_KEYWORDS,
     RERANK,
