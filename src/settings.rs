@@ -127,10 +127,12 @@ pub struct ModelSettings {
     pub build_model: ModelChoice,
     /// Model for answering.
     pub answer_model: ModelChoice,
-    /// Requests per minute, all workers together.
-    pub requests_per_minute: u32,
-    /// Estimated tokens per minute, all workers together.
-    pub tokens_per_minute: u32,
+    /// Requests per minute, all workers together (`None`: no fixed limit).
+    pub requests_per_minute: Option<std::num::NonZeroU32>,
+    /// Estimated tokens per minute, all workers together (`None`: no fixed limit).
+    pub tokens_per_minute: Option<std::num::NonZeroU32>,
+    /// Completion token caps per step.
+    pub token_budget: crate::llm::TokenBudget,
     /// Per-request timeout.
     pub timeout: Duration,
     /// Send schemas as `response_format`.
@@ -155,9 +157,18 @@ impl ModelSettings {
         };
         let api_key =
             env(key_variable).filter(|key| !key.trim().is_empty()).map(crate::llm::Secret::new);
-        if args.rpm == 0 || args.tpm == 0 {
-            anyhow::bail!("--rpm and --tpm must be positive");
-        }
+        let positive = |value: Option<u32>, flag: &str| match value {
+            None => Ok(None),
+            Some(value) => std::num::NonZeroU32::new(value)
+                .map(Some)
+                .ok_or_else(|| anyhow::anyhow!("{flag} must be positive (leave it unset for no limit)")),
+        };
+        let requests_per_minute = positive(args.rpm, "--rpm")?;
+        let tokens_per_minute = positive(args.tpm, "--tpm")?;
+        let token_budget = crate::llm::TokenBudget::with_overrides(
+            args.max_tokens.as_deref().unwrap_or_default(),
+        )
+        .map_err(anyhow::Error::msg)?;
         let build_model = ModelChoice::resolve(&args.model);
         let answer_model = match &args.re_model {
             Some(name) if !name.trim().is_empty() => ModelChoice::resolve(name),
@@ -169,8 +180,9 @@ impl ModelSettings {
             key_variable,
             build_model,
             answer_model,
-            requests_per_minute: args.rpm,
-            tokens_per_minute: args.tpm,
+            requests_per_minute,
+            tokens_per_minute,
+            token_budget,
             timeout: Duration::from_secs(args.timeout.max(1)),
             structured_output: args.structured_output,
         })
@@ -183,8 +195,8 @@ impl ModelSettings {
             self.api_key.clone().unwrap_or_default(),
             model.id.clone(),
         );
-        config.requests_per_minute = std::num::NonZeroU32::new(self.requests_per_minute);
-        config.tokens_per_minute = std::num::NonZeroU32::new(self.tokens_per_minute);
+        config.requests_per_minute = self.requests_per_minute;
+        config.tokens_per_minute = self.tokens_per_minute;
         config.timeout = self.timeout;
         config.structured_output = self.structured_output;
         if self.base_url == OPENROUTER_BASE_URL {

@@ -44,7 +44,7 @@ use reqwest::header::{AUTHORIZATION, HeaderName, RETRY_AFTER};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::retry::{error_for_status, parse_retry_after};
+use super::retry::{error_for_status, parse_retry_after, unusable_reason};
 use super::secret::Secret;
 use super::stack::LlmConfig;
 use super::usage::UsageMeter;
@@ -169,6 +169,7 @@ impl ChatModel for OpenAiChat {
                 }
                 Err(error) => {
                     self.transport.meter.record_failure();
+                    self.transport.meter.record_usage(error.usage());
                     tracing::debug!(model = %model, error = %error, "chat attempt failed");
                 }
             }
@@ -305,10 +306,15 @@ impl Transport {
 
     fn chat_response(&self, wire: WireChatResponse) -> Result<ChatResponse, Error> {
         let WireChatResponse { choices, usage, error } = wire;
+        let usage = usage.map(Usage::from).unwrap_or_default();
         let Some(choice) = choices.into_iter().next() else {
             return Err(match error {
                 Some(error) => self.embedded_error(error),
-                None => Error::Decode { message: "response has no choices".to_owned() },
+                None => Error::BadReply {
+                    reason: "the response has no choices".to_owned(),
+                    attempts: 1,
+                    usage,
+                },
             });
         };
         let tool_calls = choice
@@ -332,11 +338,11 @@ impl Transport {
             tool_calls,
             tool_call_id: None,
         };
-        Ok(ChatResponse {
-            message,
-            finish_reason: choice.finish_reason,
-            usage: usage.map(Usage::from).unwrap_or_default(),
-        })
+        let response = ChatResponse::new(message, choice.finish_reason, usage);
+        match unusable_reason(&response) {
+            Some(reason) => Err(Error::BadReply { reason, attempts: 1, usage }),
+            None => Ok(response),
+        }
     }
 
     fn embeddings(
@@ -729,7 +735,7 @@ mod tests {
         let body = json!({
             "id": "x", "provider": "Somebody", "service_tier": "on_demand",
             "choices": [{
-                "finish_reason": "error", "native_finish_reason": "weird",
+                "finish_reason": "tool_calls", "native_finish_reason": "weird",
                 "message": {"role": "assistant", "content": null, "refusal": null, "reasoning": "hmm",
                     "tool_calls": [
                         {"id": "c1", "function": {"name": "lookup", "arguments": "{\"q\":1}"}, "index": 0},
@@ -740,7 +746,7 @@ mod tests {
         });
         let wire: WireChatResponse = serde_json::from_value(body).unwrap();
         let response = transport().chat_response(wire).unwrap();
-        assert_eq!(response.finish_reason.as_deref(), Some("error"));
+        assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(response.message.content, None);
         assert_eq!(response.usage, Usage { prompt_tokens: 12, completion_tokens: 0 });
         assert_eq!(
@@ -749,6 +755,24 @@ mod tests {
         );
         assert_eq!(response.message.tool_calls[1].id, "call_1");
         assert_eq!(response.message.tool_calls[1].arguments, "{\"a\":2}");
+    }
+
+    #[test]
+    fn unusable_replies_are_bad_replies_with_their_usage() {
+        let usage = json!({"prompt_tokens": 9, "completion_tokens": 2});
+        for body in [
+            json!({"choices": [], "usage": usage}),
+            json!({"choices": [{"finish_reason": "error", "message": {"content": "partial"}}], "usage": usage}),
+            json!({"choices": [{"finish_reason": "stop", "message": {"content": "  \n"}}], "usage": usage}),
+            json!({"choices": [{"finish_reason": "length", "message": {"content": null}}], "usage": usage}),
+        ] {
+            let wire: WireChatResponse = serde_json::from_value(body.clone()).unwrap();
+            let error = transport().chat_response(wire).unwrap_err();
+            assert!(
+                matches!(error, Error::BadReply { attempts: 1, usage: Usage { prompt_tokens: 9, completion_tokens: 2 }, .. }),
+                "{body}: {error:?}"
+            );
+        }
     }
 
     #[test]

@@ -275,7 +275,7 @@ async fn schema_invalid_output_is_reasked_then_fails_naming_the_path() {
         .await
         .unwrap_err();
     match &error {
-        Error::SchemaInvalid { schema, path, message, attempts } => {
+        Error::SchemaInvalid { schema, path, message, attempts, .. } => {
             assert_eq!((schema.as_str(), path.as_str(), *attempts), ("answer", "/confidence", 3));
             assert!(message.contains("maximum"), "{message}");
         }
