@@ -197,6 +197,8 @@ impl ModelSettings {
         );
         config.requests_per_minute = self.requests_per_minute;
         config.tokens_per_minute = self.tokens_per_minute;
+        config.budget = self.token_budget;
+        config.key_variable = self.key_variable.to_owned();
         config.timeout = self.timeout;
         config.structured_output = self.structured_output;
         if self.base_url == OPENROUTER_BASE_URL {

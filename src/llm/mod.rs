@@ -13,6 +13,7 @@
 pub mod adaptive;
 pub mod budget;
 pub mod coerce;
+pub mod config;
 pub mod fatal;
 pub mod hedge;
 pub mod models;
@@ -27,9 +28,10 @@ pub mod structured;
 pub mod usage;
 
 pub use budget::{Step, TokenBudget};
+pub use config::{EmbedderConfig, LlmConfig};
 pub use models::{estimate_cost_usd, resolve_model_alias};
 pub use secret::Secret;
-pub use stack::{Client, EmbedClient, EmbedderConfig, LlmConfig, build_chat_model, build_embedder};
+pub use stack::{Client, EmbedClient, build_chat_model, build_embedder};
 pub use structured::{StructuredResponse, chat_json};
 pub use usage::{UsageMeter, UsageTotals};
 
