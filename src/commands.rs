@@ -88,10 +88,8 @@ pub fn check_ping_reply(reply: &str) -> Result<(), String> {
     if prompt_words.iter().any(|word| lower.contains(word)) {
         return Err(format!("the reply {reply:?} repeats the prompt instead of answering it"));
     }
-    let words: Vec<&str> = reply
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .collect();
+    let words: Vec<&str> =
+        reply.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).collect();
     if words.len() > MAX_WORDS || !words.contains(&PING_ANSWER) {
         return Err(format!("expected the reply {PING_ANSWER:?}, got {reply:?}"));
     }
@@ -366,7 +364,9 @@ mod tests {
         let prompt = crate::prompts::PING.render(&[]).unwrap();
         let echo = check_ping_reply(&prompt).unwrap_err();
         assert!(echo.contains("repeats the prompt"), "{echo}");
-        for bad in ["OK", "", "420", "4 2", "Sure! Here is a long answer with many words and 42 in it."] {
+        for bad in
+            ["OK", "", "420", "4 2", "Sure! Here is a long answer with many words and 42 in it."]
+        {
             assert!(check_ping_reply(bad).is_err(), "{bad}");
         }
     }

@@ -159,16 +159,15 @@ impl ModelSettings {
             env(key_variable).filter(|key| !key.trim().is_empty()).map(crate::llm::Secret::new);
         let positive = |value: Option<u32>, flag: &str| match value {
             None => Ok(None),
-            Some(value) => std::num::NonZeroU32::new(value)
-                .map(Some)
-                .ok_or_else(|| anyhow::anyhow!("{flag} must be positive (leave it unset for no limit)")),
+            Some(value) => std::num::NonZeroU32::new(value).map(Some).ok_or_else(|| {
+                anyhow::anyhow!("{flag} must be positive (leave it unset for no limit)")
+            }),
         };
         let requests_per_minute = positive(args.rpm, "--rpm")?;
         let tokens_per_minute = positive(args.tpm, "--tpm")?;
-        let token_budget = crate::llm::TokenBudget::with_overrides(
-            args.max_tokens.as_deref().unwrap_or_default(),
-        )
-        .map_err(anyhow::Error::msg)?;
+        let token_budget =
+            crate::llm::TokenBudget::with_overrides(args.max_tokens.as_deref().unwrap_or_default())
+                .map_err(anyhow::Error::msg)?;
         let build_model = ModelChoice::resolve(&args.model);
         let answer_model = match &args.re_model {
             Some(name) if !name.trim().is_empty() => ModelChoice::resolve(name),

@@ -74,6 +74,17 @@ impl Step {
         }
     }
 
+    /// The step a structured call belongs to, by its schema's name: the step's own name, or
+    /// `memgas_granules` (granules) and `judge_verdict` (judge). Lets a helper shared by
+    /// several steps size each request with one line.
+    pub fn for_schema(schema_name: &str) -> Option<Step> {
+        match schema_name {
+            "memgas_granules" => Some(Step::Granules),
+            "judge_verdict" => Some(Step::Judge),
+            other => Step::ALL.into_iter().find(|step| step.name() == other),
+        }
+    }
+
     fn index(self) -> usize {
         Step::ALL.iter().position(|step| *step == self).unwrap_or(0)
     }
@@ -181,18 +192,27 @@ mod tests {
             assert_eq!(step.name().parse::<Step>(), Ok(step));
         }
         assert_eq!(budget.to_string().parse::<TokenBudget>(), Ok(budget));
+        assert_eq!(Step::for_schema("rewrite"), Some(Step::Rewrite));
+        assert_eq!(Step::for_schema("memgas_granules"), Some(Step::Granules));
+        assert_eq!(Step::for_schema("judge_verdict"), Some(Step::Judge));
+        assert_eq!(Step::for_schema("tag_scores"), Some(Step::TagScores));
+        assert_eq!(Step::for_schema("something_else"), None);
     }
 
     #[test]
     fn overrides_apply_and_bad_ones_say_why() {
-        let budget = TokenBudget::with_overrides(" rewrite=4000, answer=none,tag-scores=99").unwrap();
+        let budget =
+            TokenBudget::with_overrides(" rewrite=4000, answer=none,tag-scores=99").unwrap();
         assert_eq!(budget.get(Step::Rewrite), Some(4000));
         assert_eq!(budget.get(Step::Answer), None);
         assert_eq!(budget.get(Step::TagScores), Some(99));
         assert_eq!(budget.get(Step::Judge), Some(Step::Judge.default_budget()));
         assert_eq!(TokenBudget::with_overrides(""), Ok(TokenBudget::default()));
         let unknown = TokenBudget::with_overrides("rewrit=5").unwrap_err();
-        assert!(unknown.contains("unknown step `rewrit`") && unknown.contains("rerank"), "{unknown}");
+        assert!(
+            unknown.contains("unknown step `rewrit`") && unknown.contains("rerank"),
+            "{unknown}"
+        );
         assert!(TokenBudget::with_overrides("answer").unwrap_err().contains("STEP=N"));
         assert!(TokenBudget::with_overrides("answer=0").unwrap_err().contains("positive"));
         assert!(TokenBudget::with_overrides("answer=-3").is_err());

@@ -74,16 +74,19 @@ pub fn to_schema(value: Value, schema: &Value) -> Value {
     match value {
         Value::Object(object) => Value::Object(object_to_schema(object, schema)),
         Value::Array(items) => match schema.get("items") {
-            Some(item_schema) => Value::Array(
-                items.into_iter().map(|item| to_schema(item, item_schema)).collect(),
-            ),
+            Some(item_schema) => {
+                Value::Array(items.into_iter().map(|item| to_schema(item, item_schema)).collect())
+            }
             None => Value::Array(items),
         },
         other => other,
     }
 }
 
-fn object_to_schema(mut object: Map<String, Value>, schema: &Map<String, Value>) -> Map<String, Value> {
+fn object_to_schema(
+    mut object: Map<String, Value>,
+    schema: &Map<String, Value>,
+) -> Map<String, Value> {
     let properties = schema.get("properties").and_then(Value::as_object);
     let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
     if closed && let Some(properties) = properties {
@@ -203,12 +206,16 @@ mod tests {
             json!({"answer": "1987", "confidence": 0.8, "count": 3, "supports": ["D1:3"],
                    "date": null, "ok": false})
         );
-        let nulls = to_schema(json!({"answer": ["Paris"], "confidence": null, "supports": [7]}), &schema);
+        let nulls =
+            to_schema(json!({"answer": ["Paris"], "confidence": null, "supports": [7]}), &schema);
         assert_eq!(nulls, json!({"answer": "Paris", "supports": ["7"]}));
         let untouched = json!({"answer": "x", "confidence": 0.5, "supports": ["a"]});
         assert_eq!(to_schema(untouched.clone(), &schema), untouched);
         // Not coercible: left for the validator to reject.
-        assert_eq!(to_schema(json!({"confidence": "high"}), &schema), json!({"confidence": "high"}));
+        assert_eq!(
+            to_schema(json!({"confidence": "high"}), &schema),
+            json!({"confidence": "high"})
+        );
         assert_eq!(to_schema(json!({"count": "2.5"}), &schema), json!({"count": "2.5"}));
     }
 }

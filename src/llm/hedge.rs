@@ -191,9 +191,7 @@ impl<M: ChatModel> ChatModel for Hedged<M> {
                 let second = if hedge_first { primary.await } else { hedge.await };
                 match second {
                     Ok(response) => Ok((response, !hedge_first)),
-                    Err(second_error) => {
-                        Err(if hedge_first { second_error } else { first_error })
-                    }
+                    Err(second_error) => Err(if hedge_first { second_error } else { first_error }),
                 }
             }
         };

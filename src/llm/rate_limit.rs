@@ -217,7 +217,6 @@ impl<M> RateLimited<M> {
     pub fn limits(&self) -> &Arc<RateLimits> {
         &self.limits
     }
-
 }
 
 impl<M: ChatModel> ChatModel for RateLimited<M> {

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, RetryRecord, Usage};
+use super::{
+    ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, RetryRecord, Usage,
+};
 
 /// Longest failure reason kept in a [`RetryRecord`] (bytes, cut at a character boundary).
 const REASON_EXCERPT: usize = 300;
@@ -110,9 +112,8 @@ pub fn unusable_reason(response: &ChatResponse) -> Option<String> {
         return Some("the provider ended the reply with finish_reason \"error\"".to_owned());
     }
     let blank = response.message.content.as_deref().is_none_or(|text| text.trim().is_empty());
-    (blank && response.message.tool_calls.is_empty()).then(|| {
-        format!("the reply has neither text nor tool calls (finish_reason {finish:?})")
-    })
+    (blank && response.message.tool_calls.is_empty())
+        .then(|| format!("the reply has neither text nor tool calls (finish_reason {finish:?})"))
 }
 
 /// Whether an error body says the prompt (plus the completion budget) is too long for the
@@ -161,7 +162,11 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 /// Run `attempt` until it succeeds, fails with a non-retryable error, or `policy.max_attempts`
 /// attempts were made; each retry is logged at `warn` with the status and the wait. `what`
 /// names the operation in the log.
-pub async fn with_retries<T, F, Fut>(policy: &RetryPolicy, what: &str, attempt: F) -> Result<T, Error>
+pub async fn with_retries<T, F, Fut>(
+    policy: &RetryPolicy,
+    what: &str,
+    attempt: F,
+) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,

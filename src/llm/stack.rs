@@ -14,8 +14,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-pub use super::config::{EmbedderConfig, LlmConfig};
 use super::budget::{Step, TokenBudget};
+pub use super::config::{EmbedderConfig, LlmConfig};
 use super::fatal::Latched;
 use super::hedge::Hedged;
 use super::openai::{OpenAiChat, OpenAiEmbedder};

@@ -192,10 +192,13 @@ async fn context_length_and_other_4xx_are_not_retried() {
 
 #[tokio::test]
 async fn bodies_that_stay_undecodable_end_as_decode_errors() {
-    let server =
-        ScriptedServer::with_script([ScriptedReply::MalformedJson, ScriptedReply::NonJson, ScriptedReply::MalformedJson])
-            .await
-            .unwrap();
+    let server = ScriptedServer::with_script([
+        ScriptedReply::MalformedJson,
+        ScriptedReply::NonJson,
+        ScriptedReply::MalformedJson,
+    ])
+    .await
+    .unwrap();
     let error = client(&server).chat(&ask("hi")).await.unwrap_err();
     assert!(matches!(error, Error::Decode { .. }), "{error:?}");
     assert_eq!(server.request_count(), 3, "decode errors are retried like a 5xx");

@@ -43,7 +43,12 @@ async fn unusable_200_replies_are_retried_and_succeed() {
             "no choices",
             Usage { prompt_tokens: 7, completion_tokens: 0 },
         ),
-        ("finish_reason error", raw200(ok_body("half an answ", "error")), "finish_reason \"error\"", both),
+        (
+            "finish_reason error",
+            raw200(ok_body("half an answ", "error")),
+            "finish_reason \"error\"",
+            both,
+        ),
         ("empty answer", raw200(ok_body("", "stop")), "neither text nor tool calls", both),
     ];
     for (name, fault, reason, failed) in cases {
@@ -126,7 +131,8 @@ async fn the_hedging_deadline_follows_observed_latency() {
     let hung = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&hung);
     let server = ScriptedServer::with_responder(move |request| {
-        if request.last_message_text() == "slow one" && counter.fetch_add(1, Ordering::SeqCst) == 0 {
+        if request.last_message_text() == "slow one" && counter.fetch_add(1, Ordering::SeqCst) == 0
+        {
             ScriptedReply::text("hung").delayed(Duration::from_secs(15))
         } else {
             ScriptedReply::text("quick")
@@ -157,7 +163,8 @@ async fn a_401_is_fatal_names_the_variable_and_latches_for_every_clone() {
             Some(message) => ScriptedReply::Status { status: 401, message: message.to_owned() },
             None => ScriptedReply::Raw { status: 401, headers: Vec::new(), body: String::new() },
         };
-        let server = ScriptedServer::with_script([reply, ScriptedReply::text("never")]).await.unwrap();
+        let server =
+            ScriptedServer::with_script([reply, ScriptedReply::text("never")]).await.unwrap();
         let mut config = config(&server);
         config.key_variable = "OPENAI_API_KEY".to_owned();
         let client = build_chat_model(&config).unwrap();
@@ -209,7 +216,10 @@ async fn a_403_and_an_unknown_model_are_fatal_too() {
     assert_eq!(server.request_count(), 1);
 
     let server = ScriptedServer::start().await.unwrap();
-    server.push_embedding(ScriptedReply::Status { status: 404, message: "The model `e` does not exist.".into() });
+    server.push_embedding(ScriptedReply::Status {
+        status: 404,
+        message: "The model `e` does not exist.".into(),
+    });
     let embedder = build_embedder(
         &config(&server),
         &mragent::llm::EmbedderConfig { model: "e".into(), batch_size: 4 },
@@ -232,9 +242,9 @@ async fn context_overflow_in_every_servers_phrasing_is_recognised() {
         // OpenRouter.
         (400, json!({"error": {"message": "This endpoint's maximum context length is 131072 tokens. However, you requested about 138956 tokens (7884 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.", "code": 400}}).to_string()),
     ];
-    let server = ScriptedServer::with_script(
-        bodies.iter().map(|(status, body)| ScriptedReply::Raw { status: *status, headers: Vec::new(), body: body.clone() }),
-    )
+    let server = ScriptedServer::with_script(bodies.iter().map(|(status, body)| {
+        ScriptedReply::Raw { status: *status, headers: Vec::new(), body: body.clone() }
+    }))
     .await
     .unwrap();
     let client = client(&server);
@@ -262,17 +272,28 @@ fn relaxed_answer_schema() -> JsonSchemaSpec {
 #[tokio::test]
 async fn lenient_replies_are_accepted_without_a_reask() {
     let shapes = [
-        ("```json\n{\"answer\": \"Paris\", \"supports\": [\"D1:3\",],}\n```", json!({"answer": "Paris", "supports": ["D1:3"]})),
-        ("Sure: {'answer': 'Paris', 'confidence': '0.8'} hope that helps", json!({"answer": "Paris", "confidence": 0.8})),
-        ("{answer: 1987, supports: \"D2:1\", // cited\n note: \"extra\"}", json!({"answer": "1987", "supports": ["D2:1"]})),
+        (
+            "```json\n{\"answer\": \"Paris\", \"supports\": [\"D1:3\",],}\n```",
+            json!({"answer": "Paris", "supports": ["D1:3"]}),
+        ),
+        (
+            "Sure: {'answer': 'Paris', 'confidence': '0.8'} hope that helps",
+            json!({"answer": "Paris", "confidence": 0.8}),
+        ),
+        (
+            "{answer: 1987, supports: \"D2:1\", // cited\n note: \"extra\"}",
+            json!({"answer": "1987", "supports": ["D2:1"]}),
+        ),
         ("{\"answer\": \"Paris\", \"confidence\": null}", json!({"answer": "Paris"})),
     ];
-    let server = ScriptedServer::with_script(shapes.iter().map(|(text, _)| ScriptedReply::text(*text)))
-        .await
-        .unwrap();
+    let server =
+        ScriptedServer::with_script(shapes.iter().map(|(text, _)| ScriptedReply::text(*text)))
+            .await
+            .unwrap();
     let client = client(&server);
     for (text, expected) in &shapes {
-        let response = chat_json(&client, ask("capital?"), &relaxed_answer_schema(), 2).await.unwrap();
+        let response =
+            chat_json(&client, ask("capital?"), &relaxed_answer_schema(), 2).await.unwrap();
         assert_eq!((&response.value, response.attempts), (expected, 1), "{text}");
     }
     assert_eq!(server.request_count(), shapes.len(), "no re-ask");
@@ -356,7 +377,8 @@ async fn a_429_storm_shrinks_the_limit_waits_only_as_asked_and_recovers() {
     }
     let lowest = sampler.await.unwrap();
     assert!(lowest < 8, "the limit never shrank (lowest {lowest})");
-    let mut arrivals: Vec<Instant> = server.requests().iter().map(|request| request.received_at).collect();
+    let mut arrivals: Vec<Instant> =
+        server.requests().iter().map(|request| request.received_at).collect();
     arrivals.sort();
     let longest_pause = arrivals.windows(2).map(|pair| pair[1] - pair[0]).max().unwrap();
     assert!(
