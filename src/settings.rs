@@ -296,6 +296,28 @@ mod tests {
     }
 
     #[test]
+    fn no_fixed_rate_limit_by_default_and_budgets_reach_the_config() {
+        let settings = ModelSettings::resolve(&model_args(&[]), |_| None).unwrap();
+        assert_eq!((settings.requests_per_minute, settings.tokens_per_minute), (None, None));
+        let config = settings.llm_config(&settings.build_model);
+        assert_eq!((config.requests_per_minute, config.tokens_per_minute), (None, None));
+        assert!(config.concurrency.is_some(), "concurrency adapts instead");
+        assert_eq!(config.key_variable, "OPENROUTER_API_KEY");
+        let args = model_args(&["--rpm", "60", "--max-tokens", "answer=300,judge=none"]);
+        let limited = ModelSettings::resolve(&args, |_| None).unwrap();
+        let config = limited.llm_config(&limited.answer_model);
+        assert_eq!(config.requests_per_minute.map(std::num::NonZeroU32::get), Some(60));
+        assert_eq!(config.budget.get(crate::llm::Step::Answer), Some(300));
+        assert_eq!(config.budget.get(crate::llm::Step::Judge), None);
+        assert!(ModelSettings::resolve(&model_args(&["--rpm", "0"]), |_| None).is_err());
+        let bad = ModelSettings::resolve(&model_args(&["--max-tokens", "answr=3"]), |_| None);
+        assert!(bad.unwrap_err().to_string().contains("unknown step `answr`"));
+        let local = model_args(&["--base-url", "http://127.0.0.1:8000/v1"]);
+        let local = ModelSettings::resolve(&local, |_| None).unwrap();
+        assert_eq!(local.llm_config(&local.build_model).key_variable, "OPENAI_API_KEY");
+    }
+
+    #[test]
     fn bad_base_url_is_rejected() {
         let args = model_args(&["--base-url", "localhost:8000"]);
         assert!(ModelSettings::resolve(&args, |_| None).is_err());

@@ -350,6 +350,42 @@ mod tests {
         check(r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#);
         check("This model's maximum context length is 8192 tokens");
         check("Too many tokens in the request");
+        // OpenAI.
+        check(
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 204308 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+        );
+        // OpenRouter.
+        check(
+            r#"{"error":{"message":"This endpoint's maximum context length is 131072 tokens. However, you requested about 138956 tokens (7884 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.","code":400}}"#,
+        );
+        // vLLM, old and new wordings.
+        check(
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+        );
+        check(
+            "The prompt (total length 25938) is too long to fit into the model (context length 4096). Make sure that `max_model_len` is no smaller than the number of text tokens.",
+        );
+        check("The decoder prompt (length 9000) is longer than the maximum model length of 8192.");
+        check(
+            "Input prompt (9000 tokens) is longer than the model's context length (8192 tokens).",
+        );
+        // llama.cpp, before and after its own error type.
+        check(
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":14429,"n_ctx":8192}}"#,
+        );
+        assert!(matches!(
+            error_for_status(500, None, r#"{"error":{"code":500,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"exceed_context_size_error"}}"#.into()),
+            Error::ContextLength { .. }
+        ));
+        // OpenRouter passing an upstream overflow on as a 502.
+        assert!(matches!(
+            error_for_status(
+                502,
+                None,
+                "This model's maximum context length is 16000 tokens.".into()
+            ),
+            Error::ContextLength { .. }
+        ));
         assert!(matches!(
             error_for_status(400, None, "bad field".into()),
             Error::Api { status: 400, .. }

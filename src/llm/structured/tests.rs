@@ -88,7 +88,7 @@ fn value(value: Value) -> Expect {
 
 /// Real-world reply shapes (seen from OpenAI, Gemini, Qwen, Llama, gpt-oss and small local
 /// models) and what the lenient reader makes of each.
-fn table() -> Vec<(&'static str, &'static str, Expect)> {
+fn accepted_shapes() -> Vec<(&'static str, &'static str, Expect)> {
     let paris = || json!({"answer": "Paris"});
     vec![
         ("plain json", r#"{"answer": "Paris"}"#, value(paris())),
@@ -159,6 +159,12 @@ fn table() -> Vec<(&'static str, &'static str, Expect)> {
             value(paris()),
         ),
         ("citation brackets after", "{\"answer\": \"Paris\"} [1] [2]", value(paris())),
+    ]
+}
+
+/// Real-world reply shapes the reader must reject, each with its reason.
+fn rejected_shapes() -> Vec<(&'static str, &'static str, Expect)> {
+    vec![
         (
             "example then answer differ",
             "Format: {\"answer\": \"...\"}\nMine: {\"answer\": \"Paris\"}",
@@ -206,7 +212,8 @@ fn table() -> Vec<(&'static str, &'static str, Expect)> {
 fn real_world_reply_shapes_table() {
     let schema = answer_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let cases = table();
+    let mut cases = accepted_shapes();
+    cases.extend(rejected_shapes());
     assert!(cases.len() >= 25, "{} cases", cases.len());
     for (name, text, expected) in cases {
         let outcome = read_reply(text, &schema, &validator);
