@@ -7,7 +7,6 @@
 //! A 403 that is about content moderation (OpenRouter flags inputs with a 403) is not about
 //! the key and stays an ordinary [`Error::Api`].
 
-use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use super::budget::Step;
@@ -153,12 +152,10 @@ impl<E: Embedder> Embedder for Latched<E> {
         self.inner.name()
     }
 
-    fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send {
-        async move {
-            self.latch.check(&self.embed_model)?;
-            let result = self.inner.embed(texts).await;
-            self.settle(result, &self.embed_model)
-        }
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, Error> {
+        self.latch.check(&self.embed_model)?;
+        let result = self.inner.embed(texts).await;
+        self.settle(result, &self.embed_model)
     }
 }
 
