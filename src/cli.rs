@@ -107,12 +107,19 @@ pub struct ModelArgs {
     /// OpenAI-compatible base URL (default: OpenRouter).
     #[arg(long, env = "MRAGENT_BASE_URL")]
     pub base_url: Option<String>,
-    /// Requests per minute across all workers.
-    #[arg(long, env = "MRAGENT_RPM", default_value_t = 300)]
-    pub rpm: u32,
-    /// Tokens per minute across all workers (estimated from prompt size).
-    #[arg(long, env = "MRAGENT_TPM", default_value_t = 2_000_000)]
-    pub tpm: u32,
+    /// Requests per minute across all workers, for providers that publish such a limit
+    /// (default: none; concurrency adapts to the endpoint's 429s instead).
+    #[arg(long, env = "MRAGENT_RPM")]
+    pub rpm: Option<u32>,
+    /// Tokens per minute across all workers (estimated from prompt size), for providers that
+    /// publish such a limit (default: none).
+    #[arg(long, env = "MRAGENT_TPM")]
+    pub tpm: Option<u32>,
+    /// Completion token caps per step, e.g. `rewrite=4096,answer=1024` (`none`: no cap).
+    /// Steps: rewrite, keywords, granules, question_keywords, rerank, tag_scores, answer,
+    /// judge, ping. Unnamed steps keep their defaults.
+    #[arg(long = "max-tokens", env = "MRAGENT_MAX_TOKENS", value_name = "STEP=N,…")]
+    pub max_tokens: Option<String>,
     /// Per-request timeout in seconds.
     #[arg(long, env = "MRAGENT_TIMEOUT", default_value_t = 120)]
     pub timeout: u64,

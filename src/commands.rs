@@ -46,24 +46,54 @@ impl std::fmt::Display for PingReport {
     }
 }
 
-/// Send one tiny request to the answering model through the full client stack.
+/// What the ping prompt asks the model to answer: "forty-two" in digits. The digits are not
+/// in the prompt, so a server that echoes the prompt (or answers without a chat model) fails.
+pub const PING_ANSWER: &str = "42";
+
+/// Send one tiny request to the answering model through the full client stack and check that
+/// the reply says what the prompt asked for.
 pub async fn ping(settings: &ModelSettings) -> anyhow::Result<PingReport> {
     let config = settings.llm_config(&settings.answer_model);
     let client = crate::llm::build_chat_model(&config).context("building the model client")?;
     let text = crate::prompts::PING.render(&[]).context("rendering the ping prompt")?;
     let mut request = ChatRequest::new(config.model.clone(), vec![Message::user(text)]);
-    request.max_tokens = Some(16);
+    request.max_tokens = client.max_tokens(crate::llm::Step::Ping);
     request.temperature = Some(0.0);
     let started = Instant::now();
     let response =
         client.chat(&request).await.with_context(|| format!("calling {}", config.model))?;
+    let reply = response.message.content.unwrap_or_default().trim().to_string();
+    check_ping_reply(&reply).map_err(|problem| {
+        anyhow::anyhow!(
+            "{} at {} answered, but not as asked: {problem}; check --model (MRAGENT_MODEL) and that the server runs an instruction-following chat model",
+            config.model,
+            settings.base_url
+        )
+    })?;
     Ok(PingReport {
         base_url: settings.base_url.clone(),
         model: config.model,
-        reply: response.message.content.unwrap_or_default().trim().to_string(),
+        reply,
         latency_ms: started.elapsed().as_millis(),
         usage: response.usage,
     })
+}
+
+/// Whether a ping reply is the asked-for [`PING_ANSWER`]: a short reply holding it as a word
+/// of its own (`42`, `42.`, `"42"`, `The answer is 42`), not an echo of the prompt.
+pub fn check_ping_reply(reply: &str) -> Result<(), String> {
+    const MAX_WORDS: usize = 8;
+    let prompt_words = ["connectivity", "mragent", "forty-two", "digits"];
+    let lower = reply.to_lowercase();
+    if prompt_words.iter().any(|word| lower.contains(word)) {
+        return Err(format!("the reply {reply:?} repeats the prompt instead of answering it"));
+    }
+    let words: Vec<&str> =
+        reply.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).collect();
+    if words.len() > MAX_WORDS || !words.contains(&PING_ANSWER) {
+        return Err(format!("expected the reply {PING_ANSWER:?}, got {reply:?}"));
+    }
+    Ok(())
 }
 
 /// Score a run's result files, with the LLM judge when a judge model is given.
@@ -340,4 +370,24 @@ async fn load_samples(
         samples.push(sample);
     }
     Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_reply_must_say_what_was_asked() {
+        for good in ["42", "42.", "\"42\"", "The answer is 42", " 42\n"] {
+            assert_eq!(check_ping_reply(good), Ok(()), "{good}");
+        }
+        let prompt = crate::prompts::PING.render(&[]).unwrap();
+        let echo = check_ping_reply(&prompt).unwrap_err();
+        assert!(echo.contains("repeats the prompt"), "{echo}");
+        for bad in
+            ["OK", "", "420", "4 2", "Sure! Here is a long answer with many words and 42 in it."]
+        {
+            assert!(check_ping_reply(bad).is_err(), "{bad}");
+        }
+    }
 }

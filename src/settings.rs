@@ -127,10 +127,12 @@ pub struct ModelSettings {
     pub build_model: ModelChoice,
     /// Model for answering.
     pub answer_model: ModelChoice,
-    /// Requests per minute, all workers together.
-    pub requests_per_minute: u32,
-    /// Estimated tokens per minute, all workers together.
-    pub tokens_per_minute: u32,
+    /// Requests per minute, all workers together (`None`: no fixed limit).
+    pub requests_per_minute: Option<std::num::NonZeroU32>,
+    /// Estimated tokens per minute, all workers together (`None`: no fixed limit).
+    pub tokens_per_minute: Option<std::num::NonZeroU32>,
+    /// Completion token caps per step.
+    pub token_budget: crate::llm::TokenBudget,
     /// Per-request timeout.
     pub timeout: Duration,
     /// Send schemas as `response_format`.
@@ -155,9 +157,17 @@ impl ModelSettings {
         };
         let api_key =
             env(key_variable).filter(|key| !key.trim().is_empty()).map(crate::llm::Secret::new);
-        if args.rpm == 0 || args.tpm == 0 {
-            anyhow::bail!("--rpm and --tpm must be positive");
-        }
+        let positive = |value: Option<u32>, flag: &str| match value {
+            None => Ok(None),
+            Some(value) => std::num::NonZeroU32::new(value).map(Some).ok_or_else(|| {
+                anyhow::anyhow!("{flag} must be positive (leave it unset for no limit)")
+            }),
+        };
+        let requests_per_minute = positive(args.rpm, "--rpm")?;
+        let tokens_per_minute = positive(args.tpm, "--tpm")?;
+        let token_budget =
+            crate::llm::TokenBudget::with_overrides(args.max_tokens.as_deref().unwrap_or_default())
+                .map_err(anyhow::Error::msg)?;
         let build_model = ModelChoice::resolve(&args.model);
         let answer_model = match &args.re_model {
             Some(name) if !name.trim().is_empty() => ModelChoice::resolve(name),
@@ -169,8 +179,9 @@ impl ModelSettings {
             key_variable,
             build_model,
             answer_model,
-            requests_per_minute: args.rpm,
-            tokens_per_minute: args.tpm,
+            requests_per_minute,
+            tokens_per_minute,
+            token_budget,
             timeout: Duration::from_secs(args.timeout.max(1)),
             structured_output: args.structured_output,
         })
@@ -183,8 +194,10 @@ impl ModelSettings {
             self.api_key.clone().unwrap_or_default(),
             model.id.clone(),
         );
-        config.requests_per_minute = std::num::NonZeroU32::new(self.requests_per_minute);
-        config.tokens_per_minute = std::num::NonZeroU32::new(self.tokens_per_minute);
+        config.requests_per_minute = self.requests_per_minute;
+        config.tokens_per_minute = self.tokens_per_minute;
+        config.budget = self.token_budget;
+        config.key_variable = self.key_variable.to_owned();
         config.timeout = self.timeout;
         config.structured_output = self.structured_output;
         if self.base_url == OPENROUTER_BASE_URL {
@@ -280,6 +293,28 @@ mod tests {
             ModelSettings::resolve(&model_args(&["--model", "meta/llama-3"]), |_| None).unwrap();
         assert_eq!(raw.build_model.id, "meta/llama-3");
         assert_eq!(raw.build_model.alias, "meta-llama-3");
+    }
+
+    #[test]
+    fn no_fixed_rate_limit_by_default_and_budgets_reach_the_config() {
+        let settings = ModelSettings::resolve(&model_args(&[]), |_| None).unwrap();
+        assert_eq!((settings.requests_per_minute, settings.tokens_per_minute), (None, None));
+        let config = settings.llm_config(&settings.build_model);
+        assert_eq!((config.requests_per_minute, config.tokens_per_minute), (None, None));
+        assert!(config.concurrency.is_some(), "concurrency adapts instead");
+        assert_eq!(config.key_variable, "OPENROUTER_API_KEY");
+        let args = model_args(&["--rpm", "60", "--max-tokens", "answer=300,judge=none"]);
+        let limited = ModelSettings::resolve(&args, |_| None).unwrap();
+        let config = limited.llm_config(&limited.answer_model);
+        assert_eq!(config.requests_per_minute.map(std::num::NonZeroU32::get), Some(60));
+        assert_eq!(config.budget.get(crate::llm::Step::Answer), Some(300));
+        assert_eq!(config.budget.get(crate::llm::Step::Judge), None);
+        assert!(ModelSettings::resolve(&model_args(&["--rpm", "0"]), |_| None).is_err());
+        let bad = ModelSettings::resolve(&model_args(&["--max-tokens", "answr=3"]), |_| None);
+        assert!(bad.unwrap_err().to_string().contains("unknown step `answr`"));
+        let local = model_args(&["--base-url", "http://127.0.0.1:8000/v1"]);
+        let local = ModelSettings::resolve(&local, |_| None).unwrap();
+        assert_eq!(local.llm_config(&local.build_model).key_variable, "OPENAI_API_KEY");
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
     let mut request_number = 0;
     loop {
         match run.next_step() {
-            Step::CallModel(request) => {
+            Step::CallModel(mut request) => {
+                request.max_tokens = shared.model.max_tokens(crate::llm::Step::Answer);
                 request_number += 1;
                 let response =
                     call_model(shared.model, &request, request_number, &mut sent, trace).await;

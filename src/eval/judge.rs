@@ -32,8 +32,6 @@ use crate::results::Status;
 
 /// Re-asks allowed when the judge's reply is not valid JSON of the expected shape.
 const MAX_REASKS: u32 = 2;
-/// Completion cap for one judgement (one sentence plus the label).
-const MAX_TOKENS: u32 = 200;
 
 /// One judge verdict on one answer in one judge run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -559,7 +557,7 @@ async fn judge_one<M: ChatModel>(
     let text = task.prompt.render(&task.question, &task.gold, &task.prediction)?;
     let mut request = ChatRequest::new(judge_model, vec![Message::user(text)]);
     request.temperature = Some(0.0);
-    request.max_tokens = Some(MAX_TOKENS);
+    request.max_tokens = model.max_tokens(crate::llm::Step::Judge);
     // The run index is the seed, so repeated runs are distinct requests even to a
     // request-level cache.
     request.seed = Some(i64::from(task.run));

@@ -67,14 +67,16 @@ where
     loop {
         let mut request = ChatRequest::new(settings.model.clone(), messages.clone());
         request.temperature = Some(0.0);
+        request.max_tokens =
+            llm::Step::for_schema(&schema.name).and_then(|step| chat.max_tokens(step));
         let response = match chat_json(chat, request, schema, settings.max_reasks).await {
             Ok(response) => response,
             Err(error) => {
                 let attempts = attempts + error_attempts(&error);
                 return Err(AskFailure {
                     error: error.to_string(),
+                    usage: usage + error.usage(),
                     llm_error: Some(error),
-                    usage,
                     attempts,
                 });
             }

@@ -179,12 +179,12 @@ pub(super) async fn settle<T: Serialize + serde::de::DeserializeOwned + Clone>(
 /// Errors that would fail every unit the same way abort the build instead of being recorded
 /// unit by unit: a configuration problem, a rejected key, an unknown model.
 pub(super) fn abort_if_fatal(error: &llm::Error) -> anyhow::Result<()> {
-    match error {
-        llm::Error::Config(_) | llm::Error::Api { status: 401 | 403 | 404, .. } => {
-            Err(anyhow::anyhow!("the endpoint refuses every request, stopping the build: {error}"))
-        }
-        _ => Ok(()),
+    if error.is_fatal() {
+        return Err(anyhow::anyhow!(
+            "the endpoint refuses every request, stopping the build: {error}"
+        ));
     }
+    Ok(())
 }
 
 pub(super) fn failed_unit(

@@ -7,6 +7,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::adaptive::AimdPolicy;
+use super::budget::TokenBudget;
+use super::hedge::HedgePolicy;
 use super::rate_limit::RateLimits;
 use super::retry::RetryPolicy;
 use super::secret::Secret;
@@ -35,11 +38,22 @@ pub struct LlmConfig {
     pub structured_output: bool,
     /// Extra HTTP headers for every request (e.g. OpenRouter's `HTTP-Referer`, `X-Title`).
     pub extra_headers: Vec<(String, String)>,
+    /// Requests in flight, adapted to the endpoint's 429s (`None`: no concurrency limit).
+    pub concurrency: Option<AimdPolicy>,
+    /// When a slow request is raced by a second one.
+    pub hedge: HedgePolicy,
+    /// Completion token caps per step (read by callers through `ChatModel::max_tokens`).
+    pub budget: TokenBudget,
+    /// The environment variable the key comes from, named in the error for a refused key.
+    pub key_variable: String,
 }
 
 impl LlmConfig {
     /// A configuration with the given endpoint, key and model and default limits: no client
-    /// rate limits, 120 s per attempt, [`RetryPolicy::default`], structured output off.
+    /// rate limits (adaptive concurrency, [`AimdPolicy::default`]), 120 s per attempt,
+    /// [`RetryPolicy::default`], [`HedgePolicy::default`], [`TokenBudget::default`],
+    /// structured output off, the key named `OPENROUTER_API_KEY` for OpenRouter and
+    /// `OPENAI_API_KEY` otherwise.
     pub fn new(base_url: impl Into<String>, api_key: Secret, model: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
@@ -52,12 +66,27 @@ impl LlmConfig {
             retry: RetryPolicy::default(),
             structured_output: false,
             extra_headers: Vec::new(),
+            concurrency: Some(AimdPolicy::default()),
+            hedge: HedgePolicy::default(),
+            budget: TokenBudget::default(),
+            key_variable: String::new(),
         }
+        .with_default_key_variable()
+    }
+
+    fn with_default_key_variable(mut self) -> Self {
+        self.key_variable = if self.base_url.contains("openrouter.ai") {
+            "OPENROUTER_API_KEY".to_owned()
+        } else {
+            "OPENAI_API_KEY".to_owned()
+        };
+        self
     }
 
     /// The shared limiters this configuration asks for.
     pub fn rate_limits(&self) -> RateLimits {
         RateLimits::new(self.requests_per_minute, self.tokens_per_minute, self.burst_window)
+            .with_concurrency(self.concurrency)
     }
 }
 

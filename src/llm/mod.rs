@@ -10,7 +10,12 @@
 //! [`UsageMeter`] counts every request and token. `scripted.rs` is the OpenAI-compatible
 //! loopback server tests and offline demos talk to.
 
+pub mod adaptive;
+pub mod budget;
+pub mod coerce;
 pub mod config;
+pub mod fatal;
+pub mod hedge;
 pub mod models;
 pub mod openai;
 pub mod rate_limit;
@@ -22,6 +27,7 @@ pub mod stack;
 pub mod structured;
 pub mod usage;
 
+pub use budget::{Step, TokenBudget};
 pub use config::{EmbedderConfig, LlmConfig};
 pub use models::{estimate_cost_usd, resolve_model_alias};
 pub use secret::Secret;
@@ -237,8 +243,48 @@ pub struct ChatResponse {
     pub message: Message,
     /// Provider finish reason, kept as a free string (providers disagree on the set).
     pub finish_reason: Option<String>,
-    /// Tokens of this call (all attempts that returned a usage block are summed by the caller).
+    /// Tokens of this call: the reply plus every failed attempt of it whose body carried a
+    /// usage block (an empty answer, `finish_reason: "error"`), so retries are paid for here.
     pub usage: Usage,
+    /// How the reply was obtained: attempts, retries with their reasons, hedges. Put it into
+    /// traces; empty for responses that did not come through the retry layer.
+    #[serde(default)]
+    pub calls: CallLog,
+}
+
+impl ChatResponse {
+    /// A response obtained in one attempt (no retries, no hedge recorded).
+    pub fn new(message: Message, finish_reason: Option<String>, usage: Usage) -> Self {
+        Self { message, finish_reason, usage, calls: CallLog::default() }
+    }
+}
+
+/// What it took to get one reply: filled in by the retry and hedging layers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallLog {
+    /// Attempts made by the retry layer (1: the first attempt succeeded; 0: not recorded).
+    #[serde(default)]
+    pub attempts: u32,
+    /// Every failed attempt before the reply, in order, with the reason and the wait after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<RetryRecord>,
+    /// Attempts on which a second, hedging request was sent because the first was slow.
+    #[serde(default)]
+    pub hedges: u32,
+    /// Whether the reply came from the hedging request (the first one was cancelled).
+    #[serde(default)]
+    pub hedge_won: bool,
+}
+
+/// One retried attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryRecord {
+    /// Attempt number (1-based) that failed.
+    pub attempt: u32,
+    /// Why it failed (the error's message, key scrubbed like every error text).
+    pub reason: String,
+    /// How long the retry layer waited before the next attempt, in milliseconds.
+    pub wait_ms: u64,
 }
 
 /// Embeddings of a batch of texts, in input order.
@@ -251,8 +297,10 @@ pub struct Embeddings {
 }
 
 /// Errors of the LLM layer. Callers branch on the kind: retry decisions, context-length
-/// handling, and per-question error reporting all depend on it.
-#[derive(Debug, thiserror::Error)]
+/// handling, stopping a run on a fatal error ([`Error::is_fatal`]), and per-question error
+/// reporting all depend on it. `Clone` so that the fatal latch can hand the same error to
+/// every later call.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// HTTP 429 after all retries.
     #[error("rate limited by the endpoint after {attempts} attempts (status 429): {body}")]
@@ -298,11 +346,51 @@ pub enum Error {
         /// Underlying error text.
         message: String,
     },
-    /// The endpoint answered 2xx but the body could not be understood.
+    /// The endpoint answered 2xx but the body could not be understood (truncated, not JSON).
+    /// Retried like a 5xx.
     #[error("could not decode the endpoint's response: {message}")]
     Decode {
         /// What went wrong, with a body excerpt.
         message: String,
+    },
+    /// The endpoint answered 2xx with a well-formed body that holds no usable reply: no
+    /// choices, `finish_reason: "error"`, or neither text nor tool calls. Retried like a 5xx.
+    #[error("the endpoint's reply is unusable after {attempts} attempts: {reason}")]
+    BadReply {
+        /// What was wrong with it.
+        reason: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Tokens the endpoint reported for the unusable reply (they are billed all the same).
+        usage: Usage,
+    },
+    /// The endpoint refused the credentials (401, 403). Fatal: no later call can succeed, so
+    /// the client fails every later call at once with this error.
+    #[error(
+        "the endpoint refused the API key (status {status}: {}); set a valid key in {key_variable} (environment or .env), or check that --base-url / MRAGENT_BASE_URL points at the right server",
+        or_no_details(body)
+    )]
+    Auth {
+        /// HTTP status.
+        status: u16,
+        /// Response body excerpt (scrubbed of the key; may be empty).
+        body: String,
+        /// The environment variable the key is read from.
+        key_variable: String,
+    },
+    /// The endpoint does not know the model (404, or an "invalid model" 400). Fatal like
+    /// [`Error::Auth`].
+    #[error(
+        "the endpoint does not serve model `{model}` (status {status}: {}); choose another with --model / --re-model (MRAGENT_MODEL), or check --base-url / MRAGENT_BASE_URL",
+        or_no_details(body)
+    )]
+    ModelNotFound {
+        /// The model id that was asked for.
+        model: String,
+        /// HTTP status.
+        status: u16,
+        /// Response body excerpt.
+        body: String,
     },
     /// Structured output still invalid after the allowed re-asks.
     #[error(
@@ -317,10 +405,49 @@ pub enum Error {
         message: String,
         /// Attempts made.
         attempts: u32,
+        /// Tokens of all attempts (the first ask and every re-ask): billed all the same.
+        usage: Usage,
+        /// The last rejected reply, cut to [`structured::REJECTED_EXCERPT`] bytes, so traces
+        /// can show what the model said.
+        reply: String,
     },
     /// Configuration problem (missing key, bad URL).
     #[error("{0}")]
     Config(String),
+}
+
+fn or_no_details(body: &str) -> &str {
+    if body.trim().is_empty() { "no details in the reply" } else { body }
+}
+
+impl Error {
+    /// Whether no later call to the same endpoint can succeed (refused key, unknown model,
+    /// bad configuration): callers stop the run instead of failing item after item.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Error::Auth { .. } | Error::ModelNotFound { .. } | Error::Config(_))
+    }
+
+    /// Attempts made before this error (1 for kinds that are not retried).
+    pub fn attempts(&self) -> u32 {
+        match self {
+            Error::RateLimited { attempts, .. }
+            | Error::Api { attempts, .. }
+            | Error::Timeout { attempts, .. }
+            | Error::Connection { attempts, .. }
+            | Error::BadReply { attempts, .. }
+            | Error::SchemaInvalid { attempts, .. } => *attempts,
+            _ => 1,
+        }
+    }
+
+    /// Tokens the endpoint reported for the failed call's replies (zero when none came back):
+    /// add them to per-stage totals so failed calls are paid for.
+    pub fn usage(&self) -> Usage {
+        match self {
+            Error::BadReply { usage, .. } | Error::SchemaInvalid { usage, .. } => *usage,
+            _ => Usage::default(),
+        }
+    }
 }
 
 /// A chat model. Implementations: the real client stack (`openai.rs` behind retry and rate
@@ -331,6 +458,12 @@ pub trait ChatModel: Send + Sync {
         &self,
         request: &ChatRequest,
     ) -> impl Future<Output = Result<ChatResponse, Error>> + Send;
+
+    /// The `max_tokens` to put into a request of `step` (the configured [`TokenBudget`] for
+    /// the real client, the defaults otherwise).
+    fn max_tokens(&self, step: Step) -> Option<u32> {
+        TokenBudget::default().get(step)
+    }
 }
 
 /// A text embedder. Implementations: the API embedder and the local MiniLM embedder.
@@ -347,6 +480,10 @@ impl<M: ChatModel> ChatModel for std::sync::Arc<M> {
         request: &ChatRequest,
     ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
         (**self).chat(request)
+    }
+
+    fn max_tokens(&self, step: Step) -> Option<u32> {
+        (**self).max_tokens(step)
     }
 }
 

@@ -1,14 +1,17 @@
-//! Client-side rate limits: [`RateLimits`] (one `governor` limiter for requests per minute, one
-//! for tokens per minute) and the [`RateLimited`] decorator that waits on them before every
-//! attempt.
+//! Client-side limits: [`RateLimits`] (an adaptive concurrency limit, see `adaptive.rs`, and
+//! optional `governor` limiters for requests and tokens per minute, for providers that publish
+//! such limits) and the [`RateLimited`] decorator that waits on them before every attempt.
+//!
+//! By default there is no fixed rate: concurrency adapts to the endpoint (AIMD), shrinking on
+//! 429/503 replies and growing back when they stop.
 //!
 //! Token counts are estimated before sending (about four characters per token), because the
 //! real count is only known from the response. The estimate is capped at the limiter's burst so
 //! one very long prompt waits for a full bucket instead of failing.
 //!
 //! A 429 that names a wait (`Retry-After`) also pauses every other worker sharing the limits
-//! until that instant: the endpoint's budget is shared, so a second worker firing into the same
-//! storm would only collect another 429.
+//! until that instant, and no longer: the endpoint's budget is shared, so a second worker
+//! firing into the same storm would only collect another 429.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,6 +19,7 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Jitter, Quota, RateLimiter};
 
+use super::adaptive::{AdaptiveLimit, AimdPolicy, Slot};
 use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error};
 
 /// Longest shared pause a single `Retry-After` can impose on all workers.
@@ -37,6 +41,8 @@ pub struct RateLimits {
     requests: Option<DefaultDirectRateLimiter>,
     /// Estimated prompt tokens per minute; each attempt takes as many cells as its estimate.
     tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
+    /// Requests in flight, adapted to the endpoint's 429s (`None`: unbounded).
+    concurrency: Option<AdaptiveLimit>,
     /// No attempt starts before this instant; set from a 429's `Retry-After` by whichever
     /// worker received it, read by every worker in [`RateLimits::acquire`]. The lock is held
     /// only to read or raise the instant, never across an `.await`.
@@ -58,10 +64,56 @@ impl RateLimits {
             let quota = quota(rate, burst_window);
             (RateLimiter::direct(quota), quota.burst_size())
         });
-        Self { requests, tokens, cooldown_until: Mutex::new(None) }
+        let concurrency = Some(AdaptiveLimit::new(AimdPolicy::default()));
+        Self { requests, tokens, concurrency, cooldown_until: Mutex::new(None) }
     }
 
-    /// No rate limits (a 429's `Retry-After` still pauses all workers).
+    /// These limits with the adaptive concurrency limit following `policy` (`None`: no
+    /// concurrency limit at all).
+    pub fn with_concurrency(mut self, policy: Option<AimdPolicy>) -> Self {
+        self.concurrency = policy.map(AdaptiveLimit::new);
+        self
+    }
+
+    /// The adaptive concurrency limit, if any.
+    pub fn concurrency(&self) -> Option<&AdaptiveLimit> {
+        self.concurrency.as_ref()
+    }
+
+    /// Wait for a slot under the concurrency limit (`None` when there is no such limit).
+    pub async fn acquire_slot(&self) -> Option<Slot<'_>> {
+        match &self.concurrency {
+            Some(limit) => Some(limit.acquire().await),
+            None => None,
+        }
+    }
+
+    /// Feed an attempt's outcome back: a 429 (or 503) cuts the concurrency limit and a
+    /// `Retry-After` pauses every worker for that long; a success grows the limit.
+    pub fn observe<T>(&self, result: &Result<T, Error>, slot: Option<Slot<'_>>) {
+        let overload = match result {
+            Ok(_) => false,
+            Err(Error::RateLimited { retry_after, .. }) => {
+                if let Some(wait) = retry_after {
+                    self.cool_down(*wait);
+                }
+                true
+            }
+            Err(Error::Api { status: 503, .. }) => true,
+            Err(_) => {
+                drop(slot);
+                return;
+            }
+        };
+        match (&self.concurrency, slot) {
+            (Some(limit), Some(slot)) if overload => limit.overload(slot),
+            (Some(limit), Some(slot)) => limit.success(slot),
+            _ => {}
+        }
+    }
+
+    /// No rate limits (concurrency still adapts, and a 429's `Retry-After` still pauses all
+    /// workers).
     pub fn unlimited() -> Self {
         Self::new(None, None, Duration::from_secs(1))
     }
@@ -165,20 +217,14 @@ impl<M> RateLimited<M> {
     pub fn limits(&self) -> &Arc<RateLimits> {
         &self.limits
     }
-
-    /// A 429 with `Retry-After` pauses all workers sharing the limits.
-    fn observe<T>(&self, result: &Result<T, Error>) {
-        if let Err(Error::RateLimited { retry_after: Some(wait), .. }) = result {
-            self.limits.cool_down(*wait);
-        }
-    }
 }
 
 impl<M: ChatModel> ChatModel for RateLimited<M> {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
+        let slot = self.limits.acquire_slot().await;
         self.limits.acquire(estimate_request_tokens(request)).await;
         let result = self.inner.chat(request).await;
-        self.observe(&result);
+        self.limits.observe(&result, slot);
         result
     }
 }
@@ -189,9 +235,10 @@ impl<E: Embedder> Embedder for RateLimited<E> {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Embeddings, Error> {
+        let slot = self.limits.acquire_slot().await;
         self.limits.acquire(estimate_texts_tokens(texts)).await;
         let result = self.inner.embed(texts).await;
-        self.observe(&result);
+        self.limits.observe(&result, slot);
         result
     }
 }

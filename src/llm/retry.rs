@@ -1,11 +1,14 @@
 //! Bounded retries with exponential backoff and jitter: the [`Retrying`] decorator and the
 //! rules that turn a raw HTTP failure (status, `Retry-After`, body) into a typed [`Error`].
 //!
-//! Retried: 429, 408 and 5xx statuses, per-attempt timeouts and connection errors. A 429 or
-//! 5xx that names a wait (`Retry-After`, in seconds or as an HTTP date) is retried no sooner
-//! than that. Not retried: a 400 about the context length (it becomes
-//! [`Error::ContextLength`]), other 4xx, undecodable bodies and configuration errors. The final
-//! error carries the number of attempts made.
+//! Retried: 429, 408 and 5xx statuses, per-attempt timeouts and connection errors, and a 200
+//! whose reply is unusable: an undecodable or truncated body ([`Error::Decode`]), no choices,
+//! `finish_reason: "error"` or an empty answer ([`Error::BadReply`]). A 429 or 5xx that names a
+//! wait (`Retry-After`, in seconds or as an HTTP date) is retried no sooner than that. Not
+//! retried: a context-length error (it becomes [`Error::ContextLength`]), other 4xx, a refused
+//! key or unknown model (fatal, see `fatal.rs`) and configuration errors. The final error
+//! carries the number of attempts made; a successful chat reply carries every retry with its
+//! reason in [`ChatResponse::calls`], and the tokens of failed attempts in its usage.
 //!
 //! async-openai's own retry layer is bypassed (see `openai.rs`), so this is the only retry
 //! loop in the stack.
@@ -15,7 +18,12 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error};
+use super::{
+    ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, RetryRecord, Usage,
+};
+
+/// Longest failure reason kept in a [`RetryRecord`] (bytes, cut at a character boundary).
+const REASON_EXCERPT: usize = 300;
 
 /// How many times to try and how long to wait in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +74,15 @@ impl RetryPolicy {
 /// Whether an error of this kind is worth another attempt.
 pub fn is_retryable(error: &Error) -> bool {
     match error {
-        Error::RateLimited { .. } | Error::Timeout { .. } | Error::Connection { .. } => true,
+        Error::RateLimited { .. }
+        | Error::Timeout { .. }
+        | Error::Connection { .. }
+        | Error::Decode { .. }
+        | Error::BadReply { .. } => true,
         Error::Api { status, .. } => *status == 408 || (500..600).contains(status),
         Error::ContextLength { .. }
-        | Error::Decode { .. }
+        | Error::Auth { .. }
+        | Error::ModelNotFound { .. }
         | Error::SchemaInvalid { .. }
         | Error::Config(_) => false,
     }
@@ -77,25 +90,54 @@ pub fn is_retryable(error: &Error) -> bool {
 
 /// The typed error for a non-success HTTP status of a single attempt (`attempts: 1`).
 ///
-/// A 400 (or 413) whose body talks about the context window becomes [`Error::ContextLength`];
-/// providers phrase it differently, so several markers are checked.
+/// Any error status other than 429 whose body talks about the context window becomes
+/// [`Error::ContextLength`]: most servers send 400, but llama.cpp used 500 before it had its
+/// own error type and OpenRouter passes an upstream's overflow on as 502. Providers phrase it
+/// differently, so several markers are checked.
 pub fn error_for_status(status: u16, retry_after: Option<Duration>, body: String) -> Error {
     if status == 429 {
         return Error::RateLimited { attempts: 1, body, retry_after };
     }
-    if (status == 400 || status == 413) && mentions_context_length(&body) {
+    if status >= 400 && mentions_context_length(&body) {
         return Error::ContextLength { body };
     }
     Error::Api { status, attempts: 1, body, retry_after }
 }
 
-/// Whether an error body says the prompt is too long for the model.
+/// Why a well-formed 200 reply cannot be used, if it cannot: `finish_reason: "error"` (the
+/// provider failed mid-generation), or neither text nor tool calls.
+pub fn unusable_reason(response: &ChatResponse) -> Option<String> {
+    let finish = response.finish_reason.as_deref().unwrap_or("");
+    if finish.eq_ignore_ascii_case("error") {
+        return Some("the provider ended the reply with finish_reason \"error\"".to_owned());
+    }
+    let blank = response.message.content.as_deref().is_none_or(|text| text.trim().is_empty());
+    (blank && response.message.tool_calls.is_empty())
+        .then(|| format!("the reply has neither text nor tool calls (finish_reason {finish:?})"))
+}
+
+/// Whether an error body says the prompt (plus the completion budget) is too long for the
+/// model. The markers cover these phrasings (all matched case-insensitively):
+/// - OpenAI: code `context_length_exceeded`, "This model's maximum context length is 8192
+///   tokens. However, your messages resulted in 9100 tokens."
+/// - OpenRouter: "This endpoint's maximum context length is 131072 tokens. However, you
+///   requested about 140000 tokens (…)."
+/// - vLLM: "This model's maximum context length is 4096 tokens. However, you requested 5000
+///   tokens (…)", and in newer versions "… is longer than the model's context length" /
+///   "… longer than the maximum model length of …" / "… exceeds the max_model_len".
+/// - llama.cpp: "the request exceeds the available context size, try increasing it", type
+///   `exceed_context_size_error`.
+/// - Anthropic-style and others: "prompt is too long", "input is too long", "context window".
 pub fn mentions_context_length(body: &str) -> bool {
     const MARKERS: &[&str] = &[
         "context_length_exceeded",
+        "exceed_context_size",
         "context length",
         "context window",
+        "context size",
         "maximum context",
+        "maximum model length",
+        "max_model_len",
         "too many tokens",
         "prompt is too long",
         "input is too long",
@@ -123,18 +165,47 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 pub async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     what: &str,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let mut retries = Vec::new();
+    retry_loop(policy, what, &mut retries, attempt).await.map(|outcome| outcome.value)
+}
+
+/// What [`retry_loop`] got: the value, the attempts it took and the tokens of the failed ones.
+#[derive(Debug)]
+pub struct Retried<T> {
+    /// The successful attempt's value.
+    pub value: T,
+    /// Attempts made (1: no retry).
+    pub attempts: u32,
+    /// Tokens reported for failed attempts (see [`Error::usage`]).
+    pub failed_usage: Usage,
+}
+
+/// [`with_retries`] that also records every retried attempt in `retries` and sums the tokens
+/// of failed attempts; a final [`Error::BadReply`] carries the tokens of all attempts.
+pub async fn retry_loop<T, F, Fut>(
+    policy: &RetryPolicy,
+    what: &str,
+    retries: &mut Vec<RetryRecord>,
+    mut attempt: F,
+) -> Result<Retried<T>, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,
 {
     let max_attempts = policy.max_attempts.max(1);
     let mut attempt_number = 1;
+    let mut failed_usage = Usage::default();
     loop {
         match attempt().await {
-            Ok(value) => return Ok(value),
+            Ok(value) => return Ok(Retried { value, attempts: attempt_number, failed_usage }),
             Err(error) if attempt_number < max_attempts && is_retryable(&error) => {
+                failed_usage += error.usage();
                 let wait = policy.delay_after(attempt_number, &error);
                 tracing::warn!(
                     operation = what,
@@ -145,10 +216,18 @@ where
                     error = %error,
                     "retrying after a failed attempt"
                 );
+                retries.push(RetryRecord {
+                    attempt: attempt_number,
+                    reason: super::structured::excerpt(&error.to_string(), REASON_EXCERPT),
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                });
                 tokio::time::sleep(wait).await;
                 attempt_number += 1;
             }
-            Err(error) => return Err(with_attempts(error, attempt_number)),
+            Err(error) => {
+                let total = failed_usage + error.usage();
+                return Err(with_attempts(error, attempt_number, total));
+            }
         }
     }
 }
@@ -176,11 +255,17 @@ impl<M> Retrying<M> {
 }
 
 impl<M: ChatModel> ChatModel for Retrying<M> {
-    fn chat(
-        &self,
-        request: &ChatRequest,
-    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
-        with_retries(&self.policy, "chat", move || self.inner.chat(request))
+    /// The reply of the first successful attempt, with the attempts, the retries and their
+    /// reasons in `calls` and the tokens of failed attempts added to `usage`.
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
+        let mut retries = Vec::new();
+        let retried =
+            retry_loop(&self.policy, "chat", &mut retries, || self.inner.chat(request)).await?;
+        let mut response = retried.value;
+        response.usage += retried.failed_usage;
+        response.calls.attempts = retried.attempts;
+        response.calls.retries = retries;
+        Ok(response)
     }
 }
 
@@ -209,8 +294,9 @@ fn status_of(error: &Error) -> u16 {
     }
 }
 
-/// The final error of a retried call, reporting how many attempts were made.
-fn with_attempts(error: Error, made: u32) -> Error {
+/// The final error of a retried call, reporting how many attempts were made (and, for an
+/// unusable reply, the tokens of all attempts).
+fn with_attempts(error: Error, made: u32, usage: Usage) -> Error {
     match error {
         Error::RateLimited { body, retry_after, .. } => {
             Error::RateLimited { attempts: made, body, retry_after }
@@ -220,6 +306,7 @@ fn with_attempts(error: Error, made: u32) -> Error {
         }
         Error::Timeout { timeout, .. } => Error::Timeout { attempts: made, timeout },
         Error::Connection { message, .. } => Error::Connection { attempts: made, message },
+        Error::BadReply { reason, .. } => Error::BadReply { reason, attempts: made, usage },
         other => other,
     }
 }
@@ -245,7 +332,11 @@ mod tests {
         assert!(!is_retryable(&api(404)));
         assert!(is_retryable(&Error::Timeout { attempts: 1, timeout: Duration::from_secs(1) }));
         assert!(is_retryable(&Error::Connection { attempts: 1, message: String::new() }));
-        assert!(!is_retryable(&Error::Decode { message: String::new() }));
+        assert!(is_retryable(&Error::Decode { message: String::new() }));
+        let bad = Error::BadReply { reason: "empty".into(), attempts: 1, usage: Usage::default() };
+        assert!(is_retryable(&bad));
+        let auth = Error::Auth { status: 401, body: String::new(), key_variable: "K".into() };
+        assert!(!is_retryable(&auth));
     }
 
     #[test]
@@ -259,6 +350,42 @@ mod tests {
         check(r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#);
         check("This model's maximum context length is 8192 tokens");
         check("Too many tokens in the request");
+        // OpenAI.
+        check(
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 204308 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+        );
+        // OpenRouter.
+        check(
+            r#"{"error":{"message":"This endpoint's maximum context length is 131072 tokens. However, you requested about 138956 tokens (7884 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.","code":400}}"#,
+        );
+        // vLLM, old and new wordings.
+        check(
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+        );
+        check(
+            "The prompt (total length 25938) is too long to fit into the model (context length 4096). Make sure that `max_model_len` is no smaller than the number of text tokens.",
+        );
+        check("The decoder prompt (length 9000) is longer than the maximum model length of 8192.");
+        check(
+            "Input prompt (9000 tokens) is longer than the model's context length (8192 tokens).",
+        );
+        // llama.cpp, before and after its own error type.
+        check(
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":14429,"n_ctx":8192}}"#,
+        );
+        assert!(matches!(
+            error_for_status(500, None, r#"{"error":{"code":500,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"exceed_context_size_error"}}"#.into()),
+            Error::ContextLength { .. }
+        ));
+        // OpenRouter passing an upstream overflow on as a 502.
+        assert!(matches!(
+            error_for_status(
+                502,
+                None,
+                "This model's maximum context length is 16000 tokens.".into()
+            ),
+            Error::ContextLength { .. }
+        ));
         assert!(matches!(
             error_for_status(400, None, "bad field".into()),
             Error::Api { status: 400, .. }

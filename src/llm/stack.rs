@@ -1,57 +1,76 @@
 //! Assembly of the real client stack, in exactly one place: [`build_chat_model`] and
-//! [`build_embedder`] turn an [`LlmConfig`] into `Retrying<RateLimited<OpenAiChat>>` (and the
-//! embedding equivalent), sharing one [`UsageMeter`] and one set of
-//! [`RateLimits`](super::rate_limit::RateLimits).
+//! [`build_embedder`] turn an [`LlmConfig`] into
+//! `Latched<Retrying<RateLimited<Hedged<OpenAiChat>>>>` (and the embedding equivalent,
+//! without hedging), sharing one [`UsageMeter`], one set of
+//! [`RateLimits`](super::rate_limit::RateLimits) and one fatal-error latch.
+//!
+//! Order matters: the latch sees final errors only; every retry waits for rate-limit permits
+//! and a concurrency slot again; hedging sits below the limiter so that its deadline runs from
+//! when the request is sent, not from when it started waiting for a slot.
 //!
 //! The returned [`Client`] / [`EmbedClient`] are cheap to clone; every clone shares the same
-//! limiters and meter, so hand one clone (or an `Arc`) to each worker.
+//! limiters, meter and latch, so hand one clone (or an `Arc`) to each worker.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use super::budget::{Step, TokenBudget};
 pub use super::config::{EmbedderConfig, LlmConfig};
+use super::fatal::Latched;
+use super::hedge::Hedged;
 use super::openai::{OpenAiChat, OpenAiEmbedder};
-use super::rate_limit::RateLimited;
+use super::rate_limit::{RateLimited, RateLimits};
 use super::retry::Retrying;
 use super::usage::{UsageMeter, UsageTotals};
 use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, Usage};
 
-/// The chat stack used by the pipeline: `Retrying<RateLimited<OpenAiChat>>` plus its meter.
+/// The chat stack used by the pipeline (see the module docs) plus its meter and limits.
 #[derive(Debug, Clone)]
 pub struct Client {
-    stack: Retrying<RateLimited<OpenAiChat>>,
+    stack: Latched<Retrying<RateLimited<Hedged<OpenAiChat>>>>,
     meter: Arc<UsageMeter>,
+    limits: Arc<RateLimits>,
+    budget: TokenBudget,
     model: String,
 }
 
 /// The embedding stack: batches of `batch_size` texts, each through
-/// `Retrying<RateLimited<OpenAiEmbedder>>`.
+/// `Latched<Retrying<RateLimited<OpenAiEmbedder>>>`.
 #[derive(Debug, Clone)]
 pub struct EmbedClient {
-    stack: Retrying<RateLimited<OpenAiEmbedder>>,
+    stack: Latched<Retrying<RateLimited<OpenAiEmbedder>>>,
     meter: Arc<UsageMeter>,
     batch_size: usize,
 }
 
-/// Build the chat stack for `config`, with fresh rate limiters and a fresh usage meter.
+/// Build the chat stack for `config`, with fresh limits, a fresh usage meter and latch.
 pub fn build_chat_model(config: &LlmConfig) -> Result<Client, Error> {
     let meter = Arc::new(UsageMeter::new());
+    let limits = Arc::new(config.rate_limits());
     let transport = OpenAiChat::new(config, Arc::clone(&meter))?;
-    let stack =
-        Retrying::new(RateLimited::new(transport, Arc::new(config.rate_limits())), config.retry);
-    Ok(Client { stack, meter, model: config.model.clone() })
+    let hedged = Hedged::new(
+        transport,
+        config.hedge,
+        config.timeout,
+        Some(Arc::clone(&limits)),
+        Some(Arc::clone(&meter)),
+    );
+    let retrying = Retrying::new(RateLimited::new(hedged, Arc::clone(&limits)), config.retry);
+    let stack = Latched::new(retrying, &config.key_variable);
+    Ok(Client { stack, meter, limits, budget: config.budget, model: config.model.clone() })
 }
 
 /// Build the embedding stack for `config` (endpoint, key, limits, retries) and `embedder`
-/// (model, batch size), with its own limiters and meter.
+/// (model, batch size), with its own limits, meter and latch.
 pub fn build_embedder(config: &LlmConfig, embedder: &EmbedderConfig) -> Result<EmbedClient, Error> {
     if embedder.batch_size == 0 {
         return Err(Error::Config("embedding batch size must be at least 1".to_owned()));
     }
     let meter = Arc::new(UsageMeter::new());
     let transport = OpenAiEmbedder::new(config, &embedder.model, Arc::clone(&meter))?;
-    let stack =
+    let retrying =
         Retrying::new(RateLimited::new(transport, Arc::new(config.rate_limits())), config.retry);
+    let stack = Latched::new(retrying, &config.key_variable).with_embed_model(&embedder.model);
     Ok(EmbedClient { stack, meter, batch_size: embedder.batch_size })
 }
 
@@ -81,6 +100,16 @@ impl Client {
     pub fn request(&self, messages: Vec<super::Message>) -> ChatRequest {
         ChatRequest::new(self.model.clone(), messages)
     }
+
+    /// The current adaptive concurrency limit (`None`: no such limit configured).
+    pub fn concurrency_limit(&self) -> Option<usize> {
+        self.limits.concurrency().map(super::adaptive::AdaptiveLimit::limit)
+    }
+
+    /// The fatal error (refused key, unknown model) that now fails every call, if one came.
+    pub fn fatal_error(&self) -> Option<Error> {
+        self.stack.latch().error().cloned()
+    }
 }
 
 impl ChatModel for Client {
@@ -89,6 +118,10 @@ impl ChatModel for Client {
         request: &ChatRequest,
     ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
         self.stack.chat(request)
+    }
+
+    fn max_tokens(&self, step: Step) -> Option<u32> {
+        self.budget.get(step)
     }
 }
 
@@ -101,6 +134,11 @@ impl EmbedClient {
     /// The shared usage meter.
     pub fn meter(&self) -> &Arc<UsageMeter> {
         &self.meter
+    }
+
+    /// The fatal error (refused key, unknown model) that now fails every call, if one came.
+    pub fn fatal_error(&self) -> Option<Error> {
+        self.stack.latch().error().cloned()
     }
 }
 

@@ -21,6 +21,7 @@ use super::Usage;
 pub struct UsageMeter {
     requests: AtomicU64,
     failed_requests: AtomicU64,
+    hedges: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
 }
@@ -30,9 +31,14 @@ pub struct UsageMeter {
 pub struct UsageTotals {
     /// HTTP requests sent (every attempt, including retried ones).
     pub requests: u64,
-    /// Requests that did not produce a usable response (error status, timeout, bad body).
+    /// Requests that did not produce a usable response (error status, timeout, bad body,
+    /// empty answer).
     pub failed_requests: u64,
-    /// Tokens reported by the endpoint over all successful requests.
+    /// Hedging requests sent because a request was slow (included in `requests`).
+    #[serde(default)]
+    pub hedges: u64,
+    /// Tokens reported by the endpoint over every request whose body carried a usage block,
+    /// including unusable replies that were retried.
     pub usage: Usage,
 }
 
@@ -52,7 +58,12 @@ impl UsageMeter {
         self.failed_requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Add the tokens of one successful response.
+    /// Count one hedging request.
+    pub fn record_hedge(&self) {
+        self.hedges.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Add the tokens of one response (usable or not).
     pub fn record_usage(&self, usage: Usage) {
         self.prompt_tokens.fetch_add(usage.prompt_tokens, Ordering::Relaxed);
         self.completion_tokens.fetch_add(usage.completion_tokens, Ordering::Relaxed);
@@ -63,6 +74,7 @@ impl UsageMeter {
         UsageTotals {
             requests: self.requests.load(Ordering::Relaxed),
             failed_requests: self.failed_requests.load(Ordering::Relaxed),
+            hedges: self.hedges.load(Ordering::Relaxed),
             usage: Usage {
                 prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
                 completion_tokens: self.completion_tokens.load(Ordering::Relaxed),

@@ -372,23 +372,23 @@ async fn injected_faults_never_stop_the_run() {
     // Few candidates pass the cut, so every question goes through the re-rank.
     bench.settings.retrieval.k2 = 1;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
-    assert_eq!((summary.answered, summary.errors), (9, 2));
+    assert_eq!((summary.answered, summary.errors), (9, 1));
     let lines = by_id(&bench.lines("conv-7"));
     assert_eq!(lines.len(), 9);
-    // Retried by the client stack until they pass: 500, 429 with Retry-After, a timeout.
-    for id in
-        ["conv-7:q1", "conv-7:q2", "conv-7:q3", "conv-7:q5", "conv-7:q7", "conv-7:q8", "conv-7:q9"]
-    {
+    // Retried by the client stack until they pass: 500, 429 with Retry-After, a timeout, and a
+    // truncated 200 body (transient like a 5xx).
+    for id in [
+        "conv-7:q1",
+        "conv-7:q2",
+        "conv-7:q3",
+        "conv-7:q4",
+        "conv-7:q5",
+        "conv-7:q7",
+        "conv-7:q8",
+        "conv-7:q9",
+    ] {
         assert_eq!(lines[id].status, Status::Ok, "{:?}", lines[id]);
     }
-    // Not retried by the client: a malformed body fails the question, which the next run
-    // answers again.
-    let malformed = &lines["conv-7:q4"];
-    assert_eq!(malformed.status, Status::Error);
-    assert!(
-        malformed.error.as_deref().unwrap_or_default().contains("could not decode"),
-        "{malformed:?}"
-    );
     let failed = &lines["conv-7:q6"];
     assert_eq!(failed.status, Status::Error);
     assert!(failed.error.as_deref().unwrap_or_default().contains("503"), "{failed:?}");
@@ -423,10 +423,10 @@ async fn injected_faults_never_stop_the_run() {
         TraceEvent::Retrieval { step, detail } if step == "rerank" && detail["fallback"] == true)));
     assert!(reranked.iter().any(|record| matches!(&record.event,
         TraceEvent::Retrieval { step, detail } if step == "candidates" && detail["key_sentences"].as_array().is_some_and(|ids| !ids.is_empty()))));
-    // A rerun answers only the failed questions: the malformed body was a one-off, the 503s
-    // go on. Lines are replaced, never duplicated.
+    // A rerun answers only the failed question (the 503s go on). Lines are replaced, never
+    // duplicated.
     let again = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
-    assert_eq!((again.resumed, again.answered, again.errors), (7, 2, 1));
+    assert_eq!((again.resumed, again.answered, again.errors), (8, 1, 1));
     let lines = by_id(&bench.lines("conv-7"));
     assert_eq!(lines.len(), 9);
     assert_eq!(lines["conv-7:q4"].status, Status::Ok);

@@ -67,7 +67,7 @@ async fn missing_key_fails_at_once_with_directions() {
 async fn ping_reaches_a_local_endpoint_without_leaking_the_key() {
     let key = "sk-local-CLI-LEAKCHECK-0042";
     let server =
-        ScriptedServer::with_script([ScriptedReply::text("OK").with_usage(12, 1)]).await.unwrap();
+        ScriptedServer::with_script([ScriptedReply::text("42").with_usage(12, 1)]).await.unwrap();
     let (output, dir) = mragent(
         &["ping", "--base-url", server.base_url(), "--model", "local/tiny"],
         &[("OPENAI_API_KEY", key)],
@@ -76,7 +76,7 @@ async fn ping_reaches_a_local_endpoint_without_leaking_the_key() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(output.status.success(), "{stderr}");
-    assert!(stdout.contains("\"OK\"") && stdout.contains("12 prompt"), "{stdout}");
+    assert!(stdout.contains("\"42\"") && stdout.contains("12 prompt"), "{stdout}");
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].header("authorization"), Some(format!("Bearer {key}").as_str()));
@@ -87,6 +87,20 @@ async fn ping_reaches_a_local_endpoint_without_leaking_the_key() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         assert!(!text.contains(key));
     }
+}
+
+#[tokio::test]
+async fn ping_fails_when_the_server_echoes_the_prompt() {
+    let server = ScriptedServer::with_responder(|request| {
+        ScriptedReply::text(request.last_message_text().to_owned())
+    })
+    .await
+    .unwrap();
+    let (output, _dir) =
+        mragent(&["ping", "--base-url", server.base_url(), "--model", "local/echo"], &[]).await;
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("repeats the prompt") && stderr.contains("--model"), "{stderr}");
 }
 
 #[tokio::test]

@@ -19,6 +19,8 @@ use mragent::llm::{
 };
 use serde_json::{Value, json};
 
+mod faults;
+
 /// A distinctive fake key, so any leak is unambiguous.
 const KEY: &str = "sk-or-v1-LEAKCHECK-7f3a9c2e5b1d4086";
 
@@ -184,22 +186,22 @@ async fn context_length_and_other_4xx_are_not_retried() {
         "{error:?}"
     );
     let error = client.chat(&ask("hi")).await.unwrap_err();
-    assert!(matches!(error, Error::Api { status: 404, attempts: 1, .. }), "{error:?}");
+    assert!(matches!(error, Error::ModelNotFound { status: 404, .. }), "{error:?}");
     assert_eq!(server.request_count(), 2);
 }
 
 #[tokio::test]
-async fn malformed_and_non_json_bodies_are_decode_errors() {
-    let server =
-        ScriptedServer::with_script([ScriptedReply::MalformedJson, ScriptedReply::NonJson])
-            .await
-            .unwrap();
-    let client = client(&server);
-    for _ in 0..2 {
-        let error = client.chat(&ask("hi")).await.unwrap_err();
-        assert!(matches!(error, Error::Decode { .. }), "{error:?}");
-    }
-    assert_eq!(server.request_count(), 2, "decode errors are not retried");
+async fn bodies_that_stay_undecodable_end_as_decode_errors() {
+    let server = ScriptedServer::with_script([
+        ScriptedReply::MalformedJson,
+        ScriptedReply::NonJson,
+        ScriptedReply::MalformedJson,
+    ])
+    .await
+    .unwrap();
+    let error = client(&server).chat(&ask("hi")).await.unwrap_err();
+    assert!(matches!(error, Error::Decode { .. }), "{error:?}");
+    assert_eq!(server.request_count(), 3, "decode errors are retried like a 5xx");
 }
 
 #[tokio::test]
@@ -275,7 +277,7 @@ async fn schema_invalid_output_is_reasked_then_fails_naming_the_path() {
         .await
         .unwrap_err();
     match &error {
-        Error::SchemaInvalid { schema, path, message, attempts } => {
+        Error::SchemaInvalid { schema, path, message, attempts, .. } => {
             assert_eq!((schema.as_str(), path.as_str(), *attempts), ("answer", "/confidence", 3));
             assert!(message.contains("maximum"), "{message}");
         }
@@ -534,21 +536,22 @@ async fn the_api_key_appears_only_in_the_authorization_header() {
     let server = ScriptedServer::with_script([
         ScriptedReply::rate_limited(0),
         ScriptedReply::text("fine"),
+        ScriptedReply::Status { status: 500, message: format!("upstream rejected key {KEY}") },
+        ScriptedReply::Status { status: 500, message: format!("upstream rejected key {KEY}") },
+        ScriptedReply::Status { status: 500, message: format!("upstream rejected key {KEY}") },
         ScriptedReply::Status {
             status: 401,
             message: format!("Incorrect API key provided: {KEY}."),
         },
-        ScriptedReply::Status { status: 500, message: format!("upstream rejected key {KEY}") },
-        ScriptedReply::Status { status: 500, message: format!("upstream rejected key {KEY}") },
-        ScriptedReply::Status { status: 500, message: format!("upstream rejected key {KEY}") },
     ])
     .await
     .unwrap();
     let config = config(&server);
     let client = build_chat_model(&config).unwrap();
     client.chat(&ask("hello")).await.unwrap();
-    let unauthorized = client.chat(&ask("hello")).await.unwrap_err();
     let server_error = client.chat(&ask("hello")).await.unwrap_err();
+    let unauthorized = client.chat(&ask("hello")).await.unwrap_err();
+    assert!(matches!(unauthorized, Error::Auth { status: 401, .. }), "{unauthorized:?}");
 
     let mut rendered = Vec::new();
     for error in [&unauthorized, &server_error] {

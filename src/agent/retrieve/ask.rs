@@ -24,13 +24,15 @@ pub(super) async fn ask_json<M: ChatModel>(
         ChatRequest::new(call.model, vec![Message::system(system), Message::user(user)]);
     request.temperature = call.temperature;
     request.seed = call.seed;
+    request.max_tokens =
+        crate::llm::Step::for_schema(&schema.name).and_then(|step| model.max_tokens(step));
     let messages = request.messages.clone();
     let started = Instant::now();
     let result = chat_json(model, request, schema, call.max_reasks).await;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (value, error, attempts, usage) = match &result {
         Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
-        Err(error) => (None, Some(error.to_string()), attempts_of(error), Usage::default()),
+        Err(error) => (None, Some(error.to_string()), attempts_of(error), error.usage()),
     };
     trace.record(TraceEvent::Llm {
         purpose: purpose.into(),
@@ -50,6 +52,7 @@ fn attempts_of(error: &crate::llm::Error) -> u32 {
         | crate::llm::Error::Api { attempts, .. }
         | crate::llm::Error::Timeout { attempts, .. }
         | crate::llm::Error::Connection { attempts, .. }
+        | crate::llm::Error::BadReply { attempts, .. }
         | crate::llm::Error::SchemaInvalid { attempts, .. } => *attempts,
         _ => 1,
     }

@@ -28,11 +28,7 @@ fn reply(content: Option<&str>, calls: &[(&str, &str, &str)]) -> Result<ChatResp
             arguments: (*arguments).into(),
         })
         .collect();
-    Ok(ChatResponse {
-        message,
-        finish_reason: None,
-        usage: Usage { prompt_tokens: 100, completion_tokens: 10 },
-    })
+    Ok(ChatResponse::new(message, None, Usage { prompt_tokens: 100, completion_tokens: 10 }))
 }
 
 const ANSWER: &str = r#"{"mode":"answer","answer":"Art studio","supports":["D1:3-1","D1:3-2","D2:1"],"confidence":0.8}"#;

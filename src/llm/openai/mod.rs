@@ -118,6 +118,7 @@ impl ChatModel for OpenAiChat {
                 }
                 Err(error) => {
                     self.transport.meter.record_failure();
+                    self.transport.meter.record_usage(error.usage());
                     tracing::debug!(model = %model, error = %error, "chat attempt failed");
                 }
             }

@@ -6,15 +6,21 @@ use serde_json::Value;
 
 use super::errors::WireError;
 use super::transport::Transport;
+use crate::llm::retry::unusable_reason;
 use crate::llm::{ChatResponse, Error, Message, Role, ToolCall, Usage};
 
 impl Transport {
     pub(super) fn chat_response(&self, wire: WireChatResponse) -> Result<ChatResponse, Error> {
         let WireChatResponse { choices, usage, error } = wire;
+        let usage = usage.map(Usage::from).unwrap_or_default();
         let Some(choice) = choices.into_iter().next() else {
             return Err(match error {
                 Some(error) => self.errors.embedded_error(error),
-                None => Error::Decode { message: "response has no choices".to_owned() },
+                None => Error::BadReply {
+                    reason: "the response has no choices".to_owned(),
+                    attempts: 1,
+                    usage,
+                },
             });
         };
         let tool_calls = choice
@@ -38,11 +44,13 @@ impl Transport {
             tool_calls,
             tool_call_id: None,
         };
-        Ok(ChatResponse {
-            message,
-            finish_reason: choice.finish_reason,
-            usage: usage.map(Usage::from).unwrap_or_default(),
-        })
+        // A well-formed reply can still be unusable (`finish_reason: "error"`, nothing in
+        // it): a transient fault the retry layer retries, with its tokens counted.
+        let response = ChatResponse::new(message, choice.finish_reason, usage);
+        match unusable_reason(&response) {
+            Some(reason) => Err(Error::BadReply { reason, attempts: 1, usage }),
+            None => Ok(response),
+        }
     }
 }
 

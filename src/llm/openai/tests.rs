@@ -23,7 +23,7 @@ fn lenient_response_parsing() {
     let body = json!({
         "id": "x", "provider": "Somebody", "service_tier": "on_demand",
         "choices": [{
-            "finish_reason": "error", "native_finish_reason": "weird",
+            "finish_reason": "tool_calls", "native_finish_reason": "weird",
             "message": {"role": "assistant", "content": null, "refusal": null, "reasoning": "hmm",
                 "tool_calls": [
                     {"id": "c1", "function": {"name": "lookup", "arguments": "{\"q\":1}"}, "index": 0},
@@ -34,7 +34,7 @@ fn lenient_response_parsing() {
     });
     let wire: WireChatResponse = serde_json::from_value(body).unwrap();
     let response = transport().chat_response(wire).unwrap();
-    assert_eq!(response.finish_reason.as_deref(), Some("error"));
+    assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
     assert_eq!(response.message.content, None);
     assert_eq!(response.usage, Usage { prompt_tokens: 12, completion_tokens: 0 });
     assert_eq!(
@@ -43,6 +43,25 @@ fn lenient_response_parsing() {
     );
     assert_eq!(response.message.tool_calls[1].id, "call_1");
     assert_eq!(response.message.tool_calls[1].arguments, "{\"a\":2}");
+}
+
+#[test]
+fn unusable_replies_are_bad_replies_with_their_usage() {
+    let usage = json!({"prompt_tokens": 9, "completion_tokens": 2});
+    for body in [
+        json!({"choices": [], "usage": usage}),
+        json!({"choices": [{"finish_reason": "error", "message": {"content": "partial"}}], "usage": usage}),
+        json!({"choices": [{"finish_reason": "stop", "message": {"content": "  \n"}}], "usage": usage}),
+        json!({"choices": [{"finish_reason": "length", "message": {"content": null}}], "usage": usage}),
+    ] {
+        let wire: WireChatResponse = serde_json::from_value(body.clone()).unwrap();
+        let error = transport().chat_response(wire).unwrap_err();
+        let expected = Usage { prompt_tokens: 9, completion_tokens: 2 };
+        assert!(
+            matches!(&error, Error::BadReply { attempts: 1, usage, .. } if *usage == expected),
+            "{body}: {error:?}"
+        );
+    }
 }
 
 #[test]
