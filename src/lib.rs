@@ -24,6 +24,7 @@ pub mod logging;
 pub mod prompts;
 pub mod settings;
 
+pub mod convo;
 pub mod dataset;
 pub mod llm;
 
@@ -31,6 +32,7 @@ pub mod embedding;
 
 pub mod ingest;
 pub mod memory;
+pub mod store;
 
 pub mod retrieval;
 

@@ -6,7 +6,7 @@
 //! tool round; open-domain (3) allows inferred answers and uses the lenient answer style;
 //! adversarial (5) offers two options, "Not mentioned in the conversation" and the distractor, in
 //! an order drawn from a seeded coin per question (the reference's coin was unseeded). LongMemEval
-//! questions get `current_date` from the question date. Pure functions, no IO.
+//! questions (and questions about own conversations) get `current_date` from the question date. Pure functions, no IO.
 
 use sha2::{Digest, Sha256};
 
@@ -87,7 +87,7 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
         }
         _ => {}
     }
-    if dataset == DatasetKind::LongMemEval {
+    if dataset != DatasetKind::Locomo {
         prepared.current_date = question.question_date.as_deref().and_then(date_of);
     }
     prepared

@@ -289,7 +289,7 @@ pub async fn retrieve<M: ChatModel>(
                 DatasetKind::Locomo => {
                     payload.insert("similar_sentence".into(), json!(routed.sentences));
                 }
-                DatasetKind::LongMemEval => {
+                DatasetKind::LongMemEval | DatasetKind::Own => {
                     let sentences = if routed.sentences.len() > settings.k2 && !routed.whole_window
                     {
                         let (kept, cost) = rerank(model, input, routed.sentences, trace).await;
@@ -521,7 +521,7 @@ fn time_route(
     }
     let limit = match input.dataset {
         DatasetKind::Locomo => settings.time_event_limit,
-        DatasetKind::LongMemEval => settings.k2,
+        DatasetKind::LongMemEval | DatasetKind::Own => settings.k2,
     };
     let dates: BTreeMap<String, NaiveDate> =
         events.iter().map(|event| (origin_of(&event.event_id).to_string(), event.date)).collect();

@@ -154,7 +154,7 @@ impl Task {
 pub fn prompt_for(dataset: DatasetKind, question_id: &str, category: &Category) -> Option<Prompt> {
     match (dataset, category) {
         (DatasetKind::Locomo, Category::Locomo(1..=4)) => Some(prompts::JUDGE_LOCOMO),
-        (DatasetKind::Locomo, _) => None,
+        (DatasetKind::Locomo | DatasetKind::Own, _) => None,
         (DatasetKind::LongMemEval, _) if question_id.ends_with("_abs") => {
             Some(prompts::JUDGE_LONGMEMEVAL_ABSTENTION)
         }

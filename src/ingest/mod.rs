@@ -23,6 +23,7 @@ pub mod granules;
 pub mod keywords;
 mod progress;
 pub mod rewrite;
+pub mod session;
 mod unit;
 
 use std::fmt;
@@ -47,6 +48,7 @@ pub use crate::ingest::granules::{
 };
 use crate::ingest::keywords::KeywordRecord;
 use crate::ingest::progress::{Progress, human_count};
+pub use crate::ingest::session::{SessionError, SessionOutputs, build_session};
 use crate::ingest::unit::{Unit, plan_units};
 use crate::llm::{self, ChatModel, Embedder, Usage};
 use crate::memory::input::{SessionKeywords, SessionRewrite};
@@ -99,7 +101,7 @@ impl BuildSettings {
     /// Sessions per rewrite call for this dataset.
     fn batch(&self) -> usize {
         match self.dataset {
-            DatasetKind::Locomo => 1,
+            DatasetKind::Locomo | DatasetKind::Own => 1,
             DatasetKind::LongMemEval => self.lm_batch.max(1),
         }
     }
