@@ -38,8 +38,12 @@ pub mod retrieval;
 
 pub mod agent;
 
+pub mod service;
+
 pub mod results;
 
 pub mod eval;
+
+pub mod serve;
 
 pub mod commands;

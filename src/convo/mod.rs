@@ -134,6 +134,25 @@ impl Message {
     }
 }
 
+/// Parses a session gap: a number with a unit, `s`, `m`, `h` or `d` (`90m`, `4h`, `2d`).
+pub fn parse_gap(text: &str) -> Result<chrono::TimeDelta, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: i64 =
+        number.parse().map_err(|_| format!("{text:?}: expected e.g. 90m, 4h or 2d"))?;
+    let delta = match unit {
+        "s" => chrono::TimeDelta::try_seconds(number),
+        "m" => chrono::TimeDelta::try_minutes(number),
+        "h" => chrono::TimeDelta::try_hours(number),
+        "d" => chrono::TimeDelta::try_days(number),
+        _ => None,
+    };
+    delta.filter(|delta| *delta > chrono::TimeDelta::zero()).ok_or_else(|| {
+        format!("{text:?}: expected a positive number with a unit s, m, h or d (e.g. 4h)")
+    })
+}
+
 /// Parses a conversation file (JSON or JSONL, detected from the content).
 pub fn parse(input: &str) -> Result<Vec<Message>, Error> {
     let trimmed = input.trim_start();

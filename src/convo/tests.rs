@@ -145,3 +145,13 @@ fn an_input_without_times_is_one_session() {
     assert_eq!(new, vec![None]);
     assert_eq!(placements, vec![Placement::New(0), Placement::New(0)]);
 }
+
+#[test]
+fn gaps_parse_with_units() {
+    assert_eq!(parse_gap("90m").unwrap(), TimeDelta::minutes(90));
+    assert_eq!(parse_gap("4h").unwrap(), TimeDelta::hours(4));
+    assert_eq!(parse_gap("2d").unwrap(), TimeDelta::days(2));
+    assert!(parse_gap("0h").is_err());
+    assert!(parse_gap("4").is_err());
+    assert!(parse_gap("h").is_err());
+}

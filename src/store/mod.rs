@@ -221,6 +221,11 @@ fn info_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationInfo> {
     })
 }
 
+/// A short stable id of some text (the first 16 bytes of its SHA-256, hex).
+pub fn content_id(text: &str) -> String {
+    write::short_hash(text.as_bytes())
+}
+
 /// Checks a conversation id: 1–200 characters, no control characters.
 pub fn check_conversation_id(id: &str) -> Result<(), StoreError> {
     let length = id.chars().count();
