@@ -229,57 +229,11 @@ pub async fn run(
         );
     }
 
-    let local = if args.no_memgas {
-        None
-    } else {
-        let source = crate::embedding::ModelSource {
-            explicit_dir: args.embed_model_dir.clone(),
-            models_root: paths.root.join("data").join("models"),
-        };
-        let embedder = tokio::task::spawn_blocking(move || {
-            crate::embedding::LocalEmbedder::from_source(
-                &source,
-                crate::embedding::LocalEmbedderOptions::default(),
-            )
-        })
-        .await
-        .context("loading the local embedder")??;
-        Some(embedder)
-    };
-    let cache = crate::retrieval::EmbeddingCache::new(
-        &paths.root.join("data"),
-        data.kind.as_str(),
-        crate::embedding::LOCAL_EMBEDDER_NAME,
-    );
-    let mut samples = Vec::with_capacity(conversations.len());
-    for conversation in conversations {
-        let memory = crate::ingest::load_memory(
-            &build_settings,
-            crate::llm::Embedder::name(&embedder),
-            &conversation,
-        )
-        .with_context(|| format!("loading the memory of {}", conversation.sample_id))?;
-        let memgas = match &local {
-            Some(local) => {
-                let granules = crate::ingest::load_granules(&build_settings, &conversation)?;
-                let units =
-                    crate::retrieval::eval::session_units(&conversation, None, granules.as_ref());
-                let index = crate::retrieval::build_index(
-                    units,
-                    local,
-                    Some((&cache, &conversation.sample_id)),
-                    crate::retrieval::IndexOptions::default(),
-                )
-                .await
-                .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
-                Some(MemgasMemory::new(index, local.clone()))
-            }
-            None => None,
-        };
-        let mut sample = SampleMemory::from_built(conversation, memory);
-        sample.memgas = memgas;
-        samples.push(sample);
-    }
+    let local = local_embedder(paths, args).await?;
+    let embedder_name = crate::llm::Embedder::name(&embedder).to_string();
+    let samples =
+        load_samples(paths, data, &build_settings, &embedder_name, local.as_ref(), conversations)
+            .await?;
 
     let mut settings = AnswerSettings::new(
         &paths.root,
@@ -302,4 +256,70 @@ pub async fn run(
         eprintln!("interrupted: finishing the questions in flight, starting no new ones");
     };
     crate::agent::answer_all(&settings, &samples, &answer_chat, &embedder, stop).await
+}
+
+/// The local embedder MemGAS indexes with, unless `--no-memgas`.
+async fn local_embedder(
+    paths: &ProjectPaths,
+    args: &RunCommandArgs,
+) -> anyhow::Result<Option<crate::embedding::LocalEmbedder>> {
+    if args.no_memgas {
+        return Ok(None);
+    }
+    let source = crate::embedding::ModelSource {
+        explicit_dir: args.embed_model_dir.clone(),
+        models_root: paths.root.join("data").join("models"),
+    };
+    let embedder = tokio::task::spawn_blocking(move || {
+        crate::embedding::LocalEmbedder::from_source(
+            &source,
+            crate::embedding::LocalEmbedderOptions::default(),
+        )
+    })
+    .await
+    .context("loading the local embedder")??;
+    Ok(Some(embedder))
+}
+
+/// Every conversation's memory from its finished build (`embedder_name` names the build's
+/// embedder), with a MemGAS index when a `local` embedder is given.
+async fn load_samples(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    build_settings: &BuildSettings,
+    embedder_name: &str,
+    local: Option<&crate::embedding::LocalEmbedder>,
+    conversations: Vec<Conversation>,
+) -> anyhow::Result<Vec<SampleMemory>> {
+    let cache = crate::retrieval::EmbeddingCache::new(
+        &paths.root.join("data"),
+        data.kind.as_str(),
+        crate::embedding::LOCAL_EMBEDDER_NAME,
+    );
+    let mut samples = Vec::with_capacity(conversations.len());
+    for conversation in conversations {
+        let memory = crate::ingest::load_memory(build_settings, embedder_name, &conversation)
+            .with_context(|| format!("loading the memory of {}", conversation.sample_id))?;
+        let memgas = match local {
+            Some(local) => {
+                let granules = crate::ingest::load_granules(build_settings, &conversation)?;
+                let units =
+                    crate::retrieval::eval::session_units(&conversation, None, granules.as_ref());
+                let index = crate::retrieval::build_index(
+                    units,
+                    local,
+                    Some((&cache, &conversation.sample_id)),
+                    crate::retrieval::IndexOptions::default(),
+                )
+                .await
+                .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
+                Some(MemgasMemory::new(index, local.clone()))
+            }
+            None => None,
+        };
+        let mut sample = SampleMemory::from_built(conversation, memory);
+        sample.memgas = memgas;
+        samples.push(sample);
+    }
+    Ok(samples)
 }

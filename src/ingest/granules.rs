@@ -22,20 +22,21 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Mutex as StdMutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
-use futures::stream::{self, FuturesUnordered, StreamExt as _, TryStreamExt as _};
+use futures::stream::{self, StreamExt as _, TryStreamExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, Semaphore};
-use tracing::Instrument as _;
+use tokio::sync::Mutex;
 
-use super::ask::{AskSettings, ask_checked};
+use super::ask::ask_checked;
 use super::cache::{PlannedUnit, Provenance, StageCache};
-use super::progress::{Progress, human_count};
+use super::progress::human_count;
+use super::run::{Ledger, Pool, Tally, run_all, settle};
+use super::summary::{RunSummary, SampleFailures};
 use super::unit::{Unit, plan_units, short_hash};
-use super::{BuildSettings, FailedUnit, Ledger, Stage, Tally, settle};
+use super::{BuildSettings, FailedUnit, Stage};
 use crate::dataset::{Conversation, DatasetKind};
 use crate::fsutil::safe_name;
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
@@ -109,29 +110,15 @@ pub struct GranuleSampleSummary {
 }
 
 /// What a granule run did, for the caller's report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GranuleSummary {
-    /// Per conversation, in input order.
-    pub samples: Vec<GranuleSampleSummary>,
-    /// Notices about caches that were discarded (a changed prompt or model), one per file.
-    pub notices: Vec<String>,
-    /// Tokens spent in this run.
-    pub usage: Usage,
-    /// Wall time.
-    pub elapsed: Duration,
+pub type GranuleSummary = RunSummary<GranuleSampleSummary>;
+
+impl SampleFailures for GranuleSampleSummary {
+    fn failures(&self) -> &[FailedUnit] {
+        &self.failed
+    }
 }
 
 impl GranuleSummary {
-    /// Every failed session.
-    pub fn failed(&self) -> impl Iterator<Item = &FailedUnit> {
-        self.samples.iter().flat_map(|sample| sample.failed.iter())
-    }
-
-    /// Whether every session of every conversation has granules.
-    pub fn is_complete(&self) -> bool {
-        self.failed().next().is_none()
-    }
-
     /// Model calls made in this run, re-asks included.
     pub fn chat_calls(&self) -> u32 {
         self.samples.iter().map(|sample| sample.chat_calls).sum()
@@ -151,17 +138,7 @@ impl fmt::Display for GranuleSummary {
             human_count(self.usage.total()),
             self.elapsed.as_secs_f64()
         )?;
-        for unit in self.failed() {
-            writeln!(
-                f,
-                "failed: {} {} ({}): {}",
-                unit.sample_id, unit.unit, unit.stage, unit.error
-            )?;
-        }
-        for notice in &self.notices {
-            writeln!(f, "note: {notice}")?;
-        }
-        Ok(())
+        self.write_failures_and_notices(f)
     }
 }
 
@@ -187,18 +164,7 @@ pub async fn build_granules<M: ChatModel>(
     conversations: &[Conversation],
 ) -> anyhow::Result<GranuleSummary> {
     let started = Instant::now();
-    let total: usize = conversations
-        .iter()
-        .map(|c| c.sessions.iter().filter(|s| !s.turns.is_empty()).count())
-        .sum();
-    let shared = Shared {
-        settings,
-        chat,
-        ask: AskSettings { model: settings.model.clone(), max_reasks: settings.max_reasks },
-        permits: Semaphore::new(settings.workers.max(1)),
-        progress: Progress::new(total as u64, settings.progress),
-        notices: StdMutex::new(Vec::new()),
-    };
+    let shared = Shared { settings, chat, pool: Pool::new(settings, conversations) };
     tracing::info!(conversations = conversations.len(), model = %settings.model, "granules started");
     let shared_ref = &shared;
     let samples: Vec<GranuleSampleSummary> = stream::iter(conversations)
@@ -206,9 +172,7 @@ pub async fn build_granules<M: ChatModel>(
         .buffered(settings.workers.max(1))
         .try_collect()
         .await?;
-    shared.progress.finish();
-    let usage = samples.iter().fold(Usage::default(), |total, sample| total + sample.usage);
-    let notices = shared.notices.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (notices, usage) = shared.pool.finish(samples.iter().map(|sample| sample.usage));
     let summary = GranuleSummary { samples, notices, usage, elapsed: started.elapsed() };
     tracing::info!(failed = summary.failed().count(), tokens = usage.total(), "granules finished");
     Ok(summary)
@@ -249,19 +213,8 @@ pub fn load_granules(
 struct Shared<'a, M> {
     settings: &'a BuildSettings,
     chat: &'a M,
-    ask: AskSettings,
-    /// Bounds the sessions in flight across all conversations to `settings.workers`; a
-    /// session holds a permit from its first call until its cache entry is written.
-    permits: Semaphore,
-    progress: Progress,
-    notices: StdMutex<Vec<String>>,
-}
-
-impl<M> Shared<'_, M> {
-    fn notice(&self, notice: String) {
-        tracing::warn!("{notice}");
-        self.notices.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(notice);
-    }
+    /// A session holds a worker permit from its first call until its cache entry is written.
+    pool: Pool,
 }
 
 /// One session to summarise: its unit (for keys and reports), what its cache entry must
@@ -312,7 +265,7 @@ async fn granules_of<M: ChatModel>(
 ) -> anyhow::Result<GranuleSampleSummary> {
     let (mut cache, notices) = open_cache(shared.settings, conversation)?;
     for notice in notices {
-        shared.notice(notice);
+        shared.pool.notice(notice);
     }
     let sessions = plan_sessions(conversation)?;
     let plan: Vec<PlannedUnit> = sessions.iter().map(|session| session.planned.clone()).collect();
@@ -320,22 +273,18 @@ async fn granules_of<M: ChatModel>(
     let pending: Vec<&PlannedSession<'_>> =
         sessions.iter().filter(|session| cache.done(&session.planned).is_none()).collect();
     let sessions_reused = sessions.len() - pending.len();
-    shared.progress.reused(sessions_reused);
+    shared.pool.progress.reused(sessions_reused);
     tracing::info!(sample = %conversation.sample_id, sessions = sessions.len(), cached = sessions_reused, "granules of conversation");
 
     let cache = Mutex::new(cache);
     let tally = StdMutex::new(Tally::default());
-    let ledger = Ledger { progress: &shared.progress, conversation, tally: &tally };
-    let mut in_flight: FuturesUnordered<_> = pending
-        .into_iter()
-        .map(|session| granules_of_session(shared, ledger, session, &cache))
-        .collect();
-    while let Some(result) = in_flight.next().await {
-        result?;
-    }
-    drop(in_flight);
+    let ledger = Ledger { progress: &shared.pool.progress, conversation, tally: &tally };
+    run_all(
+        pending.into_iter().map(|session| granules_of_session(shared, ledger, session, &cache)),
+    )
+    .await?;
 
-    let tally = tally.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tally = Tally::take(tally);
     let mut failed = tally.failed;
     failed.sort_by_key(|unit| unit.sessions.first().copied());
     Ok(GranuleSampleSummary {
@@ -356,21 +305,22 @@ async fn granules_of_session<M: ChatModel>(
     session: &PlannedSession<'_>,
     cache: &Mutex<StageCache<SessionGranules>>,
 ) -> anyhow::Result<()> {
-    let _permit = shared.permits.acquire().await.context("granule worker pool closed")?;
     let span = tracing::info_span!("granules", sample = %ledger.conversation.sample_id, unit = %session.unit.key);
     let session_id = session.unit.label();
-    let result = async {
-        let asked =
-            ask_checked(shared.chat, &shared.ask, session.prompt.clone(), &schema(), |value| {
-                check(value, &session_id)
-            })
-            .await;
-        settle(ledger, &session.unit, Stage::Granules, &session.planned, asked, cache).await
-    }
-    .instrument(span)
-    .await;
-    shared.progress.done(1);
-    result.map(drop)
+    let work = async {
+        let asked = ask_checked(
+            shared.chat,
+            &shared.pool.ask,
+            session.prompt.clone(),
+            &schema(),
+            |value| check(value, &session_id),
+        )
+        .await;
+        settle(ledger, &session.unit, Stage::Granules, &session.planned, asked, cache)
+            .await
+            .map(drop)
+    };
+    shared.pool.run_unit("granule worker pool closed", span, 1, work).await
 }
 
 /// Who is talking, for the prompt: the speakers by name (LoCoMo), or a user and an assistant
@@ -464,87 +414,4 @@ fn normalise_keywords(raw: &[String]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use super::*;
-    use crate::ingest::unit::tests::conversation;
-
-    #[test]
-    fn the_cache_path_follows_the_stage_layout() {
-        let settings =
-            BuildSettings::new("/p/data", DatasetKind::Locomo, "openai/gpt-4o-mini", "x/y");
-        assert_eq!(
-            settings.granules_path("conv-26"),
-            Path::new("/p/data/locomo/memgas_openai_gpt-4o-mini/conv-26_granules.json")
-        );
-    }
-
-    #[test]
-    fn answers_are_trimmed_split_and_deduplicated() {
-        let answer = json!({
-            "summary": "  Ana told Bo about her paintings.\n",
-            "keywords": ["Ana", " paintings ; Bo", "ana", "", "  ", "line\nbreak"]
-        });
-        let granules = check(&answer, "D2").unwrap();
-        assert_eq!(granules.session_id, "D2");
-        assert_eq!(granules.summary, "Ana told Bo about her paintings.");
-        assert_eq!(granules.keywords, ["Ana", "paintings", "Bo", "line", "break"]);
-        assert_eq!(granules.keyword_text(), "Ana; paintings; Bo; line; break");
-    }
-
-    #[test]
-    fn blank_or_overlong_answers_are_problems() {
-        let problems = check(&json!({"summary": "  ", "keywords": [" ", ";"]}), "D1").unwrap_err();
-        assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(problems[0].contains("`summary` is blank"));
-        assert!(problems[1].contains("`keywords`"));
-        let long = "word ".repeat(500);
-        let problems = check(&json!({"summary": long, "keywords": ["a"]}), "D1").unwrap_err();
-        assert!(problems[0].contains("2499 characters"), "{problems:?}");
-    }
-
-    #[test]
-    fn keywords_are_capped() {
-        let many: Vec<String> = (0..50).map(|n| format!("k{n}")).collect();
-        let granules = check(&json!({"summary": "s", "keywords": many}), "D1").unwrap();
-        assert_eq!(granules.keywords.len(), MAX_KEYWORDS);
-        assert_eq!(granules.keywords[0], "k0");
-    }
-
-    #[test]
-    fn the_schema_wants_both_fields() {
-        let validator = jsonschema::validator_for(&schema().schema).unwrap();
-        assert!(validator.is_valid(&json!({"summary": "s", "keywords": ["a"]})));
-        assert!(!validator.is_valid(&json!({"summary": "s"})));
-        assert!(!validator.is_valid(&json!({"summary": "s", "keywords": []})));
-        assert!(!validator.is_valid(&json!({"summary": "", "keywords": ["a"]})));
-        assert!(!validator.is_valid(&json!({"summary": "s", "keywords": "a; b"})));
-    }
-
-    #[test]
-    fn the_prompt_names_the_speakers_and_shows_the_dated_session() {
-        let conversation = conversation(2, 2);
-        let units = plan_units(&conversation, 1);
-        let prompt = render_prompt(&conversation, &units[1]).unwrap();
-        assert!(prompt.contains("conversation between Ana and Bo,"), "{prompt}");
-        assert!(prompt.contains("Session D2, date: 10:00 am on 2 May, 2023 (2023-05-02)\n[D2:1] Ana: line 1 of session 2"), "{prompt}");
-        assert!(prompt.trim_end().ends_with("[D2:2] Bo: line 2 of session 2"), "{prompt}");
-        let mut lm = conversation.clone();
-        lm.dataset = DatasetKind::LongMemEval;
-        assert!(
-            render_prompt(&lm, &units[1]).unwrap().contains("between a user and an AI assistant")
-        );
-    }
-
-    #[test]
-    fn the_input_hash_follows_the_session_text() {
-        let conversation = conversation(2, 2);
-        let mut changed = conversation.clone();
-        changed.sessions[1].turns[0].text = "something else".into();
-        let (a, b) = (plan_sessions(&conversation).unwrap(), plan_sessions(&changed).unwrap());
-        assert_eq!(a[0].planned, b[0].planned);
-        assert_ne!(a[1].planned.input_hash, b[1].planned.input_hash);
-        assert_eq!(a[1].planned.key, "session_2");
-    }
-}
+mod tests;

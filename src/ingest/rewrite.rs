@@ -117,9 +117,27 @@ pub(crate) fn check(value: &Value, unit: &Unit<'_>) -> Result<SessionRewrite, Ve
     let raw: RawRewrite = serde_json::from_value(value.clone())
         .map_err(|error| vec![format!("the JSON does not have the expected shape: {error}")])?;
     let mut problems = Vec::new();
-    let turns = unit.dia_id_set();
+    let conversation_time = check_conversation_time(&raw, unit, &mut problems);
+    check_sentences(&raw, unit, &mut problems);
+    for (id, text) in &raw.topics {
+        if text.trim().is_empty() {
+            problems.push(format!("topic `{id}` has an empty text"));
+        }
+    }
+    check_personal(&raw, unit, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(normalise(raw, unit, conversation_time))
+}
 
-    let conversation_time = match (&raw.conversation_time, unit.first_date()) {
+/// The answer's `conversation_time`, when it is a real date that agrees with the known one.
+fn check_conversation_time(
+    raw: &RawRewrite,
+    unit: &Unit<'_>,
+    problems: &mut Vec<String>,
+) -> Option<NaiveDate> {
+    match (&raw.conversation_time, unit.first_date()) {
         (Some(text), known) => match parse_day(text) {
             None => {
                 problems.push(format!("conversation_time `{text}` is not a real YYYY-MM-DD date"));
@@ -140,8 +158,12 @@ pub(crate) fn check(value: &Value, unit: &Unit<'_>) -> Result<SessionRewrite, Ve
             None
         }
         (None, None) => None,
-    };
+    }
+}
 
+/// Every sentence's origin, id, text, tag, time and topics, and that every turn is covered.
+fn check_sentences(raw: &RawRewrite, unit: &Unit<'_>, problems: &mut Vec<String>) {
+    let turns = unit.dia_id_set();
     let mut covered = BTreeSet::new();
     for sentence in &raw.sentence {
         let label = format!("sentence `{}`", sentence.id);
@@ -188,13 +210,11 @@ pub(crate) fn check(value: &Value, unit: &Unit<'_>) -> Result<SessionRewrite, Ve
             missing.join(", ")
         ));
     }
+}
 
-    for (id, text) in &raw.topics {
-        if text.trim().is_empty() {
-            problems.push(format!("topic `{id}` has an empty text"));
-        }
-    }
-
+/// Every personal sentence: unique id, a real origin, no empty field.
+fn check_personal(raw: &RawRewrite, unit: &Unit<'_>, problems: &mut Vec<String>) {
+    let turns = unit.dia_id_set();
     let mut fact_ids = BTreeSet::new();
     for fact in &raw.personal_sentences {
         let label = format!("personal sentence `{}`", fact.id);
@@ -213,11 +233,6 @@ pub(crate) fn check(value: &Value, unit: &Unit<'_>) -> Result<SessionRewrite, Ve
             }
         }
     }
-
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    Ok(normalise(raw, unit, conversation_time))
 }
 
 /// Renumber and globalise ids and attach dates; `raw` has passed [`check`].

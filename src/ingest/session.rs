@@ -12,6 +12,7 @@ use crate::ingest::ask::{AskSettings, ask_checked};
 use crate::ingest::embed::{UnitTexts, embed_texts};
 use crate::ingest::keywords::{self, KeywordRecord};
 use crate::ingest::rewrite;
+use crate::ingest::run::is_fatal;
 use crate::ingest::unit::plan_units;
 use crate::llm::{self, ChatModel, Embedder, Usage};
 use crate::memory::input::SessionRewrite;
@@ -110,9 +111,4 @@ fn failed(stage: Stage, failure: crate::ingest::ask::AskFailure) -> SessionError
         Some(error) if is_fatal(&error) => SessionError::Fatal(error),
         _ => SessionError::Stage { stage, error: failure.error },
     }
-}
-
-/// The errors `ingest::build` aborts on rather than recording per unit.
-fn is_fatal(error: &llm::Error) -> bool {
-    matches!(error, llm::Error::Config(_) | llm::Error::Api { status: 401 | 403 | 404, .. })
 }

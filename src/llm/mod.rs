@@ -10,6 +10,7 @@
 //! [`UsageMeter`] counts every request and token. `scripted.rs` is the OpenAI-compatible
 //! loopback server tests and offline demos talk to.
 
+pub mod config;
 pub mod models;
 pub mod openai;
 pub mod rate_limit;
@@ -21,9 +22,10 @@ pub mod stack;
 pub mod structured;
 pub mod usage;
 
+pub use config::{EmbedderConfig, LlmConfig};
 pub use models::{estimate_cost_usd, resolve_model_alias};
 pub use secret::Secret;
-pub use stack::{Client, EmbedClient, EmbedderConfig, LlmConfig, build_chat_model, build_embedder};
+pub use stack::{Client, EmbedClient, build_chat_model, build_embedder};
 pub use structured::{StructuredResponse, chat_json};
 pub use usage::{UsageMeter, UsageTotals};
 

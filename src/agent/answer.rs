@@ -1,0 +1,162 @@
+//! Answering one question end to end: its trace, retrieval, the tool loop, and its result line.
+//! Never fails: a failure becomes a `status: "error"` line.
+
+use std::path::Path;
+use std::time::Instant;
+
+use crate::agent::question::{self, PreparedQuestion};
+use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
+use crate::agent::run::{AnswerRun, Outcome};
+use crate::agent::sample::{SampleMemory, unit_length};
+use crate::agent::settings::Shared;
+use crate::agent::tool_loop::{self, QuestionTools, run_setup};
+use crate::agent::tools::{ToolContext, ToolState};
+use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::dataset::Question;
+use crate::llm::{ChatModel, Embedder, Usage};
+use crate::results::{ResultLine, Status};
+
+/// Answers one question end to end; never fails (a failure is a `status: "error"` line).
+pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    sample: &SampleMemory,
+    question: &Question,
+) -> ResultLine {
+    let settings = shared.settings;
+    let started = Instant::now();
+    let sample_id = &sample.conversation.sample_id;
+    let mut trace = if settings.traces {
+        TraceWriter::open(settings.trace_path(sample_id, &question.id))
+    } else {
+        TraceWriter::disabled()
+    };
+    let prepared = question::prepare(question, settings.dataset, settings.seed);
+    let result_file = settings
+        .result_path(sample_id)
+        .strip_prefix(&settings.root)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|_| settings.result_path(sample_id));
+    trace.record(TraceEvent::Start {
+        question_id: question.id.clone(),
+        sample: sample_id.clone(),
+        dataset: settings.dataset.as_str().to_string(),
+        model: settings.model.clone(),
+        file: settings.file.clone(),
+        result_file: result_file.display().to_string(),
+        category: question.category.clone(),
+        question: question.question.clone(),
+        formatted_question: prepared.text.clone(),
+        started_at: chrono::Utc::now().to_rfc3339(),
+    });
+
+    let mut usage = Usage::default();
+    let outcome = solve(shared, sample, question, &prepared, &mut trace, &mut usage).await;
+    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let (status, prediction, prediction_context, error, rounds, tool_calls) = match outcome {
+        Ok(Outcome { answer: Ok(answer), rounds, tool_calls, .. }) => {
+            (Status::Ok, answer.answer.clone(), answer.support_turns(), None, rounds, tool_calls)
+        }
+        Ok(Outcome { answer: Err(error), rounds, tool_calls, .. }) => {
+            (Status::Error, String::new(), Vec::new(), Some(error), rounds, tool_calls)
+        }
+        Err(error) => (Status::Error, String::new(), Vec::new(), Some(error), 0, 0),
+    };
+    if let Some(error) = &error {
+        tracing::warn!(error = %error, "question failed");
+    }
+    trace.record(TraceEvent::Finish {
+        status,
+        prediction: prediction.clone(),
+        prediction_context: prediction_context.clone(),
+        error: error.clone(),
+        rounds,
+        tool_calls,
+        usage,
+        latency_ms,
+    });
+    ResultLine {
+        question_id: question.id.clone(),
+        sample: sample_id.clone(),
+        question: question.question.clone(),
+        answer: question.answer.clone(),
+        prediction,
+        category: question.category.clone(),
+        evidence: question.evidence.clone(),
+        prediction_context,
+        status,
+        error,
+        rounds,
+        tool_calls,
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        latency_ms,
+    }
+}
+
+/// Retrieval then the loop. `usage` accumulates every call's tokens, failed attempts included.
+async fn solve<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    sample: &SampleMemory,
+    question: &Question,
+    prepared: &PreparedQuestion,
+    trace: &mut TraceWriter,
+    usage: &mut Usage,
+) -> Result<Outcome, String> {
+    let settings = shared.settings;
+    let question_vector = question_vector(shared, sample, question, usage).await?;
+    let input = RetrieveInput {
+        graph: &sample.graph,
+        vectors: &sample.embeddings,
+        question_vector: &question_vector,
+        question: prepared,
+        dataset: settings.dataset,
+        settings: &settings.retrieval,
+        call: settings.call_settings(),
+    };
+    let retrieved = retrieve::retrieve(shared.model, &input, trace).await;
+    let Retrieved { payload, seen_keys, usage: retrieval_usage } = match retrieved {
+        Ok(retrieved) => retrieved,
+        Err(error) => return Err(error.to_string()),
+    };
+    *usage += retrieval_usage;
+
+    let run =
+        AnswerRun::new(run_setup(settings, prepared, payload.to_string(), sample.memgas.is_some()));
+    let context = ToolContext {
+        graph: &sample.graph,
+        vectors: &sample.embeddings,
+        question_vector: &question_vector,
+        rerank_limit: settings.retrieval.k2,
+        keep: settings.retrieval.k2,
+        tag_max: settings.retrieval.tag_max,
+        memgas: sample.memgas.is_some(),
+    };
+    let state = ToolState { seen_keys };
+    let tools = QuestionTools { sample, prepared, context, state };
+    Ok(tool_loop::drive(shared, run, tools, trace, usage).await)
+}
+
+/// The question's embedding: from the build's cache, else embedded now.
+async fn question_vector<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    sample: &SampleMemory,
+    question: &Question,
+    usage: &mut Usage,
+) -> Result<Vec<f32>, String> {
+    if let Some(vector) = sample.embeddings.questions.get(&question.id) {
+        return Ok(vector.clone());
+    }
+    let text = question.question.replace(['\r', '\n'], " ").trim().to_string();
+    let embedded = shared
+        .embedder
+        .embed(std::slice::from_ref(&text))
+        .await
+        .map_err(|error| format!("embedding the question failed: {error}"))?;
+    *usage += embedded.usage;
+    let vector = embedded
+        .vectors
+        .into_iter()
+        .next()
+        .ok_or_else(|| "the embedder returned no vector".to_string())?;
+    Ok(unit_length(vector))
+}

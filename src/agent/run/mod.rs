@@ -1,0 +1,380 @@
+//! The tool-calling loop of one question as a sans-IO state machine.
+//!
+//! [`AnswerRun`] holds the transcript and decides what happens next; it never performs IO. The
+//! async driver in `agent/tool_loop.rs` asks [`AnswerRun::next_step`] for the next [`Step`],
+//! performs it (a model call, or a batch of tool calls) and feeds the outcome back with
+//! [`AnswerRun::model_responded`] or [`AnswerRun::tools_finished`]. Turn limits, the tool-call
+//! budget, recovery from malformed calls and final-answer validation are therefore unit-tested
+//! here without async, network or fakes.
+//!
+//! Rules the machine keeps (the reference broke the first two, see the spec's §17 items 11–12):
+//! - Every assistant tool call gets exactly one tool message, in call order, before the next
+//!   request: calls over a limit are answered with a "not executed" result instead of dropped.
+//! - Malformed or invalid arguments become a readable tool result, never a failed question.
+//! - At most `max_rounds` model rounds: rounds `1..max_rounds` may call tools, the last one is the
+//!   final-answer round (no tools, answer JSON validated against [`answer_schema`], re-asked a
+//!   bounded number of times).
+//!
+//! Layout: this module holds the machine; `calls` decides which tool calls of a reply run;
+//! `answer` parses and validates the final answer.
+
+mod answer;
+mod calls;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use self::answer::{FinalAnswer, answer_schema, parse_answer};
+use self::calls::normalise_call_ids;
+use crate::agent::tools::{Tool, ToolError};
+use crate::llm::{
+    self, ChatRequest, ChatResponse, JsonSchemaSpec, Message, Role, ToolChoice, ToolSpec, Usage,
+};
+use crate::prompts;
+
+/// Limits of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLimits {
+    /// Model rounds in all, the final-answer round included (reference: 8).
+    pub max_rounds: u32,
+    /// Tool calls executed per question (reference: 50).
+    pub max_tool_calls: u32,
+    /// Tool calls executed per round (the paper's 10).
+    pub max_calls_per_round: u32,
+    /// Extra requests allowed when an answer does not fit the answer schema.
+    pub max_reasks: u32,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self { max_rounds: 8, max_tool_calls: 50, max_calls_per_round: 10, max_reasks: 2 }
+    }
+}
+
+/// Everything a run needs up front; the prompts are already rendered.
+#[derive(Debug, Clone)]
+pub struct RunSetup {
+    /// Model id for every request.
+    pub model: String,
+    /// System prompt of the tool rounds.
+    pub system: String,
+    /// System prompt of the final-answer round (replaces `system` in that round).
+    pub final_system: String,
+    /// The user message: the retrieval payload as JSON.
+    pub user: String,
+    /// Tools offered in the tool rounds.
+    pub tools: Vec<ToolSpec>,
+    /// Limits.
+    pub limits: RunLimits,
+    /// Before the last tool round, remind the model to resolve the event's date (LoCoMo
+    /// temporal questions).
+    pub time_nudge: bool,
+    /// Sampling temperature of every request.
+    pub temperature: Option<f32>,
+    /// Provider seed of every request.
+    pub seed: Option<i64>,
+    /// Attach the answer schema as `response_format` in the final-answer round (the client
+    /// sends it only when its structured-output setting is on; the answer is validated here
+    /// either way).
+    pub structured_output: bool,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The answer, or why there is none.
+    pub answer: Result<FinalAnswer, String>,
+    /// Model requests made.
+    pub rounds: u32,
+    /// Tool calls the model made (executed or not).
+    pub tool_calls: u32,
+    /// Tokens of the loop's requests.
+    pub usage: Usage,
+}
+
+/// One tool call to execute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolInvocation {
+    /// The id the tool message must echo.
+    pub call_id: String,
+    /// The parsed call.
+    pub tool: Tool,
+}
+
+/// The result of one executed tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The id of the call.
+    pub call_id: String,
+    /// Tool message text.
+    pub content: String,
+}
+
+/// What the driver must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Send this request and report with [`AnswerRun::model_responded`].
+    CallModel(ChatRequest),
+    /// Execute these calls and report with [`AnswerRun::tools_finished`], one output per call.
+    CallTools(Vec<ToolInvocation>),
+    /// The run is over.
+    Done(Outcome),
+}
+
+/// One tool call of the latest assistant message, waiting for its tool message.
+#[derive(Debug, Clone)]
+struct Slot {
+    call_id: String,
+    /// Set for calls to execute; `None` once `content` is known.
+    tool: Option<Tool>,
+    content: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+enum Phase {
+    /// Ready to send the next request.
+    Ready,
+    /// A request is out.
+    AwaitingModel,
+    /// Tool calls are out.
+    AwaitingTools(Vec<Slot>),
+    /// Finished.
+    Done(Outcome),
+}
+
+/// The state of one question's tool-calling loop.
+#[derive(Debug, Clone)]
+pub struct AnswerRun {
+    setup: RunSetup,
+    messages: Vec<Message>,
+    phase: Phase,
+    /// Model responses received (all rounds, re-asks included).
+    rounds: u32,
+    tool_calls: u32,
+    executed_calls: u32,
+    reasks: u32,
+    /// Whether the next request is the final-answer round.
+    final_round: bool,
+    /// Whether the final-round instructions were already appended.
+    final_prepared: bool,
+    time_nudged: bool,
+    /// Whether tool results were already shortened after a context-length error.
+    compacted: bool,
+    usage: Usage,
+}
+
+impl AnswerRun {
+    /// A run about to send its first request.
+    pub fn new(setup: RunSetup) -> Self {
+        let messages =
+            vec![Message::system(setup.system.clone()), Message::user(setup.user.clone())];
+        let final_round = setup.limits.max_rounds <= 1;
+        Self {
+            setup,
+            messages,
+            phase: Phase::Ready,
+            rounds: 0,
+            tool_calls: 0,
+            executed_calls: 0,
+            reasks: 0,
+            final_round,
+            final_prepared: false,
+            time_nudged: false,
+            compacted: false,
+            usage: Usage::default(),
+        }
+    }
+
+    /// The transcript so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// What to do next. Calling it again before reporting returns the same step.
+    pub fn next_step(&mut self) -> Step {
+        match &self.phase {
+            Phase::Done(outcome) => Step::Done(outcome.clone()),
+            Phase::AwaitingTools(slots) => Step::CallTools(
+                slots
+                    .iter()
+                    .filter_map(|slot| {
+                        slot.tool
+                            .clone()
+                            .map(|tool| ToolInvocation { call_id: slot.call_id.clone(), tool })
+                    })
+                    .collect(),
+            ),
+            Phase::Ready | Phase::AwaitingModel => {
+                self.prepare_round();
+                self.phase = Phase::AwaitingModel;
+                Step::CallModel(self.request())
+            }
+        }
+    }
+
+    /// Appends the round's extra instructions once, before its first request.
+    fn prepare_round(&mut self) {
+        if !matches!(self.phase, Phase::Ready) {
+            return;
+        }
+        if self.final_round {
+            if !self.final_prepared {
+                self.final_prepared = true;
+                self.messages[0] = Message::system(self.setup.final_system.clone());
+                self.messages.push(Message::user(prompts::ANSWER_FINAL_ROUND.text.trim()));
+            }
+        } else if self.setup.time_nudge
+            && !self.time_nudged
+            && self.rounds + 2 == self.setup.limits.max_rounds
+        {
+            self.time_nudged = true;
+            self.messages.push(Message::user(prompts::ANSWER_TIME_NUDGE.text.trim()));
+        }
+    }
+
+    fn request(&self) -> ChatRequest {
+        let mut request = ChatRequest::new(self.setup.model.clone(), self.messages.clone());
+        request.temperature = self.setup.temperature;
+        request.seed = self.setup.seed;
+        // The tools stay declared in the final round: several providers reject a transcript with
+        // tool calls when no tools are declared. `tool_choice: none` forbids new calls.
+        request.tools = self.setup.tools.clone();
+        if self.final_round {
+            request.tool_choice = Some(ToolChoice::None);
+            if self.setup.structured_output {
+                request.response_format = Some(JsonSchemaSpec {
+                    name: "final_answer".into(),
+                    schema: answer_schema().clone(),
+                });
+            }
+        } else {
+            request.tool_choice = Some(ToolChoice::Auto);
+            request.parallel_tool_calls = Some(true);
+        }
+        request
+    }
+
+    /// Reports the result of the request from the last [`Step::CallModel`].
+    pub fn model_responded(&mut self, response: Result<ChatResponse, llm::Error>) {
+        if !matches!(self.phase, Phase::AwaitingModel) {
+            return;
+        }
+        self.phase = Phase::Ready;
+        let response = match response {
+            Ok(response) => response,
+            Err(llm::Error::ContextLength { body }) if !self.compacted && !self.final_round => {
+                self.compact();
+                self.final_round = true;
+                tracing::debug!(body = %body, "context length exceeded; shortened tool results");
+                return;
+            }
+            Err(error) => {
+                self.finish(Err(format!("model call failed: {error}")));
+                return;
+            }
+        };
+        self.rounds += 1;
+        self.usage += response.usage;
+        let mut message = response.message;
+        message.role = Role::Assistant;
+        normalise_call_ids(&mut message, self.rounds);
+        let content = message.content.clone().unwrap_or_default();
+        let attempt = parse_answer(&content);
+
+        if self.final_round {
+            self.handle_final(message, attempt);
+            return;
+        }
+        match attempt {
+            Some(Ok(answer)) => self.finish(Ok(answer)),
+            Some(Err(error)) if message.tool_calls.is_empty() => {
+                self.messages.push(message);
+                self.reask(&error);
+            }
+            _ if !message.tool_calls.is_empty() => self.take_tool_calls(message),
+            _ => {
+                self.messages.push(message);
+                self.messages.push(Message::user(prompts::ANSWER_NUDGE.text.trim()));
+                self.end_tool_round();
+            }
+        }
+    }
+
+    fn handle_final(&mut self, message: Message, attempt: Option<Result<FinalAnswer, String>>) {
+        let error = match attempt {
+            Some(Ok(answer)) => {
+                self.finish(Ok(answer));
+                return;
+            }
+            Some(Err(error)) => error,
+            None if !message.tool_calls.is_empty() => "tools are no longer available".to_string(),
+            None => "the reply is not a JSON object".to_string(),
+        };
+        if self.reasks >= self.setup.limits.max_reasks {
+            self.finish(Err(format!(
+                "no valid final answer after {} re-asks: {error}",
+                self.setup.limits.max_reasks
+            )));
+            return;
+        }
+        let calls: Vec<String> = message.tool_calls.iter().map(|call| call.id.clone()).collect();
+        self.tool_calls += calls.len() as u32;
+        self.messages.push(message);
+        for call_id in calls {
+            let refused = ToolError::LimitReached("this is the final round".into());
+            self.messages.push(Message::tool(call_id, refused.to_tool_result()));
+        }
+        self.reask(&error);
+    }
+
+    fn reask(&mut self, error: &str) {
+        self.reasks += 1;
+        let text = prompts::ANSWER_REASK
+            .render(&[("error", error)])
+            .unwrap_or_else(|_| format!("Your answer could not be used: {error}"));
+        self.messages.push(Message::user(text));
+        if !self.final_round {
+            self.end_tool_round();
+        }
+    }
+
+    /// After a tool round: the next request is the final round once the tool rounds or the
+    /// tool-call budget are used up.
+    fn end_tool_round(&mut self) {
+        let limits = self.setup.limits;
+        if self.rounds + 1 >= limits.max_rounds
+            || self.executed_calls >= limits.max_tool_calls
+            || self.reasks > limits.max_reasks
+        {
+            self.final_round = true;
+        }
+    }
+
+    /// Shortens every tool result so that the final round fits the context window.
+    fn compact(&mut self) {
+        const KEEP_CHARS: usize = 600;
+        self.compacted = true;
+        for message in &mut self.messages {
+            if message.role != Role::Tool {
+                continue;
+            }
+            if let Some(content) = &mut message.content
+                && content.chars().count() > KEEP_CHARS
+            {
+                let kept: String = content.chars().take(KEEP_CHARS).collect();
+                *content =
+                    format!("{kept} … [shortened: the transcript exceeded the context window]");
+            }
+        }
+    }
+
+    fn finish(&mut self, answer: Result<FinalAnswer, String>) {
+        self.phase = Phase::Done(Outcome {
+            answer,
+            rounds: self.rounds,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+        });
+    }
+}

@@ -1,0 +1,94 @@
+//! One conversation ready to be answered: its memory, embeddings and optional MemGAS index.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::dataset::Conversation;
+use crate::ingest::{BuiltMemory, SampleEmbeddings};
+use crate::llm::Embedder;
+use crate::memory::MemoryGraph;
+use crate::retrieval::MemoryIndex;
+
+/// One conversation ready to be answered: its questions, memory graph and embeddings.
+#[derive(Debug, Clone)]
+pub struct SampleMemory {
+    /// The conversation and its questions.
+    pub conversation: Conversation,
+    /// Its memory graph.
+    pub graph: MemoryGraph,
+    /// Vectors of its sentences, topics and questions.
+    pub embeddings: SampleEmbeddings,
+    /// Its MemGAS index; when present, the loop offers the `query_memgas` tool.
+    pub memgas: Option<MemgasMemory>,
+}
+
+impl SampleMemory {
+    /// A conversation's memory from its finished build (`ingest::build_memory` or
+    /// `ingest::load_memory`), without a MemGAS index.
+    pub fn from_built(conversation: Conversation, built: BuiltMemory) -> Self {
+        Self { conversation, graph: built.graph, embeddings: built.embeddings, memgas: None }
+    }
+}
+
+/// A conversation's MemGAS index with the embedder it was built with (queries must be embedded
+/// by the same model). Cheap to clone.
+#[derive(Clone)]
+pub struct MemgasMemory {
+    /// The index.
+    pub index: Arc<MemoryIndex>,
+    /// The index's embedder, for the tool's query texts.
+    pub embedder: Arc<dyn QueryEmbedder>,
+}
+
+impl MemgasMemory {
+    /// Pairs an index with its embedder.
+    pub fn new(index: MemoryIndex, embedder: impl Embedder + 'static) -> Self {
+        Self { index: Arc::new(index), embedder: Arc::new(embedder) }
+    }
+}
+
+impl std::fmt::Debug for MemgasMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemgasMemory")
+            .field("sessions", &self.index.n_sessions())
+            .field("turns", &self.index.n_turns())
+            .finish()
+    }
+}
+
+/// Embeds one query text. Implemented for every [`Embedder`]; it exists so that a
+/// [`SampleMemory`] can carry its MemGAS embedder without a type parameter (`Embedder` itself
+/// returns `impl Future` and cannot be a trait object).
+pub trait QueryEmbedder: Send + Sync {
+    /// The unit-length embedding of `text`.
+    fn embed_query<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>>;
+}
+
+impl<E: Embedder> QueryEmbedder for E {
+    fn embed_query<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>> {
+        Box::pin(async move {
+            let texts = [text.to_string()];
+            let embedded = self.embed(&texts).await?;
+            let vector = embedded.vectors.into_iter().next().ok_or_else(|| {
+                crate::llm::Error::Decode { message: "the embedder returned no vector".to_string() }
+            })?;
+            Ok(unit_length(vector))
+        })
+    }
+}
+
+/// `vector` scaled to length 1 (unchanged when it is zero).
+pub(super) fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+    vector
+}

@@ -1,0 +1,97 @@
+//! The resolved settings of an answer run, and what every question of a run borrows.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::agent::retrieve::{CallSettings, RetrievalSettings};
+use crate::agent::run::RunLimits;
+use crate::agent::trace::trace_path;
+use crate::dataset::DatasetKind;
+use crate::results::result_path;
+
+/// Resolved settings of an answer run (`mragent run`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnswerSettings {
+    /// Project root: results go to `<root>/result/…`, traces to `<root>/log/…`.
+    pub root: PathBuf,
+    /// Dataset.
+    pub dataset: DatasetKind,
+    /// Model name used in result file names (`<sample>_result_<model_name>_<file>.jsonl`).
+    pub model_name: String,
+    /// Model id sent with every answer-time request (retrieval calls and the loop).
+    pub model: String,
+    /// Run tag (`--file`).
+    pub file: String,
+    /// Questions in flight at once, across all samples (`--workers`, default 10).
+    pub workers: usize,
+    /// Loop limits.
+    pub limits: RunLimits,
+    /// Retrieval knobs.
+    pub retrieval: RetrievalSettings,
+    /// Sampling temperature of every request (reference: 0).
+    pub temperature: Option<f32>,
+    /// Seed: provider seed of every request, and the category-5 option coin.
+    pub seed: u64,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+    /// Write per-question traces under `log/`.
+    pub traces: bool,
+}
+
+impl AnswerSettings {
+    /// Settings with the reference defaults (10 workers, 8 rounds, 50 tool calls, seed 66,
+    /// temperature 0).
+    pub fn new(
+        root: impl Into<PathBuf>,
+        dataset: DatasetKind,
+        model_name: &str,
+        model: &str,
+        file: &str,
+    ) -> Self {
+        Self {
+            root: root.into(),
+            dataset,
+            model_name: model_name.to_string(),
+            model: model.to_string(),
+            file: file.to_string(),
+            workers: 10,
+            limits: RunLimits::default(),
+            retrieval: RetrievalSettings::default(),
+            temperature: Some(0.0),
+            seed: 66,
+            progress: true,
+            traces: true,
+        }
+    }
+
+    /// The result file of a sample.
+    pub fn result_path(&self, sample_id: &str) -> PathBuf {
+        result_path(&self.root, self.dataset.as_str(), sample_id, &self.model_name, &self.file)
+    }
+
+    /// The trace file of a question.
+    pub fn trace_path(&self, sample_id: &str, question_id: &str) -> PathBuf {
+        trace_path(&self.root, self.dataset.as_str(), &self.file, sample_id, question_id)
+    }
+
+    pub(super) fn provider_seed(&self) -> Option<i64> {
+        i64::try_from(self.seed).ok()
+    }
+
+    pub(super) fn call_settings(&self) -> CallSettings<'_> {
+        CallSettings {
+            model: &self.model,
+            temperature: self.temperature,
+            seed: self.provider_seed(),
+            max_reasks: self.retrieval.max_reasks,
+        }
+    }
+}
+
+/// What every question of a run shares.
+pub(super) struct Shared<'a, M, E> {
+    pub settings: &'a AnswerSettings,
+    pub model: &'a M,
+    pub embedder: &'a E,
+}

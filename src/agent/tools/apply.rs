@@ -1,0 +1,135 @@
+//! Running a tool against the question's memory, and the results the driver finishes.
+
+use serde_json::{Value, json};
+
+use super::{Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState};
+use crate::memory::normalize_key;
+use crate::memory::query::{self, KeyTags};
+use crate::retrieval::MemgasHits;
+use crate::retrieval::vector::{dot, top_k};
+
+impl Tool {
+    /// Runs the tool against the memory. Unknown ids and names are errors the model reads.
+    pub fn apply(
+        &self,
+        context: &ToolContext<'_>,
+        state: &mut ToolState,
+    ) -> Result<Applied, ToolError> {
+        let graph = context.graph;
+        let value = match self {
+            Tool::EdgesByTag { key, tag } => edges_by_tag(context, key, tag)?,
+            Tool::QueryConversationTime { event_id } => {
+                let time = query::query_conversation_time(graph, event_id)?;
+                json!({ "event_id": time.event_id, "conversation_time": time.date.to_string() })
+            }
+            Tool::QueryEventKeywords { event_id } => {
+                let keys = query::query_event_keywords(graph, event_id)?;
+                let fresh: Vec<KeyTags> = keys
+                    .into_iter()
+                    .filter(|key| state.seen_keys.insert(normalize_key(&key.key)))
+                    .collect();
+                if fresh.iter().any(|key| key.tags.len() > context.tag_max) {
+                    return Ok(Applied::ScoreTags { event_id: event_id.clone(), keys: fresh });
+                }
+                finish_event_keywords(event_id, fresh)
+            }
+            Tool::QueryEventContext { event_id } => {
+                let turns: Vec<String> = query::query_event_context(graph, event_id)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                json!({ "event_id": event_id, "turns": turns })
+            }
+            Tool::QueryPersonalInformation { person } => {
+                let found = query::query_personal_information(graph, person)?;
+                json!({ "person": found.person, "aspects": found.aspects })
+            }
+            Tool::QueryPersonalAspect { person, aspect } => {
+                let facts: Vec<String> = query::query_personal_aspect(graph, person, aspect)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                json!({ "person": person, "aspect": aspect, "facts": facts })
+            }
+            Tool::QueryTopicEvents { topic } => {
+                let events: Vec<String> = query::query_topic_events(graph, topic)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                json!({ "topic": topic, "events": events })
+            }
+            Tool::QueryMemgas { query, k } => {
+                if !context.memgas {
+                    return Err(ToolError::NotFound(format!(
+                        "{MEMGAS_TOOL} is not available for this conversation (it has no MemGAS index)"
+                    )));
+                }
+                return Ok(Applied::Memgas { query: query.clone(), k: *k });
+            }
+        };
+        Ok(Applied::Done(value))
+    }
+}
+
+/// The `query_event_keywords` result for keys whose tags are final.
+pub fn finish_event_keywords(event_id: &str, keys: Vec<KeyTags>) -> Value {
+    if keys.is_empty() {
+        return json!({
+            "event_id": event_id,
+            "keys": [],
+            "note": "every keyword of this event was already shown for this question"
+        });
+    }
+    let keys: Vec<Value> =
+        keys.into_iter().map(|key| json!({ "key": key.key, "tags": key.tags })).collect();
+    json!({ "event_id": event_id, "keys": keys })
+}
+
+/// The `query_memgas` result: the top sessions (id, date) and turns (`<dia_id>:<text>`, with
+/// the session date), best first.
+pub fn memgas_result(query: &str, hits: &MemgasHits) -> Value {
+    let sessions: Vec<Value> = hits
+        .sessions
+        .iter()
+        .map(|hit| json!({ "session": hit.session_id, "date": hit.date }))
+        .collect();
+    let turns: Vec<String> = hits
+        .turns
+        .iter()
+        .map(|hit| match &hit.date {
+            Some(date) => format!("{}:{} (session date: {date})", hit.dia_id, hit.text),
+            None => format!("{}:{}", hit.dia_id, hit.text),
+        })
+        .collect();
+    json!({ "query": query, "sessions": sessions, "turns": turns })
+}
+
+/// The `edges_by_tag` result; a long list is cut to the events most similar to the question.
+fn edges_by_tag(context: &ToolContext<'_>, key: &str, tag: &str) -> Result<Value, ToolError> {
+    let hits = query::edges_by_tag(context.graph, key, tag)?;
+    let total = hits.len();
+    let hits = if total > context.rerank_limit {
+        let scores: Vec<f32> = hits
+            .iter()
+            .map(|hit| {
+                context
+                    .vectors
+                    .sentences
+                    .get(&hit.event_id)
+                    .map_or(f32::MIN, |vector| dot(vector, context.question_vector))
+            })
+            .collect();
+        top_k(&scores, context.keep).into_iter().map(|index| hits[index].clone()).collect()
+    } else {
+        hits
+    };
+    let events: Vec<String> = hits.iter().map(ToString::to_string).collect();
+    let mut value = json!({ "key": normalize_key(key), "tag": tag, "events": events });
+    if total > events.len() {
+        value["omitted"] = json!(format!(
+            "{} more events under this tag are less similar to the question",
+            total - events.len()
+        ));
+    }
+    Ok(value)
+}

@@ -1,0 +1,146 @@
+//! `summary.md` of a retrieval evaluation: session-level, turn-level and per-category tables.
+
+use super::{MethodReport, RetrieveReport};
+use crate::retrieval::metrics::{CUTOFFS, MetricTable};
+
+/// The tables of `summary.md`.
+pub fn render_markdown(report: &RetrieveReport) -> String {
+    let mut out = String::new();
+    push(
+        &mut out,
+        format!(
+            "# Retrieval on {}: {} questions, {} conversations\n",
+            report.dataset, report.n_questions, report.n_conversations
+        ),
+    );
+    let granularities: Vec<&str> = report.granularities.iter().map(|g| g.as_str()).collect();
+    push(
+        &mut out,
+        format!(
+            "Embedder `{}`; granularities: {}; association graph: {} nodes, {} edges. Scores ×100.\n",
+            report.embedder,
+            granularities.join(", "),
+            report.graph_nodes,
+            report.graph_edges
+        ),
+    );
+    let ran: Vec<&MethodReport> = report.methods.iter().filter(|m| m.skipped.is_none()).collect();
+    session_table(&mut out, &ran);
+    turn_table(&mut out, &ran);
+    category_tables(&mut out, &ran, report.n_questions);
+
+    let t = &report.timings;
+    push(
+        &mut out,
+        format!(
+            "\nTimings: model load {:.1} s; embedding {:.1} s ({} texts embedded, {} from cache); index build {:.2} s; total {:.1} s.",
+            t.model_load_seconds,
+            t.embed_seconds,
+            t.texts_embedded,
+            t.texts_cached,
+            t.index_seconds,
+            t.total_seconds
+        ),
+    );
+    for note in &report.notes {
+        push(&mut out, format!("\n{note}"));
+    }
+    out
+}
+
+fn push(out: &mut String, line: String) {
+    out.push_str(&line);
+    out.push('\n');
+}
+
+/// `<metric>@k` for every cutoff, for each metric label.
+fn cutoff_header(labels: [&str; 3]) -> Vec<String> {
+    let mut header = vec!["method".to_string()];
+    for metric in labels {
+        header.extend(CUTOFFS.iter().map(|k| format!("{metric}@{k}")));
+    }
+    header
+}
+
+fn session_table(out: &mut String, ran: &[&MethodReport]) {
+    push(out, "## Session level\n".to_string());
+    let mut header = cutoff_header(["R_all", "R_any", "NDCG"]);
+    header.push("query s".to_string());
+    table_header(out, &header);
+    for method in ran {
+        let mut row = vec![method.method.to_string()];
+        for metric in ["recall_all", "recall_any", "ndcg_any"] {
+            row.extend(CUTOFFS.iter().map(|&k| fmt(method.overall.session_at(metric, k))));
+        }
+        row.push(format!("{:.2}", method.query_seconds));
+        table_row(out, &row);
+    }
+}
+
+fn turn_table(out: &mut String, ran: &[&MethodReport]) {
+    push(out, "\n## Turn level (evidence dia_ids)\n".to_string());
+    table_header(out, &cutoff_header(["R_any", "R_all", "NDCG"]));
+    for method in ran.iter().filter(|m| !m.overall.turn.is_empty()) {
+        let mut row = vec![method.method.to_string()];
+        for metric in ["recall_any", "recall_all", "ndcg_any"] {
+            row.extend(CUTOFFS.iter().map(|&k| fmt(method.overall.turn_at(metric, k))));
+        }
+        table_row(out, &row);
+    }
+}
+
+/// Session recall_all@3 and turn recall_any@10 per category (the categories of the first method
+/// that ran).
+fn category_tables(out: &mut String, ran: &[&MethodReport], n_questions: usize) {
+    let categories: Vec<(String, usize)> = ran
+        .first()
+        .map(|m| {
+            m.by_category.iter().map(|(name, table)| (name.clone(), table.n_questions)).collect()
+        })
+        .unwrap_or_default();
+    for (title, level, metric, k) in [
+        ("Session recall_all@3", "session", "recall_all", 3),
+        ("Turn recall_any@10", "turn", "recall_any", 10),
+    ] {
+        push(out, format!("\n## {title} by category\n"));
+        let mut header = vec!["method".to_string()];
+        header.extend(categories.iter().map(|(name, n)| format!("{name} ({n})")));
+        header.push(format!("all ({n_questions})"));
+        table_header(out, &header);
+        for method in ran {
+            let value = |table: &MetricTable| {
+                if level == "session" {
+                    table.session_at(metric, k)
+                } else {
+                    table.turn_at(metric, k)
+                }
+            };
+            if value(&method.overall).is_none() {
+                continue;
+            }
+            let mut row = vec![method.method.to_string()];
+            row.extend(
+                categories
+                    .iter()
+                    .map(|(name, _)| fmt(method.by_category.get(name).and_then(value))),
+            );
+            row.push(fmt(value(&method.overall)));
+            table_row(out, &row);
+        }
+    }
+}
+
+fn fmt(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
+}
+
+fn table_header(out: &mut String, cells: &[String]) {
+    table_row(out, cells);
+    table_row(out, &cells.iter().map(|_| "---".to_string()).collect::<Vec<_>>());
+}
+
+fn table_row(out: &mut String, cells: &[String]) {
+    out.push_str("| ");
+    out.push_str(&cells.join(" | "));
+    out.push_str(" |\n");
+}

@@ -1,0 +1,222 @@
+//! `mragent retrieve`: run retrieval methods over a dataset and score them (memgas.md §7.1).
+//!
+//! For every conversation the units are embedded with the local embedder (through the on-disk
+//! [`EmbeddingCache`], so reruns embed nothing), a [`MemoryIndex`] is grown session by session,
+//! and every question is ranked by every requested method. Results go to
+//! `eval/<dataset>/retrieve/`: `summary.md` (the tables), `summary.json` (all aggregates) and
+//! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
+
+mod markdown;
+mod run;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+pub use markdown::render_markdown;
+pub use run::session_units;
+
+use super::cache::EmbeddingCache;
+use super::index::{IndexOptions, Method};
+use super::metrics::MetricTable;
+use super::units::Granularity;
+use crate::dataset::{self, DatasetKind, LoadOptions};
+use crate::embedding::LOCAL_EMBEDDER_NAME;
+use crate::ingest::BuildSettings;
+use run::{Tally, build_index, embed_questions, load_embedder, read_llm_units};
+
+/// Resolved settings of a retrieval evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetrieveSettings {
+    /// Dataset kind (`--data locomo`).
+    pub dataset: DatasetKind,
+    /// Dataset file (default `data/dataset_<name>.json`).
+    pub data_path: PathBuf,
+    /// Root of derived data: embedding caches (`<data_dir>/<dataset>/embedding/…`) and the
+    /// automatically installed model (`<data_dir>/models`).
+    pub data_dir: PathBuf,
+    /// Root of evaluation outputs; results go to `<eval_dir>/<dataset>/retrieve/`.
+    pub eval_dir: PathBuf,
+    /// Methods to run, in report order (`--method`, repeatable or `all`).
+    pub methods: Vec<Method>,
+    /// Samples to keep (`--sample`); empty keeps all.
+    pub samples: Vec<String>,
+    /// A directory with the embedding model files (`--embed-model-dir` /
+    /// `MRAGENT_EMBED_MODEL_DIR`); `None` installs the model under `data_dir/models` on first use.
+    pub embed_model_dir: Option<PathBuf>,
+    /// Embedding threads (0 = all cores).
+    pub embed_threads: usize,
+    /// Optional LLM summary/keyword units: JSON `{sample_id: {session_id: {"summary": …,
+    /// "keywords": …}}}` (`--llm-units`). Without it the summary, keyword and hybrid methods are
+    /// skipped and MemGAS runs on sessions and turns.
+    pub llm_units: Option<PathBuf>,
+    /// LLM summary/keyword units from the granule cache of [`crate::ingest::build_granules`]:
+    /// the build settings (data directory, dataset, model) they were made with. Sessions that
+    /// `llm_units` covers keep those.
+    pub granules: Option<BuildSettings>,
+    /// Index, graph, router and fusion options.
+    pub index: IndexOptions,
+}
+
+impl RetrieveSettings {
+    /// Defaults for a repository root: the dataset's default file, `data/`, `eval/`, all methods.
+    pub fn new(root: &Path, dataset: DatasetKind) -> Self {
+        Self {
+            dataset,
+            data_path: dataset::default_path(root, dataset),
+            data_dir: root.join("data"),
+            eval_dir: root.join("eval"),
+            methods: Method::ALL.to_vec(),
+            samples: Vec::new(),
+            embed_model_dir: None,
+            embed_threads: 0,
+            llm_units: None,
+            granules: None,
+            index: IndexOptions::default(),
+        }
+    }
+
+    /// The output directory, `<eval_dir>/<dataset>/retrieve`.
+    pub fn output_dir(&self) -> PathBuf {
+        self.eval_dir.join(self.dataset.as_str()).join("retrieve")
+    }
+}
+
+/// Scores of one method.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MethodReport {
+    /// The method.
+    pub method: Method,
+    /// Why it did not run (missing units), if it did not.
+    pub skipped: Option<String>,
+    /// All questions.
+    pub overall: MetricTable,
+    /// Per category, in category order, keyed by category name.
+    pub by_category: IndexMap<String, MetricTable>,
+    /// Seconds spent ranking (all questions).
+    pub query_seconds: f64,
+}
+
+/// Wall-clock costs of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Loading the model.
+    pub model_load_seconds: f64,
+    /// Embedding units and questions (cache misses only).
+    pub embed_seconds: f64,
+    /// Texts embedded (cache misses).
+    pub texts_embedded: usize,
+    /// Texts served from the cache.
+    pub texts_cached: usize,
+    /// Building the indexes (graph, BM25).
+    pub index_seconds: f64,
+    /// Whole run.
+    pub total_seconds: f64,
+}
+
+/// The outcome of [`run_retrieval_eval`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetrieveReport {
+    /// Dataset name.
+    pub dataset: String,
+    /// Embedder name.
+    pub embedder: String,
+    /// Conversations evaluated.
+    pub n_conversations: usize,
+    /// Questions evaluated.
+    pub n_questions: usize,
+    /// Granularities of the indexes.
+    pub granularities: Vec<Granularity>,
+    /// Graph size summed over conversations (nodes, undirected edges).
+    pub graph_nodes: usize,
+    /// Undirected association edges, summed over conversations.
+    pub graph_edges: usize,
+    /// Per method, in the order requested.
+    pub methods: Vec<MethodReport>,
+    /// Remarks printed under the tables (skipped methods, missing units).
+    pub notes: Vec<String>,
+    /// Costs.
+    pub timings: Timings,
+    /// The settings used.
+    pub settings: RetrieveSettings,
+    /// The markdown written to `summary.md`.
+    pub markdown: String,
+    /// Where `summary.md` was written.
+    pub markdown_path: PathBuf,
+    /// Where `summary.json` was written.
+    pub json_path: PathBuf,
+}
+
+/// Per-session LLM units as read from `--llm-units`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LlmUnit {
+    /// Session summary text.
+    pub summary: Option<String>,
+    /// Session keywords as one text.
+    pub keywords: Option<String>,
+}
+
+type LlmUnits = BTreeMap<String, BTreeMap<String, LlmUnit>>;
+
+/// Run every requested method over the dataset and write the report files.
+pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<RetrieveReport> {
+    let started = Instant::now();
+    let conversations = dataset::load(
+        settings.dataset,
+        &settings.data_path,
+        &LoadOptions { samples: settings.samples.clone(), ..LoadOptions::default() },
+    )
+    .with_context(|| format!("loading {}", settings.data_path.display()))?;
+    let llm_units = read_llm_units(settings)?;
+
+    let mut timings = Timings::default();
+    let embedder = load_embedder(settings, &mut timings)?;
+    let cache =
+        EmbeddingCache::new(&settings.data_dir, settings.dataset.as_str(), LOCAL_EMBEDDER_NAME);
+
+    let output_dir = settings.output_dir();
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("creating {}", output_dir.display()))?;
+    let mut tally = Tally::new(settings.methods.len());
+
+    for conversation in &conversations {
+        let granules = tally.granules(settings, conversation)?;
+        let units =
+            session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
+        let index = build_index(settings, conversation, &units, &embedder, &cache, &mut timings)?;
+        let question_vectors = embed_questions(conversation, &embedder, &cache, &mut timings)?;
+        tally.record_index(&index, conversation);
+        for (slot, &method) in settings.methods.iter().enumerate() {
+            tally.rank_questions(slot, method, &index, conversation, &question_vectors)?;
+        }
+    }
+
+    let methods = tally.method_reports(settings, &output_dir)?;
+    let granularities = tally.granularities.take().unwrap_or_default();
+    tally.final_notes(settings, &granularities);
+    timings.total_seconds = started.elapsed().as_secs_f64();
+    let mut report = RetrieveReport {
+        dataset: settings.dataset.as_str().to_string(),
+        embedder: LOCAL_EMBEDDER_NAME.to_string(),
+        n_conversations: conversations.len(),
+        n_questions: tally.n_questions,
+        granularities,
+        graph_nodes: tally.graph_nodes,
+        graph_edges: tally.graph_edges,
+        methods,
+        notes: tally.notes,
+        timings,
+        settings: settings.clone(),
+        markdown: String::new(),
+        markdown_path: output_dir.join("summary.md"),
+        json_path: output_dir.join("summary.json"),
+    };
+    report.markdown = render_markdown(&report);
+    crate::fsutil::write_atomic(&report.markdown_path, report.markdown.as_bytes())?;
+    crate::fsutil::write_atomic(&report.json_path, &serde_json::to_vec_pretty(&report)?)?;
+    Ok(report)
+}

@@ -1,0 +1,338 @@
+//! The steps of a retrieval evaluation: inputs, embedding, index building, ranking every question
+//! with every method, and the per-method aggregates.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context;
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use super::{LlmUnit, LlmUnits, MethodReport, RetrieveSettings, Timings};
+use crate::dataset::{Category, Conversation};
+use crate::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use crate::ingest::{ConversationGranules, load_granules};
+use crate::retrieval::cache::EmbeddingCache;
+use crate::retrieval::index::{IndexError, MemoryIndex, Method, ranking_ids};
+use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
+use crate::retrieval::units::{Granularity, SessionUnits};
+
+/// One question's line in `<method>.jsonl`.
+#[derive(Serialize)]
+struct QuestionLine<'a> {
+    question_id: &'a str,
+    category: &'a Category,
+    question: &'a str,
+    evidence: &'a [String],
+    top_sessions: Vec<String>,
+    top_turns: Option<Vec<String>>,
+    metrics: &'a QuestionMetrics,
+}
+
+/// The `--llm-units` file, or no units.
+pub(super) fn read_llm_units(settings: &RetrieveSettings) -> anyhow::Result<LlmUnits> {
+    Ok(match &settings.llm_units {
+        Some(path) => serde_json::from_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?,
+        None => LlmUnits::new(),
+    })
+}
+
+/// The local embedder, its load time recorded in `timings`.
+pub(super) fn load_embedder(
+    settings: &RetrieveSettings,
+    timings: &mut Timings,
+) -> anyhow::Result<LocalEmbedder> {
+    let load_started = Instant::now();
+    let source = ModelSource {
+        explicit_dir: settings.embed_model_dir.clone(),
+        models_root: settings.data_dir.join("models"),
+    };
+    let embedder = LocalEmbedder::from_source(
+        &source,
+        LocalEmbedderOptions { threads: settings.embed_threads, ..LocalEmbedderOptions::default() },
+    )
+    .context("loading the local embedder")?;
+    timings.model_load_seconds = load_started.elapsed().as_secs_f64();
+    Ok(embedder)
+}
+
+/// What the run has gathered so far; per-method vectors are indexed by the method's position
+/// in [`RetrieveSettings::methods`].
+pub(super) struct Tally {
+    method_lines: Vec<Vec<u8>>,
+    per_question: Vec<Vec<(Category, QuestionMetrics)>>,
+    skipped: Vec<Option<String>>,
+    query_seconds: Vec<f64>,
+    pub(super) granularities: Option<Vec<Granularity>>,
+    pub(super) graph_nodes: usize,
+    pub(super) graph_edges: usize,
+    pub(super) n_questions: usize,
+    pub(super) notes: Vec<String>,
+    granule_sessions: usize,
+    all_sessions: usize,
+}
+
+impl Tally {
+    /// Nothing gathered yet, for `n_methods` methods.
+    pub(super) fn new(n_methods: usize) -> Self {
+        Self {
+            method_lines: vec![Vec::new(); n_methods],
+            per_question: vec![Vec::new(); n_methods],
+            skipped: vec![None; n_methods],
+            query_seconds: vec![0.0; n_methods],
+            granularities: None,
+            graph_nodes: 0,
+            graph_edges: 0,
+            n_questions: 0,
+            notes: Vec::new(),
+            granule_sessions: 0,
+            all_sessions: 0,
+        }
+    }
+
+    /// The conversation's LLM granules when the run reads them, noting what is missing.
+    pub(super) fn granules(
+        &mut self,
+        settings: &RetrieveSettings,
+        conversation: &Conversation,
+    ) -> anyhow::Result<Option<ConversationGranules>> {
+        let granules = match &settings.granules {
+            Some(build) => load_granules(build, conversation)?,
+            None => None,
+        };
+        if let Some(build) = &settings.granules {
+            let sample = &conversation.sample_id;
+            match &granules {
+                None => self.notes.push(format!(
+                    "{sample}: no LLM granules in {}.",
+                    build.granules_path(sample).display()
+                )),
+                Some(found) if !found.is_complete() => self
+                    .notes
+                    .push(format!("{sample}: no LLM granules for {}.", found.missing.join(", "))),
+                Some(_) => {}
+            }
+            self.granule_sessions += granules.as_ref().map_or(0, |found| found.sessions.len());
+            self.all_sessions += conversation.sessions.len();
+        }
+        Ok(granules)
+    }
+
+    /// Count the index's graph and the conversation's questions; keep the granularities every
+    /// index so far has.
+    pub(super) fn record_index(&mut self, index: &MemoryIndex, conversation: &Conversation) {
+        let present = index.granularities();
+        self.granularities = Some(match self.granularities.take() {
+            Some(seen) => seen.into_iter().filter(|g| present.contains(g)).collect(),
+            None => present,
+        });
+        self.graph_nodes += index.graph().n_nodes();
+        self.graph_edges += index.graph().n_edges();
+        self.n_questions += conversation.questions.len();
+    }
+
+    /// Rank every question of the conversation with the method in `slot` and score it; a method
+    /// whose units the index lacks is marked skipped.
+    pub(super) fn rank_questions(
+        &mut self,
+        slot: usize,
+        method: Method,
+        index: &MemoryIndex,
+        conversation: &Conversation,
+        question_vectors: &[Vec<f32>],
+    ) -> anyhow::Result<()> {
+        let query_started = Instant::now();
+        for (question, vector) in conversation.questions.iter().zip(question_vectors) {
+            let ranking = match index.rank(method, &question.question, vector) {
+                Ok(ranking) => ranking,
+                Err(IndexError::Unavailable { granularity, .. }) => {
+                    self.skipped[slot] =
+                        Some(format!("no {} units (they come from an LLM)", granularity.as_str()));
+                    break;
+                }
+                Err(err) => {
+                    return Err(err).with_context(|| format!("ranking {}", question.id));
+                }
+            };
+            let (sessions, turns) = ranking_ids(index, &ranking);
+            let evidence = Evidence::parse(&question.evidence);
+            let metrics = QuestionMetrics::score(&evidence, &sessions, turns.as_deref());
+            let line = QuestionLine {
+                question_id: &question.id,
+                category: &question.category,
+                question: &question.question,
+                evidence: &question.evidence,
+                top_sessions: sessions.into_iter().take(10).collect(),
+                top_turns: turns.map(|turns| turns.into_iter().take(10).collect()),
+                metrics: &metrics,
+            };
+            serde_json::to_writer(&mut self.method_lines[slot], &line)?;
+            self.method_lines[slot].push(b'\n');
+            self.per_question[slot].push((question.category.clone(), metrics));
+        }
+        self.query_seconds[slot] += query_started.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// One report per method (noting the skipped ones); writes `<method>.jsonl` for the others.
+    pub(super) fn method_reports(
+        &mut self,
+        settings: &RetrieveSettings,
+        output_dir: &Path,
+    ) -> anyhow::Result<Vec<MethodReport>> {
+        let mut methods = Vec::new();
+        for (slot, &method) in settings.methods.iter().enumerate() {
+            if let Some(reason) = &self.skipped[slot] {
+                self.notes.push(format!("`{method}` skipped: {reason}."));
+                methods.push(MethodReport {
+                    method,
+                    skipped: Some(reason.clone()),
+                    overall: MetricTable::default(),
+                    by_category: IndexMap::new(),
+                    query_seconds: 0.0,
+                });
+                continue;
+            }
+            let questions = &self.per_question[slot];
+            methods.push(MethodReport {
+                method,
+                skipped: None,
+                overall: MetricTable::average(questions.iter().map(|(_, m)| m)),
+                by_category: by_category(questions),
+                query_seconds: self.query_seconds[slot],
+            });
+            let path = output_dir.join(format!("{method}.jsonl"));
+            crate::fsutil::write_atomic(&path, &self.method_lines[slot])?;
+        }
+        Ok(methods)
+    }
+
+    /// The closing notes: how many sessions had granules, and whether MemGAS lacked LLM units.
+    pub(super) fn final_notes(
+        &mut self,
+        settings: &RetrieveSettings,
+        granularities: &[Granularity],
+    ) {
+        if let Some(build) = &settings.granules {
+            self.notes.push(format!(
+                "LLM granules of model `{}`: {} of {} sessions.",
+                build.model, self.granule_sessions, self.all_sessions
+            ));
+        }
+        if !granularities.contains(&Granularity::Summary) {
+            self.notes.push(
+                "No LLM summary/keyword units were given: MemGAS ran on session and turn units only."
+                    .to_string(),
+            );
+        }
+    }
+}
+
+/// Average metrics per category, in category order, keyed by category label.
+fn by_category(questions: &[(Category, QuestionMetrics)]) -> IndexMap<String, MetricTable> {
+    let mut categories: Vec<&Category> = questions.iter().map(|(c, _)| c).collect();
+    categories.sort();
+    categories.dedup();
+    categories
+        .into_iter()
+        .map(|category| {
+            let table = MetricTable::average(
+                questions.iter().filter(|(c, _)| c == category).map(|(_, m)| m),
+            );
+            (category_label(category), table)
+        })
+        .collect()
+}
+
+/// The question vectors of a conversation (through the cache), costs recorded in `timings`.
+pub(super) fn embed_questions(
+    conversation: &Conversation,
+    embedder: &LocalEmbedder,
+    cache: &EmbeddingCache,
+    timings: &mut Timings,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let questions: Vec<String> =
+        conversation.questions.iter().map(|q| q.question.clone()).collect();
+    let embed_started = Instant::now();
+    let (question_vectors, embedded) =
+        cache.get_or_embed(&conversation.sample_id, &questions, |texts| {
+            Ok(embedder.embed_blocking(texts)?)
+        })?;
+    timings.embed_seconds += embed_started.elapsed().as_secs_f64();
+    timings.texts_embedded += embedded;
+    timings.texts_cached += questions.len() - embedded;
+    Ok(question_vectors)
+}
+
+/// The units of every session, with LLM units attached where given (`--llm-units` first, then
+/// the granule cache).
+pub fn session_units(
+    conversation: &Conversation,
+    llm: Option<&BTreeMap<String, LlmUnit>>,
+    granules: Option<&ConversationGranules>,
+) -> Vec<SessionUnits> {
+    conversation
+        .sessions
+        .iter()
+        .map(|session| {
+            let mut units = SessionUnits::from_session(session);
+            if let Some(extra) = llm.and_then(|map| map.get(&units.session_id)) {
+                units.summary = extra.summary.clone();
+                units.keywords = extra.keywords.clone();
+            } else if let Some(found) = granules.and_then(|found| found.get(&units.session_id)) {
+                units.summary = Some(found.summary.clone());
+                units.keywords = Some(found.keyword_text());
+            }
+            units
+        })
+        .collect()
+}
+pub(super) fn build_index(
+    settings: &RetrieveSettings,
+    conversation: &Conversation,
+    units: &[SessionUnits],
+    embedder: &LocalEmbedder,
+    cache: &EmbeddingCache,
+    timings: &mut Timings,
+) -> anyhow::Result<MemoryIndex> {
+    let text_options = settings.index.units;
+    let per_session: Vec<Vec<String>> =
+        units.iter().map(|u| u.texts_to_embed(&text_options)).collect();
+    let all: Vec<String> = per_session.iter().flatten().cloned().collect();
+    let embed_started = Instant::now();
+    let (vectors, embedded) = cache
+        .get_or_embed(&conversation.sample_id, &all, |texts| Ok(embedder.embed_blocking(texts)?))?;
+    timings.embed_seconds += embed_started.elapsed().as_secs_f64();
+    timings.texts_embedded += embedded;
+    timings.texts_cached += all.len() - embedded;
+
+    let index_started = Instant::now();
+    let mut index = MemoryIndex::new(settings.index);
+    let mut rest = vectors.into_iter();
+    for (session_units, texts) in units.iter().zip(&per_session) {
+        let session_vectors: Vec<Vec<f32>> = rest.by_ref().take(texts.len()).collect();
+        let assembled =
+            session_units.assemble(&text_options, session_vectors).with_context(|| {
+                format!(
+                    "{} {}: embedding count mismatch",
+                    conversation.sample_id, session_units.session_id
+                )
+            })?;
+        index
+            .add_session(session_units.clone(), assembled)
+            .with_context(|| format!("indexing {}", conversation.sample_id))?;
+    }
+    timings.index_seconds += index_started.elapsed().as_secs_f64();
+    Ok(index)
+}
+fn category_label(category: &Category) -> String {
+    match category {
+        Category::Locomo(_) => format!("{} {}", category, category.name()),
+        Category::LongMemEval(name) => name.clone(),
+    }
+}

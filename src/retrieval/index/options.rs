@@ -1,0 +1,202 @@
+//! What shapes an index and its rankings: the retrieval [`Method`]s and their settings.
+
+use serde::{Deserialize, Serialize};
+
+use crate::retrieval::bm25::Bm25Params;
+use crate::retrieval::graph::GraphOptions;
+use crate::retrieval::router::RouterFormula;
+use crate::retrieval::units::UnitTextOptions;
+
+/// A retrieval method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// MemGAS: entropy router, seeds, personalized PageRank over the association graph.
+    Memgas,
+    /// Dense similarity to the session vector.
+    Session,
+    /// Dense similarity to each turn; a session scores its best turn.
+    Turn,
+    /// Dense similarity to the LLM summary.
+    Summary,
+    /// Dense similarity to the LLM keywords.
+    Keyword,
+    /// Dense similarity to MemGAS's hybrid text (summary, keywords, session).
+    Hybrid,
+    /// BM25 over turns (turn ranking) and over whole sessions (session ranking).
+    Bm25,
+    /// Weighted fusion of normalised BM25, dense-turn and (optionally) MemGAS scores.
+    Fusion,
+}
+
+impl Method {
+    /// Every method, in report order.
+    pub const ALL: [Method; 8] = [
+        Method::Memgas,
+        Method::Session,
+        Method::Turn,
+        Method::Summary,
+        Method::Keyword,
+        Method::Hybrid,
+        Method::Bm25,
+        Method::Fusion,
+    ];
+
+    /// Lowercase name (as on the command line).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Memgas => "memgas",
+            Method::Session => "session",
+            Method::Turn => "turn",
+            Method::Summary => "summary",
+            Method::Keyword => "keyword",
+            Method::Hybrid => "hybrid",
+            Method::Bm25 => "bm25",
+            Method::Fusion => "fusion",
+        }
+    }
+
+    /// Parse a name as printed by [`Method::as_str`].
+    pub fn parse(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|method| method.as_str() == name.trim().to_ascii_lowercase())
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the router compares for the turn granularity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnRouting {
+    /// Each session's best turn similarity, so every granularity's softmax runs over the same
+    /// number of memories (the sessions), as in MemGAS where a session has one turn vector.
+    #[default]
+    BestPerSession,
+    /// All turns (the entropy then grows with the turn count, penalising turns).
+    AllTurns,
+}
+
+/// MemGAS query-time settings (memgas.md §9 defaults; temperature as in the paper's runs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MemgasOptions {
+    /// Router weighting.
+    pub router: RouterFormula,
+    /// Router softmax temperature λ.
+    pub temperature: f64,
+    /// Seeds kept for PageRank (α).
+    pub n_seeds: usize,
+    /// Probability of following an edge in PageRank.
+    pub damping: f64,
+    /// Router input for turns.
+    pub turn_routing: TurnRouting,
+}
+
+impl Default for MemgasOptions {
+    fn default() -> Self {
+        Self {
+            router: RouterFormula::InverseEntropy,
+            temperature: 0.2,
+            n_seeds: 15,
+            damping: 0.1,
+            turn_routing: TurnRouting::BestPerSession,
+        }
+    }
+}
+
+/// How a channel's scores are put on a common scale before they are weighted and summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Normalisation {
+    /// `(v − min) / (max − min)`, so the best unit of every channel scores 1.
+    #[default]
+    MinMax,
+    /// `(v − mean) / standard deviation`, so a channel whose best unit stands far out of the
+    /// crowd counts for more than one with a flat top.
+    ZScore,
+}
+
+/// Score-fusion settings: each channel's scores are normalised per query over the conversation
+/// ([`Normalisation`]), then summed with these weights.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FusionOptions {
+    /// Weight of BM25 over turns in the turn score.
+    pub bm25: f64,
+    /// Weight of dense similarity of the turn in the turn score.
+    pub dense: f64,
+    /// Weight of BM25 over whole session documents in the session score.
+    pub session_bm25: f64,
+    /// Weight of a session's best dense turn similarity in the session score.
+    pub session_dense: f64,
+    /// Weight of MemGAS's PageRank mass (turn node; session sum).
+    pub memgas: f64,
+    /// Weight of a turn's session score in its turn score (hierarchical: evidence turns sit in
+    /// sessions that match the question as a whole).
+    pub session_to_turn: f64,
+    /// Weight of a session's aggregated fused turn scores in its session score.
+    pub turn_to_session: f64,
+    /// How many of a session's best fused turns make up that aggregate (1: the best alone).
+    pub session_top_turns: usize,
+    /// Weight of the i-th best of those turns is `session_turn_decay^i` (i from 0).
+    pub session_turn_decay: f64,
+    /// Channel normalisation.
+    pub normalisation: Normalisation,
+    /// Weight of [`date_affinity`](crate::retrieval::dates::date_affinity) (a session dated in a month the question names) in the
+    /// session score; 0 turns date awareness off.
+    pub date: f64,
+    /// Affinity of a session dated in the month after a named month (see [`date_affinity`](crate::retrieval::dates::date_affinity)).
+    pub date_next_month: f64,
+}
+
+impl Default for FusionOptions {
+    fn default() -> Self {
+        Self {
+            bm25: 1.0,
+            dense: 1.0,
+            session_bm25: 0.5,
+            session_dense: 1.0,
+            memgas: 0.0,
+            session_to_turn: 1.5,
+            turn_to_session: 1.0,
+            session_top_turns: 1,
+            session_turn_decay: 0.5,
+            normalisation: Normalisation::MinMax,
+            date: 2.0,
+            date_next_month: 0.5,
+        }
+    }
+}
+
+/// Everything that shapes an index and its rankings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IndexOptions {
+    /// The method [`MemoryIndex::query`](super::MemoryIndex::query) uses (fusion by default: the best offline method on
+    /// LoCoMo; see `eval/locomo/retrieve/summary.md`).
+    pub query_method: Method,
+    /// How unit texts are written (used by callers when embedding).
+    pub units: UnitTextOptions,
+    /// Association graph construction.
+    pub graph: GraphOptions,
+    /// MemGAS query settings.
+    pub memgas: MemgasOptions,
+    /// Fusion settings.
+    pub fusion: FusionOptions,
+    /// BM25 parameters (turn and session indexes).
+    pub bm25: Bm25Params,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        Self {
+            query_method: Method::Fusion,
+            units: UnitTextOptions::default(),
+            graph: GraphOptions::default(),
+            memgas: MemgasOptions::default(),
+            fusion: FusionOptions::default(),
+            bm25: Bm25Params::default(),
+        }
+    }
+}
