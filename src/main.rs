@@ -75,28 +75,7 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
         }
         Command::Build(args) => build(&args, &paths, quiet).await,
         Command::Memory(args) => memory(args.command, &paths).await,
-        Command::Ask(args) => {
-            let report = mragent::commands::own::ask(&paths, &args, env_var).await?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("{}", if report.ok { &report.answer } else { "(no answer)" });
-                for line in &report.supporting {
-                    println!(
-                        "  [{}] {} {}: {}",
-                        line.dia_id,
-                        line.date.as_deref().unwrap_or("?"),
-                        line.speaker,
-                        line.text
-                    );
-                }
-                println!("trace: {}", report.trace.display());
-            }
-            match &report.error {
-                Some(error) => Err(anyhow::anyhow!("the question failed: {error}")),
-                None => Ok(Outcome::Success),
-            }
-        }
+        Command::Ask(args) => ask(&args, &paths).await,
         Command::Serve(args) => {
             mragent::commands::own::serve(&paths, &args, env_var).await?;
             Ok(Outcome::Success)
@@ -192,6 +171,25 @@ async fn build(
             "some sessions failed (listed above); run the same command again to retry only those"
         );
         Ok(Outcome::Partial)
+    }
+}
+
+/// `mragent ask`: the answer, its supporting lines and the trace path.
+async fn ask(args: &mragent::cli::AskArgs, paths: &ProjectPaths) -> anyhow::Result<Outcome> {
+    let report = mragent::commands::own::ask(paths, args, env_var).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", if report.ok { &report.answer } else { "(no answer)" });
+        for line in &report.supporting {
+            let date = line.date.as_deref().unwrap_or("?");
+            println!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text);
+        }
+        println!("trace: {}", report.trace.display());
+    }
+    match &report.error {
+        Some(error) => Err(anyhow::anyhow!("the question failed: {error}")),
+        None => Ok(Outcome::Success),
     }
 }
 

@@ -36,10 +36,10 @@ pub async fn service(
     } else {
         let config = models.llm_config(&models.build_model);
         let embedder = crate::llm::EmbedderConfig { model: spec.to_string(), batch_size: 96 };
-        OwnEmbedder::Api(
+        OwnEmbedder::Api(Box::new(
             crate::llm::build_embedder(&config, &embedder)
                 .context("building the embedding client")?,
-        )
+        ))
     };
     let chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
         .context("building the model client")?;

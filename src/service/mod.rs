@@ -174,8 +174,8 @@ where
 pub enum OwnEmbedder {
     /// all-MiniLM-L6-v2 on this machine.
     Local(LocalEmbedder),
-    /// An embedding model of the endpoint.
-    Api(EmbedClient),
+    /// An embedding model of the endpoint (boxed: the client stack is large).
+    Api(Box<EmbedClient>),
 }
 
 impl Embedder for OwnEmbedder {

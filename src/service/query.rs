@@ -13,7 +13,10 @@ use crate::ingest::SampleEmbeddings;
 use crate::llm::{ChatModel, Embedder};
 use crate::results::{ResultLine, Status};
 use crate::retrieval::{IndexOptions, MemoryIndex};
-use crate::store::StoredConversation;
+use crate::store::{StoredConversation, StoredOutputs};
+
+/// Vectors by id, in order.
+type IdVectors = Vec<(String, Vec<f32>)>;
 
 /// One memory line found by `search`, or one line supporting an answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -165,14 +168,14 @@ where
         dialogue: crate::dataset::Conversation,
         index: MemoryIndex,
     ) -> Result<SampleMemory, ServiceError> {
-        let built: Vec<&crate::store::StoredOutputs> =
+        let built: Vec<&StoredOutputs> =
             stored.sessions.iter().filter_map(|session| session.outputs.as_ref()).collect();
         let rewrites: Vec<_> = built.iter().map(|outputs| outputs.rewrite.clone()).collect();
         let keywords: Vec<_> =
             built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
         let graph = crate::memory::build_graph(&dialogue, &rewrites, &keywords)
             .map_err(|error| anyhow::anyhow!("building the memory graph: {error}"))?;
-        let vectors = |pick: fn(&crate::store::StoredOutputs) -> &Vec<(String, Vec<f32>)>| {
+        let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
             built
                 .iter()
                 .flat_map(|outputs| pick(outputs).iter().cloned())
@@ -229,8 +232,8 @@ fn read_line(path: &std::path::Path, question_id: &str) -> Result<ResultLine, Se
     let text = std::fs::read_to_string(path)
         .map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?;
     text.lines()
+        .rev()
         .filter_map(|line| serde_json::from_str::<ResultLine>(line).ok())
-        .filter(|line| line.question_id == question_id)
-        .last()
+        .find(|line| line.question_id == question_id)
         .ok_or_else(|| anyhow::anyhow!("no result line for {question_id}").into())
 }

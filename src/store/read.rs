@@ -285,7 +285,7 @@ pub(super) fn encode_vectors<'a>(
 }
 
 fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>> {
-    if dims == 0 || bytes.len() % (4 * dims) != 0 {
+    if dims == 0 || !bytes.len().is_multiple_of(4 * dims) {
         return (bytes.is_empty()).then(Vec::new);
     }
     let values: Vec<f32> = bytes

@@ -48,110 +48,18 @@ impl Store {
         check_conversation_id(conversation)?;
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let stored: Option<String> = transaction
-            .query_row("SELECT embedder FROM conversations WHERE id = ?1", [conversation], |row| {
-                row.get(0)
-            })
-            .optional()?;
-        match &stored {
-            Some(stored) if stored != embedder => {
-                return Err(StoreError::EmbedderMismatch {
-                    conversation: conversation.to_string(),
-                    stored: stored.clone(),
-                    requested: embedder.to_string(),
-                });
-            }
-            Some(_) => {}
-            None => {
-                transaction.execute(
-                    "INSERT INTO conversations (id, embedder, created_at) VALUES (?1, ?2, ?3)",
-                    params![conversation, embedder, chrono::Utc::now().to_rfc3339()],
-                )?;
-            }
-        }
-
-        // Content hashes (with occurrence counts) and effective times over the whole input.
-        let times = effective_times(messages);
-        let mut occurrences: BTreeMap<String, u32> = BTreeMap::new();
-        // (as given, with the time used for placement, content hash)
-        let mut fresh: Vec<(&Message, Message, String)> = Vec::new();
-        let mut duplicates = 0;
-        for (message, time) in messages.iter().zip(&times) {
-            let occurrence = occurrences.entry(message.content_hash(0)).or_insert(0);
-            let hash = message.content_hash(*occurrence);
-            *occurrence += 1;
-            let known: bool = transaction.query_row(
-                "SELECT EXISTS(SELECT 1 FROM messages WHERE conversation_id = ?1 AND hash = ?2)",
-                params![conversation, hash],
-                |row| row.get(0),
-            )?;
-            if known {
-                duplicates += 1;
-                continue;
-            }
-            let mut placed = message.clone();
-            placed.timestamp = message.timestamp.or(time.map(Timestamp::Instant));
-            fresh.push((message, placed, hash));
-        }
+        let created = ensure_conversation(&transaction, conversation, embedder)?;
+        let (fresh, duplicates) = fresh_messages(&transaction, conversation, messages)?;
         let mut added = Added {
-            created: stored.is_none(),
+            created,
             new_messages: fresh.len(),
             duplicates,
             new_sessions: Vec::new(),
             changed_sessions: Vec::new(),
         };
-        if fresh.is_empty() {
-            transaction.commit()?;
-            return Ok(added);
+        if !fresh.is_empty() {
+            insert_messages(&transaction, conversation, &fresh, gap, &mut added)?;
         }
-
-        let spans = session_spans(&transaction, conversation)?;
-        let to_place: Vec<Message> = fresh.iter().map(|(_, placed, _)| placed.clone()).collect();
-        let (placements, new_sessions) = place_messages(&spans, &to_place, gap);
-        let mut next_number = spans.iter().map(|span| span.number).max().unwrap_or(0) + 1;
-        for key in &new_sessions {
-            transaction.execute(
-                "INSERT INTO sessions (conversation_id, number, key) VALUES (?1, ?2, ?3)",
-                params![conversation, next_number, key],
-            )?;
-            added.new_sessions.push(next_number);
-            next_number += 1;
-        }
-        let mut seq: i64 = transaction.query_row(
-            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE conversation_id = ?1",
-            [conversation],
-            |row| row.get(0),
-        )?;
-        for ((original, placed, hash), placement) in fresh.iter().zip(&placements) {
-            let number = match placement {
-                Placement::Existing(number) => {
-                    if !added.changed_sessions.contains(number) {
-                        added.changed_sessions.push(*number);
-                    }
-                    *number
-                }
-                Placement::New(index) => added.new_sessions[*index],
-            };
-            seq += 1;
-            let sort_time = placed
-                .timestamp
-                .map(|stamp| stamp.instant().to_rfc3339_opts(SecondsFormat::Secs, true));
-            transaction.execute(
-                "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text, timestamp, sort_time)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    conversation,
-                    hash,
-                    number,
-                    seq,
-                    original.speaker,
-                    original.text,
-                    original.timestamp.map(Timestamp::canonical),
-                    sort_time
-                ],
-            )?;
-        }
-        added.changed_sessions.sort_unstable();
         transaction.commit()?;
         Ok(added)
     }
@@ -192,6 +100,126 @@ impl Store {
         transaction.commit()?;
         Ok(true)
     }
+}
+
+/// A new message: as given, with the time used for placement, and its content hash.
+type Fresh<'a> = (&'a Message, Message, String);
+
+/// Creates the conversation if needed (true when created); errors when it exists with another
+/// embedder.
+fn ensure_conversation(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    embedder: &str,
+) -> Result<bool, StoreError> {
+    let stored: Option<String> = transaction
+        .query_row("SELECT embedder FROM conversations WHERE id = ?1", [conversation], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    match stored {
+        Some(stored) if stored != embedder => Err(StoreError::EmbedderMismatch {
+            conversation: conversation.to_string(),
+            stored,
+            requested: embedder.to_string(),
+        }),
+        Some(_) => Ok(false),
+        None => {
+            transaction.execute(
+                "INSERT INTO conversations (id, embedder, created_at) VALUES (?1, ?2, ?3)",
+                params![conversation, embedder, chrono::Utc::now().to_rfc3339()],
+            )?;
+            Ok(true)
+        }
+    }
+}
+
+/// The messages not stored yet (content hashes with occurrence counts, effective times over
+/// the whole input), and how many were stored already.
+fn fresh_messages<'a>(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    messages: &'a [Message],
+) -> Result<(Vec<Fresh<'a>>, usize), StoreError> {
+    let times = effective_times(messages);
+    let mut occurrences: BTreeMap<String, u32> = BTreeMap::new();
+    let mut fresh = Vec::new();
+    let mut duplicates = 0;
+    for (message, time) in messages.iter().zip(&times) {
+        let occurrence = occurrences.entry(message.content_hash(0)).or_insert(0);
+        let hash = message.content_hash(*occurrence);
+        *occurrence += 1;
+        let known: bool = transaction.query_row(
+            "SELECT EXISTS(SELECT 1 FROM messages WHERE conversation_id = ?1 AND hash = ?2)",
+            params![conversation, hash],
+            |row| row.get(0),
+        )?;
+        if known {
+            duplicates += 1;
+            continue;
+        }
+        let mut placed = message.clone();
+        placed.timestamp = message.timestamp.or(time.map(Timestamp::Instant));
+        fresh.push((message, placed, hash));
+    }
+    Ok((fresh, duplicates))
+}
+
+/// Places the fresh messages into sessions (creating new ones) and inserts them.
+fn insert_messages(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    fresh: &[Fresh<'_>],
+    gap: TimeDelta,
+    added: &mut Added,
+) -> Result<(), StoreError> {
+    let spans = session_spans(transaction, conversation)?;
+    let to_place: Vec<Message> = fresh.iter().map(|(_, placed, _)| placed.clone()).collect();
+    let (placements, new_sessions) = place_messages(&spans, &to_place, gap);
+    let first_number = spans.iter().map(|span| span.number).max().unwrap_or(0) + 1;
+    for (number, key) in (first_number..).zip(&new_sessions) {
+        transaction.execute(
+            "INSERT INTO sessions (conversation_id, number, key) VALUES (?1, ?2, ?3)",
+            params![conversation, number, key],
+        )?;
+        added.new_sessions.push(number);
+    }
+    let mut seq: i64 = transaction.query_row(
+        "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE conversation_id = ?1",
+        [conversation],
+        |row| row.get(0),
+    )?;
+    for ((original, placed, hash), placement) in fresh.iter().zip(&placements) {
+        let number = match placement {
+            Placement::Existing(number) => {
+                if !added.changed_sessions.contains(number) {
+                    added.changed_sessions.push(*number);
+                }
+                *number
+            }
+            Placement::New(index) => added.new_sessions[*index],
+        };
+        seq += 1;
+        let sort_time = placed
+            .timestamp
+            .map(|stamp| stamp.instant().to_rfc3339_opts(SecondsFormat::Secs, true));
+        transaction.execute(
+            "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text, timestamp, sort_time)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                conversation,
+                hash,
+                number,
+                seq,
+                original.speaker,
+                original.text,
+                original.timestamp.map(Timestamp::canonical),
+                sort_time
+            ],
+        )?;
+    }
+    added.changed_sessions.sort_unstable();
+    Ok(())
 }
 
 /// The spans of a conversation's sessions, by number.

@@ -54,7 +54,7 @@ pub(crate) fn service(
             .unwrap();
     let store = Store::open(Store::default_path(root)).unwrap();
     let settings = ServiceSettings::new(root, EMBEDDER, "test-model", "test-model");
-    MemoryService::new(store, settings, chat, OwnEmbedder::Api(embedder))
+    MemoryService::new(store, settings, chat, OwnEmbedder::Api(Box::new(embedder)))
 }
 
 /// `sessions` sessions of four messages, one day apart, each with a session id.
