@@ -171,44 +171,10 @@ fn parse_item_body(
     let mut evidence = Vec::new();
     for (position, (date_value, session_value)) in dates.into_iter().zip(session_values).enumerate()
     {
-        let number = u32::try_from(position + 1)
-            .map_err(|_| FieldError::new("haystack_sessions", "too many sessions"))?;
-        let date_time = match date_value {
-            Value::String(text) => text,
-            other => {
-                return Err(FieldError::new(
-                    json::index("haystack_dates", position),
-                    format!("expected a string, found {}", json::kind(&other)),
-                ));
-            }
-        };
-        let date = parse_longmemeval_date(&date_time);
-        if date.is_none() {
-            tracing::warn!(question_id, session = number, %date_time, "session date not understood");
-        }
-        let path = json::index("haystack_sessions", position);
-        let turn_values = match session_value {
-            Value::Array(turns) => turns,
-            other => {
-                return Err(FieldError::new(
-                    path,
-                    format!("expected an array, found {}", json::kind(&other)),
-                ));
-            }
-        };
-        let mut turns = Vec::with_capacity(turn_values.len());
-        for (turn_position, turn_value) in turn_values.into_iter().enumerate() {
-            let turn_path = json::index(&path, turn_position);
-            let dia_id = format!("D{number}:{}", turn_position + 1);
-            if let Some(turn) = parse_turn(dia_id, turn_value, &turn_path)? {
-                if turn.has_answer {
-                    evidence.push(turn.dia_id.clone());
-                }
-                turns.push(turn);
-            }
-        }
-        if !turns.is_empty() {
-            sessions.push(Session { index: number, date_time: Some(date_time), date, turns });
+        if let Some(session) =
+            parse_session(question_id, position, date_value, session_value, &mut evidence)?
+        {
+            sessions.push(session);
         }
     }
 
@@ -228,6 +194,59 @@ fn parse_item_body(
             question_date,
         }],
     })
+}
+
+/// One haystack session at `position`: its date and its non-empty turns (evidence turns are
+/// added to `evidence`); `None` when every turn is empty.
+fn parse_session(
+    question_id: &str,
+    position: usize,
+    date_value: Value,
+    session_value: Value,
+    evidence: &mut Vec<String>,
+) -> Result<Option<Session>, FieldError> {
+    let number = u32::try_from(position + 1)
+        .map_err(|_| FieldError::new("haystack_sessions", "too many sessions"))?;
+    let date_time = match date_value {
+        Value::String(text) => text,
+        other => {
+            return Err(FieldError::new(
+                json::index("haystack_dates", position),
+                format!("expected a string, found {}", json::kind(&other)),
+            ));
+        }
+    };
+    let date = parse_longmemeval_date(&date_time);
+    if date.is_none() {
+        tracing::warn!(question_id, session = number, %date_time, "session date not understood");
+    }
+    let path = json::index("haystack_sessions", position);
+    let turn_values = match session_value {
+        Value::Array(turns) => turns,
+        other => {
+            return Err(FieldError::new(
+                path,
+                format!("expected an array, found {}", json::kind(&other)),
+            ));
+        }
+    };
+    let mut turns = Vec::with_capacity(turn_values.len());
+    for (turn_position, turn_value) in turn_values.into_iter().enumerate() {
+        let turn_path = json::index(&path, turn_position);
+        let dia_id = format!("D{number}:{}", turn_position + 1);
+        if let Some(turn) = parse_turn(dia_id, turn_value, &turn_path)? {
+            if turn.has_answer {
+                evidence.push(turn.dia_id.clone());
+            }
+            turns.push(turn);
+        }
+    }
+    Ok((!turns.is_empty()).then(|| Session {
+        index: number,
+        date_time: Some(date_time),
+        date,
+        turns,
+    }))
 }
 
 /// One turn; `None` for an empty turn (the reference drops empty turns). The dia_id is

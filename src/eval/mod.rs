@@ -381,15 +381,15 @@ fn write_outputs(
     crate::fsutil::write_atomic(&output_dir.join("scores.jsonl"), &scores)?;
     let json = serde_json::to_string_pretty(summary).context("serialising the summary")?;
     crate::fsutil::write_atomic(&output_dir.join("summary.json"), &(json + "\n"))?;
-    crate::fsutil::write_atomic(&output_dir.join("summary.md"), &summary_markdown(summary))?;
+    crate::fsutil::write_atomic(&output_dir.join("summary.md"), summary_markdown(summary))?;
     let title = format!("{} / {} / {}", summary.dataset, summary.model, summary.file);
     crate::fsutil::write_atomic(
         &output_dir.join("accuracy.svg"),
-        &svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows),
+        svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows),
     )?;
     crate::fsutil::write_atomic(
         &output_dir.join("tokens.svg"),
-        &svg::tokens_chart(&format!("Tokens per question: {title}"), &summary.rows),
+        svg::tokens_chart(&format!("Tokens per question: {title}"), &summary.rows),
     )?;
     Ok(())
 }
