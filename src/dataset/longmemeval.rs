@@ -241,7 +241,7 @@ fn parse_session(
             turns.push(turn);
         }
     }
-    Ok((!turns.is_empty()).then(|| Session {
+    Ok((!turns.is_empty()).then_some(Session {
         index: number,
         date_time: Some(date_time),
         date,
