@@ -5,8 +5,7 @@ use chrono::{DateTime, NaiveDate};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
-use super::write::short_hash;
-use super::{ConversationInfo, INFO_QUERY, Store, StoreError, info_of_row};
+use super::{ConversationInfo, INFO_QUERY, Store, StoreError, content_id, info_of_row};
 use crate::dataset::{Conversation, DatasetKind, Session, Turn};
 use crate::ingest::keywords::KeywordRecord;
 use crate::memory::input::SessionRewrite;
@@ -218,7 +217,7 @@ pub(super) fn session_messages(
             (message.speaker.as_str(), message.text.as_str(), message.sort_time.as_deref())
         })
         .collect();
-    let hash = short_hash(serde_json::json!(content).to_string().as_bytes());
+    let hash = content_id(&serde_json::json!(content).to_string());
     Ok((messages, hash))
 }
 
