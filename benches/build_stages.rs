@@ -20,59 +20,17 @@ use std::time::{Duration, Instant};
 
 use mragent::dataset::{Conversation, DatasetKind, default_path, load_locomo};
 use mragent::ingest::{BuildSettings, build, load_memory};
-use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer, hashed_embedding};
+use mragent::llm::scripted::ScriptedServer;
 use mragent::llm::{
     Embedder as _, EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder,
 };
 use regex::Regex;
-use serde_json::{Value, json};
+
+#[path = "support/stages.rs"]
+mod stages;
 
 /// Dimension of `text-embedding-3-large`.
 const DIMS: usize = 3072;
-
-/// Answer a chat request from its prompt: a rewrite with one sentence per `[dia_id]` line, or
-/// keywords (capitalised words) for the sentence list of a keyword prompt.
-fn answer(request: &RecordedRequest, turn: &Regex, session: &Regex) -> ScriptedReply {
-    if request.is_embeddings() {
-        let vectors =
-            request.embedding_inputs().iter().map(|text| hashed_embedding(text, DIMS)).collect();
-        return ScriptedReply::Embeddings(vectors);
-    }
-    let prompt = request.messages()[0]["content"].as_str().unwrap_or_default();
-    let sessions: Vec<(String, Option<String>)> = session
-        .captures_iter(prompt)
-        .map(|c| (c[1].to_string(), c.get(2).map(|m| m.as_str().to_string())))
-        .collect();
-    if !sessions.is_empty() {
-        let date = sessions[0].1.clone();
-        let sentences: Vec<Value> = turn
-            .captures_iter(prompt)
-            .map(|c| {
-                json!({"id": format!("{}-1", &c[1]), "origin": &c[1], "text": format!("{} said: {}", &c[2], &c[3]),
-                       "tag": "Chat", "time": date, "topic": ["t1"]})
-            })
-            .collect();
-        let first = sentences.first().map(|s| s["origin"].clone()).unwrap_or_default();
-        return ScriptedReply::json(&json!({
-            "conversation_time": date, "sentence": sentences, "topics": {"t1": "What was said in this session"},
-            "personal_sentences": [{"id": "p1", "person": "someone", "tag": "Talk", "text": "someone talked", "origin": first}]
-        }));
-    }
-    let line = prompt.lines().find(|line| line.starts_with("[{\"id\"")).unwrap_or("[]");
-    let items: Vec<Value> = serde_json::from_str(line).unwrap_or_default();
-    let keywords: Vec<Value> = items
-        .iter()
-        .map(|item| {
-            let text = item["text"].as_str().unwrap_or_default();
-            let words: Vec<&str> = text
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|word| word.chars().next().is_some_and(char::is_uppercase))
-                .collect();
-            json!({"sentence_id": item["id"], "keyword": words})
-        })
-        .collect();
-    ScriptedReply::json(&json!({"sentence": keywords}))
-}
 
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
@@ -95,9 +53,9 @@ fn main() {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
-        let turn = Regex::new(r"(?m)^\[(D\d+:\d+)\] ([^:]+): (.*)$").expect("valid regex");
-        let session = Regex::new(r"(?m)^Session (D\d+), date: .*?(?:\((\d{4}-\d{2}-\d{2})\))?$").expect("valid regex");
-        let server = ScriptedServer::with_responder(move |request| answer(request, &turn, &session)).await.expect("server");
+        let turn = Regex::new(stages::TURN).expect("valid regex");
+        let session = Regex::new(stages::SESSION).expect("valid regex");
+        let server = ScriptedServer::with_responder(move |request| stages::answer(request, &turn, &session, DIMS)).await.expect("server");
         let config = LlmConfig::new(server.base_url(), Secret::new("bench"), "bench-model");
         let chat = build_chat_model(&config).expect("chat client");
         let embedder =

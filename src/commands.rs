@@ -3,6 +3,8 @@
 //! Each function here is what one CLI subcommand does after settings are resolved; `main.rs`
 //! only dispatches and prints. Orchestration errors are `anyhow` with context.
 
+pub mod own;
+
 use std::time::Instant;
 
 use anyhow::Context as _;

@@ -4,7 +4,8 @@
 //! Modules are declared in data-flow order (a suggested reading order):
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`settings`]: resolved settings; [`logging`]: tracing setup;
 //!   [`prompts`]: every prompt, compiled in.
-//! - [`dataset`]: LoCoMo / LongMemEval input model and loaders.
+//! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
+//!   conversations and their placement into sessions.
 //! - [`llm`]: the only module that talks to model endpoints.
 //! - [`embedding`]: the local all-MiniLM-L6-v2 embedder (candle), provisioned automatically.
 //! - [`ingest`]: the write path, the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
@@ -14,6 +15,8 @@
 //! - [`agent`]: the answer engine: pre-loop retrieval, the tool loop, resumable runs, traces.
 //! - [`agent`]: the answer engine: pre-loop retrieval, graph tools, the tool-calling loop,
 //!   resumable concurrent runs, traces.
+//! - [`store`]: the SQLite store of own conversations (a source of truth); [`service`]: add,
+//!   search and ask over it; [`serve`]: the HTTP API.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
@@ -24,6 +27,7 @@ pub mod logging;
 pub mod prompts;
 pub mod settings;
 
+pub mod convo;
 pub mod dataset;
 pub mod llm;
 
@@ -31,13 +35,18 @@ pub mod embedding;
 
 pub mod ingest;
 pub mod memory;
+pub mod store;
 
 pub mod retrieval;
 
 pub mod agent;
 
+pub mod service;
+
 pub mod results;
 
 pub mod eval;
+
+pub mod serve;
 
 pub mod commands;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use mragent::cli::{Cli, Command};
+use mragent::cli::{Cli, Command, MemoryCommand};
 use mragent::settings::{DataSettings, ModelSettings, ProjectPaths};
 
 fn main() -> ExitCode {
@@ -58,6 +58,9 @@ fn command_name(command: &Command) -> &'static str {
         Command::Retrieve(_) => "retrieve",
         Command::Run(_) => "run",
         Command::Trace(_) => "trace",
+        Command::Memory(_) => "memory",
+        Command::Ask(_) => "ask",
+        Command::Serve(_) => "serve",
     }
 }
 
@@ -71,6 +74,12 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             Ok(Outcome::Success)
         }
         Command::Build(args) => build(&args, &paths, quiet).await,
+        Command::Memory(args) => memory(args.command, &paths).await,
+        Command::Ask(args) => ask(&args, &paths).await,
+        Command::Serve(args) => {
+            mragent::commands::own::serve(&paths, &args, env_var).await?;
+            Ok(Outcome::Success)
+        }
         Command::Run(args) => {
             let data = DataSettings::resolve(&paths, &args.data);
             let models = ModelSettings::resolve(&args.model, env_var)?;
@@ -162,6 +171,85 @@ async fn build(
             "some sessions failed (listed above); run the same command again to retry only those"
         );
         Ok(Outcome::Partial)
+    }
+}
+
+/// `mragent ask`: the answer, its supporting lines and the trace path.
+async fn ask(args: &mragent::cli::AskArgs, paths: &ProjectPaths) -> anyhow::Result<Outcome> {
+    let report = mragent::commands::own::ask(paths, args, env_var).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", if report.ok { &report.answer } else { "(no answer)" });
+        for line in &report.supporting {
+            let date = line.date.as_deref().unwrap_or("?");
+            println!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text);
+        }
+        println!("trace: {}", report.trace.display());
+    }
+    match &report.error {
+        Some(error) => Err(anyhow::anyhow!("the question failed: {error}")),
+        None => Ok(Outcome::Success),
+    }
+}
+
+/// `mragent memory …`: the own-conversation store.
+async fn memory(command: MemoryCommand, paths: &ProjectPaths) -> anyhow::Result<Outcome> {
+    use mragent::commands::own;
+    match command {
+        MemoryCommand::Add(args) => {
+            let report = own::memory_add(paths, &args, env_var).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+            Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
+        }
+        MemoryCommand::Search(args) => {
+            let hits = own::memory_search(paths, &args, env_var).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            }
+            for hit in hits.iter().filter(|_| !args.json) {
+                let when = hit.timestamp.as_deref().or(hit.date.as_deref()).unwrap_or("?");
+                println!(
+                    "{:.3}  [{}] {when} {}: {}  ({})",
+                    hit.score, hit.dia_id, hit.speaker, hit.text, hit.id
+                );
+            }
+            Ok(Outcome::Success)
+        }
+        MemoryCommand::List(args) => {
+            let conversations = own::open_store(paths)?.list()?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&conversations)?);
+            }
+            for info in conversations.iter().filter(|_| !args.json) {
+                println!(
+                    "{}  {} messages, {} sessions ({} built), {} to {}, embedder {}",
+                    info.id,
+                    info.messages,
+                    info.sessions,
+                    info.built_sessions,
+                    info.first_message.as_deref().unwrap_or("?"),
+                    info.last_message.as_deref().unwrap_or("?"),
+                    info.embedder
+                );
+            }
+            Ok(Outcome::Success)
+        }
+        MemoryCommand::Show(args) => {
+            let stored = own::open_store(paths)?.load(&args.conversation)?;
+            print!("{}", own::render_conversation(&stored, args.json)?);
+            Ok(Outcome::Success)
+        }
+        MemoryCommand::Forget(args) => {
+            let store = own::open_store(paths)?;
+            let info = store.forget(&args.conversation)?;
+            println!("forgot {}: {} messages, {} sessions", info.id, info.messages, info.sessions);
+            Ok(Outcome::Success)
+        }
     }
 }
 

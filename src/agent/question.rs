@@ -7,7 +7,7 @@
 //! adversarial (5) offers two options, "Not mentioned in the conversation" and the distractor, in
 //! an order drawn from a seeded coin per question (the reference's coin was unseeded). LongMemEval
 //! temporal-reasoning questions get `current_date` from the question date, as in the reference;
-//! other question types get none. Pure functions, no IO.
+//! other question types get none; questions about own conversations always get today's date. Pure functions, no IO.
 
 use sha2::{Digest, Sha256};
 
@@ -91,9 +91,11 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
         }
         _ => {}
     }
-    // The reference gives today's date to temporal-reasoning questions only.
-    if dataset == DatasetKind::LongMemEval
-        && question.category == Category::LongMemEval(TEMPORAL_REASONING.into())
+    // The reference gives today's date to temporal-reasoning questions only; a question about
+    // an own conversation is asked now, so it always gets today's date.
+    if dataset == DatasetKind::Own
+        || (dataset == DatasetKind::LongMemEval
+            && question.category == Category::LongMemEval(TEMPORAL_REASONING.into()))
     {
         prepared.current_date = question.question_date.as_deref().and_then(date_of);
     }

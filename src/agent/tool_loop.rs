@@ -197,7 +197,9 @@ pub(super) fn run_setup(
     };
     let dataset_rules = match settings.dataset {
         DatasetKind::Locomo => "",
-        DatasetKind::LongMemEval => prompts::ANSWER_RULES_LONGMEMEVAL.text.trim(),
+        DatasetKind::LongMemEval | DatasetKind::Own => {
+            prompts::ANSWER_RULES_LONGMEMEVAL.text.trim()
+        }
     };
     let calls_per_round = settings.limits.max_calls_per_round.to_string();
     // The templates and their values are fixed at compile time; a render failure is a bug that

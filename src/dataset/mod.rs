@@ -26,6 +26,8 @@ pub enum DatasetKind {
     Locomo,
     /// LongMemEval (`--data LM`).
     LongMemEval,
+    /// A user's own conversation from the memory store (`mragent memory add`).
+    Own,
 }
 
 impl DatasetKind {
@@ -34,6 +36,7 @@ impl DatasetKind {
         match self {
             DatasetKind::Locomo => "locomo",
             DatasetKind::LongMemEval => "LM",
+            DatasetKind::Own => "own",
         }
     }
 }
@@ -206,6 +209,11 @@ pub enum Error {
         "unknown longmemeval question type index {0}; valid: 0 multi-session, 1 single-session-user, 2 temporal-reasoning, 3 knowledge-update, 4 single-session-assistant, 5 single-session-preference"
     )]
     UnknownQuestionType(u8),
+    /// Own conversations are not loaded from a dataset file.
+    #[error(
+        "own conversations live in the memory store (`mragent memory add`), not in a dataset file"
+    )]
+    NotADatasetFile,
 }
 
 fn sample_prefix(sample: Option<&str>) -> String {
@@ -252,6 +260,7 @@ pub fn load(
     let conversations = match kind {
         DatasetKind::Locomo => load_locomo(path)?,
         DatasetKind::LongMemEval => load_longmemeval(path)?,
+        DatasetKind::Own => return Err(Error::NotADatasetFile),
     };
     let mut conversations = select_samples(conversations, &options.samples)?;
     if kind == DatasetKind::LongMemEval {

@@ -342,7 +342,7 @@ pub fn builtin_prompt(
             JudgeProtocol::Mem0 => prompts::JUDGE_LOCOMO,
             JudgeProtocol::Strict => prompts::JUDGE_LOCOMO_STRICT,
         }),
-        (DatasetKind::Locomo, _) => None,
+        (DatasetKind::Locomo | DatasetKind::Own, _) => None,
         (DatasetKind::LongMemEval, _) if question_id.ends_with("_abs") => {
             Some(prompts::JUDGE_LONGMEMEVAL_ABSTENTION)
         }

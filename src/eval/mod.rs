@@ -104,7 +104,7 @@ impl EvalSettings {
     fn audit_in_use(&self) -> Option<&Path> {
         match self.dataset {
             DatasetKind::Locomo => self.audit_file.as_deref(),
-            DatasetKind::LongMemEval => None,
+            DatasetKind::LongMemEval | DatasetKind::Own => None,
         }
     }
 }
@@ -463,6 +463,7 @@ pub async fn evaluate<M: ChatModel>(
         || match settings.dataset {
             DatasetKind::Locomo => settings.protocol.as_str().to_string(),
             DatasetKind::LongMemEval => "longmemeval".to_string(),
+            DatasetKind::Own => "own".to_string(),
         },
         |custom| custom.name.clone(),
     );

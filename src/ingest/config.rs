@@ -53,7 +53,7 @@ impl BuildSettings {
     /// Sessions per rewrite call for this dataset.
     pub(super) fn batch(&self) -> usize {
         match self.dataset {
-            DatasetKind::Locomo => 1,
+            DatasetKind::Locomo | DatasetKind::Own => 1,
             DatasetKind::LongMemEval => self.lm_batch.max(1),
         }
     }

@@ -328,9 +328,11 @@ async fn granules_of_session<M: ChatModel>(
 fn participants(conversation: &Conversation) -> String {
     match (conversation.dataset, conversation.speakers.as_slice()) {
         (DatasetKind::LongMemEval, _) => "a user and an AI assistant".to_string(),
-        (DatasetKind::Locomo, []) => "two people".to_string(),
-        (DatasetKind::Locomo, [one]) => one.clone(),
-        (DatasetKind::Locomo, [init @ .., last]) => format!("{} and {last}", init.join(", ")),
+        (DatasetKind::Locomo | DatasetKind::Own, []) => "two people".to_string(),
+        (DatasetKind::Locomo | DatasetKind::Own, [one]) => one.clone(),
+        (DatasetKind::Locomo | DatasetKind::Own, [init @ .., last]) => {
+            format!("{} and {last}", init.join(", "))
+        }
     }
 }
 

@@ -29,6 +29,7 @@ mod repair;
 pub mod rewrite;
 mod run;
 mod sample;
+pub mod session;
 mod summary;
 mod unit;
 
@@ -53,6 +54,7 @@ use crate::ingest::repair::ask_salvaging;
 use crate::ingest::rewrite::{RewriteRecord, RewriteSalvage};
 use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, run_all, settle};
 use crate::ingest::sample::{SampleCaches, embedding_planned, keyword_planned, rewrite_planned};
+pub use crate::ingest::session::{SessionError, SessionOutputs, build_session};
 use crate::ingest::summary::summarise;
 pub use crate::ingest::summary::{
     BuildSummary, BuiltMemory, FailedUnit, RepairCounts, RunSummary, SampleFailures, SampleSummary,

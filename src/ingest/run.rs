@@ -179,12 +179,18 @@ pub(super) async fn settle<T: Serialize + serde::de::DeserializeOwned + Clone>(
 /// Errors that would fail every unit the same way abort the build instead of being recorded
 /// unit by unit: a configuration problem, a rejected key, an unknown model.
 pub(super) fn abort_if_fatal(error: &llm::Error) -> anyhow::Result<()> {
-    if error.is_fatal() {
+    if is_fatal(error) {
         return Err(anyhow::anyhow!(
             "the endpoint refuses every request, stopping the build: {error}"
         ));
     }
     Ok(())
+}
+
+/// Whether `error` would fail every unit alike (see [`abort_if_fatal`]): a configuration problem
+/// or what the LLM layer calls fatal (rejected key, unknown model).
+pub(super) fn is_fatal(error: &llm::Error) -> bool {
+    matches!(error, llm::Error::Config(_)) || error.is_fatal()
 }
 
 pub(super) fn failed_unit(

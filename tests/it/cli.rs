@@ -6,7 +6,8 @@ use std::process::Output;
 use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
-const COMMANDS: &[&str] = &["build", "run", "eval", "retrieve", "trace", "ping"];
+const COMMANDS: &[&str] =
+    &["build", "run", "eval", "retrieve", "trace", "ping", "memory", "ask", "serve"];
 
 /// Run the built binary in a new empty directory (no `.env`) with a clean model environment.
 async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {

@@ -12,4 +12,6 @@ mod granules;
 mod ingest;
 mod llm;
 mod memory;
+mod own;
 mod retrieval;
+mod serve;

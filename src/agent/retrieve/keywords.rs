@@ -93,7 +93,9 @@ pub(super) async fn analyse_question<M: ChatModel>(
     })?;
     let window = parse_time_window(&analysis.question_time);
     let matches = match input.dataset {
-        DatasetKind::Locomo => query::match_keywords(input.graph, &analysis.keywords),
+        DatasetKind::Locomo | DatasetKind::Own => {
+            query::match_keywords(input.graph, &analysis.keywords)
+        }
         DatasetKind::LongMemEval => {
             query::match_keywords(input.graph, &with_user_keyword(&analysis.keywords))
         }

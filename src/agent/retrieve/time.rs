@@ -123,7 +123,7 @@ pub(super) async fn route_by_window<M: ChatModel>(
     }
     Some(match input.dataset {
         DatasetKind::Locomo => ("similar_sentence", routed.sentences),
-        DatasetKind::LongMemEval => {
+        DatasetKind::LongMemEval | DatasetKind::Own => {
             let sentences = if routed.sentences.len() > input.settings.k2 && !routed.whole_window {
                 let (kept, cost) = rerank(model, input, routed.sentences, trace).await;
                 *usage += cost;
@@ -164,7 +164,7 @@ fn time_route(
     }
     let limit = match input.dataset {
         DatasetKind::Locomo => settings.time_event_limit,
-        DatasetKind::LongMemEval => settings.k2,
+        DatasetKind::LongMemEval | DatasetKind::Own => settings.k2,
     };
     let dates: BTreeMap<String, NaiveDate> =
         events.iter().map(|event| (origin_of(&event.event_id).to_string(), event.date)).collect();

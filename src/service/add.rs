@@ -1,0 +1,211 @@
+//! `add`: store messages, then build the sessions that have no outputs for their content.
+
+use std::time::Instant;
+
+use futures::StreamExt as _;
+use serde::Serialize;
+
+use super::{MemoryService, ServiceError, blocking};
+use crate::convo::Message;
+use crate::dataset::Conversation;
+use crate::ingest::{SessionError, build_session};
+use crate::llm::{ChatModel, Embedder};
+use crate::retrieval::IndexOptions;
+use crate::retrieval::units::{SessionUnits, UnitVectors};
+
+/// A session the stages could not build; the next add retries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedSession {
+    /// `D<number>`.
+    pub session: String,
+    /// Why.
+    pub error: String,
+}
+
+/// What an add did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AddReport {
+    /// Conversation id.
+    pub conversation: String,
+    /// The conversation was created by this add.
+    pub created: bool,
+    /// Messages stored now.
+    pub new_messages: usize,
+    /// Messages that were stored already (skipped).
+    pub duplicates: usize,
+    /// Sessions built now (`D<n>`), in number order.
+    pub built_sessions: Vec<String>,
+    /// Sessions that failed to build.
+    pub failed_sessions: Vec<FailedSession>,
+    /// Sessions stored in all.
+    pub sessions: usize,
+    /// Chat calls made, re-asks included.
+    pub chat_calls: u32,
+    /// Wall time in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+impl AddReport {
+    /// Whether every session of the conversation is built.
+    pub fn is_complete(&self) -> bool {
+        self.failed_sessions.is_empty()
+    }
+}
+
+impl std::fmt::Display for AddReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} new messages ({} already stored), {} sessions built now, {} failed, {} sessions in all; {} model calls in {:.1}s",
+            self.conversation,
+            self.new_messages,
+            self.duplicates,
+            self.built_sessions.len(),
+            self.failed_sessions.len(),
+            self.sessions,
+            self.chat_calls,
+            self.elapsed_ms as f64 / 1000.0
+        )?;
+        for failed in &self.failed_sessions {
+            write!(f, "\nfailed: {} ({})", failed.session, failed.error)?;
+        }
+        Ok(())
+    }
+}
+
+impl<M, E> MemoryService<M, E>
+where
+    M: ChatModel,
+    E: Embedder + Clone + 'static,
+{
+    /// Adds `messages` to `conversation` (created if new) and builds what is missing.
+    pub async fn add(
+        &self,
+        conversation: &str,
+        messages: Vec<Message>,
+    ) -> Result<AddReport, ServiceError> {
+        let started = Instant::now();
+        crate::store::check_conversation_id(conversation)
+            .map_err(|error| ServiceError::invalid("conversation", error.to_string()))?;
+        if messages.is_empty() {
+            return Err(ServiceError::invalid("messages", "no messages"));
+        }
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let lock = blocking(move || store.lock_conversation(&id)).await?;
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
+        let added = blocking(move || store.add_messages(&id, &embedder, &messages, gap)).await?;
+        let stored = self.load_checked(conversation).await?;
+        let pending = stored.pending();
+        let dialogue = stored.to_conversation();
+        tracing::info!(conversation, new = added.new_messages, pending = pending.len(), "adding");
+
+        let hashes: Vec<(u32, String)> = stored
+            .sessions
+            .iter()
+            .map(|session| (session.number, session.content_hash.clone()))
+            .collect();
+        let dialogue_ref = &dialogue;
+        let hashes_ref = &hashes;
+        let mut results = futures::stream::iter(pending)
+            .map(|number| async move {
+                (number, self.build_one(dialogue_ref, number, hashes_ref).await)
+            })
+            .buffer_unordered(self.settings.workers.max(1));
+        let mut report = AddReport {
+            conversation: conversation.to_string(),
+            created: added.created,
+            new_messages: added.new_messages,
+            duplicates: added.duplicates,
+            built_sessions: Vec::new(),
+            failed_sessions: Vec::new(),
+            sessions: stored.sessions.len(),
+            chat_calls: 0,
+            elapsed_ms: 0,
+        };
+        let mut built = Vec::new();
+        while let Some((number, result)) = results.next().await {
+            match result {
+                Ok(calls) => {
+                    report.chat_calls += calls;
+                    built.push(number);
+                }
+                Err(SessionError::Fatal(error)) => {
+                    return Err(
+                        anyhow::anyhow!("the endpoint refuses every request: {error}").into()
+                    );
+                }
+                Err(error) => report.failed_sessions.push(FailedSession {
+                    session: format!("D{number}"),
+                    error: error.to_string(),
+                }),
+            }
+        }
+        drop(results);
+        drop(lock);
+        built.sort_unstable();
+        report.built_sessions = built.into_iter().map(|number| format!("D{number}")).collect();
+        report.failed_sessions.sort_by(|a, b| a.session.cmp(&b.session));
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
+    }
+
+    /// Builds and stores one session; the chat calls it made.
+    async fn build_one(
+        &self,
+        conversation: &Conversation,
+        number: u32,
+        hashes: &[(u32, String)],
+    ) -> Result<u32, SessionError> {
+        let settings = &self.settings;
+        let outputs = build_session(
+            &self.chat,
+            &self.embedder,
+            &settings.model,
+            settings.max_reasks,
+            conversation,
+            number,
+        )
+        .await?;
+        let session = conversation
+            .sessions
+            .iter()
+            .find(|session| session.index == number)
+            .ok_or(SessionError::NoSuchSession(number))?;
+        let units = self.unit_vectors(SessionUnits::from_session(session)).await?;
+        let hash = hashes
+            .iter()
+            .find(|(n, _)| *n == number)
+            .map(|(_, hash)| hash.clone())
+            .unwrap_or_default();
+        let (store, id, model) =
+            (self.store.clone(), conversation.sample_id.clone(), settings.model.clone());
+        let calls = outputs.chat_calls;
+        let saved =
+            blocking(move || store.save_outputs(&id, number, &hash, &model, &outputs, &units))
+                .await
+                .map_err(|error| SessionError::Stage {
+                    stage: crate::ingest::Stage::Embeddings,
+                    error: format!("storing the outputs: {error}"),
+                })?;
+        if !saved {
+            tracing::warn!(session = number, "session changed while it was built; not stored");
+        }
+        Ok(calls)
+    }
+
+    /// The MemGAS unit vectors of one session, with the index's default text options.
+    async fn unit_vectors(&self, units: SessionUnits) -> Result<UnitVectors, SessionError> {
+        let options = IndexOptions::default().units;
+        let texts = units.texts_to_embed(&options);
+        let failed = |error: String| SessionError::Stage {
+            stage: crate::ingest::Stage::Embeddings,
+            error: format!("MemGAS units: {error}"),
+        };
+        let embedded = self.embedder.embed(&texts).await.map_err(|e| failed(e.to_string()))?;
+        // As `retrieval::build_index` does for `run`: the embedder's vectors as they come.
+        units
+            .assemble(&options, embedded.vectors)
+            .ok_or_else(|| failed("wrong number of vectors".into()))
+    }
+}

@@ -1,0 +1,205 @@
+//! The memory service: add to, search and ask own conversations kept in the [`Store`]. What the
+//! `memory`/`ask` commands and the HTTP server (`serve`) both call.
+//!
+//! - [`MemoryService::add`]: stores the messages (one transaction), then runs only the
+//!   sessions without outputs for their current content through the build stages
+//!   (`ingest::build_session`) and embeds their MemGAS units; each session's outputs are
+//!   committed as soon as they exist, so an interrupted add loses at most the sessions in
+//!   flight and the same add finishes them. Adds to one conversation are serialised by the
+//!   store's conversation lock (across processes too).
+//! - [`MemoryService::search`]: MemGAS fusion over the stored unit vectors, no chat model.
+//! - [`MemoryService::ask`]: the `run` answer loop (`agent::answer_all`) over the memory graph
+//!   and MemGAS index rebuilt from the stored outputs (pure, in-memory; no model call).
+
+mod add;
+mod query;
+
+use std::path::PathBuf;
+
+use chrono::TimeDelta;
+use serde::Serialize;
+
+use crate::embedding::LocalEmbedder;
+use crate::llm::{EmbedClient, Embedder, Embeddings};
+use crate::store::{Store, StoreError};
+
+pub use add::{AddReport, FailedSession};
+pub use query::{AskReport, SearchHit};
+
+/// The embedder name recorded for conversations embedded locally.
+pub const LOCAL_EMBEDDER: &str = "local";
+
+/// Settings of a service.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceSettings {
+    /// Project root: `ask` writes its result lines under `result/own/` and traces under
+    /// `log/own/ask/`.
+    pub root: PathBuf,
+    /// The embedder as recorded with each conversation: [`LOCAL_EMBEDDER`] or an API model id.
+    pub embedder: String,
+    /// Model name used in result file names (the `--model` value as given).
+    pub model_name: String,
+    /// Model id of the build stages.
+    pub model: String,
+    /// Model id of the answer loop.
+    pub answer_model: String,
+    /// A gap without messages that starts a new session.
+    pub session_gap: TimeDelta,
+    /// Re-asks allowed per stage answer.
+    pub max_reasks: u32,
+    /// Sessions built at once.
+    pub workers: usize,
+}
+
+impl ServiceSettings {
+    /// Defaults: the default session gap, 3 re-asks, 4 workers.
+    pub fn new(root: impl Into<PathBuf>, embedder: &str, model_name: &str, model: &str) -> Self {
+        Self {
+            root: root.into(),
+            embedder: embedder.to_string(),
+            model_name: model_name.to_string(),
+            model: model.to_string(),
+            answer_model: model.to_string(),
+            session_gap: crate::convo::DEFAULT_SESSION_GAP,
+            max_reasks: 3,
+            workers: 4,
+        }
+    }
+}
+
+/// Why a service call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The store refused (unknown conversation, bad id, other embedder, database error).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A request field is unusable.
+    #[error("field `{field}`: {problem}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The conversation has no session with stage outputs yet.
+    #[error(
+        "conversation {0:?} has no built session yet; run the same add again to build the sessions that failed"
+    )]
+    NotBuilt(String),
+    /// Anything else (the endpoint refusing every request, a failed task, IO).
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl ServiceError {
+    fn invalid(field: &str, problem: impl Into<String>) -> Self {
+        ServiceError::Invalid { field: field.to_string(), problem: problem.into() }
+    }
+}
+
+/// The memory service over one store, one chat model and one embedder.
+pub struct MemoryService<M, E> {
+    store: Store,
+    settings: ServiceSettings,
+    chat: M,
+    embedder: E,
+}
+
+impl<M, E> MemoryService<M, E>
+where
+    E: Embedder + Clone + 'static,
+{
+    /// A service (`chat` is only called by `add` and `ask`); `settings.embedder` must name `embedder`.
+    pub fn new(store: Store, settings: ServiceSettings, chat: M, embedder: E) -> Self {
+        Self { store, settings, chat, embedder }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ServiceSettings {
+        &self.settings
+    }
+
+    /// The settings, to adjust.
+    pub fn settings_mut(&mut self) -> &mut ServiceSettings {
+        &mut self.settings
+    }
+
+    /// Every conversation.
+    pub async fn list(&self) -> Result<Vec<crate::store::ConversationInfo>, ServiceError> {
+        let store = self.store.clone();
+        blocking(move || store.list()).await
+    }
+
+    /// Deletes a conversation (waiting for an add in progress on it to finish).
+    pub async fn forget(&self, id: &str) -> Result<crate::store::ConversationInfo, ServiceError> {
+        let (store, id) = (self.store.clone(), id.to_string());
+        blocking(move || {
+            let _lock = store.lock_conversation(&id)?;
+            store.forget(&id)
+        })
+        .await
+    }
+
+    /// Errors unless `id` exists and is embedded with this service's embedder.
+    pub async fn check_conversation(&self, id: &str) -> Result<(), ServiceError> {
+        self.load_checked(id).await.map(drop)
+    }
+
+    /// Loads a conversation and checks it is embedded with this service's embedder.
+    async fn load_checked(
+        &self,
+        id: &str,
+    ) -> Result<crate::store::StoredConversation, ServiceError> {
+        let (store, owned) = (self.store.clone(), id.to_string());
+        let stored = blocking(move || store.load(&owned)).await?;
+        if stored.info.embedder != self.settings.embedder {
+            return Err(StoreError::EmbedderMismatch {
+                conversation: id.to_string(),
+                stored: stored.info.embedder.clone(),
+                requested: self.settings.embedder.clone(),
+            }
+            .into());
+        }
+        Ok(stored)
+    }
+}
+
+/// The embedder of a conversation: the local model or an endpoint's embedding model.
+#[derive(Clone)]
+pub enum OwnEmbedder {
+    /// all-MiniLM-L6-v2 on this machine.
+    Local(LocalEmbedder),
+    /// An embedding model of the endpoint (boxed: the client stack is large).
+    Api(Box<EmbedClient>),
+}
+
+impl Embedder for OwnEmbedder {
+    fn name(&self) -> &str {
+        match self {
+            OwnEmbedder::Local(local) => local.name(),
+            OwnEmbedder::Api(api) => api.name(),
+        }
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, crate::llm::Error> {
+        match self {
+            OwnEmbedder::Local(local) => local.embed(texts).await,
+            OwnEmbedder::Api(api) => api.embed(texts).await,
+        }
+    }
+}
+
+/// Runs store work off the async executor.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => Ok(result?),
+        Err(error) => Err(anyhow::anyhow!("store task failed: {error}").into()),
+    }
+}

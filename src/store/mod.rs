@@ -1,0 +1,239 @@
+//! The persistent memory store of own conversations: one SQLite database (rusqlite, bundled
+//! SQLite) at `data/store/mragent.sqlite`.
+//!
+//! Unlike the stage caches under `data/<dataset>/`, this store is a source of truth: the
+//! messages exist nowhere else. Next to them it keeps what the build stages made of every
+//! session (`session_outputs`), keyed by the session content they were made from, so that an
+//! add runs only the sessions that are new or changed and earlier sessions are never re-asked.
+//!
+//! Durability and concurrency:
+//! - Every write is one transaction. WAL journal with `synchronous=FULL`: a committed (and so
+//!   acknowledged) add survives a kill -9 or a power cut, an interrupted one leaves nothing.
+//! - WAL lets readers (search, ask, list) run while a writer commits.
+//! - Writers wait for each other (`BEGIN IMMEDIATE` plus a busy timeout); whole adds to one
+//!   conversation, model calls included, are serialised by a per-conversation lock file (see
+//!   [`Store::lock_conversation`]).
+//! - The schema is versioned (`schema.rs`); opening migrates an older database.
+//!
+//! Synchronous by design: callers in async code run it in `spawn_blocking`. Each call opens its
+//! own connection (cheap for SQLite), so the store is `Clone + Send + Sync` without a pool.
+
+mod read;
+mod schema;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
+use serde::Serialize;
+
+pub use read::{StoredConversation, StoredMessage, StoredOutputs, StoredSession};
+pub use schema::SCHEMA_VERSION;
+pub use write::Added;
+
+/// How long a writer waits for another writer's transaction before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Store failures callers branch on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No conversation with this id.
+    #[error("unknown conversation {0:?}; `mragent memory list` shows the stored ones")]
+    UnknownConversation(String),
+    /// The conversation id is empty or too long.
+    #[error("invalid conversation id {0:?}: use 1 to 200 characters, no control characters")]
+    InvalidConversationId(String),
+    /// The conversation was built with another embedder than the caller's.
+    #[error(
+        "conversation {conversation:?} is embedded with {stored:?}, not {requested:?}; use the same embedder or a new conversation"
+    )]
+    EmbedderMismatch {
+        /// Conversation id.
+        conversation: String,
+        /// The embedder it was built with.
+        stored: String,
+        /// The embedder asked for.
+        requested: String,
+    },
+    /// The database file was written by a newer mragent.
+    #[error("{path}: schema version {found} is newer than this mragent's {supported}")]
+    TooNew {
+        /// The database.
+        path: String,
+        /// Its version.
+        found: u32,
+        /// Ours.
+        supported: u32,
+    },
+    /// SQLite failed.
+    #[error("store database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The store directory or a lock file could not be used.
+    #[error("store files: {0}")]
+    Io(#[from] std::io::Error),
+    /// A stored record did not decode (a bug or a damaged database).
+    #[error("store record: {0}")]
+    Corrupt(String),
+}
+
+/// One conversation in the listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConversationInfo {
+    /// Its id.
+    pub id: String,
+    /// The embedder its vectors come from (`local` or an API model id).
+    pub embedder: String,
+    /// When it was first added to (RFC 3339).
+    pub created_at: String,
+    /// Messages stored.
+    pub messages: i64,
+    /// Sessions stored.
+    pub sessions: i64,
+    /// Sessions whose stage outputs are stored (the rest failed or were interrupted; the next
+    /// add retries them).
+    pub built_sessions: i64,
+    /// Time of the earliest and latest timestamped message.
+    pub first_message: Option<String>,
+    /// See `first_message`.
+    pub last_message: Option<String>,
+}
+
+/// The store at one database path. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    path: PathBuf,
+}
+
+impl Store {
+    /// `<root>/data/store/mragent.sqlite`.
+    pub fn default_path(root: &Path) -> PathBuf {
+        root.join("data").join("store").join("mragent.sqlite")
+    }
+
+    /// Opens (creating it and its directory if needed) and migrates the database at `path`.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let store = Self { path: path.into() };
+        if let Some(parent) = store.path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut connection = store.connect()?;
+        let found = schema::version(&connection)?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: store.path.display().to_string(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if found < SCHEMA_VERSION {
+            // Another process may be migrating at the same moment; the immediate transaction
+            // of each step serialises them, and a finished step is skipped by the re-read.
+            schema::migrate_to(&mut connection, SCHEMA_VERSION)?;
+        }
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new connection with the store's settings.
+    fn connect(&self) -> Result<Connection, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let connection = Connection::open_with_flags(&self.path, flags)?;
+        connection.busy_timeout(BUSY_TIMEOUT)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "FULL")?;
+        connection.pragma_update(None, "foreign_keys", "ON")?;
+        Ok(connection)
+    }
+
+    /// Takes the exclusive add lock of `conversation` (blocking until it is free): a lock
+    /// file under `locks/` beside the database, locked with the OS file lock, which also
+    /// serialises adds across processes and is released when the process dies. Held by the
+    /// returned file until it is dropped.
+    pub fn lock_conversation(&self, conversation: &str) -> Result<std::fs::File, StoreError> {
+        let dir = self.path.with_extension("locks");
+        std::fs::create_dir_all(&dir)?;
+        let name = format!("{}.lock", write::short_hash(conversation.as_bytes()));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(name))?;
+        file.lock()?;
+        Ok(file)
+    }
+
+    /// Every conversation, by id.
+    pub fn list(&self) -> Result<Vec<ConversationInfo>, StoreError> {
+        let connection = self.connect()?;
+        let mut statement = connection.prepare(&format!("{INFO_QUERY} ORDER BY c.id"))?;
+        let rows = statement.query_map([], info_of_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One conversation's summary, if it exists.
+    pub fn info(&self, id: &str) -> Result<Option<ConversationInfo>, StoreError> {
+        let connection = self.connect()?;
+        Ok(connection
+            .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
+            .optional()?)
+    }
+
+    /// Deletes a conversation with everything stored for it. Errors when it does not exist.
+    pub fn forget(&self, id: &str) -> Result<ConversationInfo, StoreError> {
+        let mut connection = self.connect()?;
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let info = transaction
+            .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
+            .optional()?
+            .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
+        transaction.execute("DELETE FROM conversations WHERE id = ?1", [id])?;
+        transaction.commit()?;
+        Ok(info)
+    }
+}
+
+const INFO_QUERY: &str = "SELECT c.id, c.embedder, c.created_at,
+    (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
+    (SELECT COUNT(*) FROM sessions s WHERE s.conversation_id = c.id),
+    (SELECT COUNT(*) FROM session_outputs o WHERE o.conversation_id = c.id),
+    (SELECT MIN(sort_time) FROM messages m WHERE m.conversation_id = c.id),
+    (SELECT MAX(sort_time) FROM messages m WHERE m.conversation_id = c.id)
+    FROM conversations c";
+
+fn info_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationInfo> {
+    Ok(ConversationInfo {
+        id: row.get(0)?,
+        embedder: row.get(1)?,
+        created_at: row.get(2)?,
+        messages: row.get(3)?,
+        sessions: row.get(4)?,
+        built_sessions: row.get(5)?,
+        first_message: row.get(6)?,
+        last_message: row.get(7)?,
+    })
+}
+
+/// A short stable id of some text (the first 16 bytes of its SHA-256, hex).
+pub fn content_id(text: &str) -> String {
+    write::short_hash(text.as_bytes())
+}
+
+/// Checks a conversation id: 1–200 characters, no control characters.
+pub fn check_conversation_id(id: &str) -> Result<(), StoreError> {
+    let length = id.chars().count();
+    if length == 0 || length > 200 || id.chars().any(char::is_control) || id.trim() != id {
+        return Err(StoreError::InvalidConversationId(id.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

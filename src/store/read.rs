@@ -1,0 +1,295 @@
+//! Reads: a whole conversation with its sessions, messages and valid stage outputs, and its
+//! conversion into the pipeline's `dataset::Conversation`.
+
+use chrono::{DateTime, NaiveDate};
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::Serialize;
+
+use super::{ConversationInfo, INFO_QUERY, Store, StoreError, content_id, info_of_row};
+use crate::dataset::{Conversation, DatasetKind, Session, Turn};
+use crate::ingest::keywords::KeywordRecord;
+use crate::memory::input::SessionRewrite;
+use crate::retrieval::units::{SessionUnits, UnitVectors};
+
+/// One stored message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoredMessage {
+    /// Its content hash: the stable message id.
+    pub id: String,
+    /// Speaker.
+    pub speaker: String,
+    /// Text.
+    pub text: String,
+    /// The timestamp as given (canonical form), if any.
+    pub timestamp: Option<String>,
+    /// The time used for ordering (own or inherited; RFC 3339 UTC), if any.
+    #[serde(skip)]
+    pub sort_time: Option<String>,
+}
+
+/// What the stages made of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredOutputs {
+    /// The model that made them.
+    pub model: String,
+    /// Stage 1.
+    pub rewrite: SessionRewrite,
+    /// Stage 2.
+    pub keywords: KeywordRecord,
+    /// Stage 3: sentence id → vector.
+    pub sentence_vectors: Vec<(String, Vec<f32>)>,
+    /// Stage 3: topic id → vector.
+    pub topic_vectors: Vec<(String, Vec<f32>)>,
+    /// MemGAS unit vectors (session and turns).
+    pub units: UnitVectors,
+}
+
+/// One stored session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// `D<number>`.
+    pub number: u32,
+    /// The caller's session id, if any.
+    pub key: Option<String>,
+    /// Messages in time order (arrival order for equal or missing times).
+    pub messages: Vec<StoredMessage>,
+    /// Hash of the session's content; outputs are valid only for this content.
+    pub content_hash: String,
+    /// Outputs made from exactly this content, if any.
+    pub outputs: Option<StoredOutputs>,
+}
+
+impl StoredSession {
+    /// The session as the pipeline sees it.
+    pub fn to_session(&self) -> Session {
+        let first = self.messages.first();
+        let own = first.and_then(|message| message.timestamp.as_deref());
+        let time = own.or(first.and_then(|message| message.sort_time.as_deref()));
+        let (date_time, date) = match time {
+            Some(text) => describe_time(text),
+            None => (None, None),
+        };
+        let turns = self
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(position, message)| Turn {
+                dia_id: format!("D{}:{}", self.number, position + 1),
+                speaker: message.speaker.clone(),
+                text: message.text.clone(),
+                blip_caption: None,
+                has_answer: false,
+            })
+            .collect();
+        Session { index: self.number, date_time, date, turns }
+    }
+}
+
+/// `2024-05-03T10:00:00Z` → (`2024-05-03 10:00 UTC`, the date); `2024-05-03` → itself.
+fn describe_time(text: &str) -> (Option<String>, Option<NaiveDate>) {
+    if let Ok(time) = DateTime::parse_from_rfc3339(text) {
+        let utc = time.with_timezone(&chrono::Utc);
+        return (Some(utc.format("%Y-%m-%d %H:%M UTC").to_string()), Some(utc.date_naive()));
+    }
+    match NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        Ok(date) => (Some(text.to_string()), Some(date)),
+        Err(_) => (Some(text.to_string()), None),
+    }
+}
+
+/// A conversation as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredConversation {
+    /// Summary.
+    pub info: ConversationInfo,
+    /// Sessions in time order (by first message; untimed sessions last, by number).
+    pub sessions: Vec<StoredSession>,
+}
+
+impl StoredConversation {
+    /// The conversation as the pipeline sees it (no questions).
+    pub fn to_conversation(&self) -> Conversation {
+        let sessions: Vec<Session> = self.sessions.iter().map(StoredSession::to_session).collect();
+        let mut speakers: Vec<String> = Vec::new();
+        for turn in sessions.iter().flat_map(|session| &session.turns) {
+            if !speakers.contains(&turn.speaker) {
+                speakers.push(turn.speaker.clone());
+            }
+        }
+        Conversation {
+            sample_id: self.info.id.clone(),
+            dataset: DatasetKind::Own,
+            speakers,
+            sessions,
+            questions: Vec::new(),
+        }
+    }
+
+    /// Sessions without outputs for their current content, by number.
+    pub fn pending(&self) -> Vec<u32> {
+        let mut numbers: Vec<u32> = self
+            .sessions
+            .iter()
+            .filter(|session| session.outputs.is_none())
+            .map(|session| session.number)
+            .collect();
+        numbers.sort_unstable();
+        numbers
+    }
+
+    /// The MemGAS units and vectors of every built session, in time order.
+    pub fn memgas_units(&self) -> Vec<(SessionUnits, UnitVectors)> {
+        self.sessions
+            .iter()
+            .filter_map(|session| {
+                let outputs = session.outputs.as_ref()?;
+                Some((SessionUnits::from_session(&session.to_session()), outputs.units.clone()))
+            })
+            .collect()
+    }
+
+    /// The message behind a dia_id (`D3:2`), with its session.
+    pub fn message(&self, dia_id: &str) -> Option<(&StoredSession, &StoredMessage)> {
+        let (session, turn) = dia_id.strip_prefix('D')?.split_once(':')?;
+        let (number, turn): (u32, usize) = (session.parse().ok()?, turn.parse().ok()?);
+        let session = self.sessions.iter().find(|session| session.number == number)?;
+        Some((session, session.messages.get(turn.checked_sub(1)?)?))
+    }
+}
+
+impl Store {
+    /// Loads a conversation; [`StoreError::UnknownConversation`] when it does not exist.
+    pub fn load(&self, id: &str) -> Result<StoredConversation, StoreError> {
+        let mut connection = self.connect()?;
+        // One read transaction: a consistent snapshot even while an add commits.
+        let transaction = connection.transaction()?;
+        let info = transaction
+            .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
+            .optional()?
+            .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
+        let numbers: Vec<(u32, Option<String>)> = {
+            let mut statement = transaction.prepare(
+                "SELECT number, key FROM sessions WHERE conversation_id = ?1 ORDER BY number",
+            )?;
+            let rows = statement.query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut sessions = Vec::with_capacity(numbers.len());
+        for (number, key) in numbers {
+            let (messages, content_hash) = session_messages(&transaction, id, number)?;
+            let outputs = session_outputs(&transaction, id, number, &content_hash, &messages)?;
+            sessions.push(StoredSession { number, key, messages, content_hash, outputs });
+        }
+        sessions.sort_by(|a, b| {
+            let start = |session: &StoredSession| {
+                session.messages.first().and_then(|message| message.sort_time.clone())
+            };
+            (start(a).is_none(), start(a), a.number).cmp(&(start(b).is_none(), start(b), b.number))
+        });
+        Ok(StoredConversation { info, sessions })
+    }
+}
+
+/// A session's messages in order, and the hash of its content.
+pub(super) fn session_messages(
+    connection: &Connection,
+    conversation: &str,
+    number: u32,
+) -> Result<(Vec<StoredMessage>, String), StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT hash, speaker, text, timestamp, sort_time FROM messages
+         WHERE conversation_id = ?1 AND session_number = ?2
+         ORDER BY sort_time IS NULL, sort_time, seq",
+    )?;
+    let rows = statement.query_map(params![conversation, number], |row| {
+        Ok(StoredMessage {
+            id: row.get(0)?,
+            speaker: row.get(1)?,
+            text: row.get(2)?,
+            timestamp: row.get(3)?,
+            sort_time: row.get(4)?,
+        })
+    })?;
+    let messages: Vec<StoredMessage> = rows.collect::<Result<_, _>>()?;
+    let content: Vec<(&str, &str, Option<&str>)> = messages
+        .iter()
+        .map(|message| {
+            (message.speaker.as_str(), message.text.as_str(), message.sort_time.as_deref())
+        })
+        .collect();
+    let hash = content_id(&serde_json::json!(content).to_string());
+    Ok((messages, hash))
+}
+
+fn session_outputs(
+    connection: &Connection,
+    conversation: &str,
+    number: u32,
+    content_hash: &str,
+    messages: &[StoredMessage],
+) -> Result<Option<StoredOutputs>, StoreError> {
+    let row = connection
+        .prepare_cached(
+            "SELECT model, rewrite, keywords, dims, vectors, units FROM session_outputs
+             WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
+        )?
+        .query_row(params![conversation, number, content_hash], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, i64>(3)?,
+                row.get::<_, Vec<u8>>(4)?,
+                row.get::<_, Vec<u8>>(5)?,
+            ))
+        })
+        .optional()?;
+    let Some((model, rewrite, keywords, dims, vectors, units)) = row else { return Ok(None) };
+    let corrupt = |what: &str| StoreError::Corrupt(format!("session D{number}: {what}"));
+    let rewrite: SessionRewrite = serde_json::from_str(&rewrite).map_err(|_| corrupt("rewrite"))?;
+    let keywords: KeywordRecord =
+        serde_json::from_str(&keywords).map_err(|_| corrupt("keywords"))?;
+    let dims = usize::try_from(dims).map_err(|_| corrupt("dims"))?;
+    let mut vectors = decode_vectors(&vectors, dims).ok_or_else(|| corrupt("vectors"))?.into_iter();
+    let sentence_vectors: Vec<(String, Vec<f32>)> =
+        rewrite.sentences.iter().map(|s| s.id.clone()).zip(vectors.by_ref()).collect();
+    let topic_vectors: Vec<(String, Vec<f32>)> =
+        rewrite.topics.iter().map(|t| t.id.clone()).zip(vectors.by_ref()).collect();
+    let mut units = decode_vectors(&units, dims).ok_or_else(|| corrupt("units"))?.into_iter();
+    let session = units.next().ok_or_else(|| corrupt("units"))?;
+    let turns: Vec<Vec<f32>> = units.collect();
+    if turns.len() != messages.len() || sentence_vectors.len() != rewrite.sentences.len() {
+        return Err(corrupt("vector count"));
+    }
+    let units = UnitVectors { session, turns, summary: None, keywords: None, hybrid: None };
+    Ok(Some(StoredOutputs { model, rewrite, keywords, sentence_vectors, topic_vectors, units }))
+}
+
+/// Little-endian `f32` rows of `dims` values each.
+pub(super) fn encode_vectors<'a>(
+    rows: impl Iterator<Item = &'a Vec<f32>>,
+    dims: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = Vec::new();
+    for row in rows {
+        if row.len() != dims {
+            return Err(StoreError::Corrupt(format!(
+                "vector of {} values, expected {dims}",
+                row.len()
+            )));
+        }
+        bytes.extend(row.iter().flat_map(|value| value.to_le_bytes()));
+    }
+    Ok(bytes)
+}
+
+fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>> {
+    if dims == 0 || !bytes.len().is_multiple_of(4 * dims) {
+        return (bytes.is_empty()).then(Vec::new);
+    }
+    let values: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+        .collect();
+    Some(values.chunks(dims).map(<[f32]>::to_vec).collect())
+}

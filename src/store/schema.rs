@@ -1,0 +1,72 @@
+//! The store's schema, versioned with SQLite's `user_version`: migration N brings a database at
+//! version N-1 to version N, inside one transaction, so a crash mid-migration leaves the old
+//! version intact. Never edit a released migration; append a new one.
+
+use rusqlite::Connection;
+
+/// Migrations in order; index i holds the SQL taking version i to version i+1.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the source of truth: conversations, their sessions and messages.
+    "CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        embedder TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE sessions (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        number INTEGER NOT NULL,
+        key TEXT,
+        PRIMARY KEY (conversation_id, number)
+    ) STRICT;
+    CREATE TABLE messages (
+        conversation_id TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        session_number INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        speaker TEXT NOT NULL,
+        text TEXT NOT NULL,
+        timestamp TEXT,
+        sort_time TEXT,
+        PRIMARY KEY (conversation_id, hash),
+        FOREIGN KEY (conversation_id, session_number)
+            REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
+    ) STRICT;
+    CREATE INDEX messages_by_session ON messages(conversation_id, session_number);",
+    // 2: what the stages made of each session, keyed by the session content it was made from.
+    "CREATE TABLE session_outputs (
+        conversation_id TEXT NOT NULL,
+        session_number INTEGER NOT NULL,
+        content_hash TEXT NOT NULL,
+        model TEXT NOT NULL,
+        rewrite TEXT NOT NULL,
+        keywords TEXT NOT NULL,
+        dims INTEGER NOT NULL,
+        vectors BLOB NOT NULL,
+        units BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, session_number),
+        FOREIGN KEY (conversation_id, session_number)
+            REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
+    ) STRICT;",
+];
+
+/// The version this code reads and writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// The database's schema version.
+pub(crate) fn version(connection: &Connection) -> rusqlite::Result<u32> {
+    connection.query_row("PRAGMA user_version", [], |row| row.get(0))
+}
+
+/// Applies the migrations after the database's version, up to `target`, each in its own
+/// transaction. Returns the version reached.
+pub(crate) fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<u32> {
+    let mut current = version(connection)?;
+    while current < target {
+        let transaction = connection.transaction()?;
+        transaction.execute_batch(MIGRATIONS[current as usize])?;
+        transaction.pragma_update(None, "user_version", current + 1)?;
+        transaction.commit()?;
+        current += 1;
+    }
+    Ok(current)
+}

@@ -1,0 +1,154 @@
+use chrono::TimeDelta;
+use rusqlite::Connection;
+
+use super::*;
+use crate::convo::{DEFAULT_SESSION_GAP, parse};
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(Store::default_path(dir.path())).unwrap();
+    (dir, store)
+}
+
+const WEEK_ONE: &str = r#"[
+  {"speaker": "Ann", "text": "I bought a bike", "timestamp": "2024-05-01T10:00:00Z"},
+  {"speaker": "Bob", "text": "Which one?", "timestamp": "2024-05-01T10:01:00Z"},
+  {"speaker": "Ann", "text": "A red one", "timestamp": "2024-05-01T10:02:00Z"},
+  {"speaker": "Ann", "text": "Rode it to work", "timestamp": "2024-05-08T09:00:00Z"}
+]"#;
+
+#[test]
+fn migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite");
+    {
+        let mut connection = Connection::open(&path).unwrap();
+        assert_eq!(schema::migrate_to(&mut connection, 1).unwrap(), 1);
+        connection
+            .execute_batch(
+                "INSERT INTO conversations VALUES ('c', 'local', '2024-01-01T00:00:00Z');
+                 INSERT INTO sessions VALUES ('c', 1, NULL);
+                 INSERT INTO messages VALUES ('c', 'h1', 1, 1, 'Ann', 'hello', NULL, NULL);",
+            )
+            .unwrap();
+        let missing = connection.prepare("SELECT * FROM session_outputs");
+        assert!(missing.is_err(), "version 1 has no outputs table");
+    }
+    let store = Store::open(&path).unwrap();
+    let connection = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&connection).unwrap(), SCHEMA_VERSION);
+    let loaded = store.load("c").unwrap();
+    assert_eq!(loaded.sessions.len(), 1);
+    assert_eq!(loaded.sessions[0].messages[0].text, "hello");
+    assert_eq!(loaded.pending(), vec![1]);
+    // Reopening is a no-op; a newer database is refused.
+    Store::open(&path).unwrap();
+    connection.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    assert!(matches!(Store::open(&path), Err(StoreError::TooNew { .. })));
+}
+
+#[test]
+fn adding_the_same_messages_twice_is_a_no_op() {
+    let (_dir, store) = store();
+    let messages = parse(WEEK_ONE).unwrap();
+    let first = store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    assert!(first.created);
+    assert_eq!((first.new_messages, first.duplicates), (4, 0));
+    assert_eq!(first.new_sessions, vec![1, 2]);
+    let before = store.load("c1").unwrap();
+    let again = store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    assert_eq!((again.created, again.new_messages, again.duplicates), (false, 0, 4));
+    assert!(again.new_sessions.is_empty() && again.changed_sessions.is_empty());
+    assert_eq!(store.load("c1").unwrap(), before);
+}
+
+#[test]
+fn a_late_message_is_placed_by_its_timestamp() {
+    let (_dir, store) = store();
+    store.add_messages("c1", "local", &parse(WEEK_ONE).unwrap(), DEFAULT_SESSION_GAP).unwrap();
+    let late = parse(
+        r#"[{"speaker": "Bob", "text": "Nice colour", "timestamp": "2024-05-01T10:01:30Z"}]"#,
+    )
+    .unwrap();
+    let added = store.add_messages("c1", "local", &late, DEFAULT_SESSION_GAP).unwrap();
+    assert_eq!(added.changed_sessions, vec![1]);
+    assert!(added.new_sessions.is_empty());
+    let conversation = store.load("c1").unwrap().to_conversation();
+    let texts: Vec<&str> =
+        conversation.sessions[0].turns.iter().map(|turn| turn.text.as_str()).collect();
+    assert_eq!(texts, ["I bought a bike", "Which one?", "Nice colour", "A red one"]);
+    assert_eq!(conversation.sessions[0].turns[2].dia_id, "D1:3");
+    assert_eq!(conversation.sessions[0].date_time.as_deref(), Some("2024-05-01 10:00 UTC"));
+    // An earlier whole session sorts first but keeps its new number.
+    let earlier =
+        parse(r#"[{"speaker": "Ann", "text": "Shopping tomorrow", "timestamp": "2024-04-20"}]"#)
+            .unwrap();
+    store.add_messages("c1", "local", &earlier, DEFAULT_SESSION_GAP).unwrap();
+    let numbers: Vec<u32> =
+        store.load("c1").unwrap().sessions.iter().map(|session| session.number).collect();
+    assert_eq!(numbers, vec![3, 1, 2]);
+}
+
+#[test]
+fn the_gap_is_configurable() {
+    let (_dir, store) = store();
+    let added =
+        store.add_messages("c1", "local", &parse(WEEK_ONE).unwrap(), TimeDelta::days(30)).unwrap();
+    assert_eq!(added.new_sessions, vec![1]);
+}
+
+#[test]
+fn unknown_conversations_bad_ids_and_other_embedders_are_errors() {
+    let (_dir, store) = store();
+    assert!(matches!(store.load("nope"), Err(StoreError::UnknownConversation(_))));
+    assert!(matches!(store.forget("nope"), Err(StoreError::UnknownConversation(_))));
+    let messages = parse(WEEK_ONE).unwrap();
+    assert!(matches!(
+        store.add_messages("", "local", &messages, DEFAULT_SESSION_GAP),
+        Err(StoreError::InvalidConversationId(_))
+    ));
+    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    let error = store.add_messages("c1", "openai/x", &messages, DEFAULT_SESSION_GAP).unwrap_err();
+    assert!(matches!(error, StoreError::EmbedderMismatch { .. }), "{error}");
+    assert!(store.list().unwrap().iter().all(|info| info.id == "c1"));
+}
+
+#[test]
+fn forget_deletes_everything_of_one_conversation() {
+    let (_dir, store) = store();
+    let messages = parse(WEEK_ONE).unwrap();
+    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c2", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    let forgotten = store.forget("c1").unwrap();
+    assert_eq!((forgotten.messages, forgotten.sessions), (4, 2));
+    let ids: Vec<String> = store.list().unwrap().into_iter().map(|info| info.id).collect();
+    assert_eq!(ids, ["c2"]);
+    let connection = Connection::open(store.path()).unwrap();
+    let left: i64 = connection
+        .query_row("SELECT COUNT(*) FROM messages WHERE conversation_id = 'c1'", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn conversation_locks_exclude_each_other() {
+    let (_dir, store) = store();
+    let held = store.lock_conversation("c1").unwrap();
+    let other = store.lock_conversation("c2").unwrap();
+    let path = store.path().with_extension("locks");
+    let files = std::fs::read_dir(path).unwrap().count();
+    assert_eq!(files, 2);
+    let clone = store.clone();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _lock = clone.lock_conversation("c1").unwrap();
+        sender.send(()).unwrap();
+    });
+    assert!(receiver.recv_timeout(std::time::Duration::from_millis(200)).is_err());
+    drop(held);
+    receiver.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+    waiter.join().unwrap();
+    drop(other);
+}

@@ -1,0 +1,255 @@
+//! Writes: adding messages (one transaction, idempotent by content hash) and recording a
+//! session's stage outputs (only if the session still has the content they were made from).
+
+use std::collections::BTreeMap;
+
+use chrono::{SecondsFormat, TimeDelta};
+use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use super::read::{encode_vectors, session_messages};
+use super::{Store, StoreError, check_conversation_id};
+use crate::convo::{Message, Placement, SessionSpan, Timestamp, effective_times, place_messages};
+use crate::ingest::SessionOutputs;
+use crate::retrieval::units::UnitVectors;
+
+/// What an add changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Added {
+    /// The conversation did not exist before.
+    pub created: bool,
+    /// Messages stored now.
+    pub new_messages: usize,
+    /// Messages already stored (same content hash), skipped.
+    pub duplicates: usize,
+    /// Sessions created by this add.
+    pub new_sessions: Vec<u32>,
+    /// Existing sessions that received messages (their outputs are now stale).
+    pub changed_sessions: Vec<u32>,
+}
+
+/// First 16 bytes of SHA-256, hex.
+pub(crate) fn short_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+}
+
+impl Store {
+    /// Stores `messages` in `conversation` (created with `embedder` if new) in one
+    /// transaction. Messages whose content hash is stored already are skipped; the others are
+    /// placed into sessions by `place_messages` with `gap`.
+    pub fn add_messages(
+        &self,
+        conversation: &str,
+        embedder: &str,
+        messages: &[Message],
+        gap: TimeDelta,
+    ) -> Result<Added, StoreError> {
+        check_conversation_id(conversation)?;
+        let mut connection = self.connect()?;
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let created = ensure_conversation(&transaction, conversation, embedder)?;
+        let (fresh, duplicates) = fresh_messages(&transaction, conversation, messages)?;
+        let mut added = Added {
+            created,
+            new_messages: fresh.len(),
+            duplicates,
+            new_sessions: Vec::new(),
+            changed_sessions: Vec::new(),
+        };
+        if !fresh.is_empty() {
+            insert_messages(&transaction, conversation, &fresh, gap, &mut added)?;
+        }
+        transaction.commit()?;
+        Ok(added)
+    }
+
+    /// Records the outputs of session `number`, made from content `content_hash`. Returns
+    /// `false` (and writes nothing) when the session's content changed in the meantime.
+    pub fn save_outputs(
+        &self,
+        conversation: &str,
+        number: u32,
+        content_hash: &str,
+        model: &str,
+        outputs: &SessionOutputs,
+        units: &UnitVectors,
+    ) -> Result<bool, StoreError> {
+        let mut connection = self.connect()?;
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (_, current) = session_messages(&transaction, conversation, number)?;
+        if current != content_hash {
+            return Ok(false);
+        }
+        let corrupt = |error: serde_json::Error| StoreError::Corrupt(error.to_string());
+        let rewrite = serde_json::to_string(&outputs.rewrite).map_err(corrupt)?;
+        let keywords = serde_json::to_string(&outputs.keywords).map_err(corrupt)?;
+        let dims = units.session.len();
+        let vectors = encode_vectors(
+            outputs.sentence_vectors.iter().chain(&outputs.topic_vectors).map(|(_, v)| v),
+            dims,
+        )?;
+        let unit_vectors =
+            encode_vectors(std::iter::once(&units.session).chain(&units.turns), dims)?;
+        transaction.execute(
+            "INSERT OR REPLACE INTO session_outputs
+             (conversation_id, session_number, content_hash, model, rewrite, keywords, dims, vectors, units)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![conversation, number, content_hash, model, rewrite, keywords, dims as i64, vectors, unit_vectors],
+        )?;
+        transaction.commit()?;
+        Ok(true)
+    }
+}
+
+/// A new message: as given, with the time used for placement, and its content hash.
+type Fresh<'a> = (&'a Message, Message, String);
+
+/// Creates the conversation if needed (true when created); errors when it exists with another
+/// embedder.
+fn ensure_conversation(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    embedder: &str,
+) -> Result<bool, StoreError> {
+    let stored: Option<String> = transaction
+        .query_row("SELECT embedder FROM conversations WHERE id = ?1", [conversation], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    match stored {
+        Some(stored) if stored != embedder => Err(StoreError::EmbedderMismatch {
+            conversation: conversation.to_string(),
+            stored,
+            requested: embedder.to_string(),
+        }),
+        Some(_) => Ok(false),
+        None => {
+            transaction.execute(
+                "INSERT INTO conversations (id, embedder, created_at) VALUES (?1, ?2, ?3)",
+                params![conversation, embedder, chrono::Utc::now().to_rfc3339()],
+            )?;
+            Ok(true)
+        }
+    }
+}
+
+/// The messages not stored yet (content hashes with occurrence counts, effective times over
+/// the whole input), and how many were stored already.
+fn fresh_messages<'a>(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    messages: &'a [Message],
+) -> Result<(Vec<Fresh<'a>>, usize), StoreError> {
+    let times = effective_times(messages);
+    let mut occurrences: BTreeMap<String, u32> = BTreeMap::new();
+    let mut fresh = Vec::new();
+    let mut duplicates = 0;
+    for (message, time) in messages.iter().zip(&times) {
+        let occurrence = occurrences.entry(message.content_hash(0)).or_insert(0);
+        let hash = message.content_hash(*occurrence);
+        *occurrence += 1;
+        let known: bool = transaction.query_row(
+            "SELECT EXISTS(SELECT 1 FROM messages WHERE conversation_id = ?1 AND hash = ?2)",
+            params![conversation, hash],
+            |row| row.get(0),
+        )?;
+        if known {
+            duplicates += 1;
+            continue;
+        }
+        let mut placed = message.clone();
+        placed.timestamp = message.timestamp.or(time.map(Timestamp::Instant));
+        fresh.push((message, placed, hash));
+    }
+    Ok((fresh, duplicates))
+}
+
+/// Places the fresh messages into sessions (creating new ones) and inserts them.
+fn insert_messages(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    fresh: &[Fresh<'_>],
+    gap: TimeDelta,
+    added: &mut Added,
+) -> Result<(), StoreError> {
+    let spans = session_spans(transaction, conversation)?;
+    let to_place: Vec<Message> = fresh.iter().map(|(_, placed, _)| placed.clone()).collect();
+    let (placements, new_sessions) = place_messages(&spans, &to_place, gap);
+    let first_number = spans.iter().map(|span| span.number).max().unwrap_or(0) + 1;
+    for (number, key) in (first_number..).zip(&new_sessions) {
+        transaction.execute(
+            "INSERT INTO sessions (conversation_id, number, key) VALUES (?1, ?2, ?3)",
+            params![conversation, number, key],
+        )?;
+        added.new_sessions.push(number);
+    }
+    let mut seq: i64 = transaction.query_row(
+        "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE conversation_id = ?1",
+        [conversation],
+        |row| row.get(0),
+    )?;
+    for ((original, placed, hash), placement) in fresh.iter().zip(&placements) {
+        let number = match placement {
+            Placement::Existing(number) => {
+                if !added.changed_sessions.contains(number) {
+                    added.changed_sessions.push(*number);
+                }
+                *number
+            }
+            Placement::New(index) => added.new_sessions[*index],
+        };
+        seq += 1;
+        let sort_time = placed
+            .timestamp
+            .map(|stamp| stamp.instant().to_rfc3339_opts(SecondsFormat::Secs, true));
+        transaction.execute(
+            "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text, timestamp, sort_time)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                conversation,
+                hash,
+                number,
+                seq,
+                original.speaker,
+                original.text,
+                original.timestamp.map(Timestamp::canonical),
+                sort_time
+            ],
+        )?;
+    }
+    added.changed_sessions.sort_unstable();
+    Ok(())
+}
+
+/// The spans of a conversation's sessions, by number.
+fn session_spans(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+) -> Result<Vec<SessionSpan>, StoreError> {
+    let mut statement = transaction.prepare(
+        "SELECT s.number, s.key, MIN(m.sort_time), MAX(m.sort_time)
+         FROM sessions s LEFT JOIN messages m
+           ON m.conversation_id = s.conversation_id AND m.session_number = s.number
+         WHERE s.conversation_id = ?1 GROUP BY s.number ORDER BY s.number",
+    )?;
+    let rows = statement.query_map([conversation], |row| {
+        Ok((
+            row.get::<_, u32>(0)?,
+            row.get::<_, Option<String>>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    let mut spans = Vec::new();
+    for row in rows {
+        let (number, key, first, last) = row?;
+        let parse = |text: Option<String>| {
+            text.and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok())
+                .map(|time| time.with_timezone(&chrono::Utc))
+        };
+        let range = parse(first).zip(parse(last));
+        spans.push(SessionSpan { number, key, range });
+    }
+    Ok(spans)
+}

@@ -1,0 +1,344 @@
+//! Own conversations end to end through the scripted endpoint over real HTTP on 127.0.0.1: the
+//! memory service (incremental adds that count requests, search, ask, out-of-order messages),
+//! the binary (`memory add/search/list/show/forget`, `ask`, bad input, kill -9 during an add)
+//! and the HTTP API (`serve`: every endpoint and every error).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
+use mragent::convo::{Message, parse};
+use mragent::llm::retry::RetryPolicy;
+use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
+use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
+use mragent::service::{MemoryService, OwnEmbedder, ServiceSettings};
+use mragent::store::Store;
+use serde_json::{Value, json};
+
+pub(crate) const EMBEDDER: &str = "test-embedding";
+
+/// The example conversation shipped in the repository.
+pub(crate) fn example_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/examples/conversation.jsonl")
+}
+
+/// A server that plays the build stages (mechanically valid answers) and the answering agent;
+/// every reply delayed by `delay`.
+pub(crate) async fn server(delay: Duration) -> ScriptedServer {
+    let agent = plausible_agent(AgentScript::default());
+    ScriptedServer::with_responder(move |request: &RecordedRequest| {
+        let reply = if is_answer_request(request) {
+            agent(request)
+        } else {
+            ScriptedReply::json(&crate::ingest::good_answer(request))
+        };
+        if delay.is_zero() { reply } else { reply.delayed(delay) }
+    })
+    .await
+    .unwrap()
+}
+
+pub(crate) fn service(
+    server: &ScriptedServer,
+    root: &Path,
+) -> MemoryService<mragent::llm::Client, OwnEmbedder> {
+    let mut config = LlmConfig::new(server.base_url(), Secret::new("test-key"), "test-model");
+    config.retry = RetryPolicy {
+        max_attempts: 2,
+        base_delay: Duration::from_millis(5),
+        ..RetryPolicy::default()
+    };
+    let chat = build_chat_model(&config).unwrap();
+    let embedder =
+        build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 64 })
+            .unwrap();
+    let store = Store::open(Store::default_path(root)).unwrap();
+    let settings = ServiceSettings::new(root, EMBEDDER, "test-model", "test-model");
+    MemoryService::new(store, settings, chat, OwnEmbedder::Api(Box::new(embedder)))
+}
+
+/// `sessions` sessions of four messages, one day apart, each with a session id.
+pub(crate) fn long_conversation(sessions: u32) -> Vec<Message> {
+    let mut lines = Vec::new();
+    for session in 1..=sessions {
+        for turn in 0..4 {
+            let speaker = if turn % 2 == 0 { "Ann" } else { "Bob" };
+            lines.push(json!({
+                "speaker": speaker,
+                "session": format!("s{session}"),
+                "timestamp": format!("2024-01-{:02}T10:{:02}:00Z", (session - 1) % 28 + 1, turn),
+                "text": format!("Day {session} note {turn}: Ann talked about Project{session} with Bob"),
+            }));
+        }
+    }
+    parse(&Value::Array(lines).to_string()).unwrap()
+}
+
+fn rewrite_sessions(requests: &[RecordedRequest]) -> Vec<String> {
+    let session = regex::Regex::new(r"(?m)^Session (D\d+), date").unwrap();
+    requests
+        .iter()
+        .filter(|request| request.is_chat())
+        .filter_map(|request| {
+            let prompt = request.messages()[0]["content"].as_str()?.to_string();
+            session.captures(&prompt).map(|c| c[1].to_string())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn adding_one_session_to_thirty_makes_only_that_sessions_calls() {
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&server, dir.path());
+    let messages = long_conversation(30);
+    let first = service.add("long", messages[..29 * 4].to_vec()).await.unwrap();
+    assert_eq!(first.built_sessions.len(), 29, "{first}");
+    assert!(first.is_complete(), "{first}");
+    let before = server.request_count();
+
+    let second = service.add("long", messages.clone()).await.unwrap();
+    assert_eq!((second.new_messages, second.duplicates), (4, 116));
+    assert_eq!(second.built_sessions, ["D30"]);
+    let requests: Vec<RecordedRequest> = server.requests()[before..].to_vec();
+    let chats = requests.iter().filter(|request| request.is_chat()).count();
+    let embeddings = requests.iter().filter(|request| request.is_embeddings()).count();
+    assert_eq!(chats, 2, "one rewrite and one keyword call");
+    assert_eq!(rewrite_sessions(&requests), ["D30"]);
+    assert_eq!(embeddings, 2, "the session's sentences and its MemGAS units");
+    assert_eq!(second.chat_calls, 2);
+
+    // The same messages again: nothing to do, no request.
+    let count = server.request_count();
+    let third = service.add("long", messages).await.unwrap();
+    assert_eq!((third.new_messages, third.built_sessions.len()), (0, 0));
+    assert_eq!(server.request_count(), count);
+}
+
+#[tokio::test]
+async fn a_late_message_rebuilds_only_its_session_and_search_and_ask_answer() {
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&server, dir.path());
+    let text = std::fs::read_to_string(example_file()).unwrap();
+    let report = service.add("demo", parse(&text).unwrap()).await.unwrap();
+    assert_eq!((report.new_messages, report.sessions), (11, 3), "{report}");
+    assert_eq!(report.built_sessions, ["D1", "D2", "D3"]);
+
+    let late = parse(r#"{"speaker": "Sam", "text": "Pepper loves the beach too", "timestamp": "2024-03-16T18:46:00Z"}"#)
+        .unwrap();
+    let before = server.request_count();
+    let report = service.add("demo", late).await.unwrap();
+    assert_eq!(report.built_sessions, ["D2"]);
+    assert_eq!(rewrite_sessions(&server.requests()[before..]), ["D2"]);
+    let stored = service.store().load("demo").unwrap();
+    let texts: Vec<&str> = stored.sessions[1].messages.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts[2], "Pepper loves the beach too", "placed by its timestamp: {texts:?}");
+
+    let hits = service.search("demo", "greyhound dog Pepper", 3).await.unwrap();
+    assert_eq!(hits.len(), 3);
+    assert!(hits[0].text.contains("Pepper"), "{hits:?}");
+    assert!(hits.iter().all(|hit| hit.date.is_some() && hit.id.len() == 32), "{hits:?}");
+    assert!(hits.windows(2).all(|pair| pair[0].score >= pair[1].score));
+
+    let asked = service.ask("demo", "What is the name of Sam's dog?").await.unwrap();
+    assert!(asked.ok, "{asked:?}");
+    assert!(!asked.answer.is_empty());
+    assert!(asked.trace.is_file(), "{}", asked.trace.display());
+    assert!(server.requests().iter().any(|request| request.body.get("tools").is_some()));
+
+    let unknown = service.search("nobody", "x", 3).await.unwrap_err();
+    assert!(unknown.to_string().contains("unknown conversation"), "{unknown}");
+}
+
+/// Run the built binary in `dir` with a clean model environment.
+pub(crate) fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
+    command.args(args).current_dir(dir);
+    for variable in [
+        "OPENROUTER_API_KEY",
+        "OPENAI_API_KEY",
+        "MRAGENT_BASE_URL",
+        "MRAGENT_MODEL",
+        "MRAGENT_ROOT",
+        "RUST_LOG",
+        "MRAGENT_WORKERS",
+    ] {
+        command.env_remove(variable);
+    }
+    command
+}
+
+async fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let output = command(dir, args).output().await.unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn add_args<'a>(base_url: &'a str, conversation: &'a str, file: &'a str) -> Vec<&'a str> {
+    vec![
+        "memory",
+        "add",
+        "--conversation",
+        conversation,
+        file,
+        "--base-url",
+        base_url,
+        "--model",
+        "local/tiny",
+        "--embedder",
+        EMBEDDER,
+        "-q",
+    ]
+}
+
+#[tokio::test]
+async fn the_binary_adds_searches_asks_lists_shows_and_forgets() {
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = example_file();
+    let url = server.base_url();
+    let (ok, stdout, stderr) =
+        run(dir.path(), &add_args(url, "demo", file.to_str().unwrap())).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("11 new messages"), "{stdout}");
+
+    let (ok, stdout, stderr) = run(
+        dir.path(),
+        &[
+            "memory",
+            "search",
+            "--conversation",
+            "demo",
+            "half marathon Lisbon",
+            "--json",
+            "--base-url",
+            url,
+            "-q",
+        ],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let hits: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert!(!hits.is_empty() && hits[0]["dia_id"].as_str().unwrap().starts_with('D'));
+    assert!(hits.iter().any(|hit| hit["text"].as_str().unwrap().contains("Lisbon")));
+
+    let (ok, stdout, stderr) = run(
+        dir.path(),
+        &[
+            "ask",
+            "--conversation",
+            "demo",
+            "Which race did Maya sign up for?",
+            "--base-url",
+            url,
+            "--model",
+            "local/tiny",
+            "-q",
+        ],
+    )
+    .await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("trace: "), "{stdout}");
+
+    let (ok, stdout, _) = run(dir.path(), &["memory", "list", "--json"]).await;
+    assert!(ok);
+    let listed: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(listed[0]["id"], "demo");
+    assert_eq!(
+        (listed[0]["messages"].as_i64(), listed[0]["built_sessions"].as_i64()),
+        (Some(11), Some(3))
+    );
+    let (ok, stdout, _) = run(dir.path(), &["memory", "show", "--conversation", "demo"]).await;
+    assert!(ok && stdout.contains("D2:4 Sam:"), "{stdout}");
+
+    // Bad input: a clear error, exit ≠ 0, the store unchanged.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"speaker\": \"A\", \"text\": \"fine\"}\n{\"speaker\": \"A\", \"text\": \"x\", \"timestamp\": \"soon\"}\n").unwrap();
+    let (ok, _, stderr) = run(dir.path(), &add_args(url, "demo", bad.to_str().unwrap())).await;
+    assert!(!ok);
+    assert!(stderr.contains("line 2: field `timestamp`: malformed timestamp"), "{stderr}");
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, r#"[{"speaker": "A", "text": ""}]"#).unwrap();
+    let (ok, _, stderr) = run(dir.path(), &add_args(url, "demo", empty.to_str().unwrap())).await;
+    assert!(!ok && stderr.contains("empty message"), "{stderr}");
+    let (ok, _, stderr) =
+        run(dir.path(), &["memory", "search", "--conversation", "nobody", "x"]).await;
+    assert!(!ok && stderr.contains("unknown conversation \"nobody\""), "{stderr}");
+    let (ok, _, stderr) =
+        run(dir.path(), &["ask", "--conversation", "nobody", "x", "--base-url", url]).await;
+    assert!(!ok && stderr.contains("unknown conversation"), "{stderr}");
+    let (_, after, _) = run(dir.path(), &["memory", "list", "--json"]).await;
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&after).unwrap(), listed);
+
+    let (ok, stdout, _) = run(dir.path(), &["memory", "forget", "--conversation", "demo"]).await;
+    assert!(ok && stdout.contains("forgot demo"), "{stdout}");
+    let (ok, _, stderr) = run(dir.path(), &["memory", "forget", "--conversation", "demo"]).await;
+    assert!(!ok && stderr.contains("unknown conversation"), "{stderr}");
+}
+
+/// Every row of the store that an add writes, in a canonical order (creation times aside).
+fn dump(root: &Path) -> Vec<String> {
+    let connection = rusqlite::Connection::open(Store::default_path(root)).unwrap();
+    let mut rows = Vec::new();
+    for query in [
+        "SELECT id || '|' || embedder FROM conversations ORDER BY id",
+        "SELECT conversation_id || '|' || number || '|' || COALESCE(key, '') FROM sessions ORDER BY 1",
+        "SELECT conversation_id || '|' || hash || '|' || session_number || '|' || seq || '|' || speaker || '|' || text || '|' || COALESCE(timestamp, '') || '|' || COALESCE(sort_time, '') FROM messages ORDER BY 1",
+        "SELECT conversation_id || '|' || session_number || '|' || content_hash || '|' || model || '|' || rewrite || '|' || keywords || '|' || dims || '|' || hex(vectors) || '|' || hex(units) FROM session_outputs ORDER BY 1",
+    ] {
+        let mut statement = connection.prepare(query).unwrap();
+        let values = statement.query_map([], |row| row.get::<_, String>(0)).unwrap();
+        rows.extend(values.map(Result::unwrap));
+    }
+    rows
+}
+
+#[tokio::test]
+async fn kill_during_an_add_then_the_same_add_gives_the_uninterrupted_store() {
+    let server = server(Duration::from_millis(150)).await;
+    let url = server.base_url();
+    let input = tempfile::tempdir().unwrap();
+    let file = input.path().join("long.json");
+    let lines: Vec<Value> = long_conversation(6)
+        .iter()
+        .map(|m| json!({"speaker": m.speaker, "text": m.text, "session": m.session, "timestamp": m.timestamp.unwrap().canonical()}))
+        .collect();
+    std::fs::write(&file, Value::Array(lines).to_string()).unwrap();
+    let mut args = add_args(url, "long", file.to_str().unwrap());
+    args.extend(["--workers", "1"]);
+
+    let killed = tempfile::tempdir().unwrap();
+    let mut child = command(killed.path(), &args).spawn().unwrap();
+    let database = Store::default_path(killed.path());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the add never got going");
+        let built = rusqlite::Connection::open(&database)
+            .and_then(|c| {
+                c.query_row("SELECT COUNT(*) FROM session_outputs", [], |row| row.get::<_, i64>(0))
+            })
+            .unwrap_or(0);
+        if built >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.start_kill().unwrap(); // SIGKILL
+    let status = child.wait().await.unwrap();
+    assert!(!status.success());
+    let partial = dump(killed.path());
+    let (ok, stdout, stderr) = run(killed.path(), &args).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("0 new messages (24 already stored)"), "{stdout}");
+    let resumed = dump(killed.path());
+    assert!(resumed.len() > partial.len(), "the rerun finished the interrupted sessions");
+
+    let clean = tempfile::tempdir().unwrap();
+    let (ok, _, stderr) = run(clean.path(), &args).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(resumed, dump(clean.path()));
+}

@@ -1,0 +1,287 @@
+//! `mragent serve` over real HTTP on 127.0.0.1: every endpoint, every error (401 without or
+//! with a wrong token, 400 naming the field, 404 unknown conversation, 413 oversized body), and
+//! the store unchanged after bad input.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mragent::serve::{ServeOptions, serve};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::own::{example_file, server, service};
+
+const TOKEN: &str = "s3cret-token";
+
+struct Api {
+    base: String,
+    client: reqwest::Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Api {
+    async fn start(
+        scripted: &mragent::llm::scripted::ScriptedServer,
+        root: &std::path::Path,
+    ) -> Self {
+        let service = Arc::new(service(scripted, root));
+        let options = ServeOptions {
+            token: Some(TOKEN.into()),
+            max_body_bytes: 16 * 1024,
+            max_concurrency: 4,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, service, options, async move {
+            let _ = stopped.await;
+        }));
+        Self { base, client: reqwest::Client::new(), _stop: stop }
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "GET" => self.client.get(url),
+            "DELETE" => self.client.delete(url),
+            _ => self.client.post(url),
+        };
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.timeout(Duration::from_secs(60)).send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call("GET", path, None, Some(TOKEN)).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", path, Some(body), Some(TOKEN)).await
+    }
+}
+
+fn example_messages() -> Value {
+    let text = std::fs::read_to_string(example_file()).unwrap();
+    Value::Array(text.lines().map(|line| serde_json::from_str(line).unwrap()).collect())
+}
+
+fn assert_error(answer: &(StatusCode, Value), status: StatusCode, field: &str) {
+    assert_eq!(answer.0, status, "{}", answer.1);
+    assert_eq!(answer.1["error"]["field"], field, "{}", answer.1);
+    assert!(answer.1["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn every_endpoint_over_loopback() {
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&scripted, dir.path()).await;
+
+    let (status, document) = api.get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    let paths = document["paths"].as_object().unwrap();
+    for path in [
+        "/v1/conversations",
+        "/v1/conversations/{id}",
+        "/v1/conversations/{id}/messages",
+        "/v1/conversations/{id}/search",
+        "/v1/conversations/{id}/ask",
+    ] {
+        assert!(paths.contains_key(path), "{path} documented");
+    }
+
+    let (status, report) =
+        api.post("/v1/conversations/demo/messages", json!({"messages": example_messages()})).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(
+        (report["new_messages"].as_u64(), report["built_sessions"].as_array().map(Vec::len)),
+        (Some(11), Some(3))
+    );
+    let (_, again) =
+        api.post("/v1/conversations/demo/messages", json!({"messages": example_messages()})).await;
+    assert_eq!((again["new_messages"].as_u64(), again["duplicates"].as_u64()), (Some(0), Some(11)));
+
+    let (status, found) = api
+        .post("/v1/conversations/demo/search", json!({"query": "running club knee", "k": 2}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    assert!(
+        hits[0]["id"].is_string() && hits[0]["date"].is_string() && hits[0]["dia_id"].is_string()
+    );
+
+    let (status, answer) = api
+        .post("/v1/conversations/demo/ask", json!({"question": "Where is the half marathon?"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert!(answer["trace"].as_str().is_some_and(|path| std::path::Path::new(path).is_file()));
+
+    let (status, stream) = api
+        .post("/v1/conversations/demo/ask", json!({"question": "Who is Pepper?", "stream": true}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let text = stream.as_str().unwrap();
+    let started = text.find("event: started").unwrap();
+    let answered = text.find("event: answer").unwrap();
+    assert!(started < answered, "{text}");
+
+    let (status, listed) = api.get("/v1/conversations").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["conversations"][0]["id"], "demo");
+    let (status, one) = api.get("/v1/conversations/demo").await;
+    assert_eq!((status, one["messages"].as_i64()), (StatusCode::OK, Some(11)));
+
+    let (status, deleted) = api.call("DELETE", "/v1/conversations/demo", None, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    assert_eq!(deleted["deleted"]["id"], "demo");
+    assert_error(
+        &api.call("DELETE", "/v1/conversations/demo", None, Some(TOKEN)).await,
+        StatusCode::NOT_FOUND,
+        "conversation",
+    );
+    assert_eq!(api.get("/v1/conversations").await.1["conversations"], json!([]));
+}
+
+#[tokio::test]
+async fn every_error_is_a_4xx_naming_the_field_and_leaves_the_store_unchanged() {
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&scripted, dir.path()).await;
+    let (status, _) =
+        api.post("/v1/conversations/demo/messages", json!({"messages": example_messages()})).await;
+    assert_eq!(status, StatusCode::OK);
+    let before = api.get("/v1/conversations").await;
+    let requests_before = scripted.request_count();
+
+    // Authentication.
+    assert_error(
+        &api.call("GET", "/v1/conversations", None, None).await,
+        StatusCode::UNAUTHORIZED,
+        "authorization",
+    );
+    assert_error(
+        &api.call("GET", "/v1/conversations", None, Some("wrong")).await,
+        StatusCode::UNAUTHORIZED,
+        "authorization",
+    );
+    let unauthorised_add = api
+        .call(
+            "POST",
+            "/v1/conversations/demo/messages",
+            Some(json!({"messages": [{"speaker": "A", "text": "sneaky"}]})),
+            Some("s3cret-tokeN"),
+        )
+        .await;
+    assert_error(&unauthorised_add, StatusCode::UNAUTHORIZED, "authorization");
+
+    // Bad messages.
+    let messages = |message: Value| json!({"messages": [{"speaker": "A", "text": "fine", "timestamp": "2024-05-01"}, message]});
+    let malformed = api
+        .post(
+            "/v1/conversations/demo/messages",
+            messages(json!({"speaker": "A", "text": "x", "timestamp": "last week"})),
+        )
+        .await;
+    assert_error(&malformed, StatusCode::BAD_REQUEST, "timestamp");
+    assert!(malformed.1["error"]["message"].as_str().unwrap().contains("messages[1]"));
+    let empty = api
+        .post("/v1/conversations/demo/messages", messages(json!({"speaker": "A", "text": "   "})))
+        .await;
+    assert_error(&empty, StatusCode::BAD_REQUEST, "text");
+    assert_error(
+        &api.post("/v1/conversations/demo/messages", messages(json!({"text": "who?"}))).await,
+        StatusCode::BAD_REQUEST,
+        "speaker",
+    );
+    assert_error(
+        &api.post("/v1/conversations/demo/messages", json!({"messages": []})).await,
+        StatusCode::BAD_REQUEST,
+        "messages",
+    );
+    assert_error(
+        &api.post("/v1/conversations/demo/messages", json!({"message": []})).await,
+        StatusCode::BAD_REQUEST,
+        "messages",
+    );
+    let bad_json = api
+        .client
+        .post(format!("{}/v1/conversations/demo/messages", api.base))
+        .bearer_auth(TOKEN)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_json.status(), StatusCode::BAD_REQUEST);
+    let bad_id = api
+        .post(
+            "/v1/conversations/%20padded/messages",
+            messages(json!({"speaker": "A", "text": "x"})),
+        )
+        .await;
+    assert_error(&bad_id, StatusCode::BAD_REQUEST, "conversation");
+
+    // Oversized body.
+    let huge = json!({"messages": [{"speaker": "A", "text": "x".repeat(20 * 1024)}]});
+    assert_error(
+        &api.post("/v1/conversations/demo/messages", huge).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body",
+    );
+
+    // Unknown conversation, bad search and ask fields.
+    assert_error(
+        &api.post("/v1/conversations/nobody/search", json!({"query": "x"})).await,
+        StatusCode::NOT_FOUND,
+        "conversation",
+    );
+    assert_error(
+        &api.post("/v1/conversations/nobody/ask", json!({"question": "x"})).await,
+        StatusCode::NOT_FOUND,
+        "conversation",
+    );
+    assert_error(
+        &api.post("/v1/conversations/nobody/ask", json!({"question": "x", "stream": true})).await,
+        StatusCode::NOT_FOUND,
+        "conversation",
+    );
+    assert_error(&api.get("/v1/conversations/nobody").await, StatusCode::NOT_FOUND, "conversation");
+    assert_error(
+        &api.post("/v1/conversations/demo/search", json!({})).await,
+        StatusCode::BAD_REQUEST,
+        "query",
+    );
+    assert_error(
+        &api.post("/v1/conversations/demo/search", json!({"query": "x", "k": 0})).await,
+        StatusCode::BAD_REQUEST,
+        "k",
+    );
+    assert_error(
+        &api.post("/v1/conversations/demo/ask", json!({"question": ""})).await,
+        StatusCode::BAD_REQUEST,
+        "question",
+    );
+    assert_error(
+        &api.post("/v1/conversations/demo/ask", json!({"question": "x", "stream": "yes"})).await,
+        StatusCode::BAD_REQUEST,
+        "stream",
+    );
+    assert_error(&api.get("/v1/nothing-here").await, StatusCode::NOT_FOUND, "path");
+
+    assert_eq!(api.get("/v1/conversations").await, before, "the store is unchanged");
+    assert_eq!(scripted.request_count(), requests_before, "bad input reached no model");
+}
