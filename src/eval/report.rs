@@ -16,14 +16,16 @@
 //! reported as the mean and population standard deviation over runs, with the numbers of
 //! verdicts obtained and judgements that failed.
 
-use std::fmt::Write as _;
-
 use serde::{Deserialize, Serialize};
 
 use super::ItemScore;
 use super::judge::Verdict;
 use super::recall::EvidenceRecall;
 use crate::dataset::Category;
+
+mod table;
+
+pub use self::table::{COLUMNS_HELP, Coverage, markdown_table};
 
 /// Prices of the answering model, for the cost column.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -114,7 +116,6 @@ pub struct RowOptions {
 /// the overall rows. LoCoMo: categories 1–4, `overall (1–4)`, category 5 as the refusal rate,
 /// and with `overall_with_adversarial` the official overall over 1–5.
 pub fn build_rows(items: &[ItemScore], options: RowOptions) -> Vec<Row> {
-    let RowOptions { locomo, audit, overall_with_adversarial, prices } = options;
     let mut categories: Vec<&Category> = Vec::new();
     for item in items {
         if !categories.contains(&&item.category) {
@@ -122,84 +123,76 @@ pub fn build_rows(items: &[ItemScore], options: RowOptions) -> Vec<Row> {
         }
     }
     categories.sort_by_key(|category| category_order(category));
-    let audit = locomo && audit;
-
-    let mut rows = Vec::new();
-    let in_category = |category: &Category| -> Vec<&ItemScore> {
-        items.iter().filter(|item| &item.category == category).collect()
-    };
-    if locomo {
-        for category in categories.iter().filter(|category| **category != &Category::Locomo(5)) {
-            let selected = in_category(category);
-            rows.push(row(
-                category.to_string(),
-                category_label(category),
-                &selected,
-                audit,
-                prices,
-            ));
-        }
-        let answerable: Vec<&ItemScore> =
-            items.iter().filter(|item| matches!(item.category, Category::Locomo(1..=4))).collect();
-        if !answerable.is_empty() {
-            rows.push(row(
-                "overall_1_4".into(),
-                "overall (1–4)".into(),
-                &answerable,
-                audit,
-                prices,
-            ));
-        }
-        let adversarial = in_category(&Category::Locomo(5));
-        if !adversarial.is_empty() {
-            rows.push(row(
-                "5".into(),
-                "5 adversarial: refusal rate".into(),
-                &adversarial,
-                audit,
-                prices,
-            ));
-        }
-        if overall_with_adversarial {
-            let all: Vec<&ItemScore> = items.iter().collect();
-            let mut overall =
-                row("overall_1_5".into(), "overall (1–5)".into(), &all, audit, prices);
-            // The judge grades categories 1–4 only: a judge figure over 1–5 does not exist.
-            overall.raw.judge = None;
-            if let Some(audited) = overall.audited.as_mut() {
-                audited.judge = None;
-            }
-            rows.push(overall);
-        }
+    if options.locomo {
+        locomo_rows(items, &categories, options)
     } else {
-        for category in &categories {
-            let selected = in_category(category);
-            rows.push(row(
-                category.to_string(),
-                category_label(category),
-                &selected,
-                false,
-                prices,
-            ));
-        }
+        longmemeval_rows(items, &categories, options.prices)
+    }
+}
+
+fn in_category<'a>(items: &'a [ItemScore], category: &Category) -> Vec<&'a ItemScore> {
+    items.iter().filter(|item| &item.category == category).collect()
+}
+
+/// LoCoMo: categories 1–4, `overall (1–4)`, category 5 as the refusal rate, and on request
+/// the official overall over 1–5.
+fn locomo_rows(items: &[ItemScore], categories: &[&Category], options: RowOptions) -> Vec<Row> {
+    let RowOptions { audit, overall_with_adversarial, prices, .. } = options;
+    let mut rows = Vec::new();
+    for category in categories.iter().filter(|category| **category != &Category::Locomo(5)) {
+        let selected = in_category(items, category);
+        rows.push(row(category.to_string(), category_label(category), &selected, audit, prices));
+    }
+    let answerable: Vec<&ItemScore> =
+        items.iter().filter(|item| matches!(item.category, Category::Locomo(1..=4))).collect();
+    if !answerable.is_empty() {
+        rows.push(row("overall_1_4".into(), "overall (1–4)".into(), &answerable, audit, prices));
+    }
+    let adversarial = in_category(items, &Category::Locomo(5));
+    if !adversarial.is_empty() {
+        rows.push(row(
+            "5".into(),
+            "5 adversarial: refusal rate".into(),
+            &adversarial,
+            audit,
+            prices,
+        ));
+    }
+    if overall_with_adversarial {
         let all: Vec<&ItemScore> = items.iter().collect();
-        rows.push(row("overall".into(), "overall".into(), &all, false, prices));
-        let mut task_averaged =
-            row("task_averaged".into(), "task-averaged".into(), &all, false, prices);
-        task_averaged.raw.judge = task_averaged_accuracy(items);
-        task_averaged.raw.recall = None;
-        rows.push(task_averaged);
-        let abstention: Vec<&ItemScore> =
-            items.iter().filter(|item| item.question_id.ends_with("_abs")).collect();
-        if !abstention.is_empty() {
-            rows.push(row(
-                "abstention".into(),
-                "abstention (_abs)".into(),
-                &abstention,
-                false,
-                prices,
-            ));
+        let mut overall = row("overall_1_5".into(), "overall (1–5)".into(), &all, audit, prices);
+        // The judge grades categories 1–4 only: a judge figure over 1–5 does not exist.
+        overall.raw.judge = None;
+        if let Some(audited) = overall.audited.as_mut() {
+            audited.judge = None;
         }
+        rows.push(overall);
+    }
+    rows
+}
+
+/// LongMemEval: question types, `overall`, `task-averaged` and `abstention`.
+fn longmemeval_rows(
+    items: &[ItemScore],
+    categories: &[&Category],
+    prices: Option<Prices>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for category in categories {
+        let selected = in_category(items, category);
+        rows.push(row(category.to_string(), category_label(category), &selected, false, prices));
+    }
+    let all: Vec<&ItemScore> = items.iter().collect();
+    rows.push(row("overall".into(), "overall".into(), &all, false, prices));
+    let mut task_averaged =
+        row("task_averaged".into(), "task-averaged".into(), &all, false, prices);
+    task_averaged.raw.judge = task_averaged_accuracy(items);
+    task_averaged.raw.recall = None;
+    rows.push(task_averaged);
+    let abstention: Vec<&ItemScore> =
+        items.iter().filter(|item| item.question_id.ends_with("_abs")).collect();
+    if !abstention.is_empty() {
+        rows.push(row("abstention".into(), "abstention (_abs)".into(), &abstention, false, prices));
     }
     rows
 }
@@ -418,170 +411,5 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
     (mean, variance.sqrt())
 }
 
-/// What every column of the table means: `eval --help` and `summary.md` print it.
-pub const COLUMNS_HELP: &str = "\
-Columns of the eval table (printed, and in summary.md / summary.json):
-  category   LoCoMo, by its own category numbers: 1 multi-hop, 2 temporal, 3 open-domain,
-             4 single-hop; `overall (1–4)` is the headline; `5 adversarial: refusal rate` is
-             the share of category-5 answers that refuse (they contain \"not mentioned\" or
-             \"no information available\"); `overall (1–5)` (--overall-with-5) is the
-             official LoCoMo overall with category 5 included. Mem0's paper names the
-             categories differently (1 single-hop, 3 multi-hop, 4 open-domain): compare by
-             number. LongMemEval: question types, `overall` (micro mean), `task-averaged`
-             (mean of the per-type accuracies), `abstention` (the `_abs` questions).
-             A partial run (--partial) shows `PARTIAL n/N` in this header.
-  n          questions in the row.
-  F1 %       official LoCoMo score (task_eval/evaluation.py): token F1 over Porter stems
-             after the official normalisation; category 1 split on commas, category 3 gold
-             cut at `;`, category 5 the refusal check. Each question is rounded to 3
-             decimals as the official pipeline stores it, then averaged as
-             evaluation_stats.py does; shown as a percentage.
-  EM %       exact match: equal sets of normalised tokens.
-  judge % [judged, failed]
-             LLM-judge accuracy (mean ± population std over --judge-runs), then the verdicts
-             obtained and the judgements that failed, all runs together. Failed judgements
-             are left out of the accuracy and retried by the next eval (exit code 2).
-             `not judged`: the protocol does not judge the row (LoCoMo category 5).
-  n / F1 % / judge % (audited)
-             the same with the LoCoMo audit: corrected gold answers replace the dataset's,
-             excluded questions leave the row (--no-audit drops these columns).
-  recall all/any %
-             questions whose cited context holds all / at least one gold evidence turn.
-  errors     questions whose answering failed (they score 0 and are judged WRONG).
-  tokens/q   answering tokens (prompt + completion) per question.
-  cost $     answering cost of the row at the answering model's list price.
-";
-
-/// How many of the selection's questions the table covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Coverage {
-    /// Questions scored.
-    pub scored: usize,
-    /// Questions in the dataset selection.
-    pub expected: usize,
-}
-
-impl Coverage {
-    /// `PARTIAL n/N` when questions are missing.
-    pub fn label(&self) -> Option<String> {
-        (self.scored < self.expected).then(|| format!("PARTIAL {}/{}", self.scored, self.expected))
-    }
-}
-
-/// The summary table as Markdown: one line per row; audited columns when any row has them. A
-/// partial run says so in the first header cell.
-pub fn markdown_table(rows: &[Row], coverage: Coverage) -> String {
-    let audited = rows.iter().any(|row| row.audited.is_some());
-    let with_f1 = rows.iter().any(|row| row.raw.f1.is_some());
-    let with_cost = rows.iter().any(|row| row.cost_usd.is_some());
-    let with_judge = rows.iter().any(|row| row.raw.judge.is_some());
-    let first = match coverage.label() {
-        Some(label) => format!("category ({label})"),
-        None => "category".to_string(),
-    };
-    let mut header = vec![first.as_str(), "n"];
-    if with_f1 {
-        header.extend(["F1 %", "EM %"]);
-    }
-    if with_judge {
-        header.push("judge % [judged, failed]");
-    }
-    if audited {
-        header.extend(["n (audited)", "F1 % (audited)"]);
-        if with_judge {
-            header.push("judge % (audited) [judged, failed]");
-        }
-    }
-    header.extend(["recall all/any %", "errors", "tokens/q"]);
-    if with_cost {
-        header.push("cost $");
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let _ = writeln!(out, "|{}|", header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
-    for row in rows {
-        let mut cells = vec![row.label.clone(), row.raw.count.to_string()];
-        if with_f1 {
-            cells.push(f1_cell(row.raw.f1));
-            cells.push(percent(row.raw.exact_match));
-        }
-        if with_judge {
-            cells.push(judge_cell(row.raw.judge));
-        }
-        if audited {
-            let metrics = row.audited.as_ref();
-            cells.push(metrics.map_or("–".into(), |metrics| metrics.count.to_string()));
-            cells.push(f1_cell(metrics.and_then(|metrics| metrics.f1)));
-            if with_judge {
-                cells.push(judge_cell(metrics.and_then(|metrics| metrics.judge)));
-            }
-        }
-        cells.push(match row.raw.recall {
-            Some(recall) => format!("{:.2} / {:.2}", recall.all * 100.0, recall.any * 100.0),
-            None => "–".into(),
-        });
-        cells.push(row.errors.to_string());
-        cells.push(format!("{:.0}", row.tokens_per_question));
-        if with_cost {
-            cells.push(row.cost_usd.map_or("–".into(), |cost| format!("{cost:.4}")));
-        }
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
-    }
-    out
-}
-
-/// F1 as the official scorer reports it: 3 decimals of a fraction, shown as a percentage with
-/// one decimal.
-fn f1_cell(value: Option<f64>) -> String {
-    value.map_or("–".into(), |value| format!("{:.1}", value * 100.0))
-}
-
-fn percent(value: Option<f64>) -> String {
-    value.map_or("–".into(), |value| format!("{:.2}", value * 100.0))
-}
-
-fn judge_cell(judge: Option<JudgeAccuracy>) -> String {
-    match judge {
-        Some(judge) if judge.judged == 0 => format!("– [0, {} failed]", judge.failed),
-        Some(judge) if judge.runs > 1 => format!(
-            "{:.2} ± {:.2} [{}, {} failed]",
-            judge.mean * 100.0,
-            judge.std * 100.0,
-            judge.judged,
-            judge.failed
-        ),
-        Some(judge) => {
-            format!("{:.2} [{}, {} failed]", judge.mean * 100.0, judge.judged, judge.failed)
-        }
-        None => "not judged".into(),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mean_and_population_std() {
-        let (mean, std) = mean_std(&[0.5, 0.7, 0.6]);
-        assert!((mean - 0.6).abs() < 1e-12);
-        assert!((std - (0.02f64 / 3.0).sqrt()).abs() < 1e-12);
-        assert_eq!(mean_std(&[0.25]), (0.25, 0.0));
-    }
-
-    #[test]
-    fn categories_sort_by_number_then_known_types() {
-        let mut locomo = [Category::Locomo(5), Category::Locomo(1), Category::Locomo(3)];
-        locomo.sort_by_key(category_order);
-        let labels: Vec<String> = locomo.iter().map(category_label).collect();
-        assert_eq!(labels, ["1 multi-hop", "3 open-domain", "5 adversarial"]);
-        let mut types = [
-            Category::LongMemEval("some-new-type".into()),
-            Category::LongMemEval("temporal-reasoning".into()),
-            Category::LongMemEval("single-session-user".into()),
-        ];
-        types.sort_by_key(category_order);
-        let labels: Vec<String> = types.iter().map(category_label).collect();
-        assert_eq!(labels, ["single-session-user", "temporal-reasoning", "some-new-type"]);
-    }
-}
+mod tests;

@@ -1,0 +1,246 @@
+//! Judge prompts: the LoCoMo protocols, LongMemEval's per-type prompts, a user-supplied prompt
+//! file, how replies to it are read, and the verdict schema.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use super::JudgeSettings;
+use crate::dataset::{Category, DatasetKind};
+use crate::llm::JsonSchemaSpec;
+use crate::llm::structured::extract_json;
+use crate::prompts::{self, Prompt};
+
+/// Which LoCoMo judge protocol to follow (LongMemEval always uses its per-type rules).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JudgeProtocol {
+    /// The published LoCoMo J protocol (Mem0's paper and the systems that compare with it):
+    /// categories 1–4, a generous CORRECT/WRONG grade with a one-sentence reason.
+    #[default]
+    Mem0,
+    /// Ours: categories 1–4, CORRECT only when the answer commits to the gold fact at the gold
+    /// answer's precision, with nothing wrong added.
+    Strict,
+}
+
+impl JudgeProtocol {
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JudgeProtocol::Mem0 => "mem0",
+            JudgeProtocol::Strict => "strict",
+        }
+    }
+}
+
+/// A judge prompt read from a file (`--judge-prompt`). Its slots are `{{question}}`,
+/// `{{gold}}` and `{{prediction}}`; every one must appear and no other `{{…}}` slot may.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomPrompt {
+    /// `custom:<file name>`, as recorded in judgements.
+    pub name: String,
+    /// The template text.
+    pub text: String,
+}
+
+/// A custom judge prompt that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CustomPromptError {
+    /// The file could not be read.
+    #[error("reading the judge prompt {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A required slot is missing or an unknown one is present.
+    #[error("judge prompt {}: {problem} (slots: {{{{question}}}}, {{{{gold}}}}, {{{{prediction}}}})", path.display())]
+    Slots {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// The slots a judge prompt fills.
+pub const JUDGE_SLOTS: [&str; 3] = ["question", "gold", "prediction"];
+
+impl CustomPrompt {
+    /// Read a prompt file and check its slots.
+    pub fn load(path: &Path) -> Result<Self, CustomPromptError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| CustomPromptError::Io { path: path.to_path_buf(), source })?;
+        let found = slots_in(&text);
+        let missing: Vec<&str> =
+            JUDGE_SLOTS.iter().copied().filter(|slot| !found.contains(slot)).collect();
+        let unknown: Vec<&str> =
+            found.iter().copied().filter(|slot| !JUDGE_SLOTS.contains(slot)).collect();
+        let problem = match (missing.is_empty(), unknown.is_empty()) {
+            (true, true) => None,
+            (false, _) => Some(format!("missing slot(s) {}", braces(&missing))),
+            (true, false) => Some(format!("unknown slot(s) {}", braces(&unknown))),
+        };
+        if let Some(problem) = problem {
+            return Err(CustomPromptError::Slots { path: path.to_path_buf(), problem });
+        }
+        let file = path
+            .file_name()
+            .map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned());
+        Ok(Self { name: format!("custom:{file}"), text })
+    }
+
+    /// First 12 hex digits of the SHA-256 of the text (as for built-in prompts).
+    pub fn version(&self) -> String {
+        let digest = Sha256::digest(self.text.as_bytes());
+        digest.iter().take(6).map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    pub(super) fn render(&self, question: &str, gold: &str, prediction: &str) -> String {
+        // Slots were checked at load time; each is replaced by its value.
+        let mut out = self.text.clone();
+        for (slot, value) in JUDGE_SLOTS.iter().zip([question, gold, prediction]) {
+            out = out.replace(&format!("{{{{{slot}}}}}"), value);
+        }
+        out
+    }
+}
+
+/// The `{{name}}` slots of a template (names of ASCII letters, digits and `_`), sorted.
+fn slots_in(text: &str) -> std::collections::BTreeSet<&str> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        let name = &after[..end];
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            names.insert(name);
+        }
+        rest = &after[end + 2..];
+    }
+    names
+}
+
+fn braces(slots: &[&str]) -> String {
+    slots.iter().map(|slot| format!("{{{{{slot}}}}}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The prompt one judgement uses.
+#[derive(Debug, Clone)]
+pub enum JudgePrompt {
+    /// A prompt shipped in `prompts/`; the reply must be the JSON verdict.
+    Builtin(Prompt),
+    /// The user's prompt; the reply is read by [`read_custom_reply`].
+    Custom(std::sync::Arc<CustomPrompt>),
+}
+
+impl JudgePrompt {
+    /// Prompt name as recorded in judgements.
+    pub fn name(&self) -> &str {
+        match self {
+            JudgePrompt::Builtin(prompt) => prompt.name,
+            JudgePrompt::Custom(prompt) => &prompt.name,
+        }
+    }
+
+    /// Prompt version (hash of the text); part of the cache key.
+    pub fn version(&self) -> String {
+        match self {
+            JudgePrompt::Builtin(prompt) => prompt.version(),
+            JudgePrompt::Custom(prompt) => prompt.version(),
+        }
+    }
+
+    pub(super) fn render(
+        &self,
+        question: &str,
+        gold: &str,
+        prediction: &str,
+    ) -> anyhow::Result<String> {
+        Ok(match self {
+            JudgePrompt::Builtin(prompt) => prompt.render(&[
+                ("question", question),
+                ("gold", gold),
+                ("prediction", prediction),
+            ])?,
+            JudgePrompt::Custom(prompt) => prompt.render(question, gold, prediction),
+        })
+    }
+}
+
+/// The prompt for an item, or `None` when the protocol does not judge it. LoCoMo: categories
+/// 1–4 only (both protocols; category 5 is scored by the refusal rule), with the protocol's
+/// prompt. LongMemEval: every question, abstention (`_abs`) questions with the abstention
+/// rule, the others with their question type's rule. A custom prompt replaces whichever
+/// built-in prompt would have been used.
+pub fn prompt_for(
+    settings: &JudgeSettings,
+    question_id: &str,
+    category: &Category,
+) -> Option<JudgePrompt> {
+    let builtin = builtin_prompt(settings.dataset, settings.protocol, question_id, category)?;
+    Some(match &settings.custom {
+        Some(custom) => JudgePrompt::Custom(std::sync::Arc::clone(custom)),
+        None => JudgePrompt::Builtin(builtin),
+    })
+}
+
+/// The built-in prompt for an item (see [`prompt_for`]).
+pub fn builtin_prompt(
+    dataset: DatasetKind,
+    protocol: JudgeProtocol,
+    question_id: &str,
+    category: &Category,
+) -> Option<Prompt> {
+    match (dataset, category) {
+        (DatasetKind::Locomo, Category::Locomo(1..=4)) => Some(match protocol {
+            JudgeProtocol::Mem0 => prompts::JUDGE_LOCOMO,
+            JudgeProtocol::Strict => prompts::JUDGE_LOCOMO_STRICT,
+        }),
+        (DatasetKind::Locomo | DatasetKind::Own, _) => None,
+        (DatasetKind::LongMemEval, _) if question_id.ends_with("_abs") => {
+            Some(prompts::JUDGE_LONGMEMEVAL_ABSTENTION)
+        }
+        (DatasetKind::LongMemEval, category) => Some(match category.name() {
+            "temporal-reasoning" => prompts::JUDGE_LONGMEMEVAL_TEMPORAL,
+            "knowledge-update" => prompts::JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,
+            "single-session-preference" => prompts::JUDGE_LONGMEMEVAL_PREFERENCE,
+            _ => prompts::JUDGE_LONGMEMEVAL,
+        }),
+    }
+}
+
+/// Read a reply to a custom prompt: when it holds a JSON object with a string `label`, the
+/// verdict is CORRECT exactly when the label is `CORRECT` (any case; the Mem0 format), and the
+/// reason is its `reason` field if any; otherwise the verdict is CORRECT when the lowercased
+/// reply contains `yes` (LongMemEval's rule) and the reason is the reply itself.
+pub fn read_custom_reply(reply: &str) -> (bool, String) {
+    if let Ok(value) = extract_json(reply)
+        && let Some(label) = value.get("label").and_then(|label| label.as_str())
+    {
+        let reason = value.get("reason").and_then(|reason| reason.as_str()).unwrap_or_default();
+        return (label.trim().eq_ignore_ascii_case("correct"), reason.to_string());
+    }
+    (reply.to_lowercase().contains("yes"), reply.trim().to_string())
+}
+
+/// The JSON Schema every judge reply must satisfy.
+pub fn verdict_schema() -> JsonSchemaSpec {
+    JsonSchemaSpec {
+        name: "judge_verdict".into(),
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "reason": {"type": "string"},
+                "label": {"type": "string", "enum": ["CORRECT", "WRONG"]}
+            },
+            "required": ["reason", "label"],
+            "additionalProperties": false
+        }),
+    }
+}

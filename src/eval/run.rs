@@ -1,0 +1,301 @@
+//! The `eval` pipeline: find the result files, match them against the dataset, score, judge,
+//! aggregate, and write the outputs.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use super::audit;
+use super::input::{self, Matched, Selection};
+use super::judge::{self, CustomPrompt, Verdict};
+use super::report::{self, Coverage, Prices, RowOptions};
+use super::{
+    AuditChange, AuditedScore, EvalSettings, EvalSummary, ItemScore, check_audit, score_results,
+    summary_markdown, svg,
+};
+use crate::dataset::DatasetKind;
+use crate::llm::{ChatModel, Usage};
+
+/// Find the run's result files: `result/<dataset>/*_result_<model>_<file>.jsonl`, sorted by name.
+pub fn find_result_files(settings: &EvalSettings) -> anyhow::Result<Vec<PathBuf>> {
+    let directory = settings.root.join("result").join(settings.dataset.as_str());
+    let suffix = format!("_result_{}_{}.jsonl", settings.model, settings.file);
+    let entries = std::fs::read_dir(&directory)
+        .with_context(|| format!("reading result directory {}", directory.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", directory.display()))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(&suffix) && name.len() > suffix.len() && entry.path().is_file() {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("no result files match {}/*{suffix}", directory.display());
+    }
+    Ok(files)
+}
+
+/// Evaluate a run: check its result lines against the dataset, score them, judge them when
+/// `judge` is given (with `settings.judge_model` naming the model to request), and write
+/// `eval/<dataset>/<file>/`.
+///
+/// Returns the summary; the caller prints [`EvalSummary::table`]. Result files that do not
+/// match the dataset selection are an [`input::RunError`].
+pub async fn evaluate<M: ChatModel>(
+    settings: &EvalSettings,
+    judge: Option<&M>,
+) -> anyhow::Result<EvalSummary> {
+    let judging = match (judge, &settings.judge_model) {
+        (Some(model), Some(name)) => Some((model, name.clone())),
+        (None, None) => None,
+        (Some(_), None) => anyhow::bail!("a judge client was given but no judge model name"),
+        (None, Some(name)) => {
+            anyhow::bail!("judge model {name} is set but no judge client was given")
+        }
+    };
+    if settings.judge_runs == 0 {
+        anyhow::bail!("judge runs must be at least 1");
+    }
+    let custom = settings.judge_prompt.as_deref().map(CustomPrompt::load).transpose()?;
+    let relative =
+        |path: &Path| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string();
+    let (files, expected, matched) = load_matched(settings, &relative)?;
+
+    let audit = match settings.audit_in_use() {
+        Some(path) => {
+            let audit = audit::load_audit(path)?;
+            check_audit(&audit, path, &expected)?;
+            Some(audit)
+        }
+        None => None,
+    };
+    let mut items = score_results(&matched, settings.dataset, audit.as_ref());
+    tracing::info!(questions = items.len(), files = files.len(), "scored result lines");
+
+    let output_dir = settings.output_dir();
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("creating {}", output_dir.display()))?;
+    let protocol_name = custom.as_ref().map_or_else(
+        || match settings.dataset {
+            DatasetKind::Locomo => settings.protocol.as_str().to_string(),
+            DatasetKind::LongMemEval => "longmemeval".to_string(),
+            DatasetKind::Own => "own".to_string(),
+        },
+        |custom| custom.name.clone(),
+    );
+    let judge_stats = match judging {
+        Some((model, name)) => {
+            run_judge(model, name, settings, custom, &mut items, &output_dir).await?
+        }
+        None => judge::JudgeStats::default(),
+    };
+    let facts = RunFacts {
+        files: files.iter().map(|file| relative(file)).collect(),
+        expected: expected.len(),
+        protocol_name,
+        audit_file: audit.as_ref().and(settings.audit_in_use()).map(relative),
+    };
+    let summary = build_summary(settings, &items, facts, &judge_stats, &relative);
+    write_outputs(&output_dir, &items, &summary)?;
+    Ok(summary)
+}
+
+/// Read the run's result files and match them against the dataset selection.
+fn load_matched(
+    settings: &EvalSettings,
+    relative: &dyn Fn(&Path) -> String,
+) -> anyhow::Result<(Vec<PathBuf>, Vec<input::ExpectedQuestion>, Vec<Matched>)> {
+    let files = find_result_files(settings)?;
+    let selection = Selection {
+        dataset: settings.dataset,
+        file: &settings.data_file,
+        sample: settings.sample.as_deref(),
+        question_type: settings.question_type,
+    };
+    let expected = input::load_expected(&selection)?;
+    let lines = input::read_result_lines(&files)?;
+    let matched = input::match_results(
+        &relative(&settings.data_file),
+        &expected,
+        &files,
+        lines,
+        settings.partial,
+        relative,
+    )?;
+    let coverage = Coverage { scored: matched.len(), expected: expected.len() };
+    if let Some(label) = coverage.label() {
+        tracing::warn!(
+            scored = coverage.scored,
+            expected = coverage.expected,
+            "{label}: scoring the questions that have a result line"
+        );
+    }
+    Ok((files, expected, matched))
+}
+
+/// Judge the scored items with the judge cache in `output_dir`.
+async fn run_judge<M: ChatModel>(
+    model: &M,
+    name: String,
+    settings: &EvalSettings,
+    custom: Option<CustomPrompt>,
+    items: &mut [ItemScore],
+    output_dir: &Path,
+) -> anyhow::Result<judge::JudgeStats> {
+    let judge_settings = judge::JudgeSettings {
+        model: name,
+        runs: settings.judge_runs,
+        concurrency: settings.concurrency,
+        dataset: settings.dataset,
+        protocol: settings.protocol,
+        custom: custom.map(std::sync::Arc::new),
+    };
+    let judge_stats =
+        judge::judge_items(model, &judge_settings, items, &output_dir.join("judgements.jsonl"))
+            .await?;
+    tracing::info!(
+        cached = judge_stats.cached,
+        new = judge_stats.new,
+        failed = judge_stats.failed,
+        "judged answers"
+    );
+    Ok(judge_stats)
+}
+
+/// What the summary records about the run's inputs.
+struct RunFacts {
+    files: Vec<String>,
+    expected: usize,
+    protocol_name: String,
+    audit_file: Option<String>,
+}
+
+/// The summary of a scored (and maybe judged) run.
+fn build_summary(
+    settings: &EvalSettings,
+    items: &[ItemScore],
+    facts: RunFacts,
+    judge_stats: &judge::JudgeStats,
+    relative: &dyn Fn(&Path) -> String,
+) -> EvalSummary {
+    // Without explicit prices, the answering model's list price is used when known.
+    let prices = settings.prices.or_else(|| {
+        crate::llm::models::model_price(&settings.model).map(|price| Prices {
+            input_per_million: price.prompt_per_million,
+            output_per_million: price.completion_per_million,
+        })
+    });
+    let locomo = settings.dataset == DatasetKind::Locomo;
+    let rows = report::build_rows(
+        items,
+        RowOptions {
+            locomo,
+            audit: facts.audit_file.is_some(),
+            overall_with_adversarial: settings.overall_with_adversarial,
+            prices,
+        },
+    );
+    let judge_cost = |usage: Usage| {
+        settings
+            .judge_model
+            .as_deref()
+            .and_then(|model| crate::llm::models::estimate_cost_usd(model, usage))
+    };
+    let coverage = Coverage { scored: items.len(), expected: facts.expected };
+    EvalSummary {
+        dataset: settings.dataset.as_str().to_string(),
+        data_file: relative(&settings.data_file),
+        model: settings.model.clone(),
+        file: settings.file.clone(),
+        result_files: facts.files,
+        questions: items.len(),
+        expected_questions: facts.expected,
+        partial: coverage.label(),
+        judge_model: settings.judge_model.clone(),
+        judge_protocol: settings.judge_model.as_ref().map(|_| facts.protocol_name),
+        judge_runs: settings.judge_runs,
+        judge_cached: judge_stats.cached,
+        judge_new: judge_stats.new,
+        judge_failed: judge_stats.failed,
+        judge_usage: judge_stats.usage,
+        judge_usage_total: judge_stats.usage_total,
+        judge_cost_usd: judge_cost(judge_stats.usage),
+        judge_cost_total_usd: judge_cost(judge_stats.usage_total),
+        audit_file: facts.audit_file,
+        audit_corrected: count_audit(items, |audited| audited.answer.is_some()),
+        audit_excluded: count_audit(items, |audited| audited.excluded),
+        audit_evidence_only: count_audit(items, |audited| {
+            audited.answer.is_none() && !audited.excluded
+        }),
+        audit_changes: audit_changes(items),
+        rows,
+    }
+}
+
+fn count_audit(items: &[ItemScore], wanted: fn(&AuditedScore) -> bool) -> usize {
+    items.iter().filter(|item| item.audit.as_ref().is_some_and(wanted)).count()
+}
+
+/// Accepted / judged verdicts.
+fn tally(verdicts: &[Verdict]) -> Option<(usize, usize)> {
+    (!verdicts.is_empty())
+        .then(|| (verdicts.iter().filter(|verdict| verdict.correct).count(), verdicts.len()))
+}
+
+fn audit_changes(items: &[ItemScore]) -> Vec<AuditChange> {
+    items
+        .iter()
+        .filter_map(|item| {
+            let audited = item.audit.as_ref()?;
+            if audited.answer.is_none() && !audited.excluded {
+                return None;
+            }
+            Some(AuditChange {
+                question_id: item.question_id.clone(),
+                qa_index: item.qa_index,
+                category: item.category.clone(),
+                error_type: audited.error_type.clone(),
+                old_gold: item.answer.clone(),
+                new_gold: audited.answer.clone(),
+                f1_raw: item.f1,
+                f1_audited: audited.f1,
+                judge_raw: tally(&item.judge),
+                judge_audited: tally(&audited.judge),
+            })
+        })
+        .collect()
+}
+
+/// Write `scores.jsonl`, `summary.json`, `summary.md` and the plots, each through a temporary
+/// file renamed into place.
+fn write_outputs(
+    output_dir: &Path,
+    items: &[ItemScore],
+    summary: &EvalSummary,
+) -> anyhow::Result<()> {
+    let mut scores = String::new();
+    for item in items {
+        scores.push_str(&serde_json::to_string(item).context("serialising a score")?);
+        scores.push('\n');
+    }
+    crate::fsutil::write_atomic(&output_dir.join("scores.jsonl"), &scores)?;
+    let json = serde_json::to_string_pretty(summary).context("serialising the summary")?;
+    crate::fsutil::write_atomic(&output_dir.join("summary.json"), json + "\n")?;
+    crate::fsutil::write_atomic(&output_dir.join("summary.md"), summary_markdown(summary))?;
+    let mut title = format!("{} / {} / {}", summary.dataset, summary.model, summary.file);
+    if let Some(label) = &summary.partial {
+        title = format!("{title} ({label})");
+    }
+    crate::fsutil::write_atomic(
+        &output_dir.join("accuracy.svg"),
+        svg::accuracy_chart(&format!("Accuracy: {title}"), &summary.rows),
+    )?;
+    crate::fsutil::write_atomic(
+        &output_dir.join("tokens.svg"),
+        svg::tokens_chart(&format!("Tokens per question: {title}"), &summary.rows),
+    )?;
+    Ok(())
+}
