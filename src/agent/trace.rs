@@ -376,3 +376,46 @@ mod tests {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod branch_tests {
+    use super::*;
+
+    #[test]
+    fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
+        let directory = tempfile::tempdir()?;
+        let path = directory.path().join("q.jsonl");
+        let mut writer = TraceWriter::open(path.clone());
+        let (mut first, mut second) = (writer.branch(), writer.branch());
+        let fallback = |step: &str| TraceEvent::Fallback { step: step.into(), reason: "r".into() };
+        second.record(fallback("second"));
+        first.record(fallback("first"));
+        writer.merge(first);
+        writer.merge(second);
+        assert_eq!(writer.fallbacks(), 2);
+        let steps: Vec<String> = read_trace(&path)?
+            .into_iter()
+            .filter_map(|record| match record.event {
+                TraceEvent::Fallback { step, .. } => Some(step),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, ["first", "second"]);
+        // A writer that records nothing still counts.
+        let mut disabled = TraceWriter::disabled();
+        let mut branch = disabled.branch();
+        branch.record(fallback("x"));
+        disabled.merge(branch);
+        assert_eq!(disabled.fallbacks(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn rejected_replies_are_cut_and_escaped() {
+        assert_eq!(rejected_excerpt("a\u{1b}[0m\nb"), "a\\u{1b}[0m\nb");
+        let long = "x".repeat(REJECTED_REPLY_CHARS + 5);
+        let kept = rejected_excerpt(&long);
+        assert_eq!(kept.chars().count(), REJECTED_REPLY_CHARS + 1);
+        assert!(kept.ends_with('…'));
+    }
+}

@@ -59,7 +59,7 @@ async fn measure() -> (usize, usize, usize) {
     for (kind, (count, parts)) in &kinds {
         let per_question: Vec<usize> =
             parts.iter().map(|part| part / 4 / summary.answered.max(1)).collect();
-        println!(
+        eprintln!(
             "  {count:5} requests `{kind}`: tokens per question [system, tools, user, tool results, other] = {per_question:?}"
         );
     }
@@ -70,7 +70,7 @@ async fn measure() -> (usize, usize, usize) {
 async fn prompt_tokens_per_question_on_the_scripted_workload() {
     let (questions, requests, tokens) = measure().await;
     let per_question = tokens / questions.max(1);
-    println!(
+    eprintln!(
         "prompt size: {questions} questions, {requests} chat requests ({:.2} per question), {tokens} prompt tokens, {per_question} per question",
         requests as f64 / questions.max(1) as f64
     );

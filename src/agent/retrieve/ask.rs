@@ -81,25 +81,20 @@ struct Recording<'a, M> {
 }
 
 impl<M: ChatModel> ChatModel for Recording<'_, M> {
-    fn chat(
-        &self,
-        request: &ChatRequest,
-    ) -> impl Future<Output = Result<ChatResponse, crate::llm::Error>> + Send {
-        async move {
-            let response = self.inner.chat(request).await;
-            if let Ok(response) = &response {
-                let reask = request
-                    .messages
-                    .last()
-                    .and_then(|message| message.content.clone())
-                    .unwrap_or_default();
-                let reply = response.message.content.clone().unwrap_or_default();
-                let usage = response.usage;
-                let mut replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
-                replies.push(Reply { reask, reply, usage });
-            }
-            response
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, crate::llm::Error> {
+        let response = self.inner.chat(request).await;
+        if let Ok(response) = &response {
+            let reask = request
+                .messages
+                .last()
+                .and_then(|message| message.content.clone())
+                .unwrap_or_default();
+            let reply = response.message.content.clone().unwrap_or_default();
+            let usage = response.usage;
+            let mut replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
+            replies.push(Reply { reask, reply, usage });
         }
+        response
     }
 }
 
