@@ -258,7 +258,6 @@ async fn answers_a_fixture_conversation_end_to_end() {
         let tools = request.body.get("tools").and_then(Value::as_array).map_or(0, Vec::len);
         assert!(tools == 8 || (tools == 0 && request.body.get("tool_choice").is_none()), "{tools}");
     }
-    assert!(requests.iter().any(|request| request.body.get("tools").is_none()), "a final round");
     let called = tools_called(&requests);
     let mut all: BTreeSet<String> =
         mragent::agent::tools::TOOL_NAMES.iter().map(|name| name.to_string()).collect();
