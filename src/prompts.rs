@@ -120,6 +120,7 @@ prompt!(ANSWER_TEMPORAL, "answer_temporal");
 prompt!(ANSWER_ADVERSARIAL, "answer_adversarial");
 prompt!(ANSWER_TOOLS, "answer_tools");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
+prompt!(JUDGE_LOCOMO_STRICT, "judge_locomo_strict");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
 prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
 prompt!(JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE, "judge_longmemeval_knowledge_update");
@@ -151,6 +152,7 @@ pub const ALL: &[Prompt] = &[
     ANSWER_ADVERSARIAL,
     ANSWER_TOOLS,
     JUDGE_LOCOMO,
+    JUDGE_LOCOMO_STRICT,
     JUDGE_LONGMEMEVAL,
     JUDGE_LONGMEMEVAL_TEMPORAL,
     JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,
