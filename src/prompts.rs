@@ -113,7 +113,6 @@ prompt!(ANSWER_STYLE_STRICT, "answer_style_strict");
 prompt!(ANSWER_STYLE_OPEN, "answer_style_open");
 prompt!(ANSWER_RULES_LONGMEMEVAL, "answer_rules_longmemeval");
 prompt!(ANSWER_FINAL, "answer_final");
-prompt!(ANSWER_FINAL_ROUND, "answer_final_round");
 prompt!(ANSWER_TIME_NUDGE, "answer_time_nudge");
 prompt!(ANSWER_NUDGE, "answer_nudge");
 prompt!(ANSWER_REASK, "answer_reask");
@@ -148,7 +147,6 @@ pub const ALL: &[Prompt] = &[
     ANSWER_STYLE_OPEN,
     ANSWER_RULES_LONGMEMEVAL,
     ANSWER_FINAL,
-    ANSWER_FINAL_ROUND,
     ANSWER_TIME_NUDGE,
     ANSWER_NUDGE,
     ANSWER_REASK,

@@ -1,7 +1,9 @@
 //! Answering one question end to end: its trace, retrieval, the tool loop, and its result line.
 //! Never fails: a failure becomes a `status: "error"` line.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::agent::question::{self, PreparedQuestion};
@@ -10,6 +12,7 @@ use crate::agent::run::{AnswerRun, Outcome};
 use crate::agent::sample::{SampleMemory, unit_length};
 use crate::agent::settings::Shared;
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
+use crate::agent::tools::compact::mark_shown;
 use crate::agent::tools::{ToolContext, ToolState};
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::dataset::Question;
@@ -64,6 +67,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     if let Some(error) = &error {
         tracing::warn!(error = %error, "question failed");
     }
+    let fallbacks = trace.fallbacks();
+    shared.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
     trace.record(TraceEvent::Finish {
         status,
         prediction: prediction.clone(),
@@ -73,6 +78,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         tool_calls,
         usage,
         latency_ms,
+        fallbacks,
     });
     ResultLine {
         question_id: question.id.clone(),
@@ -113,11 +119,8 @@ async fn solve<M: ChatModel, E: Embedder>(
         settings: &settings.retrieval,
         call: settings.call_settings(),
     };
-    let retrieved = retrieve::retrieve(shared.model, &input, trace).await;
-    let Retrieved { payload, seen_keys, usage: retrieval_usage } = match retrieved {
-        Ok(retrieved) => retrieved,
-        Err(error) => return Err(error.to_string()),
-    };
+    let Retrieved { payload, seen_keys, usage: retrieval_usage } =
+        retrieve::retrieve(shared.model, &input, trace).await;
     *usage += retrieval_usage;
 
     let run =
@@ -132,7 +135,9 @@ async fn solve<M: ChatModel, E: Embedder>(
         memgas: sample.memgas.is_some(),
     };
     let state = ToolState { seen_keys };
-    let tools = QuestionTools { sample, prepared, context, state };
+    let mut shown = BTreeSet::new();
+    mark_shown(&payload, &mut shown);
+    let tools = QuestionTools { sample, prepared, context, state, shown };
     Ok(tool_loop::drive(shared, run, tools, trace, usage).await)
 }
 

@@ -21,9 +21,11 @@
 //! Only `pool`, `answer`, `tool_loop` and `retrieve` await anything.
 //!
 //! Concurrency: `futures::StreamExt::buffer_unordered(workers)` bounds the questions in flight;
-//! request rates are the `llm` stack's business. Within a question, tool calls run one after
-//! another in call order (they are in-memory lookups, and the order decides which keys
-//! `query_event_keywords` has already shown).
+//! request rates are the `llm` stack's business. Within a question, the re-rank and the tag
+//! scoring run concurrently, tag scoring for several keys goes out at once, and a round's tool
+//! calls are applied in call order (in-memory lookups; the order decides which keys
+//! `query_event_keywords` has already shown) while the model and embedding work they need runs
+//! concurrently. Concurrent work records into trace branches merged in call order.
 
 mod answer;
 pub mod ids;

@@ -37,6 +37,10 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// Tokens of this run.
     pub usage: Usage,
+    /// Retrieval steps of this run that fell back to a deterministic substitute for the
+    /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
+    /// its question's trace.
+    pub fallbacks: u64,
     /// Estimated cost in USD of this run, when the model's price is known.
     pub cost_usd: Option<f64>,
     /// Wall time.
@@ -71,6 +75,7 @@ impl std::fmt::Display for RunSummary {
             self.usage.prompt_tokens,
             self.usage.completion_tokens
         )?;
+        write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
         if let Some(cost) = self.cost_usd {
             write!(f, " (about ${cost:.2})")?;
         }
@@ -102,7 +107,7 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     );
 
     let progress = Progress::new(settings, total as u64, resumed as u64);
-    let shared = Shared { settings, model, embedder };
+    let shared = Shared::new(settings, model, embedder);
 
     // Set once `stop` resolves; the question stream checks it before starting each question.
     let stopped = AtomicBool::new(false);
@@ -131,6 +136,7 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         remaining: pending.len() - answered,
         interrupted,
         usage,
+        fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
         result_files,

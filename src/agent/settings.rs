@@ -1,6 +1,7 @@
 //! The resolved settings of an answer run, and what every question of a run borrows.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 
 use serde::Serialize;
 
@@ -94,4 +95,12 @@ pub(super) struct Shared<'a, M, E> {
     pub settings: &'a AnswerSettings,
     pub model: &'a M,
     pub embedder: &'a E,
+    /// Retrieval steps that fell back, over the run (see `TraceEvent::Fallback`).
+    pub fallbacks: AtomicU64,
+}
+
+impl<'a, M, E> Shared<'a, M, E> {
+    pub(super) fn new(settings: &'a AnswerSettings, model: &'a M, embedder: &'a E) -> Self {
+        Self { settings, model, embedder, fallbacks: AtomicU64::new(0) }
+    }
 }

@@ -1,20 +1,22 @@
 //! The async driver of one question's tool loop: it performs the steps of the sans-IO
-//! [`AnswerRun`] (model calls and tool calls, traced) until the run is done. Tool calls run one
-//! after another in call order (they are in-memory lookups, and the order decides which keys
-//! `query_event_keywords` has already shown).
+//! [`AnswerRun`] (model calls and tool calls, traced) until the run is done. A round's tool
+//! calls are applied in call order and their model/embedding work runs concurrently (see
+//! [`call_tools`]).
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::agent::question::{AnswerStyle, PreparedQuestion};
-use crate::agent::retrieve::score_key_tags;
+use crate::agent::retrieve::score_keys_tags;
 use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
 use crate::agent::sample::SampleMemory;
 use crate::agent::settings::{AnswerSettings, Shared};
+use crate::agent::tools::compact::compact_result;
 use crate::agent::tools::{
     Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState, finish_event_keywords,
     memgas_result,
 };
-use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::agent::trace::{TraceEvent, TraceWriter, rejected_excerpt};
 use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolChoice, Usage};
 use crate::prompts;
@@ -25,6 +27,8 @@ pub(super) struct QuestionTools<'a> {
     pub prepared: &'a PreparedQuestion,
     pub context: ToolContext<'a>,
     pub state: ToolState,
+    /// Ids of the event and turn lines shown in full so far (see `tools::compact`).
+    pub shown: BTreeSet<String>,
 }
 
 /// Runs the loop to its end. `usage` gets the loop's tokens.
@@ -44,7 +48,24 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
                 request_number += 1;
                 let response =
                     call_model(shared.model, &request, request_number, &mut sent, trace).await;
+                let reply = response.as_ref().ok().and_then(|response| {
+                    let message = &response.message;
+                    message.content.clone().or_else(|| {
+                        (!message.tool_calls.is_empty()).then(|| {
+                            let names: Vec<&str> =
+                                message.tool_calls.iter().map(|call| call.name.as_str()).collect();
+                            format!("(tool calls: {})", names.join(", "))
+                        })
+                    })
+                });
                 run.model_responded(response);
+                if let Some(reason) = run.take_rejection() {
+                    trace.record(TraceEvent::Rejected {
+                        step: "answer".into(),
+                        reason,
+                        reply: rejected_excerpt(&reply.unwrap_or_default()),
+                    });
+                }
             }
             Step::CallTools(invocations) => {
                 let outputs = call_tools(shared, &mut tools, invocations, trace, usage).await;
@@ -73,7 +94,11 @@ async fn call_model<M: ChatModel>(
         messages_from,
         messages: request.messages[messages_from..].to_vec(),
         tools: if request_number == 1 { request.tools.clone() } else { Vec::new() },
-        tool_choice: tool_choice_name(request.tool_choice.as_ref()),
+        tool_choice: if request.tools.is_empty() {
+            "none (no tools sent)".into()
+        } else {
+            tool_choice_name(request.tool_choice.as_ref())
+        },
         structured: request.response_format.is_some(),
     });
     sent.clone_from(&request.messages);
@@ -101,7 +126,10 @@ async fn call_model<M: ChatModel>(
     response
 }
 
-/// Executes a batch of tool calls in call order, tracing each.
+/// Executes a round's tool calls. They are applied to the memory in call order (in-memory
+/// lookups; the order decides which keys `query_event_keywords` has already shown), then the
+/// model and embedding work they need (tag scoring, MemGAS queries) runs concurrently. Outputs
+/// and trace records come back in call order, each with its own timing.
 async fn call_tools<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
     tools: &mut QuestionTools<'_>,
@@ -109,78 +137,97 @@ async fn call_tools<M: ChatModel, E: Embedder>(
     trace: &mut TraceWriter,
     usage: &mut Usage,
 ) -> Vec<ToolOutput> {
-    let mut outputs = Vec::with_capacity(invocations.len());
-    for invocation in invocations {
-        let call_started = Instant::now();
-        let content = execute_tool(shared, tools, &invocation.tool, trace, usage).await;
-        trace.record(TraceEvent::ToolCall {
-            call_id: invocation.call_id.clone(),
-            name: invocation.tool.name().to_string(),
-            arguments: invocation.tool.arguments_json(),
-            result: content.clone(),
-            ms: millis(call_started.elapsed()),
-        });
-        outputs.push(ToolOutput { call_id: invocation.call_id, content });
+    let started = Instant::now();
+    let applied: Vec<(ToolInvocation, Result<Applied, ToolError>)> = invocations
+        .into_iter()
+        .map(|invocation| {
+            let applied = invocation.tool.apply(&tools.context, &mut tools.state);
+            (invocation, applied)
+        })
+        .collect();
+    let branches: Vec<TraceWriter> = applied.iter().map(|_| trace.branch()).collect();
+    let reader = &*tools;
+    let finished = futures::future::join_all(applied.into_iter().zip(branches).map(
+        |((invocation, applied), mut branch)| async move {
+            let (content, cost) = finish_tool(shared, reader, applied, &mut branch).await;
+            branch.record(TraceEvent::ToolCall {
+                call_id: invocation.call_id.clone(),
+                name: invocation.tool.name().to_string(),
+                arguments: invocation.tool.arguments_json(),
+                result: content.clone(),
+                ms: millis(started.elapsed()),
+            });
+            (ToolOutput { call_id: invocation.call_id, content }, cost, branch)
+        },
+    ))
+    .await;
+    let mut outputs = Vec::with_capacity(finished.len());
+    for (output, cost, branch) in finished {
+        trace.merge(branch);
+        *usage += cost;
+        let content = compact_result(output.content, &mut tools.shown);
+        outputs.push(ToolOutput { content, ..output });
     }
     outputs
 }
 
-/// Runs one tool call; tag scoring for `query_event_keywords` asks the model, and
-/// `query_memgas` embeds its query.
-async fn execute_tool<M: ChatModel, E: Embedder>(
+/// The tool message of one applied call: tag scoring for `query_event_keywords` asks the model
+/// (all wide keys at once), and `query_memgas` embeds its query.
+async fn finish_tool<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
-    tools: &mut QuestionTools<'_>,
-    tool: &Tool,
+    tools: &QuestionTools<'_>,
+    applied: Result<Applied, ToolError>,
     trace: &mut TraceWriter,
-    usage: &mut Usage,
-) -> String {
+) -> (String, Usage) {
     let settings = shared.settings;
-    match tool.apply(&tools.context, &mut tools.state) {
-        Ok(Applied::Done(value)) => value.to_string(),
+    match applied {
+        Ok(Applied::Done(value)) => (value.to_string(), Usage::default()),
         Ok(Applied::ScoreTags { event_id, mut keys }) => {
-            for key in &mut keys {
-                if key.tags.len() <= settings.retrieval.tag_max {
-                    continue;
-                }
-                let (scored, cost) = score_key_tags(
-                    shared.model,
-                    &settings.call_settings(),
-                    settings.retrieval.tag_limit,
-                    &tools.prepared.search_text,
-                    &key.key,
-                    &key.tags,
-                    trace,
-                )
-                .await;
-                *usage += cost;
-                key.tags = match scored {
+            let tag_max = settings.retrieval.tag_max;
+            let limit = settings.retrieval.tag_limit;
+            let wide: Vec<(&str, &[String])> = keys
+                .iter()
+                .filter(|key| key.tags.len() > tag_max)
+                .map(|key| (key.key.as_str(), key.tags.as_slice()))
+                .collect();
+            let call = settings.call_settings();
+            let question = &tools.prepared.search_text;
+            let (mut scored, usage) =
+                score_keys_tags(shared.model, &call, limit, question, &wide, trace).await;
+            scored.reverse();
+            for key in keys.iter_mut().filter(|key| key.tags.len() > tag_max) {
+                key.tags = match scored.pop().flatten() {
                     Some(scored) => scored.into_iter().map(|(tag, _)| tag).collect(),
-                    None => key.tags.iter().take(settings.retrieval.tag_limit).cloned().collect(),
+                    None => key.tags.iter().take(limit).cloned().collect(),
                 };
             }
-            finish_event_keywords(&event_id, keys).to_string()
+            (finish_event_keywords(&event_id, keys).to_string(), usage)
         }
-        Ok(Applied::Memgas { query, k }) => {
-            let Some(memgas) = &tools.sample.memgas else {
-                return ToolError::NotFound(format!(
-                    "{MEMGAS_TOOL} is not available for this conversation"
-                ))
+        Ok(Applied::Memgas { query, k }) => (memgas(tools, &query, k).await, Usage::default()),
+        Err(error) => (error.to_tool_result(), Usage::default()),
+    }
+}
+
+/// The result of a `query_memgas` call.
+async fn memgas(tools: &QuestionTools<'_>, query: &str, k: usize) -> String {
+    let Some(memgas) = &tools.sample.memgas else {
+        return ToolError::NotFound(format!(
+            "{MEMGAS_TOOL} is not available for this conversation"
+        ))
+        .to_tool_result();
+    };
+    let vector = match memgas.embedder.embed_query(query).await {
+        Ok(vector) => vector,
+        Err(error) => {
+            return ToolError::NotFound(format!("embedding the query failed: {error}"))
                 .to_tool_result();
-            };
-            let vector = match memgas.embedder.embed_query(&query).await {
-                Ok(vector) => vector,
-                Err(error) => {
-                    return ToolError::NotFound(format!("embedding the query failed: {error}"))
-                        .to_tool_result();
-                }
-            };
-            match memgas.index.query(&query, &vector, k) {
-                Ok(hits) => memgas_result(&query, &hits).to_string(),
-                Err(error) => ToolError::NotFound(format!("MemGAS retrieval failed: {error}"))
-                    .to_tool_result(),
-            }
         }
-        Err(error) => error.to_tool_result(),
+    };
+    match memgas.index.query(query, &vector, k) {
+        Ok(hits) => memgas_result(query, &hits).to_string(),
+        Err(error) => {
+            ToolError::NotFound(format!("MemGAS retrieval failed: {error}")).to_tool_result()
+        }
     }
 }
 
@@ -211,13 +258,10 @@ pub(super) fn run_setup(
             ("calls_per_round", &calls_per_round),
         ])
         .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string());
-    let final_system = prompts::ANSWER_FINAL
-        .render(&[("style_rules", style)])
-        .unwrap_or_else(|_| prompts::ANSWER_FINAL.text.to_string());
     RunSetup {
         model: settings.model.clone(),
         system,
-        final_system,
+        final_instructions: prompts::ANSWER_FINAL.text.trim().to_string(),
         user: payload,
         tools: Tool::specs(memgas),
         limits: settings.limits,

@@ -87,6 +87,24 @@ pub enum TraceEvent {
         /// Step details.
         detail: Value,
     },
+    /// A step fell back to a deterministic substitute for the model's answer (question
+    /// keywords from the question's words, similarity order for the re-rank, the first tags
+    /// for tag scoring). Counted per question and per run.
+    Fallback {
+        /// The step (`question_keywords`, `rerank`, `tag_scores <key>`).
+        step: String,
+        /// Why.
+        reason: String,
+    },
+    /// A model reply that was not accepted, kept so that the user can see what the model said.
+    Rejected {
+        /// The step that asked (`question_keywords`, `rerank`, `tag_scores <key>`, `answer`).
+        step: String,
+        /// Why it was rejected.
+        reason: String,
+        /// The reply, cut to [`REJECTED_REPLY_CHARS`] characters, control characters escaped.
+        reply: String,
+    },
     /// A request of the tool loop.
     Request {
         /// 1-based request number.
@@ -153,7 +171,31 @@ pub enum TraceEvent {
         usage: Usage,
         /// Wall time.
         latency_ms: u64,
+        /// Steps that fell back (see [`TraceEvent::Fallback`]).
+        #[serde(default)]
+        fallbacks: u32,
     },
+}
+
+/// Longest rejected reply kept in a trace, in characters.
+pub const REJECTED_REPLY_CHARS: usize = 2000;
+
+/// A rejected reply as the trace keeps it: at most [`REJECTED_REPLY_CHARS`] characters (`…`
+/// marks a cut), control characters other than newline and tab escaped (`\u{1b}`).
+pub fn rejected_excerpt(reply: &str) -> String {
+    let mut kept = String::new();
+    for (count, character) in reply.chars().enumerate() {
+        if count == REJECTED_REPLY_CHARS {
+            kept.push('…');
+            break;
+        }
+        if character.is_control() && character != '\n' && character != '\t' {
+            kept.extend(character.escape_unicode());
+        } else {
+            kept.push(character);
+        }
+    }
+    kept
 }
 
 /// `log/<dataset>/<file>/<sample>/<question>.jsonl` under `root`.
@@ -172,9 +214,17 @@ pub fn trace_path(
 }
 
 /// Appends trace records for one attempt at one question.
+///
+/// Work that runs concurrently within a question (re-rank beside tag scoring, the tool calls of
+/// one round) records into a [`TraceWriter::branch`] each; the branches are merged back in call
+/// order, so the file keeps a deterministic order while every record keeps its own time.
 #[derive(Debug)]
 pub struct TraceWriter {
     file: Option<File>,
+    /// Set on a branch: records wait here until [`TraceWriter::merge`].
+    buffer: Option<Vec<TraceRecord>>,
+    /// [`TraceEvent::Fallback`] records written (counted even when nothing is recorded).
+    fallbacks: u32,
     path: PathBuf,
     started: Instant,
 }
@@ -194,12 +244,45 @@ impl TraceWriter {
                 None
             }
         };
-        Self { file, path, started: Instant::now() }
+        Self { file, buffer: None, fallbacks: 0, path, started: Instant::now() }
     }
 
     /// A writer that records nothing.
     pub fn disabled() -> Self {
-        Self { file: None, path: PathBuf::new(), started: Instant::now() }
+        Self {
+            file: None,
+            buffer: None,
+            fallbacks: 0,
+            path: PathBuf::new(),
+            started: Instant::now(),
+        }
+    }
+
+    /// A writer for work running concurrently with other branches: it keeps its records (timed
+    /// against the same start) until [`TraceWriter::merge`]. A branch of a writer that records
+    /// nothing records nothing.
+    pub fn branch(&self) -> Self {
+        let recording = self.file.is_some() || self.buffer.is_some();
+        Self {
+            file: None,
+            buffer: recording.then(Vec::new),
+            fallbacks: 0,
+            path: self.path.clone(),
+            started: self.started,
+        }
+    }
+
+    /// Appends the records of a finished branch, in the order the branch made them.
+    pub fn merge(&mut self, branch: TraceWriter) {
+        match branch.buffer {
+            Some(records) => records.into_iter().for_each(|record| self.write(record)),
+            None => self.fallbacks += branch.fallbacks,
+        }
+    }
+
+    /// Fallbacks recorded so far (branches count once merged).
+    pub fn fallbacks(&self) -> u32 {
+        self.fallbacks
     }
 
     /// Where the trace goes.
@@ -215,8 +298,18 @@ impl TraceWriter {
     /// Appends one event as one line.
     pub fn record(&mut self, event: TraceEvent) {
         let t_ms = self.elapsed_ms();
+        self.write(TraceRecord { t_ms, event });
+    }
+
+    fn write(&mut self, record: TraceRecord) {
+        if matches!(record.event, TraceEvent::Fallback { .. }) {
+            self.fallbacks += 1;
+        }
+        if let Some(buffer) = &mut self.buffer {
+            buffer.push(record);
+            return;
+        }
         let Some(file) = &mut self.file else { return };
-        let record = TraceRecord { t_ms, event };
         let written =
             serde_json::to_string(&record).map_err(std::io::Error::other).and_then(|mut text| {
                 text.push('\n');
@@ -281,5 +374,48 @@ mod tests {
             matches!(&records[1].event, TraceEvent::ToolCall { name, .. } if name == "query_topic_events")
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod branch_tests {
+    use super::*;
+
+    #[test]
+    fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
+        let directory = tempfile::tempdir()?;
+        let path = directory.path().join("q.jsonl");
+        let mut writer = TraceWriter::open(path.clone());
+        let (mut first, mut second) = (writer.branch(), writer.branch());
+        let fallback = |step: &str| TraceEvent::Fallback { step: step.into(), reason: "r".into() };
+        second.record(fallback("second"));
+        first.record(fallback("first"));
+        writer.merge(first);
+        writer.merge(second);
+        assert_eq!(writer.fallbacks(), 2);
+        let steps: Vec<String> = read_trace(&path)?
+            .into_iter()
+            .filter_map(|record| match record.event {
+                TraceEvent::Fallback { step, .. } => Some(step),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, ["first", "second"]);
+        // A writer that records nothing still counts.
+        let mut disabled = TraceWriter::disabled();
+        let mut branch = disabled.branch();
+        branch.record(fallback("x"));
+        disabled.merge(branch);
+        assert_eq!(disabled.fallbacks(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn rejected_replies_are_cut_and_escaped() {
+        assert_eq!(rejected_excerpt("a\u{1b}[0m\nb"), "a\\u{1b}[0m\nb");
+        let long = "x".repeat(REJECTED_REPLY_CHARS + 5);
+        let kept = rejected_excerpt(&long);
+        assert_eq!(kept.chars().count(), REJECTED_REPLY_CHARS + 1);
+        assert!(kept.ends_with('…'));
     }
 }

@@ -28,6 +28,12 @@ use mragent::results::{ResultLine, Status};
 use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
 use serde_json::Value;
 
+#[path = "answer_tokens.rs"]
+mod tokens;
+
+#[path = "answer_shapes.rs"]
+mod shapes;
+
 fn fixture() -> Conversation {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
@@ -99,13 +105,21 @@ impl Bench {
         read_lines(&self.settings.result_path(sample))
     }
 
-    /// Chat requests of the answer loop (system prompt from `answer_system.md` or its final
-    /// variant), in arrival order.
+    /// Chat requests of the answer loop (system prompt from `answer_system.md`), in arrival
+    /// order.
     fn loop_requests(&self) -> Vec<RecordedRequest> {
+        let head = mragent::prompts::ANSWER_SYSTEM.text.lines().next().unwrap_or_default();
         self.server
             .requests()
             .into_iter()
-            .filter(|request| request.is_chat() && request.body.get("tools").is_some())
+            .filter(|request| {
+                request.is_chat()
+                    && request
+                        .messages()
+                        .first()
+                        .and_then(|message| message["content"].as_str())
+                        .is_some_and(|system| system.starts_with(head))
+            })
             .collect()
     }
 }
@@ -240,7 +254,9 @@ async fn answers_a_fixture_conversation_end_to_end() {
         assert_transcript_well_formed(request);
         assert_eq!(request.body["temperature"], 0.0);
         assert_eq!(request.body["seed"], 66);
-        assert_eq!(request.body["tools"].as_array().map(Vec::len), Some(8));
+        // The final round sends no tool schemas; every other round all eight.
+        let tools = request.body.get("tools").and_then(Value::as_array).map_or(0, Vec::len);
+        assert!(tools == 8 || (tools == 0 && request.body.get("tool_choice").is_none()), "{tools}");
     }
     let called = tools_called(&requests);
     let mut all: BTreeSet<String> =
@@ -302,9 +318,11 @@ async fn trace_renders_a_question_and_a_result_file() {
             TraceEvent::Response { .. } => "response",
             TraceEvent::ToolCall { .. } => "tool_call",
             TraceEvent::Finish { .. } => "finish",
+            TraceEvent::Fallback { .. } => "fallback",
+            TraceEvent::Rejected { .. } => "rejected",
         })
         .collect();
-    assert_eq!(kinds.len(), 7, "every kind of event is traced: {kinds:?}");
+    assert_eq!(kinds.len(), 7, "every kind of event but fallbacks and rejections: {kinds:?}");
     // The first request carries the tool specs, every later one only what is new.
     let requests: Vec<(usize, usize, usize)> = records
         .iter()
@@ -373,6 +391,7 @@ async fn injected_faults_never_stop_the_run() {
     bench.settings.retrieval.k2 = 1;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
     assert_eq!((summary.answered, summary.errors), (9, 1));
+    assert!(summary.fallbacks >= 1, "the bad re-rank is counted: {summary:?}");
     let lines = by_id(&bench.lines("conv-7"));
     assert_eq!(lines.len(), 9);
     // Retried by the client stack until they pass: 500, 429 with Retry-After, a timeout, and a
@@ -421,6 +440,8 @@ async fn injected_faults_never_stop_the_run() {
     let reranked = trace("conv-7:q7");
     assert!(reranked.iter().any(|record| matches!(&record.event,
         TraceEvent::Retrieval { step, detail } if step == "rerank" && detail["fallback"] == true)));
+    assert!(reranked.iter().any(|record| matches!(&record.event,
+        TraceEvent::Fallback { step, reason } if step == "rerank" && reason.contains("similarity order"))));
     assert!(reranked.iter().any(|record| matches!(&record.event,
         TraceEvent::Retrieval { step, detail } if step == "candidates" && detail["key_sentences"].as_array().is_some_and(|ids| !ids.is_empty()))));
     // A rerun answers only the failed question (the 503s go on). Lines are replaced, never

@@ -92,6 +92,23 @@ impl Timeline<'_> {
                     self.short(&detail.to_string())
                 );
             }
+            TraceEvent::Fallback { step, reason } => {
+                let _ = writeln!(
+                    self.out,
+                    "{time}  {} {}",
+                    self.palette.bad.apply_to(format!("fallback {step}:")),
+                    self.short(reason)
+                );
+            }
+            TraceEvent::Rejected { step, reason, reply } => {
+                let _ = writeln!(
+                    self.out,
+                    "{time}  {} {}",
+                    self.palette.bad.apply_to(format!("rejected {step}:")),
+                    self.short(reason)
+                );
+                let _ = writeln!(self.out, "            < {}", self.short(reply));
+            }
             TraceEvent::Request { .. } => self.request(&time, event),
             TraceEvent::Response { .. } => self.response(&time, event),
             TraceEvent::ToolCall { call_id, name, arguments, result, ms } => {
@@ -270,6 +287,7 @@ impl Timeline<'_> {
             tool_calls,
             usage,
             latency_ms,
+            fallbacks,
         } = event
         else {
             return;
@@ -278,8 +296,10 @@ impl Timeline<'_> {
         let out = &mut *self.out;
         let limit = self.limit;
         let short = |text: &str| shorten(text, limit);
+        let fallbacks =
+            if *fallbacks > 0 { format!(", {fallbacks} fallbacks") } else { String::new() };
         let stats = palette.dim.apply_to(format!(
-            "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {})",
+            "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
             usage.prompt_tokens,
             usage.completion_tokens,
             format_ms(*latency_ms)

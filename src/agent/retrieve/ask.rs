@@ -1,13 +1,17 @@
 //! One structured, traced model call of the answer stage.
+//!
+//! Every reply that `chat_json` rejects (and re-asks for, or gives up on) is kept in the trace
+//! as a [`TraceEvent::Rejected`] with its reason, so the user can see what the model said.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use serde_json::Value;
 
 use super::input::CallSettings;
-use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::agent::trace::{TraceEvent, TraceWriter, rejected_excerpt};
 use crate::llm::structured::chat_json;
-use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
+use crate::llm::{ChatModel, ChatRequest, ChatResponse, JsonSchemaSpec, Message, Usage};
 
 /// One structured call of the answer stage, traced; the usage counts every attempt that
 /// returned.
@@ -28,12 +32,30 @@ pub(super) async fn ask_json<M: ChatModel>(
         crate::llm::Step::for_schema(&schema.name).and_then(|step| model.max_tokens(step));
     let messages = request.messages.clone();
     let started = Instant::now();
-    let result = chat_json(model, request, schema, call.max_reasks).await;
+    let recording = Recording { inner: model, replies: Mutex::default() };
+    let result = chat_json(&recording, request, schema, call.max_reasks).await;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let (value, error, attempts, usage) = match &result {
-        Ok(response) => (Some(response.value.clone()), None, response.attempts, response.usage),
-        Err(error) => (None, Some(error.to_string()), attempts_of(error), error.usage()),
+    let replies = recording.replies.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let (value, error, attempts) = match &result {
+        Ok(response) => (Some(response.value.clone()), None, response.attempts),
+        Err(error) => (None, Some(error.to_string()), attempts_of(error)),
     };
+    // Every reply but an accepted last one was rejected: the re-ask that followed it quotes
+    // the reason; the last one's reason is the error.
+    let rejected = replies.len().saturating_sub(usize::from(result.is_ok()));
+    for index in 0..rejected {
+        let reason = replies
+            .get(index + 1)
+            .map(|next| next.reask.clone())
+            .or_else(|| error.clone())
+            .unwrap_or_default();
+        trace.record(TraceEvent::Rejected {
+            step: purpose.into(),
+            reason,
+            reply: rejected_excerpt(&replies[index].reply),
+        });
+    }
+    let usage = replies.iter().fold(Usage::default(), |total, reply| total + reply.usage);
     trace.record(TraceEvent::Llm {
         purpose: purpose.into(),
         messages,
@@ -44,6 +66,38 @@ pub(super) async fn ask_json<M: ChatModel>(
         ms,
     });
     (result.map(|response| response.value), usage)
+}
+
+/// One reply `chat_json` received, with the last user message of its request (the re-ask
+/// quoting why the previous reply was rejected).
+struct Reply {
+    reask: String,
+    reply: String,
+    usage: Usage,
+}
+
+/// Passes requests through and keeps every reply's text.
+struct Recording<'a, M> {
+    inner: &'a M,
+    replies: Mutex<Vec<Reply>>,
+}
+
+impl<M: ChatModel> ChatModel for Recording<'_, M> {
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, crate::llm::Error> {
+        let response = self.inner.chat(request).await;
+        if let Ok(response) = &response {
+            let reask = request
+                .messages
+                .last()
+                .and_then(|message| message.content.clone())
+                .unwrap_or_default();
+            let reply = response.message.content.clone().unwrap_or_default();
+            let usage = response.usage;
+            let mut replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
+            replies.push(Reply { reask, reply, usage });
+        }
+        response
+    }
 }
 
 fn attempts_of(error: &crate::llm::Error) -> u32 {

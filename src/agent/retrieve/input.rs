@@ -32,7 +32,7 @@ pub struct RetrievalSettings {
     pub time_event_limit: usize,
     /// Partial keyword matches need at least this many matched question keywords (main route).
     pub min_matched_keys: usize,
-    /// Re-asks allowed for each structured retrieval call.
+    /// Re-asks allowed for each structured retrieval call (each call has its own budget).
     pub max_reasks: u32,
 }
 
@@ -94,11 +94,6 @@ pub struct Retrieved {
     /// Tokens of the retrieval calls.
     pub usage: Usage,
 }
-
-/// Why retrieval failed (the question is recorded as failed and retried on the next run).
-#[derive(Debug, thiserror::Error)]
-#[error("question keyword extraction failed: {0}")]
-pub struct RetrieveError(#[from] crate::llm::Error);
 
 /// The question's similarity to an event (`f32::MIN` when the event has no vector).
 pub(super) fn similarity(input: &RetrieveInput<'_>, event_id: &str) -> f32 {

@@ -1,13 +1,18 @@
 //! Step 1: the model extracts the question's keywords (with alternatives) and an optional date
 //! window; the keywords are matched fuzzily against the graph's keys.
+//!
+//! The reply is read the way the reference reads it, with defaults: `question_time` may be
+//! missing or `null` (no window), a keyword may be a bare string, `alternatives` may be missing,
+//! `null` or one string. When the step fails anyway (transport error, or no usable reply after
+//! its re-asks), the question goes on with deterministic keywords (the question's content
+//! words, normalised like the memory keys) and a `fallback` mark in the trace.
 
 use std::collections::BTreeSet;
 
-use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::ask::{ask_json, quoted_question};
-use super::input::{RetrieveError, RetrieveInput};
+use super::input::RetrieveInput;
 use super::time::{TimeWindow, parse_time_window};
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::dataset::DatasetKind;
@@ -16,35 +21,38 @@ use crate::memory::normalize_key;
 use crate::memory::query::{self, KeywordMatches, QueryKeyword};
 use crate::prompts;
 
-/// The model's question analysis.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-struct QuestionKeywords {
-    question_time: String,
-    keywords: Vec<QueryKeyword>,
-}
+/// Question words that carry no content (the memory keys' stop words are dropped as well).
+const QUESTION_WORDS: &[&str] = &[
+    "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "did", "do", "does",
+    "doe", "has", "have", "had", "would", "could", "should", "will", "can", "been", "being",
+    "many", "much", "some", "any", "ever", "kind", "there", "not", "but", "if", "so", "than",
+    "then", "into", "after", "before", "during", "also", "all", "one", "like", "likely",
+];
 
 fn keywords_schema() -> JsonSchemaSpec {
+    let text = json!({ "type": ["string", "number"] });
     JsonSchemaSpec {
         name: "question_keywords".into(),
         schema: json!({
             "type": "object",
             "properties": {
-                "question_time": { "type": "string" },
+                "question_time": { "type": ["string", "null"] },
                 "keywords": {
                     "type": "array",
                     "items": {
-                        "type": "object",
+                        "type": ["object", "string"],
                         "properties": {
-                            "id": { "type": "string", "minLength": 1 },
-                            "alternatives": { "type": "array", "items": { "type": "string" } }
+                            "id": text,
+                            "alternatives": {
+                                "type": ["array", "string", "null"],
+                                "items": text
+                            }
                         },
-                        "required": ["id", "alternatives"],
-                        "additionalProperties": false
+                        "required": ["id"]
                     }
                 }
             },
-            "required": ["question_time", "keywords"],
-            "additionalProperties": false
+            "required": ["keywords"]
         }),
     }
 }
@@ -71,12 +79,13 @@ impl Analysis {
 }
 
 /// Asks the model for the question's keywords and window, and matches them against the graph.
+/// Never fails: without a usable reply the keywords are the question's content words.
 pub(super) async fn analyse_question<M: ChatModel>(
     model: &M,
     input: &RetrieveInput<'_>,
     trace: &mut TraceWriter,
     usage: &mut Usage,
-) -> Result<Analysis, RetrieveError> {
+) -> Analysis {
     let (value, cost) = ask_json(
         model,
         &input.call,
@@ -88,29 +97,93 @@ pub(super) async fn analyse_question<M: ChatModel>(
     )
     .await;
     *usage += cost;
-    let analysis: QuestionKeywords = serde_json::from_value(value?).map_err(|error| {
-        crate::llm::Error::Decode { message: format!("question keywords: {error}") }
-    })?;
-    let window = parse_time_window(&analysis.question_time);
-    let matches = match input.dataset {
-        DatasetKind::Locomo | DatasetKind::Own => {
-            query::match_keywords(input.graph, &analysis.keywords)
+    let read = value.map_err(|error| error.to_string()).and_then(|value| read_keywords(&value));
+    let (question_time, keywords) = match read {
+        Ok(read) => read,
+        Err(reason) => {
+            trace.record(TraceEvent::Fallback {
+                step: "question_keywords".into(),
+                reason: format!("{reason}; using the question's content words"),
+            });
+            (None, fallback_keywords(&input.question.search_text))
         }
+    };
+    let window = question_time.as_deref().and_then(parse_time_window);
+    let matches = match input.dataset {
+        DatasetKind::Locomo | DatasetKind::Own => query::match_keywords(input.graph, &keywords),
         DatasetKind::LongMemEval => {
-            query::match_keywords(input.graph, &with_user_keyword(&analysis.keywords))
+            query::match_keywords(input.graph, &with_user_keyword(&keywords))
         }
     };
     trace.record(TraceEvent::Retrieval {
         step: "keywords".into(),
         detail: json!({
-            "question_time": analysis.question_time,
+            "question_time": question_time,
             "window": window.map(|window| format!("{window:?}")),
             "matched_keys": matches.keys,
             "full_matches": matches.full.len(),
             "partial_matches": matches.partial.len(),
         }),
     });
-    Ok(Analysis { keywords: analysis.keywords, window, matches })
+    Analysis { keywords, window, matches }
+}
+
+/// Reads the step's reply with the reference's defaults: `question_time` absent or `null` is
+/// unknown; a keyword is `{id, alternatives}` or a bare string; `alternatives` may be missing,
+/// `null`, one string or a list. Keywords without text are dropped.
+pub(super) fn read_keywords(value: &Value) -> Result<(Option<String>, Vec<QueryKeyword>), String> {
+    let object = value.as_object().ok_or("question keywords: the reply is not a JSON object")?;
+    let question_time = object.get("question_time").and_then(scalar_text);
+    let items = match object.get("keywords") {
+        Some(Value::Array(items)) => items.as_slice(),
+        _ => return Err("question keywords: `keywords` is not a list".into()),
+    };
+    let keywords = items
+        .iter()
+        .filter_map(|item| {
+            let (id, alternatives) = match item {
+                Value::Object(fields) => (
+                    fields.get("id").and_then(scalar_text)?,
+                    match fields.get("alternatives") {
+                        Some(Value::Array(list)) => list.iter().filter_map(scalar_text).collect(),
+                        Some(other) => scalar_text(other).into_iter().collect(),
+                        None => Vec::new(),
+                    },
+                ),
+                other => (scalar_text(other)?, Vec::new()),
+            };
+            (!id.trim().is_empty()).then_some(QueryKeyword { id, alternatives })
+        })
+        .collect();
+    Ok((question_time, keywords))
+}
+
+/// A string, or a number written as text; `None` for anything else.
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+/// Deterministic keywords (no model): the question's words normalised like the memory keys,
+/// without stop words and question words, in question order, each once.
+pub fn fallback_keywords(question: &str) -> Vec<QueryKeyword> {
+    let asked = question.split_once('?').map_or(question, |(head, _)| head);
+    let normalized = normalize_key(asked);
+    let content = crate::memory::tokens(&normalized);
+    let mut seen = BTreeSet::new();
+    normalized
+        .split(' ')
+        .filter(|word| {
+            word.chars().count() > 1
+                && content.contains(word)
+                && !QUESTION_WORDS.contains(word)
+                && seen.insert(*word)
+        })
+        .map(|word| QueryKeyword { id: word.to_string(), alternatives: Vec::new() })
+        .collect()
 }
 
 /// LongMemEval: the question keywords plus a synthetic `user` keyword when none is `user`, as

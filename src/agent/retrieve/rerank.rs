@@ -20,11 +20,13 @@ fn rerank_schema() -> JsonSchemaSpec {
         schema: json!({
             "type": "object",
             "properties": {
-                "mode": { "type": "string" },
-                "events": { "type": "array", "items": { "type": "string" } }
+                "mode": { "type": ["string", "null"] },
+                "events": {
+                    "type": ["array", "string"],
+                    "items": { "type": ["string", "number"] }
+                }
             },
-            "required": ["mode", "events"],
-            "additionalProperties": false
+            "required": ["events"]
         }),
     }
 }
@@ -46,11 +48,10 @@ pub(super) async fn rerank<M: ChatModel>(
         ask_json(model, &input.call, "rerank", system, user, &rerank_schema(), trace).await;
     let ids: Vec<String> =
         lines.iter().map(|line| line_id(line_id_of_dated(line)).to_string()).collect();
-    let returned: Vec<String> = value
-        .ok()
-        .and_then(|value| value.get("events").cloned())
-        .and_then(|events| serde_json::from_value(events).ok())
-        .unwrap_or_default();
+    let (returned, failure) = match &value {
+        Ok(value) => (returned_ids(value), None),
+        Err(error) => (Vec::new(), Some(error.to_string())),
+    };
     let picked = map_reranked(&returned, &ids, limit);
     trace.record(TraceEvent::Retrieval {
         step: "rerank".into(),
@@ -58,9 +59,32 @@ pub(super) async fn rerank<M: ChatModel>(
     });
     let kept = match picked {
         Some(positions) => positions.into_iter().map(|index| lines[index].clone()).collect(),
-        None => lines.into_iter().take(limit).collect(),
+        None => {
+            let reason = failure.unwrap_or_else(|| {
+                format!("none of the {} returned ids is a candidate", returned.len())
+            });
+            trace.record(TraceEvent::Fallback {
+                step: "rerank".into(),
+                reason: format!("{reason}; kept the similarity order"),
+            });
+            lines.into_iter().take(limit).collect()
+        }
     };
     (kept, usage)
+}
+
+/// The ids of a re-rank reply: `events` as a list (numbers as text) or one string.
+fn returned_ids(value: &serde_json::Value) -> Vec<String> {
+    let text = |item: &serde_json::Value| match item {
+        serde_json::Value::String(text) => Some(text.clone()),
+        serde_json::Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    };
+    match value.get("events") {
+        Some(serde_json::Value::Array(items)) => items.iter().filter_map(text).collect(),
+        Some(other) => text(other).into_iter().collect(),
+        None => Vec::new(),
+    }
 }
 
 /// Maps ids returned by the re-rank to candidate positions: an id matches a candidate with the

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 use super::ask::ask_json;
 use super::input::{CallSettings, RetrieveInput, similarity};
 use crate::agent::ids::origin_of;
-use crate::agent::trace::TraceWriter;
+use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
 use crate::memory::normalize_key;
-use crate::memory::query::{self, QueryKeyword};
+use crate::memory::query::{self, KeyTags, QueryKeyword};
 use crate::prompts;
 use crate::retrieval::vector::top_k;
 
@@ -21,18 +21,21 @@ fn tag_scores_schema() -> JsonSchemaSpec {
         schema: json!({
             "type": "object",
             "properties": {
-                "keyword": { "type": "string" },
-                "tag_scores": { "type": "object", "additionalProperties": { "type": "number" } }
+                "keyword": { "type": ["string", "null"] },
+                "tag_scores": {
+                    "type": "object",
+                    "additionalProperties": { "type": ["number", "string", "null"] }
+                }
             },
-            "required": ["keyword", "tag_scores"],
-            "additionalProperties": false
+            "required": ["tag_scores"]
         }),
     }
 }
 
 /// The model's scores for the `tags` of `key` with respect to `question`: the kept tags, best
 /// first, at most `tag_limit`; `None` when the reply is unusable (the caller keeps the first
-/// tags). Used for the question's own keys and by `query_event_keywords` in the loop.
+/// tags, and a [`TraceEvent::Fallback`] says why). Used for the question's own keys and by
+/// `query_event_keywords` in the loop.
 pub async fn score_key_tags<M: ChatModel>(
     model: &M,
     call: &CallSettings<'_>,
@@ -47,27 +50,73 @@ pub async fn score_key_tags<M: ChatModel>(
     let purpose = format!("tag_scores {key}");
     let (value, usage) =
         ask_json(model, call, &purpose, system, user, &tag_scores_schema(), trace).await;
-    let selected = value
-        .ok()
-        .as_ref()
-        .and_then(|value| value.get("tag_scores"))
-        .and_then(Value::as_object)
-        .and_then(|scores| select_tags(scores, tags, tag_limit));
-    (selected, usage)
+    let selected = match &value {
+        Ok(value) => value
+            .get("tag_scores")
+            .and_then(Value::as_object)
+            .and_then(|scores| select_tags(scores, tags, tag_limit))
+            .ok_or_else(|| "no listed tag got a positive score".to_string()),
+        Err(error) => Err(error.to_string()),
+    };
+    match selected {
+        Ok(selected) => (Some(selected), usage),
+        Err(reason) => {
+            trace.record(TraceEvent::Fallback {
+                step: purpose,
+                reason: format!("{reason}; kept the first {tag_limit} tags"),
+            });
+            (None, usage)
+        }
+    }
 }
 
-/// Tags to keep from a model's scores: scored tags that exist, score > 0, best first (ties in the
-/// key's tag order), at most `limit`. `None` when no usable score came back.
+/// Scores the tags of several keys at once (the requests go out concurrently); one result per
+/// key, in order, with the trace records of each key kept together in key order.
+pub async fn score_keys_tags<M: ChatModel>(
+    model: &M,
+    call: &CallSettings<'_>,
+    tag_limit: usize,
+    question: &str,
+    keys: &[(&str, &[String])],
+    trace: &mut TraceWriter,
+) -> (Vec<Option<Vec<(String, f64)>>>, Usage) {
+    let branches: Vec<TraceWriter> = keys.iter().map(|_| trace.branch()).collect();
+    let scored = futures::future::join_all(keys.iter().zip(branches).map(
+        |(&(key, tags), mut branch)| async move {
+            let (scored, usage) =
+                score_key_tags(model, call, tag_limit, question, key, tags, &mut branch).await;
+            (scored, usage, branch)
+        },
+    ))
+    .await;
+    let mut usage = Usage::default();
+    let mut results = Vec::with_capacity(scored.len());
+    for (scored, cost, branch) in scored {
+        trace.merge(branch);
+        usage += cost;
+        results.push(scored);
+    }
+    (results, usage)
+}
+
+/// Tags to keep from a model's scores: scored tags that exist, score > 0 (a number, or a
+/// string holding one), best first (ties in the key's tag order), at most `limit`. `None` when
+/// no usable score came back.
 pub fn select_tags(
     scores: &serde_json::Map<String, serde_json::Value>,
     tags: &[String],
     limit: usize,
 ) -> Option<Vec<(String, f64)>> {
+    let number = |value: &Value| match value {
+        Value::Number(number) => number.as_f64(),
+        Value::String(text) => text.trim().parse::<f64>().ok().filter(|score| score.is_finite()),
+        _ => None,
+    };
     let mut scored: Vec<(usize, f64)> = tags
         .iter()
         .enumerate()
         .filter_map(|(index, tag)| {
-            let score = scores.get(tag).and_then(serde_json::Value::as_f64)?;
+            let score = scores.get(tag).and_then(number)?;
             (score > 0.0).then_some((index, score))
         })
         .collect();
@@ -88,19 +137,19 @@ pub(super) struct KeyCandidates {
     pub tag_sentences: Vec<Value>,
 }
 
-/// Step 4: the keys of the question keywords, with their tags (scored when there are too
-/// many). Their keys join `seen_keys`; fetched events join `shown_origins`.
-pub(super) async fn key_candidates<M: ChatModel>(
-    model: &M,
+/// The keys of the question keywords, with their tags, before scoring.
+#[derive(Debug, Default)]
+pub(super) struct KeyPlan {
+    keys: Vec<KeyTags>,
+}
+
+/// Step 4a: the keys of the question keywords (each once); they join `seen_keys`.
+pub(super) fn plan_keys(
     input: &RetrieveInput<'_>,
     keywords: &[QueryKeyword],
     seen_keys: &mut BTreeSet<String>,
-    shown_origins: &mut BTreeSet<String>,
-    trace: &mut TraceWriter,
-    usage: &mut Usage,
-) -> KeyCandidates {
-    let settings = input.settings;
-    let mut found = KeyCandidates::default();
+) -> KeyPlan {
+    let mut plan = KeyPlan::default();
     let mut listed = BTreeSet::new();
     for keyword in keywords {
         let Some(key) = std::iter::once(&keyword.id)
@@ -113,21 +162,59 @@ pub(super) async fn key_candidates<M: ChatModel>(
             continue;
         }
         seen_keys.insert(normalize_key(&key.key));
+        plan.keys.push(key);
+    }
+    plan
+}
+
+/// Step 4b: the model scores the tags of the keys with more than `tag_max` tags, all keys at
+/// once; `None` for keys that need no scoring or whose scoring fell back.
+pub(super) async fn score_plan<M: ChatModel>(
+    model: &M,
+    input: &RetrieveInput<'_>,
+    plan: &KeyPlan,
+    trace: &mut TraceWriter,
+) -> (Vec<Option<Vec<(String, f64)>>>, Usage) {
+    let settings = input.settings;
+    let wide: Vec<(&str, &[String])> = plan
+        .keys
+        .iter()
+        .filter(|key| key.tags.len() > settings.tag_max)
+        .map(|key| (key.key.as_str(), key.tags.as_slice()))
+        .collect();
+    let (mut scored, usage) = score_keys_tags(
+        model,
+        &input.call,
+        settings.tag_limit,
+        &input.question.search_text,
+        &wide,
+        trace,
+    )
+    .await;
+    scored.reverse();
+    let all = plan
+        .keys
+        .iter()
+        .map(|key| if key.tags.len() > settings.tag_max { scored.pop().flatten() } else { None })
+        .collect();
+    (all, usage)
+}
+
+/// Step 4c: the payload's key candidates from the plan and its scores; events of well-scored
+/// tags are fetched, leaving out turns in `shown_origins` (which they join).
+pub(super) fn key_candidates(
+    input: &RetrieveInput<'_>,
+    plan: KeyPlan,
+    scores: Vec<Option<Vec<(String, f64)>>>,
+    shown_origins: &mut BTreeSet<String>,
+) -> KeyCandidates {
+    let settings = input.settings;
+    let mut found = KeyCandidates::default();
+    for (key, scored) in plan.keys.into_iter().zip(scores) {
         if key.tags.len() <= settings.tag_max {
             found.candidates.push(json!({ "key": key.key, "tags": key.tags }));
             continue;
         }
-        let (scored, cost) = score_key_tags(
-            model,
-            &input.call,
-            settings.tag_limit,
-            &input.question.search_text,
-            &key.key,
-            &key.tags,
-            trace,
-        )
-        .await;
-        *usage += cost;
         let tags: Vec<String> = match &scored {
             Some(scored) => scored.iter().map(|(tag, _)| tag.clone()).collect(),
             None => key.tags.iter().take(settings.tag_limit).cloned().collect(),

@@ -60,3 +60,36 @@ fn ranking_helpers_are_stable() {
     let selected = select_tags(scores.as_object().unwrap_or(&serde_json::Map::new()), &tags, 10);
     assert_eq!(selected, Some(vec![("a".to_string(), 0.9), ("c".to_string(), 0.9)]));
 }
+
+#[test]
+fn keyword_replies_are_read_with_defaults() {
+    let read = |value: serde_json::Value| keywords::read_keywords(&value);
+    let (time, keywords) = read(serde_json::json!({
+        "question_time": null,
+        "keywords": [
+            {"id": "kitten", "alternatives": "cat"},
+            {"id": "Lena"},
+            "adopt",
+            {"id": 2023, "alternatives": null},
+            {"id": "  "}
+        ],
+        "explanation": "extra keys are ignored"
+    }))
+    .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(time, None);
+    let ids: Vec<(&str, usize)> =
+        keywords.iter().map(|k| (k.id.as_str(), k.alternatives.len())).collect();
+    assert_eq!(ids, [("kitten", 1), ("Lena", 0), ("adopt", 0), ("2023", 0)]);
+    assert!(read(serde_json::json!({"question_time": "2023-05-01"})).is_err());
+    assert!(read(serde_json::json!(["kitten"])).is_err());
+}
+
+#[test]
+fn fallback_keywords_are_the_questions_content_words() {
+    let ids: Vec<String> = fallback_keywords("What is the name of Lena's kittens? Answer briefly.")
+        .into_iter()
+        .map(|keyword| keyword.id)
+        .collect();
+    assert_eq!(ids, ["name", "lena", "kitten"]);
+    assert!(fallback_keywords("What is it?").is_empty());
+}

@@ -12,8 +12,11 @@
 //!   request: calls over a limit are answered with a "not executed" result instead of dropped.
 //! - Malformed or invalid arguments become a readable tool result, never a failed question.
 //! - At most `max_rounds` model rounds: rounds `1..max_rounds` may call tools, the last one is the
-//!   final-answer round (no tools, answer JSON validated against [`answer_schema`], re-asked a
-//!   bounded number of times).
+//!   final-answer round (no tool schemas sent, the answer read leniently by [`parse_answer`],
+//!   re-asked a bounded number of times).
+//! - Every request starts with the same prefix (system prompt, tool schemas), so provider prompt
+//!   caching applies; the final round's instructions come as a user message at the end.
+//! - The tool rounds and the final round have separate re-ask budgets (`max_reasks` each).
 //!
 //! Layout: this module holds the machine; `calls` decides which tool calls of a reply run;
 //! `answer` parses and validates the final answer.
@@ -25,7 +28,7 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::answer::{FinalAnswer, answer_schema, parse_answer};
+pub use self::answer::{DEFAULT_CONFIDENCE, FinalAnswer, answer_schema, parse_answer};
 use self::calls::normalise_call_ids;
 use crate::agent::tools::{Tool, ToolError};
 use crate::llm::{
@@ -42,7 +45,8 @@ pub struct RunLimits {
     pub max_tool_calls: u32,
     /// Tool calls executed per round (the paper's 10).
     pub max_calls_per_round: u32,
-    /// Extra requests allowed when an answer does not fit the answer schema.
+    /// Extra requests allowed when an answer cannot be read: this many in the tool rounds, and
+    /// this many again in the final round.
     pub max_reasks: u32,
 }
 
@@ -57,10 +61,10 @@ impl Default for RunLimits {
 pub struct RunSetup {
     /// Model id for every request.
     pub model: String,
-    /// System prompt of the tool rounds.
+    /// System prompt of every request.
     pub system: String,
-    /// System prompt of the final-answer round (replaces `system` in that round).
-    pub final_system: String,
+    /// Instructions of the final-answer round, sent as a user message after the transcript.
+    pub final_instructions: String,
     /// The user message: the retrieval payload as JSON.
     pub user: String,
     /// Tools offered in the tool rounds.
@@ -153,7 +157,10 @@ pub struct AnswerRun {
     rounds: u32,
     tool_calls: u32,
     executed_calls: u32,
+    /// Re-asks in the tool rounds.
     reasks: u32,
+    /// Re-asks in the final round (a separate budget).
+    final_reasks: u32,
     /// Whether the next request is the final-answer round.
     final_round: bool,
     /// Whether the final-round instructions were already appended.
@@ -161,6 +168,8 @@ pub struct AnswerRun {
     time_nudged: bool,
     /// Whether tool results were already shortened after a context-length error.
     compacted: bool,
+    /// Why the last reply was rejected and re-asked, until the driver takes it.
+    rejection: Option<String>,
     usage: Usage,
 }
 
@@ -178,12 +187,20 @@ impl AnswerRun {
             tool_calls: 0,
             executed_calls: 0,
             reasks: 0,
+            final_reasks: 0,
             final_round,
             final_prepared: false,
             time_nudged: false,
             compacted: false,
+            rejection: None,
             usage: Usage::default(),
         }
+    }
+
+    /// Why the reply just reported was rejected (and re-asked), once: the driver keeps it in
+    /// the trace beside the reply.
+    pub fn take_rejection(&mut self) -> Option<String> {
+        self.rejection.take()
     }
 
     /// The transcript so far.
@@ -221,8 +238,7 @@ impl AnswerRun {
         if self.final_round {
             if !self.final_prepared {
                 self.final_prepared = true;
-                self.messages[0] = Message::system(self.setup.final_system.clone());
-                self.messages.push(Message::user(prompts::ANSWER_FINAL_ROUND.text.trim()));
+                self.messages.push(Message::user(self.setup.final_instructions.clone()));
             }
         } else if self.setup.time_nudge
             && !self.time_nudged
@@ -237,11 +253,9 @@ impl AnswerRun {
         let mut request = ChatRequest::new(self.setup.model.clone(), self.messages.clone());
         request.temperature = self.setup.temperature;
         request.seed = self.setup.seed;
-        // The tools stay declared in the final round: several providers reject a transcript with
-        // tool calls when no tools are declared. `tool_choice: none` forbids new calls.
-        request.tools = self.setup.tools.clone();
+        // No tool schemas in the final round (they are the largest part of the prefix, and no
+        // call may be made); a call the model makes anyway is refused and re-asked.
         if self.final_round {
-            request.tool_choice = Some(ToolChoice::None);
             if self.setup.structured_output {
                 request.response_format = Some(JsonSchemaSpec {
                     name: "final_answer".into(),
@@ -249,6 +263,7 @@ impl AnswerRun {
                 });
             }
         } else {
+            request.tools = self.setup.tools.clone();
             request.tool_choice = Some(ToolChoice::Auto);
             request.parallel_tool_calls = Some(true);
         }
@@ -311,7 +326,8 @@ impl AnswerRun {
             None if !message.tool_calls.is_empty() => "tools are no longer available".to_string(),
             None => "the reply is not a JSON object".to_string(),
         };
-        if self.reasks >= self.setup.limits.max_reasks {
+        if self.final_reasks >= self.setup.limits.max_reasks {
+            self.rejection = Some(error.clone());
             self.finish(Err(format!(
                 "no valid final answer after {} re-asks: {error}",
                 self.setup.limits.max_reasks
@@ -329,7 +345,12 @@ impl AnswerRun {
     }
 
     fn reask(&mut self, error: &str) {
-        self.reasks += 1;
+        if self.final_round {
+            self.final_reasks += 1;
+        } else {
+            self.reasks += 1;
+        }
+        self.rejection = Some(error.to_string());
         let text = prompts::ANSWER_REASK
             .render(&[("error", error)])
             .unwrap_or_else(|_| format!("Your answer could not be used: {error}"));

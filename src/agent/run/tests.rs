@@ -6,7 +6,7 @@ fn setup(limits: RunLimits) -> RunSetup {
     RunSetup {
         model: "test-model".into(),
         system: "tool rounds".into(),
-        final_system: "final round".into(),
+        final_instructions: "final round".into(),
         user: r#"{"question":"Where does Caroline paint?"}"#.into(),
         tools: Tool::specs(false),
         limits,
@@ -172,8 +172,9 @@ fn call_caps_answer_every_call() {
     );
     // Budget used up: the next request is the final round.
     let request = expect_model(&mut run);
-    assert_eq!(request.tool_choice, Some(ToolChoice::None));
-    assert_eq!(request.messages[0].content.as_deref(), Some("final round"));
+    assert!(request.tools.is_empty() && request.tool_choice.is_none());
+    assert_eq!(request.messages[0].content.as_deref(), Some("tool rounds"));
+    assert_eq!(request.messages.last().and_then(|m| m.content.as_deref()), Some("final round"));
     assert!(request.response_format.is_some());
     assert_well_formed(&request.messages);
     let refused = request
@@ -206,15 +207,17 @@ fn round_limit_forces_a_final_round() {
         }]);
     }
     let request = expect_model(&mut run);
-    assert_eq!(request.tool_choice, Some(ToolChoice::None));
+    assert!(request.tools.is_empty() && request.tool_choice.is_none(), "no tools sent");
     let last =
         request.messages.last().and_then(|message| message.content.clone()).unwrap_or_default();
-    assert_eq!(last, prompts::ANSWER_FINAL_ROUND.text.trim());
+    assert_eq!(last, "final round");
+    assert_eq!(request.messages[0].content.as_deref(), Some("tool rounds"), "same prefix");
     // The model still calls a tool: it is refused and the model re-asked.
     run.model_responded(reply(None, &[("late", "query_topic_events", r#"{"topic":"D1:t1"}"#)]));
+    assert!(run.take_rejection().is_some_and(|reason| reason.contains("no longer available")));
     let request = expect_model(&mut run);
     assert_well_formed(&request.messages);
-    assert_eq!(request.tool_choice, Some(ToolChoice::None));
+    assert!(request.tools.is_empty());
     run.model_responded(reply(
         Some("```json\n{\"answer\": 2022, \"supports\": [], \"confidence\": \"0.5\"}\n```"),
         &[],
@@ -233,14 +236,14 @@ fn invalid_final_answers_end_in_an_error_after_reasks() {
     for _ in 0..3 {
         expect_model(&mut run);
         run.model_responded(reply(
-            Some(r#"{"answer": "x", "supports": "D1:1", "confidence": 2}"#),
+            Some(r#"{"answer": {"text": "x"}, "supports": "D1:1", "confidence": 2}"#),
             &[],
         ));
     }
     let outcome = expect_done(&mut run);
     let error = outcome.answer.err().unwrap_or_default();
     assert!(error.contains("no valid final answer after 2 re-asks"), "{error}");
-    assert!(error.contains("/supports") || error.contains("/confidence"), "{error}");
+    assert!(error.contains("`answer` must be a short text"), "{error}");
     assert_eq!(outcome.rounds, 3);
 }
 
@@ -276,7 +279,7 @@ fn context_overflow_shortens_results_and_answers() {
     expect_model(&mut run);
     run.model_responded(Err(llm::Error::ContextLength { body: "too long".into() }));
     let request = expect_model(&mut run);
-    assert_eq!(request.tool_choice, Some(ToolChoice::None));
+    assert!(request.tools.is_empty());
     let tool_text =
         request.messages.iter().find(|m| m.role == Role::Tool).and_then(|m| m.content.clone());
     assert!(tool_text.is_some_and(|text| text.len() < 1000 && text.contains("shortened")));
@@ -298,6 +301,45 @@ fn temporal_questions_get_the_time_nudge_before_the_last_tool_round() {
     let second = expect_model(&mut run);
     let last = second.messages.last().and_then(|m| m.content.clone()).unwrap_or_default();
     assert_eq!(last, prompts::ANSWER_TIME_NUDGE.text.trim());
+}
+
+#[test]
+fn tool_round_and_final_round_have_their_own_reask_budgets() {
+    let limits = RunLimits { max_rounds: 8, max_reasks: 1, ..RunLimits::default() };
+    let mut run = AnswerRun::new(setup(limits));
+    // Broken answers in the tool rounds use the tool rounds' budget ...
+    for _ in 0..2 {
+        assert!(!expect_model(&mut run).tools.is_empty());
+        run.model_responded(reply(Some(r#"{"answer": null}"#), &[]));
+        assert!(run.take_rejection().is_some());
+    }
+    // ... which is spent, so the final round comes next, with a budget of its own.
+    let request = expect_model(&mut run);
+    assert!(request.tools.is_empty());
+    run.model_responded(reply(Some(r#"{"answer": ""}"#), &[]));
+    assert!(run.take_rejection().is_some_and(|reason| reason.contains("empty")));
+    expect_model(&mut run);
+    run.model_responded(reply(Some(r#"{"answer": "Paris", "extra": 1}"#), &[]));
+    let answer = expect_done(&mut run).answer.unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(answer.answer, "Paris");
+}
+
+#[test]
+fn answers_are_read_with_the_reference_defaults() {
+    let read = |text: &str| parse_answer(text).and_then(Result::ok);
+    let answer = read(r#"{"answer": "Paris"}"#).unwrap_or_else(|| panic!("answer only"));
+    assert_eq!((answer.supports.len(), answer.confidence), (0, DEFAULT_CONFIDENCE));
+    let answer = read(r#"{"mode": "answer", "answer": ["a", 2], "supports": "D1:1, D2:3-1", "confidence": "80%", "why": "x"}"#)
+        .unwrap_or_else(|| panic!("coerced"));
+    assert_eq!(answer.answer, "a, 2");
+    assert_eq!(answer.supports, ["D1:1", "D2:3-1"]);
+    assert!((answer.confidence - 0.8).abs() < 1e-9);
+    let answer = read(r#"{"answer": true, "supports": [3, null], "confidence": "high"}"#)
+        .unwrap_or_else(|| panic!("bool"));
+    assert_eq!((answer.answer.as_str(), answer.supports.len()), ("Yes", 1));
+    assert_eq!(answer.confidence, DEFAULT_CONFIDENCE);
+    assert!(matches!(parse_answer(r#"{"answer": null}"#), Some(Err(_))));
+    assert!(matches!(parse_answer(r#"{"answer": "  "}"#), Some(Err(_))));
 }
 
 #[test]

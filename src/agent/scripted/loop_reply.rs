@@ -15,7 +15,9 @@ pub(super) fn loop_reply(
     question: &str,
     invalid_arguments: bool,
 ) -> ScriptedReply {
-    let final_round = request.body.get("tool_choice").and_then(Value::as_str) == Some("none");
+    // The final round sends no tools (older clients sent them with `tool_choice: none`).
+    let final_round = request.body.get("tools").is_none()
+        || request.body.get("tool_choice").and_then(Value::as_str) == Some("none");
     let tool_rounds = request
         .messages()
         .iter()

@@ -19,6 +19,7 @@
 //! turns a call into a [`Tool`], `apply` runs one against the memory.
 
 mod apply;
+pub mod compact;
 mod parse;
 mod spec;
 #[cfg(test)]
