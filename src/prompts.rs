@@ -48,18 +48,7 @@ impl Prompt {
 
     /// Placeholder names used in the template, sorted.
     pub fn placeholders(&self) -> BTreeSet<&'static str> {
-        let mut names = BTreeSet::new();
-        let mut rest = self.text;
-        while let Some(start) = rest.find("{{") {
-            let after = &rest[start + 2..];
-            let Some(end) = after.find("}}") else { break };
-            let name = &after[..end];
-            if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                names.insert(name);
-            }
-            rest = &after[end + 2..];
-        }
-        names
+        slots_in(self.text)
     }
 
     /// Fill every placeholder; fails on a missing or unused one.
@@ -163,6 +152,23 @@ pub const ALL: &[Prompt] = &[
     JUDGE_LONGMEMEVAL_PREFERENCE,
     JUDGE_LONGMEMEVAL_ABSTENTION,
 ];
+
+/// The `{{name}}` slots of a template (names of ASCII letters, digits and `_`), sorted; used for
+/// the compiled-in prompts and for a user's prompt file alike.
+pub fn slots_in(text: &str) -> BTreeSet<&str> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        let name = &after[..end];
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            names.insert(name);
+        }
+        rest = &after[end + 2..];
+    }
+    names
+}
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,7 @@
 
 mod split;
 
+use crate::dataset::json_kind as kind;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -305,17 +306,6 @@ fn content_text(value: &Value) -> Option<String> {
             texts.map(|texts| texts.join("\n"))
         }
         _ => None,
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

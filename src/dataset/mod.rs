@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod json;
+pub(crate) use json::kind as json_kind;
 mod locomo;
 mod longmemeval;
 

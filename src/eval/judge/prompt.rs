@@ -75,7 +75,7 @@ impl CustomPrompt {
     pub fn load(path: &Path) -> Result<Self, CustomPromptError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| CustomPromptError::Io { path: path.to_path_buf(), source })?;
-        let found = slots_in(&text);
+        let found = crate::prompts::slots_in(&text);
         let missing: Vec<&str> =
             JUDGE_SLOTS.iter().copied().filter(|slot| !found.contains(slot)).collect();
         let unknown: Vec<&str> =
@@ -108,22 +108,6 @@ impl CustomPrompt {
         }
         out
     }
-}
-
-/// The `{{name}}` slots of a template (names of ASCII letters, digits and `_`), sorted.
-fn slots_in(text: &str) -> std::collections::BTreeSet<&str> {
-    let mut names = std::collections::BTreeSet::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        let name = &after[..end];
-        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            names.insert(name);
-        }
-        rest = &after[end + 2..];
-    }
-    names
 }
 
 fn braces(slots: &[&str]) -> String {
