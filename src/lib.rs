@@ -5,7 +5,8 @@
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`settings`]: resolved settings; [`logging`]: tracing setup;
 //!   [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders.
-//! - [`llm`]: the only module that talks to model endpoints.
+//! - [`llm`]: the only module that talks to model endpoints; [`fatal`]: stopping a run on the first
+//!   error no retry can fix.
 //! - [`embedding`]: the local all-MiniLM-L6-v2 embedder (candle), provisioned automatically.
 //! - [`ingest`]: the write path, the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
@@ -25,6 +26,7 @@ pub mod prompts;
 pub mod settings;
 
 pub mod dataset;
+pub mod fatal;
 pub mod llm;
 
 pub mod embedding;

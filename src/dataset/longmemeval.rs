@@ -207,7 +207,9 @@ fn parse_item_body(
                 turns.push(turn);
             }
         }
-        if !turns.is_empty() {
+        if turns.is_empty() {
+            tracing::warn!(field = %path, "session has no turns; it adds nothing to the memory");
+        } else {
             sessions.push(Session { index: number, date_time: Some(date_time), date, turns });
         }
     }
