@@ -227,8 +227,9 @@ impl RunSettings {
         Ok(Self { file, workers: args.workers as usize, shard })
     }
 
-    /// The tag in result, trace, lock and manifest names: `--file`, plus `-shard-K-of-N` for a
-    /// shard, so that shards never write the same file.
+    /// The tag in lock and manifest names: `--file`, plus `-shard-K-of-N` for a shard, so that
+    /// shards run side by side. Result files and traces keep `--file`: they are per sample, and
+    /// a sample belongs to one shard.
     pub fn tag(&self) -> String {
         match self.shard {
             Some((k, n)) => format!("{}-shard-{k}-of-{n}", self.file),

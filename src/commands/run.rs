@@ -229,7 +229,7 @@ async fn phases(
         data.kind,
         &models.build_model.alias,
         &models.answer_model.id,
-        &run.tag(),
+        &run.file,
     );
     settings.workers = run.workers;
     settings.seed = args.seed;

@@ -234,3 +234,5 @@ async fn env_example_copied_to_dot_env_parses() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
 }
+
+mod safety;
