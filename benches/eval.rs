@@ -7,7 +7,8 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use mragent::dataset::{Category, DatasetKind};
-use mragent::eval::{EvalSettings, audit, evaluate, read_results, score_results};
+use mragent::eval::input::{Selection, load_expected, match_results, read_result_lines};
+use mragent::eval::{EvalSettings, audit, evaluate, score_results};
 use mragent::llm::Client;
 use mragent::results::{ResultLine, Status};
 use rand::{Rng, SeedableRng};
@@ -32,8 +33,12 @@ fn synthetic_run() -> Vec<(String, Vec<ResultLine>)> {
                 other => other.to_string(),
             };
             let category = qa["category"].as_u64().expect("category") as u8;
-            let gold = (category != 5).then(|| text(&qa["answer"]));
-            let base = gold.clone().unwrap_or_else(|| text(&qa["adversarial_answer"]));
+            // The gold as the loader reads it: absent for most category-5 questions.
+            let gold = (!qa["answer"].is_null()).then(|| text(&qa["answer"]));
+            let base = match category {
+                5 => text(&qa["adversarial_answer"]),
+                _ => gold.clone().unwrap_or_default(),
+            };
             let prediction = match rng.random_range(0..6) {
                 0 => base.clone(),
                 1 => format!("I believe it was {base}, as mentioned in the conversation."),
@@ -73,11 +78,6 @@ fn bench_eval(criterion: &mut Criterion) {
     let samples = synthetic_run();
     let lines: Vec<ResultLine> = samples.iter().flat_map(|(_, lines)| lines.clone()).collect();
     assert_eq!(lines.len(), 1986);
-    let audit = audit::locomo_audit().expect("audit");
-    criterion.bench_function("score_results_1986_lines", |bench| {
-        bench.iter(|| score_results(&lines, DatasetKind::Locomo, Some(audit)))
-    });
-
     let root = tempfile::tempdir().expect("tempdir");
     let directory = root.path().join("result/locomo");
     std::fs::create_dir_all(&directory).expect("result dir");
@@ -87,9 +87,37 @@ fn bench_eval(criterion: &mut Criterion) {
         std::fs::write(directory.join(format!("{sample_id}_result_bench_run.jsonl")), text)
             .expect("write");
     }
-    let settings = EvalSettings::new(root.path(), DatasetKind::Locomo, "bench", "run");
+    let data_file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
+    let audit_file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/locomo_audit.json");
+    let mut settings = EvalSettings::new(root.path(), DatasetKind::Locomo, "bench", "run");
+    settings.data_file = data_file.clone();
+    settings.audit_file = Some(audit_file.clone());
     let files = mragent::eval::find_result_files(&settings).expect("files");
-    assert_eq!(read_results(&files).expect("read").len(), 1986);
+    let selection = Selection {
+        dataset: DatasetKind::Locomo,
+        file: &data_file,
+        sample: None,
+        question_type: None,
+    };
+    let expected = load_expected(&selection).expect("dataset");
+    let shown = |path: &std::path::Path| path.display().to_string();
+    let matched = match_results(
+        "dataset",
+        &expected,
+        &files,
+        read_result_lines(&files).expect("read"),
+        false,
+        &shown,
+    )
+    .expect("complete run");
+    assert_eq!(matched.len(), 1986);
+    let audit = audit::load_audit(&audit_file).expect("audit");
+    criterion.bench_function("score_results_1986_lines", |bench| {
+        bench.iter(|| score_results(&matched, DatasetKind::Locomo, Some(&audit)))
+    });
+
     let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     criterion.bench_function("evaluate_1986_lines_no_judge", |bench| {
         bench.iter(|| runtime.block_on(evaluate::<Client>(&settings, None)).expect("evaluate"))

@@ -43,8 +43,11 @@ pub enum Command {
     /// The main job: build the memory (cached) and answer every question with the tool-calling
     /// loop; one result line per question, resumable, traces under log/.
     Run(RunCommandArgs),
-    /// Score a run's answers: official LoCoMo F1 and exact match, evidence recall, and
-    /// optionally an LLM judge (LoCoMo lenient protocol, LongMemEval per question type).
+    /// Score a run's answers against the dataset it answered: official LoCoMo F1 and exact
+    /// match, evidence recall, and optionally an LLM judge (LoCoMo: the Mem0 J protocol or our
+    /// strict one; LongMemEval: its per-type rules). Missing, foreign or duplicate questions
+    /// are an error unless --partial.
+    #[command(after_help = crate::eval::report::COLUMNS_HELP)]
     Eval(EvalArgs),
     /// Evaluate retrieval offline (no key needed): MemGAS and baselines ranked against the gold
     /// evidence; session recall_all/recall_any/NDCG and turn recall at k = 1, 3, 5, 10.
@@ -78,8 +81,9 @@ pub struct DataArgs {
     /// Only this sample: `26` or `conv-26` (LoCoMo), a question id (LongMemEval).
     #[arg(long)]
     pub sample: Option<String>,
-    /// LongMemEval question type: 0 multi-session, 1 single-session-user, 2 temporal-reasoning,
-    /// 3 knowledge-update, 4 single-session-assistant, 5 single-session-preference.
+    /// LongMemEval question type, numbered as the Python reference does: 0 multi-session,
+    /// 1 single-session-user, 2 temporal-reasoning, 3 single-session-preference,
+    /// 4 knowledge-update, 5 single-session-assistant.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=5))]
     pub ca: Option<u8>,
     /// LongMemEval: sessions merged into one rewrite call.
@@ -140,19 +144,53 @@ pub struct PingArgs {
     pub model: ModelArgs,
 }
 
+/// The LoCoMo judge protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JudgeProtocolArg {
+    /// The published LoCoMo J protocol (Mem0's paper and those comparing with it):
+    /// categories 1–4, a generous CORRECT/WRONG grade with a one-sentence reason.
+    Mem0,
+    /// Ours: categories 1–4, CORRECT only for the gold fact at the gold answer's precision.
+    Strict,
+}
+
 /// `mragent eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// Dataset whose results to score.
     #[arg(long, value_enum, default_value = "locomo")]
     pub data: DataArg,
+    /// The dataset file the run answered (default: data/dataset_<data>.json); every question
+    /// of it (or of --sample / --ca) must have exactly one result line.
+    #[arg(long)]
+    pub data_file: Option<PathBuf>,
+    /// The run's --sample, when it answered one sample only.
+    #[arg(long)]
+    pub sample: Option<String>,
+    /// The run's --ca (LongMemEval question type), when it answered one type only.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=5))]
+    pub ca: Option<u8>,
+    /// Score the questions that have a result line even if others are missing; every table
+    /// is then labelled `PARTIAL n/N`.
+    #[arg(long)]
+    pub partial: bool,
     /// Run tag of the results (`--file` of `run`).
     #[arg(long, default_value = "0")]
     pub file: String,
     /// Judge model (alias or id); without it only F1, exact match and evidence recall are computed.
     #[arg(long)]
     pub judge_model: Option<String>,
-    /// Independent judge runs; accuracy is reported as mean ± std.
+    /// LoCoMo judge protocol (LongMemEval always uses its per-type rules).
+    #[arg(long, value_enum, default_value = "mem0")]
+    pub judge_protocol: JudgeProtocolArg,
+    /// A judge prompt file to use instead of the built-in prompts (e.g. a published prompt,
+    /// verbatim). Slots: {{question}}, {{gold}} (gold answer), {{prediction}} (the response).
+    /// A reply with a JSON `label` is CORRECT when the label is CORRECT; otherwise when it
+    /// contains "yes".
+    #[arg(long, value_name = "FILE")]
+    pub judge_prompt: Option<PathBuf>,
+    /// Independent judge runs; accuracy is reported as mean ± std (published LoCoMo J is often
+    /// the mean of 3).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
     pub judge_runs: u32,
     /// Judge requests in flight at once.
@@ -161,6 +199,12 @@ pub struct EvalArgs {
     /// Leave out the LoCoMo audit corrections.
     #[arg(long)]
     pub no_audit: bool,
+    /// The LoCoMo audit file, read at run time (default: data/locomo_audit.json).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_audit")]
+    pub audit_file: Option<PathBuf>,
+    /// LoCoMo: also print the official overall over categories 1–5 (F1 only).
+    #[arg(long = "overall-with-5")]
+    pub overall_with_adversarial: bool,
     /// Model and endpoint: `--model` names the result files; the endpoint serves the judge.
     #[command(flatten)]
     pub model: ModelArgs,

@@ -102,6 +102,8 @@ prompt!(STRUCTURED_REASK, "structured_reask");
 prompt!(REWRITE, "rewrite");
 prompt!(KEYWORDS, "keywords");
 prompt!(STAGE_REASK, "stage_reask");
+prompt!(REWRITE_MISSING, "rewrite_missing");
+prompt!(KEYWORDS_MISSING, "keywords_missing");
 prompt!(MEMGAS_GRANULES, "memgas_granules");
 prompt!(QUESTION_KEYWORDS, "question_keywords");
 prompt!(RERANK, "rerank");
@@ -121,6 +123,7 @@ prompt!(ANSWER_TEMPORAL, "answer_temporal");
 prompt!(ANSWER_ADVERSARIAL, "answer_adversarial");
 prompt!(ANSWER_TOOLS, "answer_tools");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
+prompt!(JUDGE_LOCOMO_STRICT, "judge_locomo_strict");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
 prompt!(JUDGE_LONGMEMEVAL_TEMPORAL, "judge_longmemeval_temporal");
 prompt!(JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE, "judge_longmemeval_knowledge_update");
@@ -134,6 +137,8 @@ pub const ALL: &[Prompt] = &[
     REWRITE,
     KEYWORDS,
     STAGE_REASK,
+    REWRITE_MISSING,
+    KEYWORDS_MISSING,
     MEMGAS_GRANULES,
     QUESTION_KEYWORDS,
     RERANK,
@@ -153,6 +158,7 @@ pub const ALL: &[Prompt] = &[
     ANSWER_ADVERSARIAL,
     ANSWER_TOOLS,
     JUDGE_LOCOMO,
+    JUDGE_LOCOMO_STRICT,
     JUDGE_LONGMEMEVAL,
     JUDGE_LONGMEMEVAL_TEMPORAL,
     JUDGE_LONGMEMEVAL_KNOWLEDGE_UPDATE,

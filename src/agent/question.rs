@@ -6,7 +6,8 @@
 //! tool round; open-domain (3) allows inferred answers and uses the lenient answer style;
 //! adversarial (5) offers two options, "Not mentioned in the conversation" and the distractor, in
 //! an order drawn from a seeded coin per question (the reference's coin was unseeded). LongMemEval
-//! questions get `current_date` from the question date. Pure functions, no IO.
+//! temporal-reasoning questions get `current_date` from the question date, as in the reference;
+//! other question types get none. Pure functions, no IO.
 
 use sha2::{Digest, Sha256};
 
@@ -16,6 +17,9 @@ use crate::prompts;
 /// The answer option that says the conversation does not hold the answer. Kept verbatim: the
 /// LoCoMo category-5 scorers look for "not mentioned" in the prediction.
 pub const NOT_MENTIONED: &str = "Not mentioned in the conversation";
+
+/// The LongMemEval question type that is told today's date.
+const TEMPORAL_REASONING: &str = "temporal-reasoning";
 
 /// How strictly answers must stick to the conversation's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +91,10 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
         }
         _ => {}
     }
-    if dataset == DatasetKind::LongMemEval {
+    // The reference gives today's date to temporal-reasoning questions only.
+    if dataset == DatasetKind::LongMemEval
+        && question.category == Category::LongMemEval(TEMPORAL_REASONING.into())
+    {
         prepared.current_date = question.question_date.as_deref().and_then(date_of);
     }
     prepared
@@ -145,6 +152,15 @@ mod tests {
             1,
         );
         assert_eq!(lm.current_date.as_deref(), Some("2023-05-20"));
+        // Only temporal-reasoning questions are told the date, as in the reference.
+        for other in ["single-session-user", "multi-session", "knowledge-update"] {
+            let lm = prepare(
+                &question("q", Category::LongMemEval(other.into())),
+                DatasetKind::LongMemEval,
+                1,
+            );
+            assert_eq!(lm.current_date, None, "{other}");
+        }
     }
 
     #[test]

@@ -90,9 +90,29 @@ pub async fn eval(
         &models.build_model.alias,
         &crate::fsutil::safe_name(&args.file, '-'),
     );
+    let under_root = |path: &std::path::Path| {
+        if path.is_absolute() { path.to_path_buf() } else { paths.root.join(path) }
+    };
+    if let Some(file) = &args.data_file {
+        settings.data_file = under_root(file);
+    }
+    settings.sample = args.sample.clone();
+    settings.question_type =
+        args.ca.map(crate::dataset::LongMemEvalType::from_ca_index).transpose()?;
+    settings.partial = args.partial;
     settings.judge_runs = args.judge_runs;
     settings.concurrency = args.judge_workers as usize;
-    settings.audit = !args.no_audit;
+    settings.protocol = match args.judge_protocol {
+        crate::cli::JudgeProtocolArg::Mem0 => crate::eval::judge::JudgeProtocol::Mem0,
+        crate::cli::JudgeProtocolArg::Strict => crate::eval::judge::JudgeProtocol::Strict,
+    };
+    settings.judge_prompt = args.judge_prompt.as_deref().map(under_root);
+    settings.audit_file = match (&args.audit_file, args.no_audit) {
+        (_, true) => None,
+        (Some(file), false) => Some(under_root(file)),
+        (None, false) => settings.audit_file,
+    };
+    settings.overall_with_adversarial = args.overall_with_adversarial;
     let judge: Option<Client> = match &args.judge_model {
         Some(name) => {
             models.require_key()?;

@@ -27,9 +27,9 @@ pub(crate) const USER: &str = "user";
 /// Speaker name of assistant turns.
 const ASSISTANT: &str = "assistant";
 
-/// A LongMemEval question type. The `--ca` index order is 0 multi-session,
-/// 1 single-session-user, 2 temporal-reasoning, 3 knowledge-update, 4 single-session-assistant,
-/// 5 single-session-preference (the project's order; the Python reference swapped 3–5).
+/// A LongMemEval question type. The `--ca` index order is the Python reference's:
+/// 0 multi-session, 1 single-session-user, 2 temporal-reasoning, 3 single-session-preference,
+/// 4 knowledge-update, 5 single-session-assistant ([`LongMemEvalType::CA_ORDER`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LongMemEvalType {
@@ -39,16 +39,26 @@ pub enum LongMemEvalType {
     SingleSessionUser,
     /// `temporal-reasoning` (`--ca 2`).
     TemporalReasoning,
-    /// `knowledge-update` (`--ca 3`).
+    /// `knowledge-update` (`--ca 4`).
     KnowledgeUpdate,
-    /// `single-session-assistant` (`--ca 4`).
+    /// `single-session-assistant` (`--ca 5`).
     SingleSessionAssistant,
-    /// `single-session-preference` (`--ca 5`).
+    /// `single-session-preference` (`--ca 3`).
     SingleSessionPreference,
 }
 
 impl LongMemEvalType {
-    /// All types in `--ca` index order.
+    /// The types in `--ca` index order, as the Python reference numbers them.
+    pub const CA_ORDER: [LongMemEvalType; 6] = [
+        LongMemEvalType::MultiSession,
+        LongMemEvalType::SingleSessionUser,
+        LongMemEvalType::TemporalReasoning,
+        LongMemEvalType::SingleSessionPreference,
+        LongMemEvalType::KnowledgeUpdate,
+        LongMemEvalType::SingleSessionAssistant,
+    ];
+
+    /// All types, in the order error messages list them.
     pub const ALL: [LongMemEvalType; 6] = [
         LongMemEvalType::MultiSession,
         LongMemEvalType::SingleSessionUser,
@@ -60,7 +70,7 @@ impl LongMemEvalType {
 
     /// The type selected by `--ca <index>`.
     pub fn from_ca_index(index: u8) -> Result<Self, Error> {
-        Self::ALL.get(usize::from(index)).copied().ok_or(Error::UnknownQuestionType(index))
+        Self::CA_ORDER.get(usize::from(index)).copied().ok_or(Error::UnknownQuestionType(index))
     }
 
     /// The `question_type` string used in the dataset.
@@ -171,46 +181,10 @@ fn parse_item_body(
     let mut evidence = Vec::new();
     for (position, (date_value, session_value)) in dates.into_iter().zip(session_values).enumerate()
     {
-        let number = u32::try_from(position + 1)
-            .map_err(|_| FieldError::new("haystack_sessions", "too many sessions"))?;
-        let date_time = match date_value {
-            Value::String(text) => text,
-            other => {
-                return Err(FieldError::new(
-                    json::index("haystack_dates", position),
-                    format!("expected a string, found {}", json::kind(&other)),
-                ));
-            }
-        };
-        let date = parse_longmemeval_date(&date_time);
-        if date.is_none() {
-            tracing::warn!(question_id, session = number, %date_time, "session date not understood");
-        }
-        let path = json::index("haystack_sessions", position);
-        let turn_values = match session_value {
-            Value::Array(turns) => turns,
-            other => {
-                return Err(FieldError::new(
-                    path,
-                    format!("expected an array, found {}", json::kind(&other)),
-                ));
-            }
-        };
-        let mut turns = Vec::with_capacity(turn_values.len());
-        for (turn_position, turn_value) in turn_values.into_iter().enumerate() {
-            let turn_path = json::index(&path, turn_position);
-            let dia_id = format!("D{number}:{}", turn_position + 1);
-            if let Some(turn) = parse_turn(dia_id, turn_value, &turn_path)? {
-                if turn.has_answer {
-                    evidence.push(turn.dia_id.clone());
-                }
-                turns.push(turn);
-            }
-        }
-        if turns.is_empty() {
-            tracing::warn!(field = %path, "session has no turns; it adds nothing to the memory");
-        } else {
-            sessions.push(Session { index: number, date_time: Some(date_time), date, turns });
+        if let Some(session) =
+            parse_session(question_id, position, date_value, session_value, &mut evidence)?
+        {
+            sessions.push(session);
         }
     }
 
@@ -230,6 +204,58 @@ fn parse_item_body(
             question_date,
         }],
     })
+}
+
+/// One haystack session at `position`: its date and its non-empty turns (evidence turns are
+/// added to `evidence`); `None` when every turn is empty.
+fn parse_session(
+    question_id: &str,
+    position: usize,
+    date_value: Value,
+    session_value: Value,
+    evidence: &mut Vec<String>,
+) -> Result<Option<Session>, FieldError> {
+    let number = u32::try_from(position + 1)
+        .map_err(|_| FieldError::new("haystack_sessions", "too many sessions"))?;
+    let date_time = match date_value {
+        Value::String(text) => text,
+        other => {
+            return Err(FieldError::new(
+                json::index("haystack_dates", position),
+                format!("expected a string, found {}", json::kind(&other)),
+            ));
+        }
+    };
+    let date = parse_longmemeval_date(&date_time);
+    if date.is_none() {
+        tracing::warn!(question_id, session = number, %date_time, "session date not understood");
+    }
+    let path = json::index("haystack_sessions", position);
+    let turn_values = match session_value {
+        Value::Array(turns) => turns,
+        other => {
+            return Err(FieldError::new(
+                path,
+                format!("expected an array, found {}", json::kind(&other)),
+            ));
+        }
+    };
+    let mut turns = Vec::with_capacity(turn_values.len());
+    for (turn_position, turn_value) in turn_values.into_iter().enumerate() {
+        let turn_path = json::index(&path, turn_position);
+        let dia_id = format!("D{number}:{}", turn_position + 1);
+        if let Some(turn) = parse_turn(dia_id, turn_value, &turn_path)? {
+            if turn.has_answer {
+                evidence.push(turn.dia_id.clone());
+            }
+            turns.push(turn);
+        }
+    }
+    if turns.is_empty() {
+        tracing::warn!(field = %path, "session has no turns; it adds nothing to the memory");
+        return Ok(None);
+    }
+    Ok(Some(Session { index: number, date_time: Some(date_time), date, turns }))
 }
 
 /// One turn; `None` for an empty turn (the reference drops empty turns). The dia_id is
@@ -266,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn ca_indices_follow_the_project_order() {
+    fn ca_indices_follow_the_reference_order() {
         let names: Vec<&str> = (0..6)
             .map(|index| LongMemEvalType::from_ca_index(index).map(LongMemEvalType::as_str))
             .collect::<Result<_, _>>()
@@ -277,9 +303,9 @@ mod tests {
                 "multi-session",
                 "single-session-user",
                 "temporal-reasoning",
+                "single-session-preference",
                 "knowledge-update",
-                "single-session-assistant",
-                "single-session-preference"
+                "single-session-assistant"
             ]
         );
         assert!(matches!(LongMemEvalType::from_ca_index(6), Err(Error::UnknownQuestionType(6))));

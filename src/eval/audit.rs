@@ -1,5 +1,6 @@
-//! The LoCoMo audit corrections (dial481/locomo-audit, CC BY-NC 4.0), compiled in from
-//! `data/locomo_audit.json`, a compact derived copy of the audit's `errors.json`.
+//! The LoCoMo audit corrections (dial481/locomo-audit, CC BY-NC 4.0), read at run time from a
+//! JSON file (by default `data/locomo_audit.json`, a compact derived copy of the audit's
+//! `errors.json`). Replacing the file changes the audited scores; nothing is compiled in.
 //!
 //! The audit lists 156 LoCoMo QA items with problems. Our copy keeps, per item, our question id
 //! (`<sample_id>:q<n>`, n 1-based; the audit's own ids are `locomo_<conv>_qa<i>`, both
@@ -13,16 +14,12 @@
 //! Where the audit names different evidence, it replaces the gold evidence in audited recall.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
-/// The derived audit file, compiled in so that neither tests nor users need the original.
-const AUDIT_JSON: &str =
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/locomo_audit.json"));
+use serde::{Deserialize, Serialize};
 
 /// What the audit means for one question's score.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", tag = "action")]
 pub enum AuditAction {
     /// Score against this corrected gold answer instead.
@@ -55,29 +52,75 @@ pub struct AuditEntry {
     pub evidence: Option<Vec<String>>,
 }
 
+/// Every audited question, by our question id.
+pub type Audit = BTreeMap<String, AuditEntry>;
+
+/// An audit file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The file could not be read.
+    #[error("reading the audit file {}: {source} (pass --no-audit to score without it)", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The file is not the expected JSON.
+    #[error("invalid audit file {}: {source}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// Two entries name the same question.
+    #[error("audit file {}: question {question_id} is listed twice", path.display())]
+    Duplicate {
+        /// The file.
+        path: PathBuf,
+        /// The repeated id.
+        question_id: String,
+    },
+}
+
 #[derive(Deserialize)]
 struct AuditFile {
     items: Vec<AuditEntry>,
 }
 
-static AUDIT: LazyLock<Result<BTreeMap<String, AuditEntry>, String>> = LazyLock::new(|| {
-    let file: AuditFile = serde_json::from_str(AUDIT_JSON)
-        .map_err(|error| format!("invalid data/locomo_audit.json: {error}"))?;
-    Ok(file.items.into_iter().map(|entry| (entry.question_id.clone(), entry)).collect())
-});
+/// Read and parse an audit file.
+pub fn load_audit(path: &Path) -> Result<Audit, AuditError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| AuditError::Io { path: path.to_path_buf(), source })?;
+    parse_audit(path, &text)
+}
 
-/// Every audited question, by our question id.
-pub fn locomo_audit() -> anyhow::Result<&'static BTreeMap<String, AuditEntry>> {
-    AUDIT.as_ref().map_err(|message| anyhow::anyhow!("{message}"))
+/// Parse audit JSON; `path` is only used in error messages.
+pub fn parse_audit(path: &Path, text: &str) -> Result<Audit, AuditError> {
+    let file: AuditFile = serde_json::from_str(text)
+        .map_err(|source| AuditError::Json { path: path.to_path_buf(), source })?;
+    let mut audit = Audit::new();
+    for entry in file.items {
+        let question_id = entry.question_id.clone();
+        if audit.insert(question_id.clone(), entry).is_some() {
+            return Err(AuditError::Duplicate { path: path.to_path_buf(), question_id });
+        }
+    }
+    Ok(audit)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn shipped() -> Audit {
+        load_audit(&Path::new(env!("CARGO_MANIFEST_DIR")).join("data/locomo_audit.json")).unwrap()
+    }
+
     #[test]
     fn audit_file_parses_with_expected_counts() {
-        let audit = locomo_audit().unwrap();
+        let audit = shipped();
         assert_eq!(audit.len(), 156);
         let count = |wanted: fn(&AuditAction) -> bool| {
             audit.values().filter(|entry| wanted(&entry.action)).count()
@@ -92,7 +135,7 @@ mod tests {
 
     #[test]
     fn audit_ids_map_to_one_based_question_ids() {
-        let audit = locomo_audit().unwrap();
+        let audit = shipped();
         // locomo_0_qa1 is conv-26's second question ("When did Melanie paint a sunrise?").
         let entry = &audit["conv-26:q2"];
         assert_eq!(entry.audit_id, "locomo_0_qa1");
@@ -110,5 +153,19 @@ mod tests {
             assert!(entry.question_id.ends_with(&format!(":q{}", index + 1)), "{entry:?}");
             assert!(conv.parse::<usize>().unwrap() < 10);
         }
+    }
+
+    #[test]
+    fn broken_files_are_errors_naming_the_file() {
+        let path = Path::new("elsewhere/audit.json");
+        let error = parse_audit(path, "{\"items\": 3}").unwrap_err().to_string();
+        assert!(error.contains("elsewhere/audit.json"), "{error}");
+        let twice = r#"{"items": [
+            {"question_id": "conv-26:q2", "audit_id": "locomo_0_qa1", "category": 2, "error_type": "x", "action": "excluded"},
+            {"question_id": "conv-26:q2", "audit_id": "locomo_0_qa1", "category": 2, "error_type": "x", "action": "excluded"}]}"#;
+        let error = parse_audit(path, twice).unwrap_err().to_string();
+        assert!(error.contains("conv-26:q2") && error.contains("twice"), "{error}");
+        let missing = load_audit(Path::new("/nonexistent/audit.json")).unwrap_err().to_string();
+        assert!(missing.contains("--no-audit"), "{missing}");
     }
 }

@@ -12,8 +12,13 @@ use super::porter;
 /// Score of one answer under the LoCoMo rules.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LocomoScore {
-    /// The official per-question score in [0, 1] (token F1, or 0/1 for category 5).
+    /// The official per-question score in [0, 1] (token F1, or 0/1 for category 5), unrounded.
     pub f1: f64,
+    /// The score as the official pipeline stores it (`evaluate_qa.py` keeps `round(score, 3)`
+    /// per question, and the category means are taken over these stored values). Category 1's
+    /// score is a NumPy `float64` (from `np.mean`), so NumPy's rounding applies to it; the other
+    /// categories' scores are Python numbers, rounded by Python's `round`. See [`stored_score`].
+    pub stored: f64,
     /// Exact match: the *sets* of normalised (unstemmed) tokens are equal; for category 5 the
     /// refusal check.
     pub exact_match: bool,
@@ -28,29 +33,41 @@ pub const REFUSAL_MARKERS: [&str; 2] = ["no information available", "not mention
 /// `None`: the official scorer raises on them.
 pub fn score_locomo(category: u8, prediction: &str, gold: Option<&str>) -> Option<LocomoScore> {
     let gold = gold.unwrap_or("");
-    let score = match category {
-        1 => LocomoScore {
-            f1: multi_hop_f1(prediction, gold),
-            exact_match: exact_match(prediction, gold),
-        },
-        2 | 4 => LocomoScore {
-            f1: token_f1(prediction, gold),
-            exact_match: exact_match(prediction, gold),
-        },
+    let (f1, exact_match) = match category {
+        1 => (multi_hop_f1(prediction, gold), exact_match(prediction, gold)),
+        2 | 4 => (token_f1(prediction, gold), exact_match(prediction, gold)),
         3 => {
             let gold = open_domain_gold(gold);
-            LocomoScore {
-                f1: token_f1(prediction, gold),
-                exact_match: exact_match(prediction, gold),
-            }
+            (token_f1(prediction, gold), exact_match(prediction, gold))
         }
         5 => {
             let refused = is_refusal(prediction);
-            LocomoScore { f1: if refused { 1.0 } else { 0.0 }, exact_match: refused }
+            (if refused { 1.0 } else { 0.0 }, refused)
         }
         _ => return None,
     };
-    Some(score)
+    Some(LocomoScore { f1, stored: stored_score(category, f1), exact_match })
+}
+
+/// The per-question value the official pipeline stores: `round(score, 3)`. For category 1 the
+/// score is a NumPy `float64`, whose `round` scales by 1000, rounds half to even and scales back
+/// ([`numpy_round3`]); every other score is a Python `float` or `int`, whose `round` gives the
+/// decimal nearest to the exact binary value ([`python_round3`]). The two differ on values
+/// such as 0.0125 (Python 0.013, NumPy 0.012).
+pub fn stored_score(category: u8, score: f64) -> f64 {
+    if category == 1 { numpy_round3(score) } else { python_round3(score) }
+}
+
+/// Python's `round(x, 3)` on a float: the 3-decimal number nearest to the exact binary value
+/// of `x`, ties to even. Rust's fixed-precision formatting is exact and rounds the same way,
+/// and parsing the text back gives the nearest double, as CPython does.
+pub fn python_round3(value: f64) -> f64 {
+    format!("{value:.3}").parse().unwrap_or(value)
+}
+
+/// NumPy's `round(x, 3)` on a `float64`: `rint(x * 1000) / 1000`.
+pub fn numpy_round3(value: f64) -> f64 {
+    (value * 1000.0).round_ties_even() / 1000.0
 }
 
 /// Category 3 gold answers often read "Likely yes; because ...": only the part before the first
@@ -114,7 +131,38 @@ pub fn multi_hop_f1(prediction: &str, gold: &str) -> f64 {
             .fold(0.0, f64::max)
     });
     // `str.split` always yields at least one part, so the division is by n ≥ 1.
-    best_per_gold.sum::<f64>() / gold_parts.len() as f64
+    let best: Vec<f64> = best_per_gold.collect();
+    numpy_sum(&best) / best.len() as f64
+}
+
+/// The sum `np.mean` takes: NumPy's pairwise summation. Fewer than 8 values are added in order;
+/// up to 128 values go into 8 running sums combined as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)),
+/// then the remainder is added in order; longer arrays split in two halves (the first a
+/// multiple of 8 long) that are summed the same way and added.
+fn numpy_sum(values: &[f64]) -> f64 {
+    let n = values.len();
+    if n < 8 {
+        return values.iter().fold(0.0, |sum, value| sum + value);
+    }
+    if n <= 128 {
+        let mut lanes = [0.0f64; 8];
+        lanes.copy_from_slice(&values[..8]);
+        let whole = n - n % 8;
+        for chunk in values[8..whole].chunks_exact(8) {
+            for (lane, value) in lanes.iter_mut().zip(chunk) {
+                *lane += value;
+            }
+        }
+        let mut sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+            + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        for value in &values[whole..] {
+            sum += value;
+        }
+        return sum;
+    }
+    let half = n / 2;
+    let half = half - half % 8;
+    numpy_sum(&values[..half]) + numpy_sum(&values[half..])
 }
 
 /// Exact match as the official `exact_match_score`: equal *sets* of normalised tokens (no
@@ -162,41 +210,23 @@ fn multiset_overlap(left: &[String], right: &[String]) -> usize {
     overlap
 }
 
-/// `re.sub(r'\b(a|an|the|and)\b', ' ', text)`: the four words are all word characters, so a
-/// match is exactly a maximal run of word characters equal to one of them.
-fn remove_articles(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut run_start: Option<usize> = None;
-    for (index, character) in text.char_indices() {
-        if is_python_word_char(character) {
-            run_start.get_or_insert(index);
-        } else {
-            if let Some(start) = run_start.take() {
-                push_word(&mut out, &text[start..index]);
-            }
-            out.push(character);
-        }
-    }
-    if let Some(start) = run_start {
-        push_word(&mut out, &text[start..]);
-    }
-    out
-}
-
-fn push_word(out: &mut String, word: &str) {
-    if matches!(word, "a" | "an" | "the" | "and") {
-        out.push(' ');
-    } else {
-        out.push_str(word);
+/// `regex.sub(r'\b(a|an|the|and)\b', ' ', text)` with the Python `regex` module's Unicode
+/// word boundary. The `regex` crate's `\b` uses the same Unicode definition of a word character
+/// (letters and other alphabetic characters, combining marks, decimal digits, connector
+/// punctuation such as `_` or `‿`, and the zero-width joiner and non-joiner), so an article
+/// next to any of those is part of a longer word and stays. Leftmost-first alternation and
+/// non-overlapping replacement match the Python semantics.
+fn remove_articles(text: &str) -> std::borrow::Cow<'_, str> {
+    match &*ARTICLES {
+        Some(articles) => articles.replace_all(text, " "),
+        None => std::borrow::Cow::Borrowed(text),
     }
 }
 
-/// Python's regex `\w` on `str`: alphanumeric (letters and numbers) or `_`. Rust's
-/// `is_alphanumeric` also counts the few combining marks with the Other_Alphabetic property;
-/// that can only matter for such a mark written directly against an article.
-fn is_python_word_char(character: char) -> bool {
-    character.is_alphanumeric() || character == '_'
-}
+/// The article pattern; compiled once. It is a constant valid pattern, so `None` (a failed
+/// compile) cannot happen; the scorer would then leave articles in place rather than panic.
+static ARTICLES: std::sync::LazyLock<Option<regex::Regex>> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"\b(?:a|an|the|and)\b").ok());
 
 /// Python's `str.split()` / `str.strip()` whitespace: Unicode White_Space plus the ASCII
 /// information separators U+001C–U+001F, which Python also splits on.
@@ -284,8 +314,53 @@ mod tests {
         check_score(5, "Melanie went to Paris", "", 0.0, false);
         assert_eq!(
             score_locomo(5, "not mentioned", None),
-            Some(LocomoScore { f1: 1.0, exact_match: true })
+            Some(LocomoScore { f1: 1.0, stored: 1.0, exact_match: true })
         );
+    }
+
+    #[test]
+    fn article_pattern_compiles() {
+        assert!(ARTICLES.is_some());
+    }
+
+    #[test]
+    fn unicode_word_characters_protect_an_article() {
+        // Combining mark, zero-width joiner / non-joiner and connector punctuation are word
+        // characters for `\b`: the article is part of a longer word and stays.
+        check_normalize("the\u{301} cat", "the\u{301} cat");
+        check_normalize("the\u{200d} cat", "the\u{200d} cat");
+        check_normalize("\u{200c}an apple", "\u{200c}an apple");
+        check_normalize("the\u{203f} end", "the\u{203f} end");
+        // A superscript digit (No) and a middle dot are not word characters: the article goes.
+        check_normalize("the\u{b2}", "\u{b2}");
+        check_normalize("the\u{b7}x", "\u{b7}x");
+    }
+
+    #[test]
+    fn stored_scores_round_as_python_and_numpy_do() {
+        assert_eq!(python_round3(0.0125), 0.013);
+        assert_eq!(numpy_round3(0.0125), 0.012);
+        assert_eq!(python_round3(0.0625), 0.062);
+        assert_eq!(python_round3(2.0 / 3.0), 0.667);
+        assert_eq!(stored_score(1, 0.0125), 0.012);
+        assert_eq!(stored_score(4, 0.0125), 0.013);
+    }
+
+    #[test]
+    fn numpy_sum_uses_pairwise_lanes() {
+        let values: Vec<f64> = (0..20).map(|i| 0.1 * f64::from(i) + 1e-3).collect();
+        let mut lanes = [0.0f64; 8];
+        lanes.copy_from_slice(&values[..8]);
+        for (lane, value) in lanes.iter_mut().zip(&values[8..16]) {
+            *lane += value;
+        }
+        let mut expected = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+            + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        for value in &values[16..] {
+            expected += value;
+        }
+        assert_eq!(numpy_sum(&values).to_bits(), expected.to_bits());
+        assert_eq!(numpy_sum(&[0.1, 0.2, 0.3]), 0.1 + 0.2 + 0.3);
     }
 
     #[test]

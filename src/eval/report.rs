@@ -3,9 +3,18 @@
 //! categories 1–4, and LongMemEval's task-averaged and abstention accuracy; each with the audited
 //! view beside the raw one where an audit applies.
 //!
-//! Pure: items in, rows and text out. Averages are micro (sum of item scores / items) as in the
-//! official `evaluation_stats.py`; judge accuracy is computed per judge run and reported as the
-//! mean and population standard deviation over runs.
+//! LoCoMo rows: categories 1–4, `overall (1–4)` (the headline), category 5 on its own row as
+//! the refusal rate, and on request the official all-category overall. Categories keep
+//! LoCoMo's own numbering (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5
+//! adversarial).
+//!
+//! Pure: items in, rows and text out. F1 is aggregated as the official `evaluation_stats.py`
+//! does: per category, the sum of the per-question values as stored (already rounded to 3
+//! decimals) in dataset order, over the category's count; an overall row adds the category
+//! sums in the official key order 4, 1, 2, 3, 5, divides by the total count, and every mean is
+//! rounded to 3 decimals as Python's `round` does. Judge accuracy is computed per judge run and
+//! reported as the mean and population standard deviation over runs, with the numbers of
+//! verdicts obtained and judgements that failed.
 
 use std::fmt::Write as _;
 
@@ -34,8 +43,10 @@ pub struct JudgeAccuracy {
     pub std: f64,
     /// Runs that judged at least one question of the row.
     pub runs: usize,
-    /// Questions judged per run (the largest count over runs).
+    /// Verdicts obtained, all runs together (questions × runs when nothing failed).
     pub judged: usize,
+    /// Judgements that failed, all runs together; the accuracy leaves them out.
+    pub failed: usize,
 }
 
 /// Evidence recall over the questions of a row that have gold evidence.
@@ -86,13 +97,24 @@ pub struct Row {
     pub cost_usd: Option<f64>,
 }
 
-/// Build every row for `items`: categories in their canonical order, then the overall rows.
-pub fn build_rows(
-    items: &[ItemScore],
-    locomo: bool,
-    audit: bool,
-    prices: Option<Prices>,
-) -> Vec<Row> {
+/// Which rows to build.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowOptions {
+    /// LoCoMo (else LongMemEval).
+    pub locomo: bool,
+    /// Add the audited view (LoCoMo with an audit).
+    pub audit: bool,
+    /// LoCoMo: also the official overall over all categories, 5 included (F1 only).
+    pub overall_with_adversarial: bool,
+    /// Answering prices for the cost column.
+    pub prices: Option<Prices>,
+}
+
+/// Build every row for `items` (in dataset order): categories in their canonical order, then
+/// the overall rows. LoCoMo: categories 1–4, `overall (1–4)`, category 5 as the refusal rate,
+/// and with `overall_with_adversarial` the official overall over 1–5.
+pub fn build_rows(items: &[ItemScore], options: RowOptions) -> Vec<Row> {
+    let RowOptions { locomo, audit, overall_with_adversarial, prices } = options;
     let mut categories: Vec<&Category> = Vec::new();
     for item in items {
         if !categories.contains(&&item.category) {
@@ -103,18 +125,64 @@ pub fn build_rows(
     let audit = locomo && audit;
 
     let mut rows = Vec::new();
-    for category in categories {
-        let selected: Vec<&ItemScore> =
-            items.iter().filter(|item| &item.category == category).collect();
-        rows.push(row(category.to_string(), category_label(category), &selected, audit, prices));
-    }
-    let all: Vec<&ItemScore> = items.iter().collect();
+    let in_category = |category: &Category| -> Vec<&ItemScore> {
+        items.iter().filter(|item| &item.category == category).collect()
+    };
     if locomo {
+        for category in categories.iter().filter(|category| **category != &Category::Locomo(5)) {
+            let selected = in_category(category);
+            rows.push(row(
+                category.to_string(),
+                category_label(category),
+                &selected,
+                audit,
+                prices,
+            ));
+        }
         let answerable: Vec<&ItemScore> =
             items.iter().filter(|item| matches!(item.category, Category::Locomo(1..=4))).collect();
-        rows.push(row("overall_1_4".into(), "overall (1–4)".into(), &answerable, audit, prices));
-        rows.push(row("overall".into(), "overall".into(), &all, audit, prices));
+        if !answerable.is_empty() {
+            rows.push(row(
+                "overall_1_4".into(),
+                "overall (1–4)".into(),
+                &answerable,
+                audit,
+                prices,
+            ));
+        }
+        let adversarial = in_category(&Category::Locomo(5));
+        if !adversarial.is_empty() {
+            rows.push(row(
+                "5".into(),
+                "5 adversarial: refusal rate".into(),
+                &adversarial,
+                audit,
+                prices,
+            ));
+        }
+        if overall_with_adversarial {
+            let all: Vec<&ItemScore> = items.iter().collect();
+            let mut overall =
+                row("overall_1_5".into(), "overall (1–5)".into(), &all, audit, prices);
+            // The judge grades categories 1–4 only: a judge figure over 1–5 does not exist.
+            overall.raw.judge = None;
+            if let Some(audited) = overall.audited.as_mut() {
+                audited.judge = None;
+            }
+            rows.push(overall);
+        }
     } else {
+        for category in &categories {
+            let selected = in_category(category);
+            rows.push(row(
+                category.to_string(),
+                category_label(category),
+                &selected,
+                false,
+                prices,
+            ));
+        }
+        let all: Vec<&ItemScore> = items.iter().collect();
         rows.push(row("overall".into(), "overall".into(), &all, false, prices));
         let mut task_averaged =
             row("task_averaged".into(), "task-averaged".into(), &all, false, prices);
@@ -166,14 +234,23 @@ fn category_order(category: &Category) -> (usize, String) {
 
 /// What aggregation needs from one item under one view.
 struct View<'a> {
+    category: &'a Category,
     f1: Option<f64>,
     exact_match: Option<bool>,
     judge: &'a [Verdict],
+    judge_failed: usize,
     recall: Option<EvidenceRecall>,
 }
 
 fn raw_view(item: &ItemScore) -> View<'_> {
-    View { f1: item.f1, exact_match: item.exact_match, judge: &item.judge, recall: item.recall }
+    View {
+        category: &item.category,
+        f1: item.f1,
+        exact_match: item.exact_match,
+        judge: &item.judge,
+        judge_failed: item.judge_failed.len(),
+        recall: item.recall,
+    }
 }
 
 /// The audited view: `None` when the audit excludes the item.
@@ -184,9 +261,14 @@ fn audited_view(item: &ItemScore) -> Option<View<'_>> {
     }
     let recall = if audited.evidence.is_some() { audited.recall } else { item.recall };
     Some(match &audited.answer {
-        Some(_) => {
-            View { f1: audited.f1, exact_match: audited.exact_match, judge: &audited.judge, recall }
-        }
+        Some(_) => View {
+            category: &item.category,
+            f1: audited.f1,
+            exact_match: audited.exact_match,
+            judge: &audited.judge,
+            judge_failed: audited.judge_failed.len(),
+            recall,
+        },
         None => View { recall, ..raw_view(item) },
     })
 }
@@ -218,14 +300,15 @@ fn metrics<'a>(views: impl Iterator<Item = View<'a>>) -> Metrics {
     let mean = |values: Vec<f64>| {
         (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
     };
-    let f1 = mean(views.iter().filter_map(|view| view.f1).collect());
+    let f1 = official_mean(views.iter().filter_map(|view| view.f1.map(|f1| (view.category, f1))));
     let exact_match = mean(
         views
             .iter()
             .filter_map(|view| view.exact_match.map(|hit| if hit { 1.0 } else { 0.0 }))
             .collect(),
     );
-    let judge = judge_accuracy(views.iter().map(|view| view.judge));
+    let failed: usize = views.iter().map(|view| view.judge_failed).sum();
+    let judge = judge_accuracy(views.iter().map(|view| view.judge), failed);
     let recalls: Vec<EvidenceRecall> = views.iter().filter_map(|view| view.recall).collect();
     let recall = (!recalls.is_empty()).then(|| {
         let n = recalls.len() as f64;
@@ -239,8 +322,45 @@ fn metrics<'a>(views: impl Iterator<Item = View<'a>>) -> Metrics {
     Metrics { count: views.len(), f1, exact_match, judge, recall }
 }
 
-/// Per-run accuracy over the verdicts given, then mean and population std over runs.
-fn judge_accuracy<'a>(verdicts: impl Iterator<Item = &'a [Verdict]>) -> Option<JudgeAccuracy> {
+/// The official LoCoMo aggregation of per-question values (as stored, in dataset order): a sum
+/// per category in order of appearance, the category sums added in the key order 4, 1, 2, 3, 5
+/// (other categories after, by number), divided by the count and rounded to 3 decimals.
+fn official_mean<'a>(values: impl Iterator<Item = (&'a Category, f64)>) -> Option<f64> {
+    let mut sums: Vec<(&Category, f64)> = Vec::new();
+    let mut count = 0usize;
+    for (category, value) in values {
+        count += 1;
+        match sums.iter_mut().find(|(known, _)| *known == category) {
+            Some((_, sum)) => *sum += value,
+            None => sums.push((category, 0.0 + value)),
+        }
+    }
+    if count == 0 {
+        return None;
+    }
+    sums.sort_by_key(|(category, _)| official_key(category));
+    let total = sums.iter().fold(0.0, |total, (_, sum)| total + sum);
+    Some(super::f1::python_round3(total / count as f64))
+}
+
+/// Position in `evaluation_stats.py`'s category order [4, 1, 2, 3, 5].
+fn official_key(category: &Category) -> (usize, String) {
+    match category {
+        Category::Locomo(number) => {
+            let order = [4u8, 1, 2, 3, 5];
+            let position = order.iter().position(|known| known == number);
+            (position.unwrap_or(order.len() + usize::from(*number)), String::new())
+        }
+        Category::LongMemEval(name) => (0, name.clone()),
+    }
+}
+
+/// Per-run accuracy over the verdicts given, then mean and population std over runs; `failed`
+/// judgements are counted but not scored.
+fn judge_accuracy<'a>(
+    verdicts: impl Iterator<Item = &'a [Verdict]>,
+    failed: usize,
+) -> Option<JudgeAccuracy> {
     // run index → (correct, judged); BTreeMap keeps runs in order.
     let mut per_run: std::collections::BTreeMap<u32, (usize, usize)> =
         std::collections::BTreeMap::new();
@@ -253,9 +373,12 @@ fn judge_accuracy<'a>(verdicts: impl Iterator<Item = &'a [Verdict]>) -> Option<J
     }
     let accuracies: Vec<f64> =
         per_run.values().map(|(correct, judged)| *correct as f64 / *judged as f64).collect();
-    let judged = per_run.values().map(|(_, judged)| *judged).max()?;
-    let (mean, std) = mean_std(&accuracies);
-    Some(JudgeAccuracy { mean, std, runs: accuracies.len(), judged })
+    let judged: usize = per_run.values().map(|(_, judged)| *judged).sum();
+    if judged == 0 && failed == 0 {
+        return None;
+    }
+    let (mean, std) = if accuracies.is_empty() { (0.0, 0.0) } else { mean_std(&accuracies) };
+    Some(JudgeAccuracy { mean, std, runs: accuracies.len(), judged, failed })
 }
 
 /// LongMemEval's task-averaged accuracy: per run, the mean of the per-type accuracies; then
@@ -279,13 +402,13 @@ fn task_averaged_accuracy(items: &[ItemScore]) -> Option<JudgeAccuracy> {
         .values()
         .map(|per_type| per_type.iter().sum::<f64>() / per_type.len() as f64)
         .collect();
-    let judged =
-        per_run_type.values().map(|(_, judged)| judged).sum::<usize>() / per_run.len().max(1);
-    if accuracies.is_empty() {
+    let judged = per_run_type.values().map(|(_, judged)| judged).sum::<usize>();
+    let failed = items.iter().map(|item| item.judge_failed.len()).sum();
+    if accuracies.is_empty() && failed == 0 {
         return None;
     }
-    let (mean, std) = mean_std(&accuracies);
-    Some(JudgeAccuracy { mean, std, runs: accuracies.len(), judged })
+    let (mean, std) = if accuracies.is_empty() { (0.0, 0.0) } else { mean_std(&accuracies) };
+    Some(JudgeAccuracy { mean, std, runs: accuracies.len(), judged, failed })
 }
 
 fn mean_std(values: &[f64]) -> (f64, f64) {
@@ -295,23 +418,78 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
     (mean, variance.sqrt())
 }
 
-/// The summary table as Markdown: one line per row; audited columns when any row has them.
-pub fn markdown_table(rows: &[Row]) -> String {
+/// What every column of the table means: `eval --help` and `summary.md` print it.
+pub const COLUMNS_HELP: &str = "\
+Columns of the eval table (printed, and in summary.md / summary.json):
+  category   LoCoMo, by its own category numbers: 1 multi-hop, 2 temporal, 3 open-domain,
+             4 single-hop; `overall (1–4)` is the headline; `5 adversarial: refusal rate` is
+             the share of category-5 answers that refuse (they contain \"not mentioned\" or
+             \"no information available\"); `overall (1–5)` (--overall-with-5) is the
+             official LoCoMo overall with category 5 included. Mem0's paper names the
+             categories differently (1 single-hop, 3 multi-hop, 4 open-domain): compare by
+             number. LongMemEval: question types, `overall` (micro mean), `task-averaged`
+             (mean of the per-type accuracies), `abstention` (the `_abs` questions).
+             A partial run (--partial) shows `PARTIAL n/N` in this header.
+  n          questions in the row.
+  F1 %       official LoCoMo score (task_eval/evaluation.py): token F1 over Porter stems
+             after the official normalisation; category 1 split on commas, category 3 gold
+             cut at `;`, category 5 the refusal check. Each question is rounded to 3
+             decimals as the official pipeline stores it, then averaged as
+             evaluation_stats.py does; shown as a percentage.
+  EM %       exact match: equal sets of normalised tokens.
+  judge % [judged, failed]
+             LLM-judge accuracy (mean ± population std over --judge-runs), then the verdicts
+             obtained and the judgements that failed, all runs together. Failed judgements
+             are left out of the accuracy and retried by the next eval (exit code 2).
+             `not judged`: the protocol does not judge the row (LoCoMo category 5).
+  n / F1 % / judge % (audited)
+             the same with the LoCoMo audit: corrected gold answers replace the dataset's,
+             excluded questions leave the row (--no-audit drops these columns).
+  recall all/any %
+             questions whose cited context holds all / at least one gold evidence turn.
+  errors     questions whose answering failed (they score 0 and are judged WRONG).
+  tokens/q   answering tokens (prompt + completion) per question.
+  cost $     answering cost of the row at the answering model's list price.
+";
+
+/// How many of the selection's questions the table covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Questions scored.
+    pub scored: usize,
+    /// Questions in the dataset selection.
+    pub expected: usize,
+}
+
+impl Coverage {
+    /// `PARTIAL n/N` when questions are missing.
+    pub fn label(&self) -> Option<String> {
+        (self.scored < self.expected).then(|| format!("PARTIAL {}/{}", self.scored, self.expected))
+    }
+}
+
+/// The summary table as Markdown: one line per row; audited columns when any row has them. A
+/// partial run says so in the first header cell.
+pub fn markdown_table(rows: &[Row], coverage: Coverage) -> String {
     let audited = rows.iter().any(|row| row.audited.is_some());
     let with_f1 = rows.iter().any(|row| row.raw.f1.is_some());
     let with_cost = rows.iter().any(|row| row.cost_usd.is_some());
     let with_judge = rows.iter().any(|row| row.raw.judge.is_some());
-    let mut header = vec!["category", "n"];
+    let first = match coverage.label() {
+        Some(label) => format!("category ({label})"),
+        None => "category".to_string(),
+    };
+    let mut header = vec![first.as_str(), "n"];
     if with_f1 {
         header.extend(["F1 %", "EM %"]);
     }
     if with_judge {
-        header.push("judge %");
+        header.push("judge % [judged, failed]");
     }
     if audited {
         header.extend(["n (audited)", "F1 % (audited)"]);
         if with_judge {
-            header.push("judge % (audited)");
+            header.push("judge % (audited) [judged, failed]");
         }
     }
     header.extend(["recall all/any %", "errors", "tokens/q"]);
@@ -324,7 +502,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
     for row in rows {
         let mut cells = vec![row.label.clone(), row.raw.count.to_string()];
         if with_f1 {
-            cells.push(percent(row.raw.f1));
+            cells.push(f1_cell(row.raw.f1));
             cells.push(percent(row.raw.exact_match));
         }
         if with_judge {
@@ -333,7 +511,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
         if audited {
             let metrics = row.audited.as_ref();
             cells.push(metrics.map_or("–".into(), |metrics| metrics.count.to_string()));
-            cells.push(percent(metrics.and_then(|metrics| metrics.f1)));
+            cells.push(f1_cell(metrics.and_then(|metrics| metrics.f1)));
             if with_judge {
                 cells.push(judge_cell(metrics.and_then(|metrics| metrics.judge)));
             }
@@ -352,17 +530,30 @@ pub fn markdown_table(rows: &[Row]) -> String {
     out
 }
 
+/// F1 as the official scorer reports it: 3 decimals of a fraction, shown as a percentage with
+/// one decimal.
+fn f1_cell(value: Option<f64>) -> String {
+    value.map_or("–".into(), |value| format!("{:.1}", value * 100.0))
+}
+
 fn percent(value: Option<f64>) -> String {
     value.map_or("–".into(), |value| format!("{:.2}", value * 100.0))
 }
 
 fn judge_cell(judge: Option<JudgeAccuracy>) -> String {
     match judge {
-        Some(judge) if judge.runs > 1 => {
-            format!("{:.2} ± {:.2}", judge.mean * 100.0, judge.std * 100.0)
+        Some(judge) if judge.judged == 0 => format!("– [0, {} failed]", judge.failed),
+        Some(judge) if judge.runs > 1 => format!(
+            "{:.2} ± {:.2} [{}, {} failed]",
+            judge.mean * 100.0,
+            judge.std * 100.0,
+            judge.judged,
+            judge.failed
+        ),
+        Some(judge) => {
+            format!("{:.2} [{}, {} failed]", judge.mean * 100.0, judge.judged, judge.failed)
         }
-        Some(judge) => format!("{:.2}", judge.mean * 100.0),
-        None => "–".into(),
+        None => "not judged".into(),
     }
 }
 

@@ -116,7 +116,7 @@ fn error_attempts(error: &llm::Error) -> u32 {
 }
 
 /// Problems as one sentence-like list, capped at [`MAX_PROBLEMS_QUOTED`].
-fn describe(problems: &[String]) -> String {
+pub(crate) fn describe(problems: &[String]) -> String {
     let mut text =
         problems.iter().take(MAX_PROBLEMS_QUOTED).cloned().collect::<Vec<_>>().join("; ");
     if problems.len() > MAX_PROBLEMS_QUOTED {

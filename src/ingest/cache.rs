@@ -170,7 +170,8 @@ impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
         crate::fsutil::write_atomic_async(self.path.clone(), bytes).await
     }
 
-    /// Done outputs in dialogue order.
+    /// Done outputs in dialogue order (the build reads outputs unit by unit, by plan).
+    #[cfg(test)]
     pub(crate) fn outputs(&self) -> impl Iterator<Item = (&UnitEntry<T>, &T)> {
         self.units.values().filter_map(|entry| match &entry.outcome {
             Outcome::Done { output } => Some((entry, output)),

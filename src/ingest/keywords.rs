@@ -1,20 +1,24 @@
 //! Stage 2 — keywords: one call per unit over its rewritten sentences (behaviour of §5 of the
 //! reference).
 //!
-//! The model sees only each sentence's id and rewritten text. Its answer is schema-checked
-//! (through `llm::structured::chat_json`, which re-asks on a violation). Ids that are not among
-//! the input sentences are dropped with a warning and counted, never an error: the reference
-//! crashed the whole run on its last retry here (§17.1). Keywords are trimmed and de-duplicated
-//! per sentence, keeping the model's order; the output follows the input's sentence order.
+//! The model sees only each sentence's id and rewritten text. Its answer is read item by item
+//! ([`KeywordSalvage`]): ids that are not among the input sentences are dropped and counted,
+//! never an error (the reference crashed the whole run on its last retry here, §17.1).
+//! Keywords are trimmed and de-duplicated per sentence, keeping the model's order; the output
+//! follows the input's sentence order. Sentences left without keywords are re-asked alone
+//! (`ingest::repair`); those still without keywords get [`deterministic_keywords`], flagged in
+//! the record.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::ingest::repair::{Repair, Salvage, items_of, string_list};
 use crate::ingest::unit::short_hash;
 use crate::llm::JsonSchemaSpec;
 use crate::memory::input::{RewrittenSentence, SentenceKeywords, SessionKeywords};
+use crate::memory::{normalize_key, tokens};
 use crate::prompts::{self, PromptError};
 
 /// Keywords of one unit's sentences: what the keyword cache stores.
@@ -26,6 +30,9 @@ pub struct KeywordRecord {
     /// Sentence ids the model invented; dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped_ids: Vec<String>,
+    /// Re-asks, salvaged sentences and sentences with deterministic keywords (`fallback`).
+    #[serde(default)]
+    pub repair: Repair,
 }
 
 /// The input the model sees: `[{"id", "text"}]` in sentence order.
@@ -72,60 +79,115 @@ pub(crate) fn schema() -> JsonSchemaSpec {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct RawKeywords {
-    sentence: Vec<RawSentenceKeywords>,
+/// The keywords of one unit's sentences, gathered over the replies.
+#[derive(Debug)]
+pub(crate) struct KeywordSalvage<'s> {
+    session: String,
+    sentences: &'s [RewrittenSentence],
+    found: BTreeMap<usize, Vec<String>>,
+    dropped_ids: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct RawSentenceKeywords {
-    sentence_id: String,
-    keyword: Vec<String>,
-}
-
-/// Turn a schema-valid answer into the record: unknown ids dropped (and listed), duplicates of
-/// one id merged, keywords trimmed and de-duplicated. Fails only if the value does not have the
-/// schema's shape at all.
-pub(crate) fn check(
-    value: &Value,
-    session: &str,
-    sentences: &[RewrittenSentence],
-) -> Result<KeywordRecord, Vec<String>> {
-    let raw: RawKeywords = serde_json::from_value(value.clone())
-        .map_err(|error| vec![format!("the JSON does not have the expected shape: {error}")])?;
-    let position: BTreeMap<&str, usize> = sentences
-        .iter()
-        .enumerate()
-        .map(|(index, sentence)| (sentence.id.as_str(), index))
-        .collect();
-    let mut found: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-    let mut dropped_ids = Vec::new();
-    for item in raw.sentence {
-        let Some(&index) = position.get(item.sentence_id.as_str()) else {
-            if !dropped_ids.contains(&item.sentence_id) {
-                dropped_ids.push(item.sentence_id);
-            }
-            continue;
-        };
-        let keywords = found.entry(index).or_default();
-        for keyword in item.keyword {
-            let keyword = keyword.trim();
-            if !keyword.is_empty() && !keywords.iter().any(|known| known == keyword) {
-                keywords.push(keyword.to_string());
-            }
+impl<'s> KeywordSalvage<'s> {
+    /// Nothing gathered yet for the `sentences` of `session`.
+    pub(crate) fn new(session: &str, sentences: &'s [RewrittenSentence]) -> Self {
+        Self {
+            session: session.to_string(),
+            sentences,
+            found: BTreeMap::new(),
+            dropped_ids: Vec::new(),
         }
     }
-    let sentences = found
-        .into_iter()
-        .map(|(index, keywords)| SentenceKeywords {
-            sentence_id: sentences[index].id.clone(),
-            keywords,
-        })
-        .collect();
-    Ok(KeywordRecord {
-        keywords: SessionKeywords { session: session.to_string(), sentences },
-        dropped_ids,
-    })
+
+    /// The record: what the model gave, deterministic keywords for the `repair.fallback`
+    /// sentences, in sentence order.
+    pub(crate) fn into_record(mut self, repair: Repair) -> KeywordRecord {
+        for (index, sentence) in self.sentences.iter().enumerate() {
+            if repair.fallback.contains(&sentence.id) {
+                self.found.insert(index, deterministic_keywords(&sentence.text));
+            }
+        }
+        let sentences = self
+            .found
+            .into_iter()
+            .filter(|(_, keywords)| !keywords.is_empty())
+            .map(|(index, keywords)| SentenceKeywords {
+                sentence_id: self.sentences[index].id.clone(),
+                keywords,
+            })
+            .collect();
+        KeywordRecord {
+            keywords: SessionKeywords { session: self.session, sentences },
+            dropped_ids: self.dropped_ids,
+            repair,
+        }
+    }
+}
+
+impl Salvage for KeywordSalvage<'_> {
+    fn absorb(&mut self, reply: Result<Value, String>) -> Vec<String> {
+        let value = match reply {
+            Ok(value) => value,
+            Err(error) => return vec![format!("no JSON object found in the reply: {error}")],
+        };
+        let position: BTreeMap<&str, usize> = self
+            .sentences
+            .iter()
+            .enumerate()
+            .map(|(index, sentence)| (sentence.id.as_str(), index))
+            .collect();
+        let wanted: Vec<String> = self.missing();
+        let mut problems = Vec::new();
+        for item in &items_of(&value, "sentence") {
+            let Some(id) = item.get("sentence_id").and_then(Value::as_str) else {
+                problems.push("an item has no `sentence_id`".to_string());
+                continue;
+            };
+            let Some(&index) = position.get(id.trim()) else {
+                if !self.dropped_ids.iter().any(|known| known == id) {
+                    self.dropped_ids.push(id.to_string());
+                }
+                continue;
+            };
+            if !wanted.iter().any(|wanted| wanted == id.trim()) {
+                continue;
+            }
+            let keywords = self.found.entry(index).or_default();
+            for keyword in string_list(item.get("keyword")) {
+                let keyword = keyword.trim();
+                if !keyword.is_empty() && !keywords.iter().any(|known| known == keyword) {
+                    keywords.push(keyword.to_string());
+                }
+            }
+        }
+        problems
+    }
+
+    fn missing(&self) -> Vec<String> {
+        self.sentences
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| self.found.get(index).is_none_or(Vec::is_empty))
+            .map(|(_, sentence)| sentence.id.clone())
+            .collect()
+    }
+
+    fn reask(&self, missing: &[String], reason: &str) -> Result<String, PromptError> {
+        let sentences: Vec<RewrittenSentence> = self
+            .sentences
+            .iter()
+            .filter(|sentence| missing.contains(&sentence.id))
+            .cloned()
+            .collect();
+        prompts::KEYWORDS_MISSING
+            .render(&[("reason", reason), ("sentences", &input_json(&sentences))])
+    }
+}
+
+/// Keywords without a model: the sentence's content words (stop words removed), each
+/// normalised like a stored key ([`normalize_key`]), sorted.
+pub fn deterministic_keywords(text: &str) -> Vec<String> {
+    tokens(&normalize_key(text)).into_iter().map(str::to_string).collect()
 }
 
 #[cfg(test)]
@@ -152,7 +214,10 @@ mod tests {
             {"sentence_id": "D1:1-1", "keyword": ["Ana"]},
             {"sentence_id": "D1:1-1", "keyword": ["paints", "Ana"]}
         ]});
-        let record = check(&answer, "D1", &sentences).unwrap();
+        let mut state = KeywordSalvage::new("D1", &sentences);
+        assert!(state.absorb(Ok(answer)).is_empty());
+        assert!(state.missing().is_empty());
+        let record = state.into_record(Repair::default());
         assert_eq!(
             record.keywords.sentences,
             [
@@ -168,6 +233,61 @@ mod tests {
         );
         assert_eq!(record.dropped_ids, ["D7:1-1"]);
         assert_eq!(record.keywords.session, "D1");
+    }
+
+    #[test]
+    fn skipped_and_empty_items_are_missing_and_re_asked_alone() {
+        let sentences = [
+            sentence("D1:1-1", "Ana paints"),
+            sentence("D1:2-1", "Bo runs"),
+            sentence("D1:3-1", "Ana's paintings of the sea"),
+        ];
+        let mut state = KeywordSalvage::new("D1", &sentences);
+        let first = json!({"sentence": [
+            {"sentence_id": "D1:1-1", "keyword": ["Ana"]},
+            {"sentence_id": "D1:2-1", "keyword": ["  "]},
+            {"keyword": ["orphan"]}
+        ]});
+        assert_eq!(state.absorb(Ok(first)), ["an item has no `sentence_id`"]);
+        assert_eq!(state.missing(), ["D1:2-1", "D1:3-1"]);
+        let reask = state.reask(&state.missing(), "missing").unwrap();
+        assert!(reask.contains(r#"[{"id":"D1:2-1","text":"Bo runs"},{"id":"D1:3-1","#), "{reask}");
+        assert!(!reask.contains("Ana paints"), "{reask}");
+        // The re-ask covers one sentence (a bare string is read as one keyword) and tries to
+        // change an answered one, which is ignored.
+        let second = json!({"sentence": [
+            {"sentence_id": "D1:2-1", "keyword": "running"},
+            {"sentence_id": "D1:1-1", "keyword": ["changed"]}
+        ]});
+        assert!(state.absorb(Ok(second)).is_empty());
+        assert_eq!(state.missing(), ["D1:3-1"]);
+        assert_eq!(state.absorb(Err("prose".into())).len(), 1);
+        let repair = Repair { fallback: state.missing(), ..Repair::default() };
+        let record = state.into_record(repair);
+        let keywords: Vec<(&str, Vec<&str>)> = record
+            .keywords
+            .sentences
+            .iter()
+            .map(|k| (k.sentence_id.as_str(), k.keywords.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            keywords,
+            [
+                ("D1:1-1", vec!["Ana"]),
+                ("D1:2-1", vec!["running"]),
+                ("D1:3-1", vec!["ana", "painting", "sea"])
+            ]
+        );
+        assert_eq!(record.repair.fallback, ["D1:3-1"]);
+    }
+
+    #[test]
+    fn deterministic_keywords_are_normalised_content_words() {
+        assert_eq!(
+            deterministic_keywords("Caroline's Paintings of the LGBTQ support-groups!"),
+            ["caroline", "group", "lgbtq", "painting", "support"]
+        );
+        assert!(deterministic_keywords(" ... ").is_empty());
     }
 
     #[test]

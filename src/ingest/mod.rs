@@ -12,9 +12,11 @@
 //! interrupted build keeps every finished unit and the next build redoes only the rest. Request
 //! rates are the `llm` stack's business, not this module's.
 //!
-//! Failures: a unit whose answer stays invalid, or whose calls fail, is recorded as failed in
-//! the cache and listed in the [`BuildSummary`]; the build goes on with the other units. Only
-//! errors that would fail every unit alike (bad key, unknown model, an unwritable cache) abort it.
+//! Failures: a unit whose calls fail is recorded as failed in the cache and listed in the
+//! [`BuildSummary`]; the build goes on with the other units. Only errors that would fail every
+//! unit alike (bad key, unknown model, an unwritable cache) abort it. What the model writes
+//! never fails a unit: answers are salvaged item by item, missing items re-asked alone, and
+//! what stays missing is filled without the model and counted (`repair`).
 
 mod ask;
 mod cache;
@@ -23,6 +25,7 @@ pub mod embed;
 pub mod granules;
 pub mod keywords;
 mod progress;
+mod repair;
 pub mod rewrite;
 mod run;
 mod sample;
@@ -37,7 +40,6 @@ use futures::stream::{self, StreamExt as _, TryStreamExt as _};
 use tokio::sync::Mutex;
 
 use crate::dataset::Conversation;
-use crate::ingest::ask::ask_checked;
 use crate::ingest::cache::StageCache;
 pub use crate::ingest::config::BuildSettings;
 pub use crate::ingest::embed::SampleEmbeddings;
@@ -45,13 +47,16 @@ use crate::ingest::embed::{EmbeddingCache, embed_texts, question_texts};
 pub use crate::ingest::granules::{
     ConversationGranules, GranuleSummary, SessionGranules, build_granules, load_granules,
 };
-use crate::ingest::keywords::KeywordRecord;
+use crate::ingest::keywords::{KeywordRecord, KeywordSalvage};
+pub use crate::ingest::repair::Repair;
+use crate::ingest::repair::ask_salvaging;
+use crate::ingest::rewrite::{RewriteRecord, RewriteSalvage};
 use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, run_all, settle};
 use crate::ingest::sample::{SampleCaches, embedding_planned, keyword_planned, rewrite_planned};
 use crate::ingest::summary::summarise;
 pub use crate::ingest::summary::{
-    BuildSummary, BuiltMemory, FailedUnit, RunSummary, SampleFailures, SampleSummary, Stage,
-    StageOutputs,
+    BuildSummary, BuiltMemory, FailedUnit, RepairCounts, RunSummary, SampleFailures, SampleSummary,
+    Stage, StageOutputs,
 };
 use crate::ingest::unit::{Unit, plan_units};
 use crate::llm::{ChatModel, Embedder, Usage};
@@ -113,10 +118,14 @@ pub fn load_memory(
         let planned = rewrite_planned(unit);
         let missing = match caches.rewrite.done(&planned) {
             None => Some(Stage::Rewrite),
-            Some(record) if caches.keywords.done(&keyword_planned(unit, record)).is_none() => {
+            Some(record)
+                if caches.keywords.done(&keyword_planned(unit, &record.rewrite)).is_none() =>
+            {
                 Some(Stage::Keywords)
             }
-            Some(record) if !caches.embeddings.unit_done(&embedding_planned(unit, record).0) => {
+            Some(record)
+                if !caches.embeddings.unit_done(&embedding_planned(unit, &record.rewrite).0) =>
+            {
                 Some(Stage::Embeddings)
             }
             Some(_) => None,
@@ -131,7 +140,8 @@ pub fn load_memory(
     }
     let outputs = caches.outputs(&units);
     let graph = graph_of(conversation, &outputs)?;
-    let summary = summarise(conversation, &graph, failed, 0, Usage::default(), 0);
+    let mut summary = summarise(conversation, &graph, failed, 0, Usage::default(), 0);
+    caches.count_repairs(&units, &mut summary);
     Ok(BuiltMemory { embeddings: caches.embeddings.to_embeddings(), graph, outputs, summary })
 }
 
@@ -158,7 +168,7 @@ impl<'a, M: ChatModel, E: Embedder> Shared<'a, M, E> {
 /// cache write, so writes of one file never interleave and the last write holds every unit).
 struct SampleRun<'c> {
     conversation: &'c Conversation,
-    rewrite: Mutex<StageCache<SessionRewrite>>,
+    rewrite: Mutex<StageCache<RewriteRecord>>,
     keywords: Mutex<StageCache<KeywordRecord>>,
     embeddings: Mutex<EmbeddingCache>,
     tally: StdMutex<Tally>,
@@ -208,14 +218,12 @@ async fn build_sample<M: ChatModel, E: Embedder>(
     let tally = Tally::take(run.tally);
     let caches = SampleCaches { rewrite, keywords, embeddings, notices: Vec::new() };
     let outputs = caches.outputs(&units);
-    let dropped: usize =
-        caches.keywords.outputs().map(|(_, record)| record.dropped_ids.len()).sum();
     let mut failed = tally.failed;
     failed.sort_by(|a, b| (a.sessions.first(), a.stage).cmp(&(b.sessions.first(), b.stage)));
     let graph = graph_of(conversation, &outputs)?;
     let mut summary =
         summarise(conversation, &graph, failed, sessions_reused, tally.usage, tally.chat_calls);
-    summary.dropped_keyword_ids = dropped;
+    caches.count_repairs(&units, &mut summary);
     let kept = keep.then(|| BuiltMemory {
         graph,
         outputs,
@@ -258,17 +266,21 @@ async fn rewrite_stage<M: ChatModel, E: Embedder>(
     unit: &Unit<'_>,
 ) -> anyhow::Result<Option<SessionRewrite>> {
     let planned = rewrite_planned(unit);
-    let cached = run.rewrite.lock().await.done(&planned).cloned();
+    let cached = run.rewrite.lock().await.done(&planned).map(|record| record.rewrite.clone());
     if cached.is_some() {
         return Ok(cached);
     }
     let prompt = rewrite::render_prompt(unit)?;
-    let asked = ask_checked(shared.chat, &shared.pool.ask, prompt, &rewrite::schema(), |value| {
-        rewrite::check(value, unit)
-    })
-    .await;
+    let state = RewriteSalvage::new(unit);
+    let asked = ask_salvaging(shared.chat, &shared.pool.ask, prompt, &rewrite::schema(), state)
+        .await
+        .map(|salvaged| salvaged.finish(RewriteSalvage::into_record, &unit.dia_ids));
+    if let Ok(asked) = &asked {
+        report_repair(shared, run, unit, Stage::Rewrite, &asked.value.repair);
+    }
     let ledger = run.ledger(&shared.pool.progress);
-    settle(ledger, unit, Stage::Rewrite, &planned, asked, &run.rewrite).await
+    let settled = settle(ledger, unit, Stage::Rewrite, &planned, asked, &run.rewrite).await?;
+    Ok(settled.map(|record| record.rewrite))
 }
 
 /// Stage 2: the keywords of the unit's rewrite unless cached; `false` when they failed.
@@ -283,10 +295,14 @@ async fn keyword_stage<M: ChatModel, E: Embedder>(
         return Ok(true);
     }
     let prompt = keywords::render_prompt(&record.sentences)?;
-    let asked = ask_checked(shared.chat, &shared.pool.ask, prompt, &keywords::schema(), |value| {
-        keywords::check(value, &record.session, &record.sentences)
-    })
-    .await;
+    let state = KeywordSalvage::new(&record.session, &record.sentences);
+    let ids: Vec<String> = record.sentences.iter().map(|sentence| sentence.id.clone()).collect();
+    let asked = ask_salvaging(shared.chat, &shared.pool.ask, prompt, &keywords::schema(), state)
+        .await
+        .map(|salvaged| salvaged.finish(KeywordSalvage::into_record, &ids));
+    if let Ok(asked) = &asked {
+        report_repair(shared, run, unit, Stage::Keywords, &asked.value.repair);
+    }
     let ledger = run.ledger(&shared.pool.progress);
     let Some(keywords) =
         settle(ledger, unit, Stage::Keywords, &planned, asked, &run.keywords).await?
@@ -297,6 +313,21 @@ async fn keyword_stage<M: ChatModel, E: Embedder>(
         tracing::warn!(sample = %run.conversation.sample_id, unit = %unit.key, ids = ?keywords.dropped_ids, "keyword answer named unknown sentence ids; dropped them");
     }
     Ok(true)
+}
+
+/// Show a unit's repair on the progress bar and in the log.
+fn report_repair<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    run: &SampleRun<'_>,
+    unit: &Unit<'_>,
+    stage: Stage,
+    repair: &Repair,
+) {
+    if repair.is_clean() {
+        return;
+    }
+    shared.pool.progress.repaired(stage, repair);
+    tracing::warn!(sample = %run.conversation.sample_id, unit = %unit.key, %stage, reasks = repair.reasks, salvaged = repair.salvaged.len(), fallback = ?repair.fallback, "model answer repaired");
 }
 
 /// Stage 3: embeddings of the unit's sentences and topics unless cached; a failure is

@@ -1,4 +1,5 @@
-//! The build's progress bar: sessions done out of the total, tokens spent, failures, ETA.
+//! The build's progress bar: sessions done out of the total, tokens spent, failures, repairs
+//! (re-asked units, verbatim turns, deterministic keywords) once there are any, ETA.
 //!
 //! Counters are atomics so that concurrent units can report without a lock; the bar itself
 //! (indicatif) is internally synchronised. A hidden bar keeps the counters for tests and for
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::ingest::{Repair, Stage};
 use crate::llm::Usage;
 
 /// Progress of one build.
@@ -17,6 +19,12 @@ pub(crate) struct Progress {
     bar: ProgressBar,
     tokens: AtomicU64,
     failures: AtomicU64,
+    /// Turns entered verbatim so far.
+    verbatim: AtomicU64,
+    /// Sentences given deterministic keywords so far.
+    deterministic: AtomicU64,
+    /// Units (per stage) that needed a focused re-ask so far.
+    reasked: AtomicU64,
 }
 
 impl Progress {
@@ -33,7 +41,14 @@ impl Progress {
         if visible {
             bar.enable_steady_tick(Duration::from_millis(250));
         }
-        let progress = Self { bar, tokens: AtomicU64::new(0), failures: AtomicU64::new(0) };
+        let progress = Self {
+            bar,
+            tokens: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            verbatim: AtomicU64::new(0),
+            deterministic: AtomicU64::new(0),
+            reasked: AtomicU64::new(0),
+        };
         progress.refresh();
         progress
     }
@@ -62,6 +77,16 @@ impl Progress {
         self.refresh();
     }
 
+    /// A unit's stage answer needed repair (re-asks, or items filled without the model).
+    pub(crate) fn repaired(&self, stage: Stage, repair: &Repair) {
+        let filled = if stage == Stage::Keywords { &self.deterministic } else { &self.verbatim };
+        filled.fetch_add(repair.fallback.len() as u64, Ordering::Relaxed);
+        if repair.reasks > 0 {
+            self.reasked.fetch_add(1, Ordering::Relaxed);
+        }
+        self.refresh();
+    }
+
     /// Remove the bar from the terminal.
     pub(crate) fn finish(&self) {
         self.bar.finish_and_clear();
@@ -70,7 +95,16 @@ impl Progress {
     fn refresh(&self) {
         let tokens = self.tokens.load(Ordering::Relaxed);
         let failures = self.failures.load(Ordering::Relaxed);
-        self.bar.set_message(format!("{} tokens · {failures} failed", human_count(tokens)));
+        let mut message = format!("{} tokens · {failures} failed", human_count(tokens));
+        let reasked = self.reasked.load(Ordering::Relaxed);
+        let verbatim = self.verbatim.load(Ordering::Relaxed);
+        let deterministic = self.deterministic.load(Ordering::Relaxed);
+        if reasked + verbatim + deterministic > 0 {
+            message.push_str(&format!(
+                " · {reasked} re-asked · {verbatim} turns verbatim · {deterministic} sentences with deterministic keys"
+            ));
+        }
+        self.bar.set_message(message);
     }
 }
 
@@ -103,5 +137,16 @@ mod tests {
         progress.failure();
         assert_eq!(progress.bar.position(), 3);
         assert_eq!(progress.bar.message(), "1.5k tokens · 1 failed");
+        let repair =
+            Repair { reasks: 2, salvaged: vec!["D1:1".into()], fallback: vec!["D1:2".into()] };
+        progress.repaired(Stage::Rewrite, &repair);
+        progress.repaired(
+            Stage::Keywords,
+            &Repair { fallback: vec!["D1:1-1".into()], ..Repair::default() },
+        );
+        assert_eq!(
+            progress.bar.message(),
+            "1.5k tokens · 1 failed · 1 re-asked · 1 turns verbatim · 1 sentences with deterministic keys"
+        );
     }
 }

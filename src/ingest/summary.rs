@@ -90,10 +90,54 @@ pub struct SampleSummary {
     pub failed: Vec<FailedUnit>,
     /// Keyword answers' sentence ids that matched no sentence (dropped with a warning).
     pub dropped_keyword_ids: usize,
+    /// What had to be repaired in the model's answers (salvaged, re-asked, filled in).
+    pub repairs: RepairCounts,
     /// Tokens spent on this conversation in this build (chat and embeddings).
     pub usage: Usage,
     /// Model calls made for this conversation in this build (chat, including re-asks).
     pub chat_calls: u32,
+}
+
+/// What the build repaired in the model's answers, from the stage records (see
+/// [`Repair`](crate::ingest::Repair)). Every turn and sentence is in memory either way; these
+/// say how much of it the model did not give at the first try.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RepairCounts {
+    /// Turns of units whose first rewrite reply was incomplete that a reply did cover (kept
+    /// from the partial reply or recovered by a focused re-ask).
+    pub salvaged_turns: usize,
+    /// Turns no rewrite reply covered: entered verbatim (the turn's own text, session date).
+    pub verbatim_turns: usize,
+    /// Units that needed at least one focused re-ask (rewrite or keywords).
+    pub reasked_units: usize,
+    /// Sentences of incomplete keyword replies that a reply did cover.
+    pub salvaged_keyword_sentences: usize,
+    /// Sentences no keyword reply covered: given deterministic keywords (no model).
+    pub deterministic_keyword_sentences: usize,
+}
+
+impl std::ops::AddAssign for RepairCounts {
+    fn add_assign(&mut self, other: Self) {
+        self.salvaged_turns += other.salvaged_turns;
+        self.verbatim_turns += other.verbatim_turns;
+        self.reasked_units += other.reasked_units;
+        self.salvaged_keyword_sentences += other.salvaged_keyword_sentences;
+        self.deterministic_keyword_sentences += other.deterministic_keyword_sentences;
+    }
+}
+
+impl fmt::Display for RepairCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} salvaged turns, {} verbatim turns, {} re-asked units, {} salvaged keyword sentences, {} deterministic-keyword sentences",
+            self.salvaged_turns,
+            self.verbatim_turns,
+            self.reasked_units,
+            self.salvaged_keyword_sentences,
+            self.deterministic_keyword_sentences
+        )
+    }
 }
 
 /// What a unit-by-unit run did, for the command's report: [`BuildSummary`] for a build,
@@ -152,6 +196,17 @@ impl<S: SampleFailures> RunSummary<S> {
     }
 }
 
+impl BuildSummary {
+    /// The repair counts of all conversations.
+    pub fn repairs(&self) -> RepairCounts {
+        let mut total = RepairCounts::default();
+        for sample in &self.samples {
+            total += sample.repairs;
+        }
+        total
+    }
+}
+
 impl fmt::Display for BuildSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sessions: usize = self.samples.iter().map(|sample| sample.sessions).sum();
@@ -164,15 +219,28 @@ impl fmt::Display for BuildSummary {
             human_count(self.usage.total()),
             self.elapsed.as_secs_f64()
         )?;
+        writeln!(f, "repaired: {}", self.repairs())?;
         writeln!(
             f,
-            "{:<24} {:>8} {:>7} {:>6} {:>6} {:>7} {:>5} {:>6}",
-            "sample", "sessions", "events", "keys", "topics", "persons", "dates", "failed"
+            "{:<24} {:>8} {:>7} {:>6} {:>6} {:>7} {:>5} {:>6} {:>8} {:>8} {:>7} {:>8}",
+            "sample",
+            "sessions",
+            "events",
+            "keys",
+            "topics",
+            "persons",
+            "dates",
+            "failed",
+            "salvaged",
+            "verbatim",
+            "reasked",
+            "det-keys"
         )?;
         for sample in &self.samples {
+            let repairs = &sample.repairs;
             writeln!(
                 f,
-                "{:<24} {:>8} {:>7} {:>6} {:>6} {:>7} {:>5} {:>6}",
+                "{:<24} {:>8} {:>7} {:>6} {:>6} {:>7} {:>5} {:>6} {:>8} {:>8} {:>7} {:>8}",
                 sample.sample_id,
                 sample.sessions,
                 sample.events,
@@ -180,7 +248,11 @@ impl fmt::Display for BuildSummary {
                 sample.topics,
                 sample.persons,
                 sample.dates,
-                sample.failed.len()
+                sample.failed.len(),
+                repairs.salvaged_turns,
+                repairs.verbatim_turns,
+                repairs.reasked_units,
+                repairs.deterministic_keyword_sentences
             )?;
         }
         self.write_failures_and_notices(f)
@@ -221,6 +293,7 @@ pub(super) fn summarise(
         dates: stats.dates,
         failed,
         dropped_keyword_ids: 0,
+        repairs: RepairCounts::default(),
         usage,
         chat_calls,
     }

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use chrono::NaiveDate;
 use sha2::{Digest as _, Sha256};
 
-use crate::dataset::{Conversation, Session};
+use crate::dataset::{Conversation, Session, Turn};
 
 /// One rewrite call's worth of dialogue.
 #[derive(Debug, Clone)]
@@ -63,6 +63,14 @@ impl Unit<'_> {
             .and_then(|session| session.date)
     }
 
+    /// The turn with `dia_id`, if it belongs to this unit.
+    pub(crate) fn turn(&self, dia_id: &str) -> Option<&Turn> {
+        self.sessions
+            .iter()
+            .flat_map(|session| session.turns.iter())
+            .find(|turn| turn.dia_id == dia_id)
+    }
+
     /// The date the model should report as `conversation_time`: the first session's.
     pub(crate) fn first_date(&self) -> Option<NaiveDate> {
         self.sessions.first().and_then(|session| session.date)
@@ -98,7 +106,7 @@ pub(crate) fn plan_units(conversation: &Conversation, batch: usize) -> Vec<Unit<
                 first_session: first.index,
                 sessions: chunk.to_vec(),
                 dia_ids,
-                dialogue: render_dialogue(chunk),
+                dialogue: render_dialogue(chunk, |_| true),
             })
         })
         .collect()
@@ -106,11 +114,15 @@ pub(crate) fn plan_units(conversation: &Conversation, batch: usize) -> Vec<Unit<
 
 /// Render sessions the way the rewrite prompt describes them: a header with the session date
 /// (source text and, when parsed, `YYYY-MM-DD`), then one `[dia_id] speaker: text` line per
-/// turn. Line breaks inside an utterance become spaces so that one line is always one turn.
-fn render_dialogue(sessions: &[&Session]) -> String {
+/// turn that `keep` selects (sessions without such a turn are left out). Line breaks inside an
+/// utterance become spaces so that one line is always one turn.
+pub(crate) fn render_dialogue(sessions: &[&Session], keep: impl Fn(&Turn) -> bool) -> String {
     let mut out = String::new();
-    for (position, session) in sessions.iter().enumerate() {
-        if position > 0 {
+    for session in sessions {
+        if !session.turns.iter().any(&keep) {
+            continue;
+        }
+        if !out.is_empty() {
             out.push('\n');
         }
         let date = match (&session.date_time, session.date) {
@@ -120,12 +132,16 @@ fn render_dialogue(sessions: &[&Session]) -> String {
             (None, None) => "unknown".to_string(),
         };
         out.push_str(&format!("Session {}, date: {date}\n", session.id()));
-        for turn in &session.turns {
-            let line = turn.display().replace(['\r', '\n'], " ");
-            out.push_str(&format!("[{}] {}\n", turn.dia_id, line.trim()));
+        for turn in session.turns.iter().filter(|turn| keep(turn)) {
+            out.push_str(&format!("[{}] {}\n", turn.dia_id, turn_line(turn)));
         }
     }
     out
+}
+
+/// A turn as one line of text, `speaker: utterance` (line breaks become spaces).
+pub(crate) fn turn_line(turn: &Turn) -> String {
+    turn.display().replace(['\r', '\n'], " ").trim().to_string()
 }
 
 /// First 16 hex digits of the SHA-256 of `bytes`: enough to tell inputs apart in a cache.
@@ -137,7 +153,7 @@ pub(crate) fn short_hash(bytes: &[u8]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::dataset::{DatasetKind, Turn};
+    use crate::dataset::DatasetKind;
 
     /// A conversation with `sessions` sessions of `turns` turns each, dated from 2023-05-01.
     pub(crate) fn conversation(sessions: u32, turns: u32) -> Conversation {

@@ -216,10 +216,63 @@ async fn run_then_trace_then_eval_through_the_binary() {
     assert!(trace.status.success(), "{}", String::from_utf8_lossy(&trace.stderr));
     assert!(rendered.contains(&question_id) && rendered.contains(&lines[0].question), "{rendered}");
 
-    let eval =
-        mragent_in(dir.path(), &["eval", "--model", "local/tiny", "--file", "journey"], &[]).await;
+    let eval_args = [
+        "eval",
+        "--model",
+        "local/tiny",
+        "--file",
+        "journey",
+        "--data-file",
+        fixture.to_str().unwrap(),
+        "--no-audit",
+    ];
+    let eval = mragent_in(dir.path(), &eval_args, &[]).await;
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
     assert!(dir.path().join("eval/locomo/journey/summary.md").is_file());
+
+    // A result line lost: eval refuses, naming the question, unless --partial.
+    let kept: String = text.lines().skip(1).map(|line| format!("{line}\n")).collect();
+    std::fs::write(&files[0], kept).unwrap();
+    let eval = mragent_in(dir.path(), &eval_args, &[]).await;
+    let stderr = String::from_utf8_lossy(&eval.stderr);
+    assert_eq!(eval.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&question_id) && stderr.contains("no result line"), "{stderr}");
+    let mut partial_args = eval_args.to_vec();
+    partial_args.push("--partial");
+    let eval = mragent_in(dir.path(), &partial_args, &[]).await;
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let table = String::from_utf8_lossy(&eval.stdout);
+    let partial = format!("PARTIAL {}/{}", lines.len() - 1, lines.len());
+    assert!(table.contains(&partial), "{table}");
+}
+
+#[tokio::test]
+async fn eval_help_explains_every_column_and_option() {
+    let (output, _dir) = mragent(&["eval", "--help"], &[]).await;
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for needle in [
+        "--judge-protocol",
+        "--judge-prompt",
+        "--judge-runs",
+        "--partial",
+        "--data-file",
+        "--audit-file",
+        "{{question}}",
+        "  n  ",
+        "F1 %",
+        "EM %",
+        "judge % [judged, failed]",
+        "(audited)",
+        "recall all/any %",
+        "errors",
+        "tokens/q",
+        "cost $",
+        "refusal rate",
+        "PARTIAL n/N",
+    ] {
+        assert!(help.contains(needle), "eval --help lacks {needle:?}:\n{help}");
+    }
 }
 
 /// Regression: a `.env` copied from `.env.example` must parse (clap rejects empty values), so

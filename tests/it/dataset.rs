@@ -334,9 +334,11 @@ fn longmemeval_ca_selects_question_type() {
     check(0, &["00ca467f"]);
     check(1, &["e47becba"]);
     check(2, &["08f4fc43"]);
-    check(3, &["031748ae_abs"]);
-    check(4, &["0e5e2d1a"]);
-    check(5, &[]);
+    // The reference's numbering: 3 single-session-preference, 4 knowledge-update,
+    // 5 single-session-assistant.
+    check(3, &[]);
+    check(4, &["031748ae_abs"]);
+    check(5, &["0e5e2d1a"]);
     assert!(
         LongMemEvalType::from_ca_index(6)
             .unwrap_err()

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod answer;
+mod architecture;
 mod cli;
 mod dataset;
 mod eval;

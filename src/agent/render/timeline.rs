@@ -216,7 +216,7 @@ impl Timeline<'_> {
             if index < shown_messages && message.role != Role::System {
                 continue;
             }
-            render_sent_message(out, message, &executed_calls, &palette, limit);
+            render_sent_message(out, message, executed_calls, palette, limit);
         }
         self.shown_messages = shown_messages.max(messages_from + messages.len());
     }

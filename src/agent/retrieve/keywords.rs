@@ -10,6 +10,7 @@ use super::ask::{ask_json, quoted_question};
 use super::input::{RetrieveError, RetrieveInput};
 use super::time::{TimeWindow, parse_time_window};
 use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
 use crate::memory::normalize_key;
 use crate::memory::query::{self, KeywordMatches, QueryKeyword};
@@ -91,7 +92,12 @@ pub(super) async fn analyse_question<M: ChatModel>(
         crate::llm::Error::Decode { message: format!("question keywords: {error}") }
     })?;
     let window = parse_time_window(&analysis.question_time);
-    let matches = query::match_keywords(input.graph, &analysis.keywords);
+    let matches = match input.dataset {
+        DatasetKind::Locomo => query::match_keywords(input.graph, &analysis.keywords),
+        DatasetKind::LongMemEval => {
+            query::match_keywords(input.graph, &with_user_keyword(&analysis.keywords))
+        }
+    };
     trace.record(TraceEvent::Retrieval {
         step: "keywords".into(),
         detail: json!({
@@ -103,4 +109,34 @@ pub(super) async fn analyse_question<M: ChatModel>(
         }),
     });
     Ok(Analysis { keywords: analysis.keywords, window, matches })
+}
+
+/// LongMemEval: the question keywords plus a synthetic `user` keyword when none is `user`, as
+/// the reference adds before graph matching (every LongMemEval event hangs off the `user` key).
+/// Only matching sees it; the keywords the question asked for stay as they were.
+fn with_user_keyword(keywords: &[QueryKeyword]) -> Vec<QueryKeyword> {
+    let mut keywords = keywords.to_vec();
+    if !keywords.iter().any(|keyword| normalize_key(&keyword.id) == USER_KEY) {
+        keywords.push(QueryKeyword { id: USER_KEY.to_string(), alternatives: Vec::new() });
+    }
+    keywords
+}
+
+/// The key LongMemEval user turns are stored under.
+const USER_KEY: &str = "user";
+
+#[cfg(test)]
+mod user_keyword_tests {
+    use super::*;
+
+    #[test]
+    fn longmemeval_matching_adds_the_user_keyword_once() {
+        let keyword = |id: &str| QueryKeyword { id: id.into(), alternatives: vec!["x".into()] };
+        let added = with_user_keyword(&[keyword("dentist")]);
+        let ids: Vec<&str> = added.iter().map(|keyword| keyword.id.as_str()).collect();
+        assert_eq!(ids, ["dentist", "user"]);
+        assert!(added[1].alternatives.is_empty());
+        let kept = with_user_keyword(&[keyword("User"), keyword("dentist")]);
+        assert_eq!(kept.len(), 2);
+    }
 }

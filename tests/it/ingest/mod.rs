@@ -23,6 +23,8 @@ use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+mod repair;
+
 const EMBEDDER: &str = "test-embedding";
 
 fn fixture() -> Vec<Conversation> {
@@ -412,89 +414,6 @@ async fn failed_sessions_are_reported_and_a_rerun_does_only_those() {
     let rerun = harness.requests()[before..].to_vec();
     assert_eq!(rewrites_per_session(&rerun), BTreeMap::from([(2, 1), (3, 1)]));
     assert_eq!(summary.samples[0].sessions_reused, 1);
-}
-
-#[tokio::test]
-async fn invalid_answers_are_re_asked_with_the_reason() {
-    let harness = Harness::new(|request| {
-        let first_try = request.messages().len() == 1;
-        match rewrite_session(request) {
-            // Schema-invalid: no `topics`.
-            Some(1) if first_try => {
-                let mut answer = good_answer(request);
-                answer.as_object_mut().unwrap().remove("topics");
-                Some(ScriptedReply::json(&answer))
-            }
-            // Semantically invalid: turn D2:2 is missing.
-            Some(2) if first_try => {
-                let mut answer = good_answer(request);
-                answer["sentence"].as_array_mut().unwrap().remove(1);
-                Some(ScriptedReply::json(&answer))
-            }
-            _ => None,
-        }
-    })
-    .await;
-    let summary = harness.build(&fixture()).await;
-    assert!(summary.is_complete(), "{summary}");
-    assert_eq!(summary.samples[0].events, 11);
-    let requests = harness.requests();
-    assert_eq!(rewrites_per_session(&requests), BTreeMap::from([(1, 2), (2, 2), (3, 1)]));
-    let reask = |session| {
-        requests
-            .iter()
-            .find(|r| rewrite_session(r) == Some(session) && r.messages().len() == 3)
-            .map(|r| r.last_message_text().to_string())
-            .unwrap()
-    };
-    assert!(reask(1).contains("topics"), "{}", reask(1));
-    assert!(
-        reask(2).contains("these turns have no sentence (every turn needs at least one): D2:2"),
-        "{}",
-        reask(2)
-    );
-}
-
-#[tokio::test]
-async fn a_session_that_stays_invalid_is_reported_failed_never_stored() {
-    let harness = Harness::new(|request| {
-        (rewrite_session(request) == Some(2)).then(|| {
-            let mut answer = good_answer(request);
-            answer["sentence"].as_array_mut().unwrap().remove(1);
-            ScriptedReply::json(&answer)
-        })
-    })
-    .await;
-    let conversations = fixture();
-    let summary = harness.build(&conversations).await;
-    let failed: Vec<_> = summary.failed().collect();
-    assert_eq!(failed.len(), 1, "{summary}");
-    assert_eq!(
-        (failed[0].unit.as_str(), failed[0].stage, failed[0].attempts),
-        ("session_2", Stage::Rewrite, 3)
-    );
-    assert!(failed[0].error.contains("still invalid after 2 re-asks"), "{}", failed[0].error);
-    assert!(failed[0].error.contains("D2:2"), "{}", failed[0].error);
-    assert_eq!(rewrites_per_session(&harness.requests())[&2], 3);
-    let keyword_sentences: BTreeSet<String> = harness
-        .requests()
-        .iter()
-        .filter(|r| is_keywords(r))
-        .flat_map(|r| match parse_ask(r) {
-            Ask::Keywords(items) => items.into_iter().map(|(id, _)| id).collect::<Vec<_>>(),
-            Ask::Rewrite { .. } => Vec::new(),
-        })
-        .collect();
-    assert!(keyword_sentences.iter().all(|id| !id.starts_with("D2:")), "{keyword_sentences:?}");
-
-    let memory =
-        load_memory(&harness.settings, harness.embedder.name(), &conversations[0]).unwrap();
-    let sessions: Vec<&str> =
-        memory.outputs.rewrites.iter().map(|record| record.session.as_str()).collect();
-    assert_eq!(sessions, ["D1", "D3"]);
-    assert_eq!(memory.summary.events, 8);
-    assert_eq!(memory.summary.failed.len(), 1);
-    assert_eq!(memory.summary.failed[0].error, "not built");
 }
 
 #[tokio::test]

@@ -92,31 +92,14 @@ pub(crate) struct Scratch {
     scores: Vec<f32>,
 }
 
+mod kernels;
+
+use kernels::*;
+
 impl Encoder {
     /// Load `config.json` and `model.safetensors` from `model_dir`.
     pub(crate) fn load(model_dir: &Path) -> Result<Self, Error> {
-        let config_path = model_dir.join("config.json");
-        let config_text = std::fs::read_to_string(&config_path)
-            .map_err(|err| Error::Load { path: config_path.clone(), message: err.to_string() })?;
-        let config: BertConfig = serde_json::from_str(&config_text)
-            .map_err(|err| Error::Load { path: config_path.clone(), message: err.to_string() })?;
-        if config.hidden_act != "gelu" {
-            return Err(Error::Load {
-                path: config_path,
-                message: format!(
-                    "unsupported hidden_act {:?} (only exact gelu)",
-                    config.hidden_act
-                ),
-            });
-        }
-        if config.num_attention_heads == 0
-            || !config.hidden_size.is_multiple_of(config.num_attention_heads)
-        {
-            return Err(Error::Load {
-                path: config_path,
-                message: "hidden_size is not a multiple of num_attention_heads".to_string(),
-            });
-        }
+        let config = read_config(model_dir)?;
         let weights_path = model_dir.join("model.safetensors");
         let tensors = candle_core::safetensors::load(&weights_path, &Device::Cpu)
             .map_err(|err| Error::Load { path: weights_path.clone(), message: err.to_string() })?;
@@ -134,41 +117,9 @@ impl Encoder {
         let token_type_embedding = token_types[..hidden].to_vec();
         let embedding_norm = store.layer_norm("embeddings.LayerNorm", hidden, eps)?;
 
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for index in 0..config.num_hidden_layers {
-            let prefix = format!("encoder.layer.{index}");
-            let query = store.linear(&format!("{prefix}.attention.self.query"), hidden, hidden)?;
-            let key = store.linear(&format!("{prefix}.attention.self.key"), hidden, hidden)?;
-            let value = store.linear(&format!("{prefix}.attention.self.value"), hidden, hidden)?;
-            layers.push(Layer {
-                qkv: Linear::concat_outputs(&[query, key, value]),
-                attention_out: store.linear(
-                    &format!("{prefix}.attention.output.dense"),
-                    hidden,
-                    hidden,
-                )?,
-                attention_norm: store.layer_norm(
-                    &format!("{prefix}.attention.output.LayerNorm"),
-                    hidden,
-                    eps,
-                )?,
-                ffn_in: store.linear(
-                    &format!("{prefix}.intermediate.dense"),
-                    hidden,
-                    config.intermediate_size,
-                )?,
-                ffn_out: store.linear(
-                    &format!("{prefix}.output.dense"),
-                    config.intermediate_size,
-                    hidden,
-                )?,
-                output_norm: store.layer_norm(
-                    &format!("{prefix}.output.LayerNorm"),
-                    hidden,
-                    eps,
-                )?,
-            });
-        }
+        let layers = (0..config.num_hidden_layers)
+            .map(|index| store.layer(&format!("encoder.layer.{index}"), &config, eps))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             config,
             word_embeddings,
@@ -304,147 +255,29 @@ impl Encoder {
     }
 }
 
-/// Per sequence: mean over its rows of `states`, then divided by its Euclidean norm (with the
-/// 1e-12 floor sentence-transformers' `Normalize` uses).
-fn pool_and_normalise(sequences: &[&[u32]], states: &[f32], hidden: usize) -> Vec<Vec<f32>> {
-    let mut out = Vec::with_capacity(sequences.len());
-    let mut row = 0;
-    for ids in sequences {
-        let mut sum = vec![0.0f32; hidden];
-        for _ in 0..ids.len() {
-            for (s, x) in sum.iter_mut().zip(&states[row * hidden..][..hidden]) {
-                *s += x;
-            }
-            row += 1;
-        }
-        let count = ids.len().max(1) as f32;
-        for s in &mut sum {
-            *s /= count;
-        }
-        let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        for s in &mut sum {
-            *s /= norm;
-        }
-        out.push(sum);
+/// Reads and checks `config.json` in `model_dir`: only exact GELU and a hidden size divisible by
+/// the head count are supported.
+fn read_config(model_dir: &Path) -> Result<BertConfig, Error> {
+    let config_path = model_dir.join("config.json");
+    let config_text = std::fs::read_to_string(&config_path)
+        .map_err(|err| Error::Load { path: config_path.clone(), message: err.to_string() })?;
+    let config: BertConfig = serde_json::from_str(&config_text)
+        .map_err(|err| Error::Load { path: config_path.clone(), message: err.to_string() })?;
+    if config.hidden_act != "gelu" {
+        return Err(Error::Load {
+            path: config_path,
+            message: format!("unsupported hidden_act {:?} (only exact gelu)", config.hidden_act),
+        });
     }
-    out
-}
-
-fn resize(buffer: &mut Vec<f32>, len: usize) {
-    if buffer.len() < len {
-        buffer.resize(len, 0.0);
+    if config.num_attention_heads == 0
+        || !config.hidden_size.is_multiple_of(config.num_attention_heads)
+    {
+        return Err(Error::Load {
+            path: config_path,
+            message: "hidden_size is not a multiple of num_attention_heads".to_string(),
+        });
     }
-}
-
-fn add_in_place(dst: &mut [f32], src: &[f32]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d += s;
-    }
-}
-
-fn softmax_in_place(row: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for x in row.iter_mut() {
-        *x -= max;
-    }
-    exp_in_place(row);
-    let inverse = 1.0 / row.iter().sum::<f32>();
-    for x in row.iter_mut() {
-        *x *= inverse;
-    }
-}
-
-/// Exact (erf-based) GELU, `0.5·x·(1 + erf(x/√2))`, as BERT's `hidden_act = "gelu"` specifies.
-///
-/// This runs on every element of the `[tokens × 1536]` intermediate activations and took a
-/// quarter of the encoder's time with libm's scalar `erff`; the branch-free version below lets
-/// LLVM vectorise the loop (8 lanes with AVX2, selected at run time).
-fn gelu_in_place(values: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA (checked on the line above).
-        unsafe { gelu_avx2(values) };
-        return;
-    }
-    gelu_portable(values);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn gelu_avx2(values: &mut [f32]) {
-    gelu_portable(values);
-}
-
-#[inline(always)]
-fn gelu_portable(values: &mut [f32]) {
-    for x in values.iter_mut() {
-        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
-    }
-}
-
-/// `e^x` for every element (same dispatch as [`gelu_in_place`]).
-fn exp_in_place(values: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA (checked on the line above).
-        unsafe { exp_avx2(values) };
-        return;
-    }
-    exp_portable(values);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn exp_avx2(values: &mut [f32]) {
-    exp_portable(values);
-}
-
-#[inline(always)]
-fn exp_portable(values: &mut [f32]) {
-    for x in values.iter_mut() {
-        *x = exp(*x);
-    }
-}
-
-/// erf by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), branch-free:
-/// `erf(|x|) = 1 − t·(a1 + t·(a2 + t·(a3 + t·(a4 + t·a5))))·e^(−x²)` with `t = 1/(1 + p·|x|)`,
-/// sign restored afterwards.
-#[inline(always)]
-fn erf(x: f32) -> f32 {
-    const P: f32 = 0.327_591_1;
-    const A1: f32 = 0.254_829_6;
-    const A2: f32 = -0.284_496_74;
-    const A3: f32 = 1.421_413_7;
-    const A4: f32 = -1.453_152_1;
-    const A5: f32 = 1.061_405_4;
-    let magnitude = x.abs();
-    let t = 1.0 / (1.0 + P * magnitude);
-    let polynomial = t * (A1 + t * (A2 + t * (A3 + t * (A4 + t * A5))));
-    let value = 1.0 - polynomial * exp(-magnitude * magnitude);
-    value.copysign(x)
-}
-
-/// `e^x` in single precision without branches: `x = k·ln 2 + r` with integer k and
-/// `|r| ≤ ln 2 / 2`, `e^r` by its degree-7 Taylor polynomial (relative error below 1e-8 on
-/// that interval), and `2^k` assembled in the exponent bits. Inputs are clamped to
-/// [−87, 88], which keeps `2^k` a normal float; `e^−87` is below every value that matters here.
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    // 1.5·2^23: adding and subtracting it rounds a float of magnitude < 2^22 to an integer.
-    const ROUNDER: f32 = 12_582_912.0;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    let x = x.clamp(-87.0, 88.0);
-    let k = (x * std::f32::consts::LOG2_E + ROUNDER) - ROUNDER;
-    let r = (x - k * LN2_HI) - k * LN2_LO;
-    let polynomial = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((k as i32 + 127) as u32) << 23);
-    polynomial * scale
+    Ok(config)
 }
 
 impl LayerNorm {
@@ -556,6 +389,38 @@ struct WeightStore<'a> {
 }
 
 impl WeightStore<'_> {
+    /// One encoder layer under `prefix` (`encoder.layer.N`): fused QKV, attention output, FFN.
+    fn layer(&mut self, prefix: &str, config: &BertConfig, eps: f32) -> Result<Layer, Error> {
+        let hidden = config.hidden_size;
+        let query = self.linear(&format!("{prefix}.attention.self.query"), hidden, hidden)?;
+        let key = self.linear(&format!("{prefix}.attention.self.key"), hidden, hidden)?;
+        let value = self.linear(&format!("{prefix}.attention.self.value"), hidden, hidden)?;
+        Ok(Layer {
+            qkv: Linear::concat_outputs(&[query, key, value]),
+            attention_out: self.linear(
+                &format!("{prefix}.attention.output.dense"),
+                hidden,
+                hidden,
+            )?,
+            attention_norm: self.layer_norm(
+                &format!("{prefix}.attention.output.LayerNorm"),
+                hidden,
+                eps,
+            )?,
+            ffn_in: self.linear(
+                &format!("{prefix}.intermediate.dense"),
+                hidden,
+                config.intermediate_size,
+            )?,
+            ffn_out: self.linear(
+                &format!("{prefix}.output.dense"),
+                config.intermediate_size,
+                hidden,
+            )?,
+            output_norm: self.layer_norm(&format!("{prefix}.output.LayerNorm"), hidden, eps)?,
+        })
+    }
+
     fn error(&self, message: String) -> Error {
         Error::Load { path: self.path.to_path_buf(), message }
     }
@@ -616,107 +481,4 @@ impl WeightStore<'_> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
-        let mut out = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                out[i * n + j] = (0..k).map(|c| a[i * k + c] * b[c * n + j]).sum();
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn matmul_matches_naive_product_with_strides_and_accumulation() {
-        let (m, n, k) = (5, 7, 3);
-        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
-        let expected = naive(m, n, k, &a, &b);
-        let mut out = vec![1.0; m * n];
-        matmul(
-            MatMul { m, n, k, scale: 2.0, accumulate: true },
-            (&a, k, 1),
-            (&b, n, 1),
-            (&mut out, n, 1),
-        );
-        for (got, want) in out.iter().zip(&expected) {
-            assert!((got - (1.0 + 2.0 * want)).abs() < 1e-5);
-        }
-        // b given transposed: bt[j][c] = b[c][j], read with swapped strides.
-        let mut bt = vec![0.0; n * k];
-        for c in 0..k {
-            for j in 0..n {
-                bt[j * k + c] = b[c * n + j];
-            }
-        }
-        let mut out = vec![0.0; m * n];
-        matmul(
-            MatMul { m, n, k, scale: 1.0, accumulate: false },
-            (&a, k, 1),
-            (&bt, 1, k),
-            (&mut out, n, 1),
-        );
-        for (got, want) in out.iter().zip(&expected) {
-            assert!((got - want).abs() < 1e-5);
-        }
-    }
-
-    #[test]
-    #[should_panic(expected = "matmul rhs out of bounds")]
-    fn matmul_rejects_short_operands() {
-        let a = vec![0.0; 6];
-        let b = vec![0.0; 5];
-        let mut out = vec![0.0; 4];
-        matmul(
-            MatMul { m: 2, n: 2, k: 3, scale: 1.0, accumulate: false },
-            (&a, 3, 1),
-            (&b, 2, 1),
-            (&mut out, 2, 1),
-        );
-    }
-
-    #[test]
-    fn fast_exp_and_erf_are_accurate() {
-        let mut worst_exp: f64 = 0.0;
-        let mut worst_erf: f64 = 0.0;
-        for step in -8000..=8000 {
-            let x = step as f32 * 0.01;
-            let exact = f64::from(x).exp();
-            worst_exp = worst_exp.max(((f64::from(exp(x)) - exact) / exact).abs());
-            let reference = f64::from(libm::erff(x));
-            worst_erf = worst_erf.max((f64::from(erf(x)) - reference).abs());
-        }
-        assert!(worst_exp < 5e-7, "exp relative error {worst_exp}");
-        assert!(worst_erf < 3e-7, "erf absolute error {worst_erf}");
-        let mut values: Vec<f32> = (0..37).map(|i| i as f32 * 0.3 - 5.0).collect();
-        let expected: Vec<f32> = values.iter().map(|x| x.exp()).collect();
-        exp_in_place(&mut values);
-        for (got, want) in values.iter().zip(&expected) {
-            assert!(((got - want) / want).abs() < 5e-7);
-        }
-    }
-
-    #[test]
-    fn softmax_and_layer_norm_and_gelu_match_their_definitions() {
-        let mut row = vec![1.0, 2.0, 3.0];
-        softmax_in_place(&mut row);
-        let denominator: f32 = [1.0f32, 2.0, 3.0].iter().map(|x| x.exp()).sum();
-        assert!((row[2] - 3.0f32.exp() / denominator).abs() < 1e-6);
-
-        let norm = LayerNorm { weight: vec![2.0; 4], bias: vec![1.0; 4], eps: 0.0 };
-        let mut rows = vec![1.0, 2.0, 3.0, 4.0];
-        norm.apply_rows(&mut rows);
-        // mean 2.5, variance 1.25
-        assert!((rows[0] - (1.0 + 2.0 * (-1.5 / 1.25f32.sqrt()))).abs() < 1e-5);
-
-        let mut values = vec![0.0, 1.0, -1.0];
-        gelu_in_place(&mut values);
-        assert_eq!(values[0], 0.0);
-        assert!((values[1] - 0.841_344_7).abs() < 1e-6);
-        assert!((values[2] + 0.158_655_3).abs() < 1e-6);
-    }
-}
+mod tests;

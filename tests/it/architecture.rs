@@ -1,0 +1,174 @@
+//! The invariants of ARCHITECTURE.md that the source itself can show, checked on the source
+//! tree: no import cycle between modules, only `llm` speaks HTTP to models, `memory` never calls
+//! a model, prompts are loaded only by `prompts.rs`, and result files are rewritten only by
+//! `agent::resume`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use petgraph::algo::is_cyclic_directed;
+use petgraph::graph::DiGraph;
+
+/// Every `.rs` file under `src/`, with its text minus comment lines and unit-test modules.
+fn sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> =
+            std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+            let code: Vec<&str> =
+                text.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
+            (path.strip_prefix(&root).unwrap().to_path_buf(), code.join("\n"))
+        })
+        .filter(|(path, _)| !path.ends_with("tests.rs"))
+        .collect()
+}
+
+/// Module path of a source file: `agent/retrieve/mod.rs` → `["agent", "retrieve"]`.
+fn module_of(path: &Path) -> Vec<String> {
+    let mut parts: Vec<String> =
+        path.with_extension("").iter().map(|part| part.to_string_lossy().into_owned()).collect();
+    if parts.last().is_some_and(|last| last == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// A module node at depth two (`agent::retrieve`, `llm::openai`, or a top-level file).
+fn node_of(parts: &[String]) -> String {
+    parts.iter().take(2).cloned().collect::<Vec<_>>().join("::")
+}
+
+/// The modules a file refers to through `crate::a::b` and `super::b` paths.
+fn references(path: &Path, code: &str) -> Vec<String> {
+    let ident = |text: &str| -> String {
+        text.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+    };
+    let is_module = |name: &str| name.chars().next().is_some_and(|c| c.is_ascii_lowercase());
+    let mut found = Vec::new();
+    for (index, _) in code.match_indices("crate::") {
+        let rest = &code[index + "crate::".len()..];
+        let first = ident(rest);
+        let after = &rest[first.len()..];
+        let second = after.strip_prefix("::").map(ident).unwrap_or_default();
+        if is_module(&second) {
+            found.push(format!("{first}::{second}"));
+        } else {
+            found.push(first);
+        }
+    }
+    let own = module_of(path);
+    let parent: Vec<String> = own[..own.len().saturating_sub(1)].to_vec();
+    for (index, _) in code.match_indices("super::") {
+        let name = ident(&code[index + "super::".len()..]);
+        if is_module(&name) && name != "super" {
+            let mut target = parent.clone();
+            target.push(name);
+            found.push(node_of(&target));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_import_cycle_between_modules() {
+    let mut graph = DiGraph::<String, ()>::new();
+    let mut nodes = BTreeMap::new();
+    let mut node = |name: &str, graph: &mut DiGraph<String, ()>| {
+        *nodes.entry(name.to_string()).or_insert_with(|| graph.add_node(name.to_string()))
+    };
+    let mut edges = Vec::new();
+    for (path, code) in sources() {
+        let from = node_of(&module_of(&path));
+        if from == "lib" || from == "main" {
+            continue;
+        }
+        for to in references(&path, &code) {
+            let related = to == from
+                || from.starts_with(&format!("{to}::"))
+                || to.starts_with(&format!("{from}::"))
+                || Some(to.as_str()) == from.split("::").next();
+            if !related {
+                let (a, b) = (node(&from, &mut graph), node(&to, &mut graph));
+                graph.update_edge(a, b, ());
+                edges.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    assert!(edges.len() > 50, "the scan found the module references ({} edges)", edges.len());
+    if is_cyclic_directed(&graph) {
+        let cycle = petgraph::algo::kosaraju_scc(&graph)
+            .into_iter()
+            .filter(|component| component.len() > 1)
+            .map(|component| component.iter().map(|&n| graph[n].clone()).collect::<Vec<_>>())
+            .collect::<Vec<_>>();
+        panic!("import cycles between modules: {cycle:?}");
+    }
+}
+
+#[test]
+fn only_llm_speaks_http_to_models() {
+    for (path, code) in sources() {
+        if path.starts_with("llm") {
+            continue;
+        }
+        for needle in ["reqwest", "async_openai", "hyper::"] {
+            assert!(!code.contains(needle), "{} uses {needle}", path.display());
+        }
+    }
+}
+
+#[test]
+fn memory_never_calls_a_model() {
+    for (path, code) in sources() {
+        if path.starts_with("memory") {
+            for needle in ["crate::llm", "ChatModel", "Embedder", "crate::agent", "tokio::"] {
+                assert!(!code.contains(needle), "{} mentions {needle}", path.display());
+            }
+        }
+    }
+}
+
+#[test]
+fn prompts_are_loaded_only_by_prompts_rs() {
+    for (path, code) in sources() {
+        if path != Path::new("prompts.rs") {
+            assert!(!code.contains("prompts/"), "{} reads a prompt file itself", path.display());
+        }
+    }
+}
+
+#[test]
+fn result_files_are_rewritten_only_by_resume() {
+    let mut writers = 0;
+    for (path, code) in sources() {
+        for line in code.lines() {
+            if line.contains("write_atomic(") || line.contains(".truncate(true)") {
+                writers += 1;
+                if path != Path::new("agent/resume.rs") {
+                    assert!(
+                        !line.contains("result"),
+                        "{} rewrites a result file: {line}",
+                        path.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(writers > 5, "the scan found the file writers ({writers})");
+}
