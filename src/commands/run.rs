@@ -250,18 +250,26 @@ async fn phases(
 }
 
 /// Fingerprint of a sample's memory: SHA-256 over its three stage cache files (their names and
-/// bytes; the caches record model and prompt versions), shortened to 16 hex digits.
+/// bytes; the caches record model and prompt versions), shortened to 16 hex digits. Of the
+/// embedding cache only the memory part counts: it also holds the questions' vectors, and an
+/// edited question must not make every other answer of the sample stale.
 pub fn memory_fingerprint(settings: &BuildSettings, embedder: &str, sample_id: &str) -> String {
     use sha2::Digest as _;
     let mut hasher = sha2::Sha256::new();
-    for path in [
-        settings.rewrite_path(sample_id),
-        settings.keyword_path(sample_id),
-        settings.embedding_path(embedder, sample_id),
-    ] {
+    let embeddings = settings.embedding_path(embedder, sample_id);
+    for path in
+        [settings.rewrite_path(sample_id), settings.keyword_path(sample_id), embeddings.clone()]
+    {
         let name = path.file_name().map(|name| name.to_string_lossy().into_owned());
         hasher.update(name.unwrap_or_default().as_bytes());
-        match std::fs::read(&path) {
+        let read = std::fs::read(&path).map(|bytes| {
+            if path == embeddings {
+                crate::ingest::embed::memory_part(&bytes).unwrap_or(bytes)
+            } else {
+                bytes
+            }
+        });
+        match read {
             Ok(bytes) => {
                 hasher.update((bytes.len() as u64).to_le_bytes());
                 hasher.update(&bytes);

@@ -12,6 +12,12 @@ use serde_json::Value;
 
 use super::mragent_in;
 
+/// A chat request of the answer phase. (`is_answer_request` also counts every embeddings
+/// request, and the build embeds its memory through the same endpoint.)
+fn answer_chat(request: &RecordedRequest) -> bool {
+    request.is_chat() && is_answer_request(request)
+}
+
 /// A server that builds and answers well, except where `special` says otherwise.
 async fn server(
     special: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
@@ -142,12 +148,13 @@ async fn torn_and_foreign_lines_are_moved_aside_never_deleted() {
 #[tokio::test]
 async fn an_incomplete_memory_leaves_questions_pending_then_a_rerun_answers_them() {
     let (dir, data) = project(|_| {});
-    // Session 2's rewrite never comes back as JSON: it stays out of memory.
+    // The endpoint fails every call about session 2, after all retries: it stays out of
+    // memory. (An unparsable reply would not: its turns go in verbatim after the re-asks.)
     let broken = server(|request| {
-        (!is_answer_request(request)
-            && request.is_chat()
+        (request.is_chat()
+            && !is_answer_request(request)
             && request.transcript().contains("[D2:1]"))
-        .then(|| ScriptedReply::text("I cannot do that."))
+        .then(|| ScriptedReply::Status { status: 500, message: "upstream down".into() })
     })
     .await;
     let output = mragent_in(dir.path(), &run_args(&data, &broken, "t"), &[]).await;
@@ -155,7 +162,7 @@ async fn an_incomplete_memory_leaves_questions_pending_then_a_rerun_answers_them
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pending") && stderr.contains("conv-7"), "{stderr}");
     assert!(lines(&result_file(dir.path(), "t")).is_empty(), "no answer over a broken memory");
-    assert!(broken.requests().iter().all(|request| !is_answer_request(request)));
+    assert!(broken.requests().iter().all(|request| !answer_chat(request)));
     let recorded = manifest(dir.path(), "t");
     assert_eq!(recorded["summary"]["pending"], 9, "{recorded}");
     assert_eq!(recorded["exit_code"], 2);
@@ -178,7 +185,8 @@ async fn a_changed_question_is_answered_again() {
     let first = lines(&result_file(dir.path(), "t"));
     assert!(first.iter().all(|line| line.provenance.model == "local/tiny"));
 
-    let (_, edited) = project(|data| {
+    // The TempDir must live until the copy: dropping it deletes the edited file.
+    let (_edited_dir, edited) = project(|data| {
         let question = data[0]["qa"][0]["question"].as_str().unwrap().to_string();
         data[0]["qa"][0]["question"] = Value::from(format!("{question} (edited)"));
     });
@@ -219,15 +227,14 @@ async fn a_refused_key_stops_the_build_and_the_answers_at_once() {
 
         // While answering.
         let reply = refused(body);
-        let answering =
-            server(move |request| is_answer_request(request).then(|| reply.clone())).await;
+        let answering = server(move |request| answer_chat(request).then(|| reply.clone())).await;
         let output = mragent_in(dir.path(), &run_args(&data, &answering, "t"), &[]).await;
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.matches("answering stopped").count(), 1, "{stderr}");
         assert!(stderr.contains("OPENAI_API_KEY"), "{stderr}");
         assert!(lines(&result_file(dir.path(), "t")).is_empty(), "no ERROR row per question");
-        let answer_requests = answering.requests().iter().filter(|r| is_answer_request(r)).count();
+        let answer_requests = answering.requests().iter().filter(|r| answer_chat(r)).count();
         assert!(answer_requests <= 12, "{answer_requests} answer requests after a 401");
     }
 }
@@ -242,6 +249,8 @@ async fn a_refused_key_stops_the_judge_at_once() {
         let judge = server(move |_| Some(reply.clone())).await;
         let args = [
             "eval",
+            "--data-file",
+            data.to_str().unwrap(),
             "--model",
             "local/tiny",
             "--file",
@@ -252,6 +261,7 @@ async fn a_refused_key_stops_the_judge_at_once() {
             judge.base_url(),
             "--judge-workers",
             "2",
+            "--no-audit",
         ];
         let output = mragent_in(dir.path(), &args, &[]).await;
         let stderr = text(&output.stderr);
@@ -268,8 +278,7 @@ async fn a_second_ctrl_c_exits_at_once() {
     let (dir, data) = project(|_| {});
     // Slow answers keep the run busy.
     let slow = server(|request| {
-        is_answer_request(request)
-            .then(|| ScriptedReply::text("{}").delayed(Duration::from_secs(30)))
+        answer_chat(request).then(|| ScriptedReply::text("{}").delayed(Duration::from_secs(30)))
     })
     .await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"))
@@ -282,7 +291,7 @@ async fn a_second_ctrl_c_exits_at_once() {
         .unwrap();
     let pid = child.id().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !slow.requests().iter().any(|request| is_answer_request(request)) {
+    while !slow.requests().iter().any(|request| answer_chat(request)) {
         assert!(Instant::now() < deadline, "the run never started answering");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
