@@ -93,10 +93,10 @@ fn escape_records(records: Vec<TraceRecord>) -> anyhow::Result<Vec<TraceRecord>>
 
 fn escape_strings(value: &mut serde_json::Value) {
     match value {
-        serde_json::Value::String(text) => {
-            if text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-                *text = escape_control(text);
-            }
+        serde_json::Value::String(text)
+            if text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') =>
+        {
+            *text = escape_control(text);
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(escape_strings),
         serde_json::Value::Object(map) => map.values_mut().for_each(escape_strings),

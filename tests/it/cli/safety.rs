@@ -291,7 +291,7 @@ async fn a_second_ctrl_c_exits_at_once() {
         .unwrap();
     let pid = child.id().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !slow.requests().iter().any(|request| answer_chat(request)) {
+    while !slow.requests().iter().any(answer_chat) {
         assert!(Instant::now() < deadline, "the run never started answering");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
