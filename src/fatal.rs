@@ -115,15 +115,15 @@ impl<T> Latched<T> {
         Self { inner, latch: latch.clone(), after }
     }
 
-    async fn guard<R>(
-        &self,
-        model: &str,
-        call: impl Future<Output = Result<R, Error>>,
-    ) -> Result<R, Error> {
+    /// Makes the call (`call()` is not even invoked once the latch has tripped).
+    async fn guard<R, F>(&self, model: &str, call: impl FnOnce() -> F) -> Result<R, Error>
+    where
+        F: Future<Output = Result<R, Error>>,
+    {
         if let Some(error) = self.latched_error_or_wait().await {
             return Err(error);
         }
-        let outcome = call.await;
+        let outcome = call().await;
         if let Err(error) = &outcome
             && self.latch.observe(error, model)
             && self.after == AfterFatal::Wait
@@ -151,7 +151,7 @@ where
         &self,
         request: &ChatRequest,
     ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
-        self.guard(&request.model, self.inner.chat(request))
+        self.guard(&request.model, || self.inner.chat(request))
     }
 }
 
@@ -164,7 +164,7 @@ where
         self.inner.name()
     }
     fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send {
-        self.guard(self.inner.name(), self.inner.embed(texts))
+        self.guard(self.inner.name(), || self.inner.embed(texts))
     }
 }
 
