@@ -66,6 +66,7 @@ fn synthetic_run() -> Vec<(String, Vec<ResultLine>)> {
                 prompt_tokens: 2000,
                 completion_tokens: 60,
                 latency_ms: 1000,
+                provenance: Default::default(),
             });
         }
         samples.push((sample_id, lines));

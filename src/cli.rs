@@ -144,6 +144,10 @@ pub struct RunArgs {
     /// Questions in flight at once, across all samples.
     #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
+    /// Only shard K of N (`K/N`, K counted from 0): every N-th conversation in dataset order,
+    /// starting at the K-th. Shards share nothing but the result folder.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
 }
 
 /// `mragent ping`.

@@ -85,17 +85,30 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             let models = ModelSettings::resolve(&args.model, env_var)?;
             models.require_key()?;
             let conversations = data.load()?;
-            let summary =
+            let outcome =
                 mragent::commands::run(&paths, &data, &models, &args, quiet, conversations).await?;
-            println!("{summary}");
-            for file in &summary.result_files {
-                println!("  {}", file.display());
+            if let Some(summary) = &outcome.summary {
+                println!("{summary}");
+                for file in &summary.result_files {
+                    println!("  {}", file.display());
+                }
+                if let Some(hint) = summary.resume_hint() {
+                    eprintln!("{hint}");
+                }
             }
-            if let Some(hint) = summary.resume_hint() {
-                eprintln!("{hint}");
-                return Ok(Outcome::Partial);
+            println!("manifest: {}", outcome.manifest.display());
+            match (outcome.error, outcome.exit_code) {
+                (Some(error), _) => Err(anyhow::anyhow!(error)),
+                (None, 0) => Ok(Outcome::Success),
+                (None, _) => {
+                    if outcome.summary.is_none() {
+                        eprintln!(
+                            "interrupted while building: finished sessions are cached; run the same command again to resume"
+                        );
+                    }
+                    Ok(Outcome::Partial)
+                }
             }
-            Ok(Outcome::Success)
         }
         Command::Trace(args) => {
             use std::io::IsTerminal as _;

@@ -58,9 +58,106 @@ pub struct ResultLine {
     /// Wall time in milliseconds.
     #[serde(default)]
     pub latency_ms: u64,
+    /// What the answer was made from; a rerun answers the question again when this no longer
+    /// matches (lines of older versions have none and are kept).
+    #[serde(default, flatten)]
+    pub provenance: Provenance,
+}
+
+/// What a result line was answered from. Empty fields (lines written before they existed)
+/// match anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Fingerprint of the memory (the sample's stage caches) the question was answered over.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub memory: String,
+    /// Answering model id.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    /// Version of the answer-time prompts.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prompts: String,
+}
+
+impl Provenance {
+    /// Why a line with this provenance and `question` text is stale for a run that would
+    /// answer `current_question` with `current`; `None` when it still holds.
+    pub fn stale_reason(
+        &self,
+        question: &str,
+        current: &Provenance,
+        current_question: &str,
+    ) -> Option<&'static str> {
+        let differs = |old: &str, new: &str| !old.is_empty() && old != new;
+        if question != current_question {
+            Some("the question text changed")
+        } else if differs(&self.memory, &current.memory) {
+            Some("the memory changed")
+        } else if differs(&self.model, &current.model) {
+            Some("the answering model changed")
+        } else if differs(&self.prompts, &current.prompts) {
+            Some("the answer prompts changed")
+        } else {
+            None
+        }
+    }
 }
 
 /// `result/<dataset>/<sample>_result_<model>_<file>.jsonl` under `root`.
+///
+/// `sample` and `file` must be path-safe ([`check_path_component`]); the run checks every
+/// sample id and tag before anything is written.
 pub fn result_path(root: &Path, dataset: &str, sample: &str, model: &str, file: &str) -> PathBuf {
     root.join("result").join(dataset).join(format!("{sample}_result_{model}_{file}.jsonl"))
+}
+
+/// Checks that `value` (a sample id or a run tag, named by `what`) can become part of a file
+/// name: not empty, no path separator, no `..`, no control character, not absolute.
+pub fn check_path_component(what: &str, value: &str) -> Result<(), String> {
+    let problem = if value.trim().is_empty() {
+        Some("it is empty")
+    } else if value.trim_matches('.').is_empty() {
+        Some("it is only dots")
+    } else if value.contains(['/', '\\']) || Path::new(value).is_absolute() {
+        Some("it contains a path separator")
+    } else if value.contains("..") {
+        Some("it contains `..`")
+    } else if value.chars().any(char::is_control) {
+        Some("it contains a control character")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(format!(
+            "{what} {value:?} cannot be used in a file name: {problem}; fix it in the input (nothing was written)"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traversal_and_absolute_ids_are_refused() {
+        for bad in ["../../x", "/etc/passwd", "a/b", "..", "", "a\\b", "x\u{1b}y"] {
+            let message = check_path_component("sample id", bad).unwrap_err();
+            assert!(message.contains("sample id"), "{message}");
+        }
+        for good in ["conv-26", "e47becba", "gpt4o_abs", "0"] {
+            assert_eq!(check_path_component("sample id", good), Ok(()));
+        }
+    }
+
+    #[test]
+    fn stale_lines_name_what_changed_and_old_lines_match() {
+        let now = Provenance { memory: "m2".into(), model: "x".into(), prompts: "p".into() };
+        let old = Provenance { memory: "m1".into(), ..now.clone() };
+        assert_eq!(old.stale_reason("Q", &now, "Q"), Some("the memory changed"));
+        assert_eq!(now.stale_reason("Q", &now, "Q?"), Some("the question text changed"));
+        assert_eq!(Provenance::default().stale_reason("Q", &now, "Q"), None);
+        let other_model = Provenance { model: "y".into(), ..now.clone() };
+        assert_eq!(other_model.stale_reason("Q", &now, "Q"), Some("the answering model changed"));
+    }
 }

@@ -220,23 +220,47 @@ impl ModelSettings {
     }
 }
 
-/// Run tag and concurrency.
+/// Run tag, concurrency and shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSettings {
     /// Run tag.
     pub file: String,
     /// Questions in flight.
     pub workers: usize,
+    /// Shard `(k, n)`: this run takes every `n`-th conversation starting at the `k`-th.
+    pub shard: Option<(u32, u32)>,
 }
 
 impl RunSettings {
     /// Resolve run arguments.
     pub fn resolve(args: &RunArgs) -> anyhow::Result<Self> {
         let file = crate::fsutil::safe_name(&args.file, '-');
-        if file.is_empty() {
-            anyhow::bail!("--file must not be empty");
+        crate::results::check_path_component("--file tag", &file).map_err(anyhow::Error::msg)?;
+        let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+        Ok(Self { file, workers: args.workers as usize, shard })
+    }
+
+    /// The tag in lock and manifest names: `--file`, plus `-shard-K-of-N` for a shard, so that
+    /// shards run side by side. Result files and traces keep `--file`: they are per sample, and
+    /// a sample belongs to one shard.
+    pub fn tag(&self) -> String {
+        match self.shard {
+            Some((k, n)) => format!("{}-shard-{k}-of-{n}", self.file),
+            None => self.file.clone(),
         }
-        Ok(Self { file, workers: args.workers as usize })
+    }
+}
+
+/// `K/N` with `0 <= K < N`.
+fn parse_shard(text: &str) -> anyhow::Result<(u32, u32)> {
+    let parsed = text
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.trim().parse::<u32>().ok()?, n.trim().parse::<u32>().ok()?)));
+    match parsed {
+        Some((k, n)) if k < n => Ok((k, n)),
+        _ => anyhow::bail!(
+            "--shard {text:?} is not K/N with 0 <= K < N (e.g. 0/4 … 3/4; K is JOB_COMPLETION_INDEX in a Kubernetes Indexed Job)"
+        ),
     }
 }
 
@@ -315,6 +339,25 @@ mod tests {
         let local = model_args(&["--base-url", "http://127.0.0.1:8000/v1"]);
         let local = ModelSettings::resolve(&local, |_| None).unwrap();
         assert_eq!(local.llm_config(&local.build_model).key_variable, "OPENAI_API_KEY");
+    }
+
+    #[test]
+    fn shards_and_tags_are_checked() {
+        let args = |file: &str, shard: Option<&str>| RunArgs {
+            file: file.into(),
+            workers: 2,
+            shard: shard.map(str::to_string),
+        };
+        let settings = RunSettings::resolve(&args("t", Some("1/4"))).unwrap();
+        assert_eq!((settings.shard, settings.tag()), (Some((1, 4)), "t-shard-1-of-4".into()));
+        for bad in ["4/4", "1", "a/b", "1/0", "-1/3"] {
+            assert!(RunSettings::resolve(&args("t", Some(bad))).is_err(), "{bad}");
+        }
+        let message = RunSettings::resolve(&args("..", None)).unwrap_err().to_string();
+        assert!(message.contains("--file"), "{message}");
+        // A traversal is refused, not rewritten into a name that still holds `..`.
+        let message = RunSettings::resolve(&args("../x", None)).unwrap_err().to_string();
+        assert!(message.contains("--file") && message.contains(".."), "{message}");
     }
 
     #[test]

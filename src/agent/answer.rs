@@ -96,6 +96,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
         latency_ms,
+        provenance: Default::default(),
     }
 }
 

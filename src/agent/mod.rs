@@ -30,6 +30,7 @@
 mod answer;
 pub mod ids;
 mod pool;
+mod progress;
 pub mod question;
 pub mod render;
 pub mod resume;
@@ -43,6 +44,6 @@ mod tool_loop;
 pub mod tools;
 pub mod trace;
 
-pub use self::pool::{RunSummary, answer_all};
-pub use self::sample::{MemgasMemory, QueryEmbedder, SampleMemory};
-pub use self::settings::AnswerSettings;
+pub use self::pool::{PendingSample, RunSummary, answer_all};
+pub use self::sample::{MemgasMemory, MemoryStatus, QueryEmbedder, SampleMemory};
+pub use self::settings::{AnswerSettings, answer_prompts_version};

@@ -1,6 +1,6 @@
-//! The worker pool of a run: which questions are left (resume by question id), `workers` of
-//! them in flight across all samples, one result line appended per finished question, Ctrl-C,
-//! the progress bar and the summary.
+//! The worker pool of a run: which questions are left (resume by question id and provenance),
+//! `workers` of them in flight across all samples, one result line appended per finished
+//! question, Ctrl-C, a fatal endpoint error, and the summary.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -8,17 +8,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt as _};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use tracing::Instrument as _;
 
 use crate::agent::answer::answer_question;
+use crate::agent::progress::Progress;
 use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::dataset::Question;
+use crate::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
+
+/// A conversation whose questions wait for its memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingSample {
+    /// Sample id.
+    pub sample: String,
+    /// Sessions missing from its memory.
+    pub missing_sessions: Vec<u32>,
+    /// Its questions not answered.
+    pub questions: usize,
+}
 
 /// What a run did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -31,10 +43,16 @@ pub struct RunSummary {
     pub answered: usize,
     /// Of those, how many failed.
     pub errors: usize,
-    /// Questions not started because the run was interrupted.
+    /// Questions not started because the run was interrupted or stopped.
     pub remaining: usize,
+    /// Questions not answered because their conversation's memory is incomplete.
+    pub pending: usize,
+    /// The conversations those belong to.
+    pub pending_samples: Vec<PendingSample>,
     /// Whether the run was stopped before the end.
     pub interrupted: bool,
+    /// The error that stopped the run, when the endpoint refused the key or the model.
+    pub fatal: Option<String>,
     /// Tokens of this run.
     pub usage: Usage,
     /// Retrieval steps of this run that fell back to a deterministic substitute for the
@@ -50,15 +68,23 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
-    /// A one-line hint on how to finish an interrupted or partly failed run.
+    /// A hint on how to finish an interrupted, partly failed or incomplete run.
     pub fn resume_hint(&self) -> Option<String> {
+        let mut hints = Vec::new();
         let left = self.remaining + self.errors;
-        (left > 0).then(|| {
-            format!(
+        if left > 0 {
+            hints.push(format!(
                 "{left} questions are not answered yet ({} not started, {} failed); run the same command again to answer only those",
                 self.remaining, self.errors
-            )
-        })
+            ));
+        }
+        for sample in &self.pending_samples {
+            hints.push(format!(
+                "{} questions of {} are pending: sessions {:?} are not in its memory (their build failed; run again to retry the build, then they are answered)",
+                sample.questions, sample.sample, sample.missing_sessions
+            ));
+        }
+        (!hints.is_empty()).then(|| hints.join("\n"))
     }
 }
 
@@ -66,12 +92,13 @@ impl std::fmt::Display for RunSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} questions: {} answered now ({} failed), {} from earlier runs, {} not started; {} prompt + {} completion tokens",
+            "{} questions: {} answered now ({} failed), {} from earlier runs, {} not started, {} pending an incomplete memory; {} prompt + {} completion tokens",
             self.total,
             self.answered,
             self.errors,
             self.resumed,
             self.remaining,
+            self.pending,
             self.usage.prompt_tokens,
             self.usage.completion_tokens
         )?;
@@ -85,10 +112,13 @@ impl std::fmt::Display for RunSummary {
 
 /// Answers every question of `samples` that the result files do not hold yet.
 ///
-/// `stop` resolves when the run should wind down (Ctrl-C): no new question starts, the ones in
-/// flight finish and are written, and the summary says what is left. Per-question failures are
-/// written as `status: "error"` lines and never stop the run; only IO errors on the result files
-/// do.
+/// A question is answered only when its conversation's memory is complete
+/// ([`SampleMemory::memory`]); the others are counted as pending. `stop` resolves when the run
+/// should wind down (Ctrl-C): no new question starts, the ones in flight finish and are
+/// written, and the summary says what is left. Per-question failures are written as
+/// `status: "error"` lines and never stop the run; a fatal endpoint error (a refused key, an
+/// unknown model) does: no new question starts, the questions it failed are not written, and
+/// [`RunSummary::fatal`] says why. Only IO errors on the result files fail the call.
 pub async fn answer_all<M: ChatModel, E: Embedder>(
     settings: &AnswerSettings,
     samples: &[SampleMemory],
@@ -97,19 +127,24 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<RunSummary> {
     let started = Instant::now();
-    let Scan { total, resumed, pending, result_files } = scan_results(settings, samples)?;
+    let Scan { total, resumed, pending, waiting, result_files } = scan_results(settings, samples)?;
+    let waiting_questions = waiting.iter().map(|sample| sample.questions).sum::<usize>();
     tracing::info!(
         total,
         resumed,
         pending = pending.len(),
+        waiting = waiting_questions,
         workers = settings.workers,
         "answering started"
     );
 
-    let progress = Progress::new(settings, total as u64, resumed as u64);
-    let shared = Shared::new(settings, model, embedder);
+    let progress = Progress::new(settings, (total - waiting_questions) as u64, resumed as u64);
+    let latch = FatalLatch::new(&settings.key_variable);
+    let model = Latched::new(model, &latch, AfterFatal::Fail);
+    let embedder = Latched::new(embedder, &latch, AfterFatal::Fail);
+    let shared = Shared::new(settings, &model, &embedder);
 
-    // Set once `stop` resolves; the question stream checks it before starting each question.
+    // Set once `stop` resolves or the latch trips; checked before starting each question.
     let stopped = AtomicBool::new(false);
     let stopped_ref = &stopped;
     let shared_ref = &shared;
@@ -121,12 +156,17 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         .map(move |index| {
             let (sample, question) = pending_ref[index];
             let span = tracing::info_span!("question", id = %question.id);
-            answer_question(shared_ref, sample, question).instrument(span)
+            async move {
+                let mut line = answer_question(shared_ref, sample, question).await;
+                line.provenance = settings.provenance(sample);
+                line
+            }
+            .instrument(span)
         })
         .buffer_unordered(settings.workers.max(1));
-    let tally = write_lines(settings, finished, stop, &stopped, &progress).await?;
+    let output = Output { settings, progress: &progress, latch: &latch };
+    let tally = output.write_lines(finished, stop, &stopped).await?;
     progress.finish();
-    let interrupted = stopped.load(Ordering::SeqCst);
     let Tally { answered, errors, usage } = tally;
     let summary = RunSummary {
         total,
@@ -134,7 +174,10 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         answered,
         errors,
         remaining: pending.len() - answered,
-        interrupted,
+        pending: waiting_questions,
+        pending_samples: waiting,
+        interrupted: stopped.load(Ordering::SeqCst),
+        fatal: latch.cause().map(str::to_string),
         usage,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
@@ -148,84 +191,119 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     Ok(summary)
 }
 
-/// Appends the line of each finished question until the stream ends. When `stop` resolves,
-/// `stopped` is set (no new question starts) and the questions in flight are still written.
-async fn write_lines(
-    settings: &AnswerSettings,
-    finished: impl Stream<Item = ResultLine>,
-    stop: impl Future<Output = ()>,
-    stopped: &AtomicBool,
-    progress: &Progress,
-) -> anyhow::Result<Tally> {
-    let writer = resume::ResultWriter::new();
-    let mut finished = std::pin::pin!(finished);
-    let mut stop = std::pin::pin!(stop);
-    let mut tally = Tally::default();
-    loop {
-        // Polled together so that an interrupt is acknowledged at once, even while every
-        // worker is busy.
-        let line = tokio::select! {
-            () = &mut stop, if !stopped.load(Ordering::SeqCst) => {
-                stopped.store(true, Ordering::SeqCst);
-                progress.println(
-                    "interrupted: no new questions start; waiting for the ones in flight to finish",
-                );
-                continue;
-            }
-            line = finished.next() => line,
-        };
-        let Some(line) = line else { break };
-        let path = settings.result_path(&line.sample);
-        writer.append(&path, &line)?;
-        tally.add(&line);
-        progress.update(
-            tally.errors,
-            tally.usage,
-            crate::llm::models::estimate_cost_usd(&settings.model, tally.usage),
-        );
-    }
-    Ok(tally)
+/// Where finished questions go.
+struct Output<'a> {
+    settings: &'a AnswerSettings,
+    progress: &'a Progress,
+    latch: &'a FatalLatch,
 }
 
-/// The questions of a run, split by the result files into done and pending.
+impl Output<'_> {
+    /// Appends the line of each finished question until the stream ends. When `stop` resolves
+    /// or the latch trips, `stopped` is set (no new question starts) and the questions in
+    /// flight are still written, except those the fatal error failed.
+    async fn write_lines(
+        &self,
+        finished: impl Stream<Item = ResultLine>,
+        stop: impl Future<Output = ()>,
+        stopped: &AtomicBool,
+    ) -> anyhow::Result<Tally> {
+        let writer = resume::ResultWriter::new();
+        let mut finished = std::pin::pin!(finished);
+        let mut stop = std::pin::pin!(stop);
+        let mut tally = Tally::default();
+        loop {
+            // Polled together so that an interrupt is acknowledged at once, even while every
+            // worker is busy.
+            let line = tokio::select! {
+                () = &mut stop, if !stopped.load(Ordering::SeqCst) => {
+                    stopped.store(true, Ordering::SeqCst);
+                    self.progress.println(
+                        "interrupted: no new questions start; waiting for the ones in flight to finish",
+                    );
+                    continue;
+                }
+                line = finished.next() => line,
+            };
+            let Some(line) = line else { break };
+            if self.latch.cause().is_some() {
+                stopped.store(true, Ordering::SeqCst);
+                if line.status == Status::Error {
+                    // Failed by the fatal error (or at the same time): left for the rerun.
+                    continue;
+                }
+            }
+            writer.append(&self.settings.result_path(&line.sample), &line)?;
+            tally.add(&line);
+            self.progress.update(
+                tally.errors,
+                tally.usage,
+                crate::llm::models::estimate_cost_usd(&self.settings.model, tally.usage),
+            );
+        }
+        Ok(tally)
+    }
+}
+
+/// The questions of a run, split by the result files into done and pending, and the
+/// conversations whose memory is incomplete.
 struct Scan<'a> {
     total: usize,
     resumed: usize,
     pending: Vec<(&'a SampleMemory, &'a Question)>,
+    waiting: Vec<PendingSample>,
     result_files: Vec<PathBuf>,
 }
 
-/// Reads (and repairs) every sample's result file: questions with a successful line are done.
+/// Reads (and repairs) every complete sample's result file: questions with a successful line
+/// that still holds are done.
 fn scan_results<'a>(
     settings: &AnswerSettings,
     samples: &'a [SampleMemory],
 ) -> anyhow::Result<Scan<'a>> {
-    let mut total = 0;
-    let mut resumed = 0;
-    let mut pending: Vec<(&SampleMemory, &Question)> = Vec::new();
-    let mut result_files = Vec::new();
+    let mut scan = Scan {
+        total: 0,
+        resumed: 0,
+        pending: Vec::new(),
+        waiting: Vec::new(),
+        result_files: Vec::new(),
+    };
     for sample in samples {
         let path = settings.result_path(&sample.conversation.sample_id);
-        let state = resume::load_results(&path)?;
-        if state.dropped_errors + state.dropped_invalid > 0 {
+        scan.total += sample.conversation.questions.len();
+        if !sample.memory.is_complete() {
+            scan.waiting.push(PendingSample {
+                sample: sample.conversation.sample_id.clone(),
+                missing_sessions: sample.memory.missing_sessions.clone(),
+                questions: sample.conversation.questions.len(),
+            });
+            continue;
+        }
+        let current = settings.provenance(sample);
+        let questions = &sample.conversation.questions;
+        let state = resume::load_results(&path, |line| {
+            let asked = questions.iter().find(|question| question.id == line.question_id);
+            let text = asked.map_or(line.question.as_str(), |question| question.question.as_str());
+            line.provenance.stale_reason(&line.question, &current, text)
+        })?;
+        if state.dropped_errors + state.superseded > 0 {
             tracing::info!(
                 file = %path.display(),
                 failed = state.dropped_errors,
-                invalid = state.dropped_invalid,
-                "result file repaired; failed questions will be answered again"
+                stale = state.superseded,
+                "failed and stale questions will be answered again"
             );
         }
-        for question in &sample.conversation.questions {
-            total += 1;
+        for question in questions {
             if state.done.contains(&question.id) {
-                resumed += 1;
+                scan.resumed += 1;
             } else {
-                pending.push((sample, question));
+                scan.pending.push((sample, question));
             }
         }
-        result_files.push(path);
+        scan.result_files.push(path);
     }
-    Ok(Scan { total, resumed, pending, result_files })
+    Ok(scan)
 }
 
 /// Counts of the lines written by this run.
@@ -244,58 +322,5 @@ impl Tally {
         }
         self.usage +=
             Usage { prompt_tokens: line.prompt_tokens, completion_tokens: line.completion_tokens };
-    }
-}
-
-/// The progress bar: questions done/total, errors, tokens, estimated cost, ETA.
-struct Progress {
-    bar: ProgressBar,
-}
-
-impl Progress {
-    fn new(settings: &AnswerSettings, total: u64, done: u64) -> Self {
-        let bar = if settings.progress {
-            ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
-        };
-        let style = ProgressStyle::with_template(
-            "{spinner} answering [{bar:30}] {pos}/{len} questions · {msg} · {elapsed} elapsed, ETA {eta}",
-        )
-        .map(|style| style.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar.set_position(done);
-        bar.reset_eta();
-        bar.set_message("0 errors · 0 tokens");
-        bar.enable_steady_tick(Duration::from_millis(250));
-        Self { bar }
-    }
-
-    fn update(&self, errors: usize, usage: Usage, cost: Option<f64>) {
-        self.bar.inc(1);
-        let cost = cost.map(|cost| format!(" · ~${cost:.2}")).unwrap_or_default();
-        self.bar
-            .set_message(format!("{errors} errors · {} tokens{cost}", human_tokens(usage.total())));
-    }
-
-    fn println(&self, message: &str) {
-        if self.bar.is_hidden() {
-            tracing::warn!("{message}");
-        } else {
-            self.bar.println(message);
-        }
-    }
-
-    fn finish(&self) {
-        self.bar.finish();
-    }
-}
-
-fn human_tokens(tokens: u64) -> String {
-    match tokens {
-        0..1_000 => tokens.to_string(),
-        1_000..1_000_000 => format!("{:.1}k", tokens as f64 / 1e3),
-        _ => format!("{:.2}M", tokens as f64 / 1e6),
     }
 }

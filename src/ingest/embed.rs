@@ -378,6 +378,20 @@ fn encode<'a>(
     Ok(bytes)
 }
 
+/// The memory part of an embedding cache file's `bytes` (provenance, dimension, units and their
+/// vectors) without the questions' vectors, so that an edited question leaves it unchanged;
+/// `None` when the file cannot be read as an embedding cache.
+pub fn memory_part(bytes: &[u8]) -> Option<Vec<u8>> {
+    let (mut header, floats) = decode(bytes).ok()?;
+    let rows: usize = header.units.iter().map(UnitHeader::rows).sum();
+    header.questions = None;
+    let mut memory = serde_json::to_vec(&header).ok()?;
+    for value in floats.get(..rows * header.dims)? {
+        memory.extend_from_slice(&value.to_le_bytes());
+    }
+    Some(memory)
+}
+
 fn decode(bytes: &[u8]) -> anyhow::Result<(FileHeader, Vec<f32>)> {
     if bytes.len() < 16 || &bytes[..8] != MAGIC {
         bail!("not an mragent embedding file (bad magic)");

@@ -194,6 +194,17 @@ where
             graph,
             embeddings,
             memgas: Some(MemgasMemory::new(index, self.embedder.clone())),
+            // Sessions without stored outputs (their build failed) keep every question of the
+            // conversation pending, as in `run`.
+            memory: crate::agent::MemoryStatus {
+                missing_sessions: stored
+                    .sessions
+                    .iter()
+                    .filter(|session| session.outputs.is_none())
+                    .map(|session| session.number)
+                    .collect(),
+                fingerprint: String::new(),
+            },
         })
     }
 }

@@ -199,8 +199,11 @@ async fn run_then_trace_then_eval_through_the_binary() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     let results = dir.path().join("result/locomo");
-    let files: Vec<_> =
-        std::fs::read_dir(&results).unwrap().map(|entry| entry.unwrap().path()).collect();
+    let files: Vec<_> = std::fs::read_dir(&results)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "jsonl"))
+        .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
     let lines: Vec<mragent::results::ResultLine> =
@@ -302,3 +305,5 @@ async fn env_example_copied_to_dot_env_parses() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
 }
+
+mod safety;

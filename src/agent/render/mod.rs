@@ -17,7 +17,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use self::timeline::render_timeline;
-use crate::agent::trace::{TraceEvent, read_trace};
+use crate::agent::trace::{TraceEvent, TraceRecord, read_trace};
 use crate::results::ResultLine;
 
 /// How to render.
@@ -66,7 +66,7 @@ pub fn render_trace(root: &Path, target: &str, options: &RenderOptions) -> anyho
         }
         match path {
             Some(path) => {
-                let records = read_trace(path)?;
+                let records = escape_records(read_trace(path)?)?;
                 render_timeline(&mut out, path, &records, options);
             }
             None => {
@@ -75,6 +75,46 @@ pub fn render_trace(root: &Path, target: &str, options: &RenderOptions) -> anyho
         }
     }
     Ok(out)
+}
+
+/// The records with every control character in their strings (ESC, BEL, OSC window titles,
+/// C1 controls; not newline or tab) made visible as `\u{…}`, so that model output never
+/// reaches the terminal as a control sequence.
+fn escape_records(records: Vec<TraceRecord>) -> anyhow::Result<Vec<TraceRecord>> {
+    records
+        .into_iter()
+        .map(|record| {
+            let mut value = serde_json::to_value(&record)?;
+            escape_strings(&mut value);
+            Ok(serde_json::from_value(value)?)
+        })
+        .collect()
+}
+
+fn escape_strings(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(text)
+            if text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') =>
+        {
+            *text = escape_control(text);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(escape_strings),
+        serde_json::Value::Object(map) => map.values_mut().for_each(escape_strings),
+        _ => {}
+    }
+}
+
+/// `text` with control characters other than newline and tab written as `\u{1b}`.
+pub fn escape_control(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Every trace file of `question_id` under `log/`, newest last.

@@ -74,7 +74,13 @@ pub fn mechanical_memory(
         embeddings.questions = questions;
     }
     let graph = build_graph(conversation, &rewrites, &keywords)?;
-    Ok(SampleMemory { conversation: conversation.clone(), graph, embeddings, memgas: None })
+    Ok(SampleMemory {
+        conversation: conversation.clone(),
+        graph,
+        embeddings,
+        memgas: None,
+        memory: Default::default(),
+    })
 }
 
 /// The longest content word, capitalised (first on ties); `Chat` when there is none.

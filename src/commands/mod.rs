@@ -9,11 +9,19 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory};
-use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs, RunCommandArgs};
+mod guard;
+mod manifest;
+mod run;
+
+pub use self::guard::{LockHolder, RunLock, host_name};
+pub use self::manifest::{Manifest, endpoint_host, sha256_hex};
+pub use self::run::{RunOutcome, memory_fingerprint, run, select_shard};
+
+use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs};
 use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
+use crate::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::{BuildSettings, BuildSummary, GranuleSummary};
 use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
 use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths};
@@ -149,7 +157,15 @@ pub async fn eval(
         }
         None => None,
     };
-    crate::eval::evaluate(&settings, judge.as_ref()).await
+    // The first refused key or unknown model stops the whole evaluation with one message; the
+    // judgements already made are cached and a rerun keeps them.
+    let latch = FatalLatch::new(models.key_variable);
+    let judge = judge.as_ref().map(|client| Latched::new(client, &latch, AfterFatal::Wait));
+    tokio::select! {
+        biased;
+        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
+        summary = crate::eval::evaluate(&settings, judge.as_ref()) => summary,
+    }
 }
 
 /// The build settings for the selected data and models.
@@ -249,147 +265,4 @@ pub fn retrieve(
             Some(BuildSettings::new(paths.root.join("data"), data.kind, &choice.alias, &choice.id));
     }
     crate::retrieval::eval::run_retrieval_eval(&settings)
-}
-
-/// The main job: build every selected conversation's memory (cached), index it for MemGAS, and
-/// answer its questions; Ctrl-C stops taking new questions and lets in-flight ones finish.
-pub async fn run(
-    paths: &ProjectPaths,
-    data: &DataSettings,
-    models: &ModelSettings,
-    args: &RunCommandArgs,
-    quiet: bool,
-    conversations: Vec<Conversation>,
-) -> anyhow::Result<RunSummary> {
-    let run = crate::settings::RunSettings::resolve(&args.run)?;
-    let build_settings = {
-        let mut settings = build_settings(paths, data, models, run.workers as u32);
-        settings.progress = !quiet;
-        settings
-    };
-    let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
-        .context("building the model client")?;
-    let embedder = api_embedder(models, &args.embed)?;
-    let built =
-        crate::ingest::build(&build_settings, &build_chat, &embedder, &conversations).await?;
-    if !built.is_complete() {
-        tracing::warn!(
-            failed = built.failed().count(),
-            "some sessions failed to build; their turns are missing from the memory until a rerun builds them"
-        );
-    }
-
-    let local = local_embedder(paths, args).await?;
-    let embedder_name = crate::llm::Embedder::name(&embedder).to_string();
-    let samples =
-        load_samples(paths, data, &build_settings, &embedder_name, local.as_ref(), conversations)
-            .await?;
-
-    let mut settings = AnswerSettings::new(
-        &paths.root,
-        data.kind,
-        &models.build_model.alias,
-        &models.answer_model.id,
-        &run.file,
-    );
-    settings.workers = run.workers;
-    settings.seed = args.seed;
-    settings.progress = !quiet;
-    settings.traces = !args.no_traces;
-    let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
-        .context("building the model client")?;
-    let stop = async {
-        // An error installing the handler means no Ctrl-C support; never stop early then.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        eprintln!("interrupted: finishing the questions in flight, starting no new ones");
-    };
-    crate::agent::answer_all(&settings, &samples, &answer_chat, &embedder, stop).await
-}
-
-/// The local embedder MemGAS indexes with, unless `--no-memgas`.
-async fn local_embedder(
-    paths: &ProjectPaths,
-    args: &RunCommandArgs,
-) -> anyhow::Result<Option<crate::embedding::LocalEmbedder>> {
-    if args.no_memgas {
-        return Ok(None);
-    }
-    let source = crate::embedding::ModelSource {
-        explicit_dir: args.embed_model_dir.clone(),
-        models_root: paths.root.join("data").join("models"),
-    };
-    let embedder = tokio::task::spawn_blocking(move || {
-        crate::embedding::LocalEmbedder::from_source(
-            &source,
-            crate::embedding::LocalEmbedderOptions::default(),
-        )
-    })
-    .await
-    .context("loading the local embedder")??;
-    Ok(Some(embedder))
-}
-
-/// Every conversation's memory from its finished build (`embedder_name` names the build's
-/// embedder), with a MemGAS index when a `local` embedder is given.
-async fn load_samples(
-    paths: &ProjectPaths,
-    data: &DataSettings,
-    build_settings: &BuildSettings,
-    embedder_name: &str,
-    local: Option<&crate::embedding::LocalEmbedder>,
-    conversations: Vec<Conversation>,
-) -> anyhow::Result<Vec<SampleMemory>> {
-    let cache = crate::retrieval::EmbeddingCache::new(
-        &paths.root.join("data"),
-        data.kind.as_str(),
-        crate::embedding::LOCAL_EMBEDDER_NAME,
-    );
-    let mut samples = Vec::with_capacity(conversations.len());
-    for conversation in conversations {
-        let memory = crate::ingest::load_memory(build_settings, embedder_name, &conversation)
-            .with_context(|| format!("loading the memory of {}", conversation.sample_id))?;
-        let memgas = match local {
-            Some(local) => {
-                let granules = crate::ingest::load_granules(build_settings, &conversation)?;
-                let units =
-                    crate::retrieval::eval::session_units(&conversation, None, granules.as_ref());
-                let index = crate::retrieval::build_index(
-                    units,
-                    local,
-                    Some((&cache, &conversation.sample_id)),
-                    crate::retrieval::IndexOptions::default(),
-                )
-                .await
-                .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
-                Some(MemgasMemory::new(index, local.clone()))
-            }
-            None => None,
-        };
-        let mut sample = SampleMemory::from_built(conversation, memory);
-        sample.memgas = memgas;
-        samples.push(sample);
-    }
-    Ok(samples)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ping_reply_must_say_what_was_asked() {
-        for good in ["42", "42.", "\"42\"", "The answer is 42", " 42\n"] {
-            assert_eq!(check_ping_reply(good), Ok(()), "{good}");
-        }
-        let prompt = crate::prompts::PING.render(&[]).unwrap();
-        let echo = check_ping_reply(&prompt).unwrap_err();
-        assert!(echo.contains("repeats the prompt"), "{echo}");
-        for bad in
-            ["OK", "", "420", "4 2", "Sure! Here is a long answer with many words and 42 in it."]
-        {
-            assert!(check_ping_reply(bad).is_err(), "{bad}");
-        }
-    }
 }
