@@ -80,36 +80,7 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             mragent::commands::own::serve(&paths, &args, env_var).await?;
             Ok(Outcome::Success)
         }
-        Command::Run(args) => {
-            let data = DataSettings::resolve(&paths, &args.data);
-            let models = ModelSettings::resolve(&args.model, env_var)?;
-            models.require_key()?;
-            let conversations = data.load()?;
-            let outcome =
-                mragent::commands::run(&paths, &data, &models, &args, quiet, conversations).await?;
-            if let Some(summary) = &outcome.summary {
-                println!("{summary}");
-                for file in &summary.result_files {
-                    println!("  {}", file.display());
-                }
-                if let Some(hint) = summary.resume_hint() {
-                    eprintln!("{hint}");
-                }
-            }
-            println!("manifest: {}", outcome.manifest.display());
-            match (outcome.error, outcome.exit_code) {
-                (Some(error), _) => Err(anyhow::anyhow!(error)),
-                (None, 0) => Ok(Outcome::Success),
-                (None, _) => {
-                    if outcome.summary.is_none() {
-                        eprintln!(
-                            "interrupted while building: finished sessions are cached; run the same command again to resume"
-                        );
-                    }
-                    Ok(Outcome::Partial)
-                }
-            }
-        }
+        Command::Run(args) => run(&args, &paths, quiet).await,
         Command::Trace(args) => {
             use std::io::IsTerminal as _;
             let options = mragent::agent::render::RenderOptions {
@@ -142,6 +113,41 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             println!("{}", summary.table());
             println!("written to {}", summary_dir(&paths, &summary).display());
             Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
+        }
+    }
+}
+
+/// `mragent run`: the main job, then its summary, result files, manifest and exit outcome.
+async fn run(
+    args: &mragent::cli::RunCommandArgs,
+    paths: &ProjectPaths,
+    quiet: bool,
+) -> anyhow::Result<Outcome> {
+    let data = DataSettings::resolve(paths, &args.data);
+    let models = ModelSettings::resolve(&args.model, env_var)?;
+    models.require_key()?;
+    let conversations = data.load()?;
+    let outcome = mragent::commands::run(paths, &data, &models, args, quiet, conversations).await?;
+    if let Some(summary) = &outcome.summary {
+        println!("{summary}");
+        for file in &summary.result_files {
+            println!("  {}", file.display());
+        }
+        if let Some(hint) = summary.resume_hint() {
+            eprintln!("{hint}");
+        }
+    }
+    println!("manifest: {}", outcome.manifest.display());
+    match (outcome.error, outcome.exit_code) {
+        (Some(error), _) => Err(anyhow::anyhow!(error)),
+        (None, 0) => Ok(Outcome::Success),
+        (None, _) => {
+            if outcome.summary.is_none() {
+                eprintln!(
+                    "interrupted while building: finished sessions are cached; run the same command again to resume"
+                );
+            }
+            Ok(Outcome::Partial)
         }
     }
 }
