@@ -117,16 +117,27 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
     }
 }
 
+/// What `run` and `build` both start from: dataset and model settings (the key required) and
+/// the selected conversations.
+fn load_job(
+    paths: &ProjectPaths,
+    data: &mragent::cli::DataArgs,
+    model: &mragent::cli::ModelArgs,
+) -> anyhow::Result<(DataSettings, ModelSettings, Vec<mragent::dataset::Conversation>)> {
+    let data = DataSettings::resolve(paths, data);
+    let models = ModelSettings::resolve(model, env_var)?;
+    models.require_key()?;
+    let conversations = data.load()?;
+    Ok((data, models, conversations))
+}
+
 /// `mragent run`: the main job, then its summary, result files, manifest and exit outcome.
 async fn run(
     args: &mragent::cli::RunCommandArgs,
     paths: &ProjectPaths,
     quiet: bool,
 ) -> anyhow::Result<Outcome> {
-    let data = DataSettings::resolve(paths, &args.data);
-    let models = ModelSettings::resolve(&args.model, env_var)?;
-    models.require_key()?;
-    let conversations = data.load()?;
+    let (data, models, conversations) = load_job(paths, &args.data, &args.model)?;
     let outcome = mragent::commands::run(paths, &data, &models, args, quiet, conversations).await?;
     if let Some(summary) = &outcome.summary {
         println!("{summary}");
@@ -157,10 +168,7 @@ async fn build(
     paths: &ProjectPaths,
     quiet: bool,
 ) -> anyhow::Result<Outcome> {
-    let data = DataSettings::resolve(paths, &args.data);
-    let models = ModelSettings::resolve(&args.model, env_var)?;
-    models.require_key()?;
-    let conversations = data.load()?;
+    let (data, models, conversations) = load_job(paths, &args.data, &args.model)?;
     let summary = tokio::select! {
         summary = mragent::commands::build(paths, &data, &models, &args.embed, args.workers, quiet, &conversations) => summary?,
         _ = tokio::signal::ctrl_c() => {
