@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::dataset::Question;
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
 
@@ -139,9 +140,10 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     );
 
     let progress = Progress::new(settings, (total - waiting_questions) as u64, resumed as u64);
-    let latch = FatalLatch::new(&settings.key_variable);
-    let model = Latched::new(model, &latch, AfterFatal::Fail);
-    let embedder = Latched::new(embedder, &latch, AfterFatal::Fail);
+    let latch = Arc::new(FatalLatch::default());
+    let key = &settings.key_variable;
+    let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
+    let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
     let shared = Shared::new(settings, &model, &embedder);
 
     // Set once `stop` resolves or the latch trips; checked before starting each question.
@@ -177,7 +179,7 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         pending: waiting_questions,
         pending_samples: waiting,
         interrupted: stopped.load(Ordering::SeqCst),
-        fatal: latch.cause().map(str::to_string),
+        fatal: latch.error().map(ToString::to_string),
         usage,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
@@ -226,7 +228,7 @@ impl Output<'_> {
                 line = finished.next() => line,
             };
             let Some(line) = line else { break };
-            if self.latch.cause().is_some() {
+            if self.latch.error().is_some() {
                 stopped.store(true, Ordering::SeqCst);
                 if line.status == Status::Error {
                     // Failed by the fatal error (or at the same time): left for the rerun.

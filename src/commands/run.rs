@@ -14,7 +14,7 @@ use super::{api_embedder, build_settings};
 use crate::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory};
 use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::BuildSettings;
 use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
 
@@ -192,12 +192,13 @@ async fn phases(
     };
     let mut build_settings = build_settings(paths, data, models, run.workers as u32);
     build_settings.progress = !quiet;
-    let latch = FatalLatch::new(models.key_variable);
+    let latch = Arc::new(FatalLatch::default());
     let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
         .context("building the model client")?;
     let embedder = api_embedder(models, &args.embed)?;
-    let latched_chat = Latched::new(&build_chat, &latch, AfterFatal::Wait);
-    let latched_embedder = Latched::new(&embedder, &latch, AfterFatal::Wait);
+    let key = models.key_variable;
+    let latched_chat = Latched::sharing(&build_chat, &latch, key, AfterFatal::Wait);
+    let latched_embedder = Latched::sharing(&embedder, &latch, key, AfterFatal::Wait);
     let built = tokio::select! {
         biased;
         cause = latch.tripped() => {

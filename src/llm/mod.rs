@@ -474,6 +474,28 @@ pub trait Embedder: Send + Sync {
     fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send;
 }
 
+impl<M: ChatModel> ChatModel for &M {
+    fn chat(
+        &self,
+        request: &ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
+        (**self).chat(request)
+    }
+
+    fn max_tokens(&self, step: Step) -> Option<u32> {
+        (**self).max_tokens(step)
+    }
+}
+
+impl<E: Embedder> Embedder for &E {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send {
+        (**self).embed(texts)
+    }
+}
+
 impl<M: ChatModel> ChatModel for std::sync::Arc<M> {
     fn chat(
         &self,
