@@ -56,6 +56,9 @@ pub struct RunSummary {
     pub fatal: Option<String>,
     /// Tokens of this run.
     pub usage: Usage,
+    /// Sessions left out of the memory because they have no turns, as `<sample> <field>`
+    /// ([`Conversation::empty_sessions`](crate::dataset::Conversation::empty_sessions)).
+    pub empty_sessions: Vec<String>,
     /// Retrieval steps of this run that fell back to a deterministic substitute for the
     /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
     /// its question's trace.
@@ -104,6 +107,14 @@ impl std::fmt::Display for RunSummary {
             self.usage.completion_tokens
         )?;
         write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
+        if !self.empty_sessions.is_empty() {
+            write!(
+                f,
+                "; {} empty sessions skipped ({})",
+                self.empty_sessions.len(),
+                self.empty_sessions.join(", ")
+            )?;
+        }
         if let Some(cost) = self.cost_usd {
             write!(f, " (about ${cost:.2})")?;
         }
@@ -181,6 +192,16 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         interrupted: stopped.load(Ordering::SeqCst),
         fatal: latch.error().map(ToString::to_string),
         usage,
+        empty_sessions: samples
+            .iter()
+            .flat_map(|sample| {
+                let conversation = &sample.conversation;
+                conversation
+                    .empty_sessions
+                    .iter()
+                    .map(|field| format!("{} {field}", conversation.sample_id))
+            })
+            .collect(),
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),

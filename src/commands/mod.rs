@@ -22,8 +22,8 @@ use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs};
 use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
-use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::{BuildSettings, BuildSummary, GranuleSummary};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
 use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths};
 

@@ -57,8 +57,6 @@ fn the_latch_keeps_the_first_fatal_error_per_model() {
     assert!(latch.check("vendor/model-x").is_err());
 }
 
-
-
 /// A model that fails every call with `status` and counts the calls that reach it.
 struct Failing {
     status: u16,
