@@ -192,16 +192,7 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         interrupted: stopped.load(Ordering::SeqCst),
         fatal: latch.error().map(ToString::to_string),
         usage,
-        empty_sessions: samples
-            .iter()
-            .flat_map(|sample| {
-                let conversation = &sample.conversation;
-                conversation
-                    .empty_sessions
-                    .iter()
-                    .map(|field| format!("{} {field}", conversation.sample_id))
-            })
-            .collect(),
+        empty_sessions: empty_sessions(samples),
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
@@ -212,6 +203,17 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         tracing::warn!("{hint}");
     }
     Ok(summary)
+}
+
+/// The sessions without turns of `samples`, as `<sample> <field>`.
+fn empty_sessions(samples: &[SampleMemory]) -> Vec<String> {
+    let conversations = samples.iter().map(|sample| &sample.conversation);
+    conversations
+        .flat_map(|conversation| {
+            let sample = &conversation.sample_id;
+            conversation.empty_sessions.iter().map(move |field| format!("{sample} {field}"))
+        })
+        .collect()
 }
 
 /// Where finished questions go.
