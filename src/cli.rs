@@ -133,6 +133,10 @@ pub struct ModelArgs {
     /// Send JSON Schemas as `response_format` (for models that support structured output).
     #[arg(long, env = "MRAGENT_STRUCTURED_OUTPUT")]
     pub structured_output: bool,
+    /// Never race a slow request with a second one. For a local server that is busy anyway:
+    /// a hedge doubles its load, and the tokens of the cancelled request are unknown to us.
+    #[arg(long, env = "MRAGENT_NO_HEDGE")]
+    pub no_hedge: bool,
 }
 
 /// Run tagging and concurrency.

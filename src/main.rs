@@ -148,6 +148,16 @@ async fn run(
             eprintln!("{hint}");
         }
     }
+    for (client, totals) in &outcome.endpoint_usage {
+        println!(
+            "endpoint {client}: {} requests ({} failed, {} hedges), {} prompt + {} completion tokens",
+            totals.requests,
+            totals.failed_requests,
+            totals.hedges,
+            totals.usage.prompt_tokens,
+            totals.usage.completion_tokens
+        );
+    }
     println!("manifest: {}", outcome.manifest.display());
     match (outcome.error, outcome.exit_code) {
         (Some(error), _) => Err(anyhow::anyhow!(error)),

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::dataset::Question;
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
 
@@ -55,6 +56,9 @@ pub struct RunSummary {
     pub fatal: Option<String>,
     /// Tokens of this run.
     pub usage: Usage,
+    /// Sessions left out of the memory because they have no turns, as `<sample> <field>`
+    /// ([`Conversation::empty_sessions`](crate::dataset::Conversation::empty_sessions)).
+    pub empty_sessions: Vec<String>,
     /// Retrieval steps of this run that fell back to a deterministic substitute for the
     /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
     /// its question's trace.
@@ -103,6 +107,14 @@ impl std::fmt::Display for RunSummary {
             self.usage.completion_tokens
         )?;
         write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
+        if !self.empty_sessions.is_empty() {
+            write!(
+                f,
+                "; {} empty sessions skipped ({})",
+                self.empty_sessions.len(),
+                self.empty_sessions.join(", ")
+            )?;
+        }
         if let Some(cost) = self.cost_usd {
             write!(f, " (about ${cost:.2})")?;
         }
@@ -139,9 +151,10 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     );
 
     let progress = Progress::new(settings, (total - waiting_questions) as u64, resumed as u64);
-    let latch = FatalLatch::new(&settings.key_variable);
-    let model = Latched::new(model, &latch, AfterFatal::Fail);
-    let embedder = Latched::new(embedder, &latch, AfterFatal::Fail);
+    let latch = Arc::new(FatalLatch::default());
+    let key = &settings.key_variable;
+    let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
+    let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
     let shared = Shared::new(settings, &model, &embedder);
 
     // Set once `stop` resolves or the latch trips; checked before starting each question.
@@ -177,8 +190,9 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         pending: waiting_questions,
         pending_samples: waiting,
         interrupted: stopped.load(Ordering::SeqCst),
-        fatal: latch.cause().map(str::to_string),
+        fatal: latch.error().map(ToString::to_string),
         usage,
+        empty_sessions: empty_sessions(samples),
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
@@ -189,6 +203,17 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         tracing::warn!("{hint}");
     }
     Ok(summary)
+}
+
+/// The sessions without turns of `samples`, as `<sample> <field>`.
+fn empty_sessions(samples: &[SampleMemory]) -> Vec<String> {
+    let conversations = samples.iter().map(|sample| &sample.conversation);
+    conversations
+        .flat_map(|conversation| {
+            let sample = &conversation.sample_id;
+            conversation.empty_sessions.iter().map(move |field| format!("{sample} {field}"))
+        })
+        .collect()
 }
 
 /// Where finished questions go.
@@ -226,7 +251,7 @@ impl Output<'_> {
                 line = finished.next() => line,
             };
             let Some(line) = line else { break };
-            if self.latch.cause().is_some() {
+            if self.latch.error().is_some() {
                 stopped.store(true, Ordering::SeqCst);
                 if line.status == Status::Error {
                     // Failed by the fatal error (or at the same time): left for the rerun.

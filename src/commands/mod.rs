@@ -5,6 +5,7 @@
 
 pub mod own;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -21,8 +22,8 @@ use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs};
 use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::{BuildSettings, BuildSummary, GranuleSummary};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
 use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths};
 
@@ -159,8 +160,10 @@ pub async fn eval(
     };
     // The first refused key or unknown model stops the whole evaluation with one message; the
     // judgements already made are cached and a rerun keeps them.
-    let latch = FatalLatch::new(models.key_variable);
-    let judge = judge.as_ref().map(|client| Latched::new(client, &latch, AfterFatal::Wait));
+    let latch = Arc::new(FatalLatch::default());
+    let judge = judge
+        .as_ref()
+        .map(|client| Latched::sharing(client, &latch, models.key_variable, AfterFatal::Wait));
     tokio::select! {
         biased;
         cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),

@@ -4,6 +4,7 @@
 //! exits at once (every finished question is already on disk). A refused key or an unknown
 //! model stops the run at the first such reply.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
@@ -14,8 +15,9 @@ use super::{api_embedder, build_settings};
 use crate::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory};
 use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::BuildSettings;
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::{Client, EmbedClient, UsageTotals};
 use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
 
 /// How a run ended.
@@ -29,6 +31,10 @@ pub struct RunOutcome {
     pub error: Option<String>,
     /// The manifest written beside the results.
     pub manifest: std::path::PathBuf,
+    /// What each client of the run sent to the endpoint, every attempt and failed requests
+    /// included (`build_chat`, `embeddings`, and `answer_chat` once answering started): the
+    /// figures to hold against the endpoint's own counts.
+    pub endpoint_usage: BTreeMap<String, UsageTotals>,
 }
 
 /// The conversations of shard `k` of `n`: every `n`-th one in dataset order, starting at `k`.
@@ -94,6 +100,7 @@ pub async fn run(
     };
     manifest.summary = outcome.summary.clone();
     manifest.error = outcome.error.clone();
+    manifest.endpoint_usage = outcome.endpoint_usage.clone();
     let status = match (&outcome.summary, outcome.exit_code) {
         (_, 1) => "failed",
         (Some(summary), _) if summary.interrupted => "interrupted",
@@ -128,6 +135,7 @@ fn describe(
     manifest.set("tokens_per_minute", models.tokens_per_minute);
     manifest.set("timeout_s", models.timeout.as_secs());
     manifest.set("structured_output", models.structured_output);
+    manifest.set("hedge", models.hedge);
     manifest.set("answer_prompts", crate::agent::answer_prompts_version());
     let samples: Vec<&str> = conversations.iter().map(|c| c.sample_id.as_str()).collect();
     manifest.set("samples", samples);
@@ -184,26 +192,28 @@ async fn phases(
     conversations: Vec<Conversation>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<RunOutcome> {
-    let outcome = |summary, exit_code, error| RunOutcome {
+    let mut build_settings = build_settings(paths, data, models, run.workers as u32);
+    build_settings.progress = !quiet;
+    let latch = Arc::new(FatalLatch::default());
+    let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
+        .context("building the model client")?;
+    let embedder = api_embedder(models, &args.embed)?;
+    let outcome = |summary, exit_code, error, answer_chat: Option<&Client>| RunOutcome {
         summary,
         exit_code,
         error,
         manifest: Default::default(),
+        endpoint_usage: endpoint_usage(&build_chat, &embedder, answer_chat),
     };
-    let mut build_settings = build_settings(paths, data, models, run.workers as u32);
-    build_settings.progress = !quiet;
-    let latch = FatalLatch::new(models.key_variable);
-    let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
-        .context("building the model client")?;
-    let embedder = api_embedder(models, &args.embed)?;
-    let latched_chat = Latched::new(&build_chat, &latch, AfterFatal::Wait);
-    let latched_embedder = Latched::new(&embedder, &latch, AfterFatal::Wait);
+    let key = models.key_variable;
+    let latched_chat = Latched::sharing(&build_chat, &latch, key, AfterFatal::Wait);
+    let latched_embedder = Latched::sharing(&embedder, &latch, key, AfterFatal::Wait);
     let built = tokio::select! {
         biased;
         cause = latch.tripped() => {
-            return Ok(outcome(None, 1, Some(format!("building stopped: {cause}"))));
+            return Ok(outcome(None, 1, Some(format!("building stopped: {cause}")), None));
         }
-        () = stopped(stop.clone()) => return Ok(outcome(None, 2, None)),
+        () = stopped(stop.clone()) => return Ok(outcome(None, 2, None, None)),
         built = crate::ingest::build(
             &build_settings,
             &latched_chat,
@@ -224,6 +234,29 @@ async fn phases(
         load_samples(paths, data, &build_settings, &embedder_name, local.as_ref(), conversations)
             .await?;
 
+    let settings = answer_settings(paths, data, models, args, run, quiet);
+    let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
+        .context("building the model client")?;
+    let summary =
+        crate::agent::answer_all(&settings, &samples, &answer_chat, &embedder, stopped(stop))
+            .await?;
+    let (exit_code, error) = match &summary.fatal {
+        Some(cause) => (1, Some(format!("answering stopped: {cause}"))),
+        None if summary.resume_hint().is_some() || summary.interrupted => (2, None),
+        None => (0, None),
+    };
+    Ok(outcome(Some(summary), exit_code, error, Some(&answer_chat)))
+}
+
+/// The answer phase's settings.
+fn answer_settings(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    models: &ModelSettings,
+    args: &RunCommandArgs,
+    run: &RunSettings,
+    quiet: bool,
+) -> AnswerSettings {
     let mut settings = AnswerSettings::new(
         &paths.root,
         data.kind,
@@ -236,17 +269,22 @@ async fn phases(
     settings.progress = !quiet;
     settings.traces = !args.no_traces;
     settings.key_variable = models.key_variable.to_string();
-    let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
-        .context("building the model client")?;
-    let summary =
-        crate::agent::answer_all(&settings, &samples, &answer_chat, &embedder, stopped(stop))
-            .await?;
-    let (exit_code, error) = match &summary.fatal {
-        Some(cause) => (1, Some(format!("answering stopped: {cause}"))),
-        None if summary.resume_hint().is_some() || summary.interrupted => (2, None),
-        None => (0, None),
-    };
-    Ok(outcome(Some(summary), exit_code, error))
+    settings
+}
+
+/// What each client sent (see [`RunOutcome::endpoint_usage`]).
+fn endpoint_usage(
+    build_chat: &Client,
+    embedder: &EmbedClient,
+    answer_chat: Option<&Client>,
+) -> BTreeMap<String, UsageTotals> {
+    let mut usage = BTreeMap::new();
+    usage.insert("build_chat".to_string(), build_chat.usage());
+    usage.insert("embeddings".to_string(), embedder.usage());
+    if let Some(answer_chat) = answer_chat {
+        usage.insert("answer_chat".to_string(), answer_chat.usage());
+    }
+    usage
 }
 
 /// Fingerprint of a sample's memory: SHA-256 over its three stage cache files (their names and

@@ -121,6 +121,7 @@ impl StoredConversation {
             dataset: DatasetKind::Own,
             speakers,
             sessions,
+            empty_sessions: Vec::new(),
             questions: Vec::new(),
         }
     }

@@ -301,6 +301,18 @@ async fn answers_a_fixture_conversation_end_to_end() {
     assert_eq!(bench.lines("conv-7").len(), 9);
 }
 
+/// Sessions the dataset gives without turns are counted and named in the run's summary.
+#[tokio::test]
+async fn the_run_summary_names_sessions_without_turns() {
+    let bench = Bench::new(AgentScript::default()).await;
+    let mut memory = mechanical_memory(&fixture(), true).unwrap();
+    memory.conversation.empty_sessions = vec!["conversation.session_4".into()];
+    let summary = bench.run(&[memory]).await;
+    assert_eq!(summary.empty_sessions, ["conv-7 conversation.session_4"]);
+    let text = summary.to_string();
+    assert!(text.contains("; 1 empty sessions skipped (conv-7 conversation.session_4)"), "{text}");
+}
+
 #[tokio::test]
 async fn trace_renders_a_question_and_a_result_file() {
     let bench = Bench::new(AgentScript::default()).await;

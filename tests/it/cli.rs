@@ -134,6 +134,41 @@ async fn build_command_builds_a_conversation_then_resumes_from_cache() {
     assert_eq!(server.request_count(), first, "a rerun must not ask the model again");
 }
 
+/// A session without turns is counted and named in the build's report, not only logged.
+#[tokio::test]
+async fn build_counts_and_names_sessions_without_turns() {
+    let server = ScriptedServer::with_responder(crate::ingest::responder(|_| None)).await.unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ingest/tiny_conversation.json");
+    let mut samples: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let conversation = samples[0]["conversation"].as_object_mut().unwrap();
+    conversation.insert("session_9_date_time".into(), "1:00 pm on 1 June, 2023".into());
+    conversation.insert("session_9".into(), serde_json::json!([]));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("with_empty_session.json");
+    std::fs::write(&file, samples.to_string()).unwrap();
+    let args = [
+        "build",
+        "--data-file",
+        file.to_str().unwrap(),
+        "--base-url",
+        server.base_url(),
+        "--model",
+        "local/tiny",
+        "-q",
+    ];
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("3 sessions (0 from cache), 1 empty sessions skipped"), "{stdout}");
+    let sample = samples[0]["sample_id"].as_str().unwrap();
+    assert!(
+        stdout.contains(&format!("skipped: {sample} conversation.session_9: no turns")),
+        "{stdout}"
+    );
+}
+
 #[tokio::test]
 async fn retrieve_command_runs_offline_and_writes_its_tables() {
     let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
