@@ -69,6 +69,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     }
     let fallbacks = trace.fallbacks();
     shared.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
+    let calls = trace.calls();
     trace.record(TraceEvent::Finish {
         status,
         prediction: prediction.clone(),
@@ -79,6 +80,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         usage,
         latency_ms,
         fallbacks,
+        retries: calls.retries,
+        hedges: calls.hedges,
     });
     ResultLine {
         question_id: question.id.clone(),

@@ -16,7 +16,7 @@ use crate::agent::tools::{
     Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState, finish_event_keywords,
     memgas_result,
 };
-use crate::agent::trace::{TraceEvent, TraceWriter, rejected_excerpt};
+use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, rejected_excerpt};
 use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolChoice, Usage};
 use crate::prompts;
@@ -111,6 +111,7 @@ async fn call_model<M: ChatModel>(
             message: Some(response.message.clone()),
             finish_reason: response.finish_reason.clone(),
             error: None,
+            calls: response.calls.clone(),
             usage: response.usage,
             ms,
         }),
@@ -119,6 +120,7 @@ async fn call_model<M: ChatModel>(
             message: None,
             finish_reason: None,
             error: Some(error.to_string()),
+            calls: failed_call(error),
             usage: Usage::default(),
             ms,
         }),
