@@ -25,6 +25,9 @@ use crate::memory::MemoryGraph;
 use crate::retrieval::{IndexError, IndexOptions, MemoryIndex};
 use crate::store::{StoredConversation, StoredOutputs};
 
+/// Vectors by id, in order.
+type IdVectors = Vec<(String, Vec<f32>)>;
+
 /// The memory graph and stage-3 vectors `ask` needs, or why the graph could not be built.
 pub(super) type AskMemory = Result<(MemoryGraph, SampleEmbeddings), String>;
 
@@ -76,7 +79,7 @@ fn build_ask_memory(stored: &StoredConversation, embedder: &str) -> AskMemory {
     let keywords: Vec<_> = built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
     let graph = crate::memory::build_graph(&stored.to_conversation(), &rewrites, &keywords)
         .map_err(|error| format!("building the memory graph: {error}"))?;
-    let vectors = |pick: fn(&StoredOutputs) -> &Vec<(String, Vec<f32>)>| {
+    let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
         built.iter().flat_map(|outputs| pick(outputs).iter().cloned()).collect::<IndexMap<_, _>>()
     };
     let sentences = vectors(|outputs| &outputs.sentence_vectors);
