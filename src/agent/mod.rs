@@ -10,7 +10,8 @@
 //! Layout (the `use crate::agent::…` graph has no cycles; `ids` is the leaf everything may use):
 //! - `pool`: [`answer_all`], the worker pool, result appending, progress, [`RunSummary`];
 //! - `answer`: one question end to end (trace, retrieval, loop, result line);
-//! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS);
+//! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS),
+//!   which reports each round to `events` when the caller asks for it;
 //! - `run`: the sans-IO loop state machine and the final-answer contract;
 //! - `tools`: the closed tool set (schemas, parsing, execution);
 //! - `retrieve`: pre-loop retrieval, one file per step;
@@ -28,6 +29,7 @@
 //! concurrently. Concurrent work records into trace branches merged in call order.
 
 mod answer;
+pub mod events;
 pub mod ids;
 mod pool;
 mod progress;

@@ -95,7 +95,7 @@ impl Analyzer {
 }
 
 /// A growing BM25 index; documents are numbered in insertion order.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Bm25Index {
     params: Bm25Params,
     analyzer: Analyzer,

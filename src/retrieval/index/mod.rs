@@ -47,6 +47,7 @@ struct TurnEntry {
 }
 
 /// The memory of one conversation at every granularity.
+#[derive(Clone)]
 pub struct MemoryIndex {
     options: IndexOptions,
     dims: Option<usize>,
