@@ -58,6 +58,7 @@ impl<'a> Embedding<'a> {
         let batching = Batching { size: BATCH, flush_every: FLUSH_EVERY, stop: self.stop };
         let Self { settings, cache, embedder, progress, .. } = self;
         let mut embedded_seconds = 0.0;
+        let mut embedded_texts = 0;
         let outcome = cache.get_or_embed_batched(
             bucket,
             texts,
@@ -71,14 +72,16 @@ impl<'a> Embedding<'a> {
                 let vectors = model.embed_blocking(batch)?;
                 let seconds = started.elapsed().as_secs_f64();
                 embedded_seconds += seconds;
+                embedded_texts += batch.len();
                 progress.embedded(batch.len(), seconds);
                 Ok(vectors)
             },
             |_| {},
         )?;
         timings.embed_seconds += embedded_seconds;
+        // Counted per batch, so a stopped run reports what it embedded too.
+        timings.texts_embedded += embedded_texts;
         Ok(outcome.map(|(vectors, embedded)| {
-            timings.texts_embedded += embedded;
             timings.texts_cached += texts.len() - embedded;
             progress.cached(texts.len() - embedded);
             vectors
