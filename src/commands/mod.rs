@@ -236,16 +236,21 @@ pub async fn build_granules(
     crate::ingest::build_granules(&settings, &chat, conversations).await
 }
 
-/// Evaluate retrieval methods offline with the local embedder.
+/// Evaluate retrieval methods offline with the local embedder; stops (writing the tables of the
+/// conversations finished) when `stop` is set.
 pub fn retrieve(
     paths: &ProjectPaths,
     data: &DataSettings,
     args: &RetrieveArgs,
+    quiet: bool,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
     use crate::retrieval::Method;
     let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
     settings.data_path = data.file.clone();
     settings.samples = data.sample.iter().cloned().collect();
+    retrieve_selection(data, &mut settings)?;
+    settings.progress = !quiet;
     settings.embed_model_dir = args.embed_model_dir.clone();
     settings.embed_threads = args.embed_threads;
     settings.llm_units = args.llm_units.clone();
@@ -267,5 +272,34 @@ pub fn retrieve(
         settings.granules =
             Some(BuildSettings::new(paths.root.join("data"), data.kind, &choice.alias, &choice.id));
     }
-    crate::retrieval::eval::run_retrieval_eval(&settings)
+    crate::retrieval::eval::run_retrieval_eval_until(&settings, stop)
+}
+
+/// The dataset flags `run` shares with `retrieve`: honoured where they mean something for
+/// retrieval, refused with the reason where they do not (never silently ignored).
+fn retrieve_selection(
+    data: &DataSettings,
+    settings: &mut crate::retrieval::eval::RetrieveSettings,
+) -> anyhow::Result<()> {
+    if data.lm_batch != 1 {
+        anyhow::bail!(
+            "--lm-batch groups sessions into one LLM rewrite call in `build`/`run`; `retrieve` calls no LLM, so it has no effect here: drop it"
+        );
+    }
+    if data.kind == DatasetKind::Locomo {
+        if data.question_type.is_some() {
+            anyhow::bail!(
+                "--ca selects a LongMemEval question type; LoCoMo questions have categories, not types: drop --ca or use --data LM"
+            );
+        }
+        if data.drop_assistant_turns {
+            anyhow::bail!(
+                "--drop-assistant-turns is for LongMemEval (user/assistant sessions); LoCoMo has two human speakers: drop it or use --data LM"
+            );
+        }
+    }
+    settings.question_type =
+        data.question_type.map(crate::dataset::LongMemEvalType::from_ca_index).transpose()?;
+    settings.drop_assistant_turns = data.drop_assistant_turns;
+    Ok(())
 }

@@ -23,6 +23,7 @@
 //! `gmm`, `ppr`, `router`, `metrics`, `bm25`, `dates`, `graph` and `index` are synchronous, pure
 //! and deterministic; only `cache` and `eval` touch the filesystem.
 
+pub mod ann;
 pub mod bm25;
 pub mod build;
 pub mod cache;
@@ -40,10 +41,15 @@ pub mod vector;
 pub use bm25::Bm25Params;
 pub use build::build_index;
 pub use cache::EmbeddingCache;
-pub use eval::{MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval};
+pub use eval::{
+    MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval,
+    run_retrieval_eval_until,
+};
 pub use index::{
-    FusionOptions, IndexError, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex, Method,
-    Normalisation, Ranking, Scored, SessionHit, TurnHit, TurnRouting,
+    FusionOptions, IndexError, IndexNeeds, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex,
+    Method, Normalisation, Ranking, Scored, SessionHit, TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
-pub use units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};
+pub use units::{
+    Granularity, SessionUnits, SessionVectors, TurnUnit, UnitTextOptions, UnitVectors, VectorNeeds,
+};

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::retrieval::ann::AnnOptions;
 use crate::retrieval::bm25::Bm25Params;
 use crate::retrieval::graph::GraphOptions;
 use crate::retrieval::router::RouterFormula;
@@ -186,6 +187,9 @@ pub struct IndexOptions {
     pub fusion: FusionOptions,
     /// BM25 parameters (turn and session indexes).
     pub bm25: Bm25Params,
+    /// When dense turn retrieval turns approximate (large memories only).
+    #[serde(default)]
+    pub ann: AnnOptions,
 }
 
 impl Default for IndexOptions {
@@ -197,6 +201,7 @@ impl Default for IndexOptions {
             memgas: MemgasOptions::default(),
             fusion: FusionOptions::default(),
             bm25: Bm25Params::default(),
+            ann: AnnOptions::default(),
         }
     }
 }
