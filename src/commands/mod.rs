@@ -239,6 +239,24 @@ pub fn retrieve(
     data: &DataSettings,
     args: &RetrieveArgs,
 ) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
+    crate::retrieval::eval::run_retrieval_eval(&retrieve_settings(paths, data, args)?)
+}
+
+/// `retrieve --folds`: leave-one-conversation-out tuning and held-out scores.
+pub fn retrieve_folds(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+) -> anyhow::Result<crate::retrieval::eval::FoldsOutcome> {
+    crate::retrieval::eval::run_retrieval_folds(&retrieve_settings(paths, data, args)?)
+}
+
+/// The settings of `retrieve` from its arguments.
+fn retrieve_settings(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+) -> anyhow::Result<crate::retrieval::eval::RetrieveSettings> {
     use crate::retrieval::Method;
     let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
     settings.data_path = data.file.clone();
@@ -264,5 +282,5 @@ pub fn retrieve(
         settings.granules =
             Some(BuildSettings::new(paths.root.join("data"), data.kind, &choice.alias, &choice.id));
     }
-    crate::retrieval::eval::run_retrieval_eval(&settings)
+    Ok(settings)
 }

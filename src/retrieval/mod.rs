@@ -43,7 +43,7 @@ pub use cache::EmbeddingCache;
 pub use eval::{MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval};
 pub use index::{
     FusionOptions, IndexError, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex, Method,
-    Normalisation, Ranking, Scored, SessionHit, TurnHit, TurnRouting,
+    Normalisation, Ranking, Scored, SessionAggregate, SessionHit, TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
 pub use units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};

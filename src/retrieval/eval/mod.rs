@@ -6,6 +6,7 @@
 //! `eval/<dataset>/retrieve/`: `summary.md` (the tables), `summary.json` (all aggregates) and
 //! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
 
+pub mod folds;
 mod markdown;
 mod run;
 
@@ -17,6 +18,7 @@ use anyhow::Context;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+pub use folds::{FoldsOutcome, run_retrieval_folds};
 pub use markdown::render_markdown;
 pub use run::session_units;
 
