@@ -237,7 +237,9 @@ impl Tally {
 }
 
 /// Average metrics per category, in category order, keyed by category label.
-pub(super) fn by_category(questions: &[(Category, QuestionMetrics)]) -> IndexMap<String, MetricTable> {
+pub(super) fn by_category(
+    questions: &[(Category, QuestionMetrics)],
+) -> IndexMap<String, MetricTable> {
     let mut categories: Vec<&Category> = questions.iter().map(|(c, _)| c).collect();
     categories.sort();
     categories.dedup();

@@ -42,10 +42,8 @@ pub(super) fn select_greedy(candidates: &Candidates, diversity: f64, coverage: f
     let mut left: Vec<usize> = (0..n).collect();
     while !left.is_empty() {
         let gain = |c: usize| {
-            let redundancy = chosen
-                .iter()
-                .map(|&s| candidates.redundancy[c][s])
-                .fold(0.0f64, f64::max);
+            let redundancy =
+                chosen.iter().map(|&s| candidates.redundancy[c][s]).fold(0.0f64, f64::max);
             let new: f64 = (0..n_aspects)
                 .filter(|&t| candidates.covers[c][t] && !covered[t])
                 .map(|t| candidates.aspect_weights[t])

@@ -4,8 +4,8 @@
 use super::options::{FusionOptions, Normalisation};
 use super::ranking::Ranking;
 use super::{MemoryIndex, ranked};
-use crate::retrieval::router::rank_descending;
 use crate::retrieval::dates::{date_affinity, month_mentions, session_month};
+use crate::retrieval::router::rank_descending;
 
 /// The query-level inputs of one fusion pass.
 struct Channels<'a> {
@@ -133,7 +133,13 @@ impl MemoryIndex {
     }
 
     /// Rocchio feedback: `query + weight · mean(best `n` turns' vectors)`, L2-normalised.
-    fn feedback_query(&self, query: &[f32], turn_scores: &[f64], n: usize, weight: f64) -> Vec<f32> {
+    fn feedback_query(
+        &self,
+        query: &[f32],
+        turn_scores: &[f64],
+        n: usize,
+        weight: f64,
+    ) -> Vec<f32> {
         let top: Vec<usize> = rank_descending(turn_scores).into_iter().take(n).collect();
         let mut moved: Vec<f64> = query.iter().map(|&x| f64::from(x)).collect();
         for &turn in &top {

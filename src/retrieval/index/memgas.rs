@@ -52,7 +52,8 @@ impl MemoryIndex {
             // Only an empty index gets here (select_seeds never returns an all-zero vector).
             Err(_) => vec![0.0; self.nodes.len()],
         };
-        let session_scores = self.session_mass(&mass, &granularities, &weights, options.session_score);
+        let session_scores =
+            self.session_mass(&mass, &granularities, &weights, options.session_score);
         let turn_scores: Vec<f64> = self.turns.iter().map(|t| mass[t.node]).collect();
         Ranking {
             sessions: ranked(&session_scores),

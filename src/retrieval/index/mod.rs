@@ -9,8 +9,8 @@
 //!
 //! No IO, no model calls: callers embed the units and the query (see [`super::SessionUnits`]).
 
-mod dense;
 mod coverage;
+mod dense;
 mod fusion;
 mod lexical;
 mod memgas;
@@ -18,7 +18,8 @@ mod options;
 mod ranking;
 
 pub use options::{
-    FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, SessionAggregate, TurnRouting,
+    FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, SessionAggregate,
+    TurnRouting,
 };
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
 

@@ -88,7 +88,13 @@ fn memgas_ranks_by_pagerank_mass_with_router_weights() {
     let mut top_two = session_order(&ranking, &index)[..2].to_vec();
     top_two.sort();
     assert_eq!(top_two, ["D2", "D4"]);
-    // All 12 nodes are seeds (fewer than α = 15), so PageRank mass sums to 1 over sessions.
+    // All 12 nodes are seeds (fewer than α = 15), so with the research code's sum per session
+    // PageRank mass sums to 1 over sessions.
+    let mut options = IndexOptions::default();
+    options.memgas.session_score = SessionAggregate::Sum;
+    let mut summed = index;
+    summed.set_query_options(&options);
+    let ranking = summed.rank(Method::Memgas, "", &vector(1.54, 0.1)).unwrap();
     let mass: f64 = ranking.sessions.iter().map(|hit| hit.score).sum();
     assert!((mass - 1.0).abs() < 1e-9);
 }

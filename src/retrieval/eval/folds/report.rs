@@ -17,6 +17,7 @@ use crate::retrieval::eval::run::{
 use crate::retrieval::eval::{RetrieveSettings, Timings, session_units};
 use crate::retrieval::index::Method;
 use crate::retrieval::metrics::{Evidence, MetricTable};
+use crate::retrieval::units::Granularity;
 
 /// An untuned method scored with its defaults on every conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,7 +86,13 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
     let folds_started = Instant::now();
     let mut tuned = Vec::new();
     let mut untuned = Vec::new();
+    let has_llm_units =
+        prepared.iter().all(|p| p.index.granularities().contains(&Granularity::Summary));
     for &method in &settings.methods {
+        let needs_llm_units = matches!(method, Method::Summary | Method::Keyword | Method::Hybrid);
+        if needs_llm_units && !has_llm_units {
+            continue;
+        }
         if axes(method).is_empty() {
             let scores = evaluate(&mut prepared, method, &settings.index);
             let overall = MetricTable::average(scores.iter().flatten().map(|(_, m)| m));

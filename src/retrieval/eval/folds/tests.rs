@@ -4,8 +4,8 @@ use super::*;
 
 #[test]
 fn start_point_finds_the_defaults_on_each_axis() {
-    let base = IndexOptions::default();
     for method in [Method::Fusion, Method::Memgas] {
+        let base = fold_start(method, &IndexOptions::default());
         let axes = axes(method);
         let start = start_point(&axes, &base);
         let mut rebuilt = base;
