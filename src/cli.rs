@@ -284,6 +284,11 @@ pub struct RetrieveArgs {
     /// Summary/keyword units from a JSON file `{sample: {session: {"summary", "keywords"}}}`.
     #[arg(long)]
     pub llm_units: Option<PathBuf>,
+    /// Leave-one-conversation-out: choose every tuned setting of fusion and MemGAS on the other
+    /// conversations, score the held-out one, and print the pooled held-out table
+    /// (`eval/<dataset>/retrieve/folds.md`).
+    #[arg(long)]
+    pub folds: bool,
 }
 
 /// `mragent run`.

@@ -96,6 +96,17 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             );
             Ok(Outcome::Success)
         }
+        Command::Retrieve(args) if args.folds => {
+            let data = DataSettings::resolve(&paths, &args.data);
+            let outcome = tokio::task::spawn_blocking(move || {
+                mragent::commands::retrieve_folds(&paths, &data, &args, quiet)
+            })
+            .await
+            .context("the retrieval task failed")??;
+            println!("{}", outcome.markdown);
+            println!("written to {}", outcome.markdown_path.display());
+            Ok(Outcome::Success)
+        }
         Command::Retrieve(args) => retrieve(args, paths, quiet).await,
         Command::Eval(args) => {
             let settings = ModelSettings::resolve(&args.model, env_var)?;

@@ -245,6 +245,29 @@ pub fn retrieve(
     quiet: bool,
     stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
+    crate::retrieval::eval::run_retrieval_eval_until(
+        &retrieve_settings(paths, data, args, quiet)?,
+        stop,
+    )
+}
+
+/// `retrieve --folds`: leave-one-conversation-out tuning and held-out scores.
+pub fn retrieve_folds(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+    quiet: bool,
+) -> anyhow::Result<crate::retrieval::eval::FoldsOutcome> {
+    crate::retrieval::eval::run_retrieval_folds(&retrieve_settings(paths, data, args, quiet)?)
+}
+
+/// The settings of `retrieve` from its arguments.
+fn retrieve_settings(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+    quiet: bool,
+) -> anyhow::Result<crate::retrieval::eval::RetrieveSettings> {
     use crate::retrieval::Method;
     let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
     settings.data_path = data.file.clone();
@@ -272,7 +295,7 @@ pub fn retrieve(
         settings.granules =
             Some(BuildSettings::new(paths.root.join("data"), data.kind, &choice.alias, &choice.id));
     }
-    crate::retrieval::eval::run_retrieval_eval_until(&settings, stop)
+    Ok(settings)
 }
 
 /// The dataset flags `run` shares with `retrieve`: honoured where they mean something for

@@ -7,6 +7,7 @@
 //! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
 
 mod embed;
+pub mod folds;
 mod markdown;
 mod progress;
 mod run;
@@ -20,6 +21,7 @@ use anyhow::Context;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+pub use folds::{FoldsOutcome, run_retrieval_folds};
 pub use markdown::render_markdown;
 pub use run::session_units;
 

@@ -26,6 +26,8 @@ struct QuestionLine<'a> {
     top_sessions: Vec<String>,
     top_turns: Option<Vec<String>>,
     metrics: &'a QuestionMetrics,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    router_weights: Vec<(Granularity, f64)>,
 }
 
 /// The `--llm-units` file, or no units.
@@ -152,6 +154,7 @@ impl Tally {
                 top_sessions: sessions.into_iter().take(10).collect(),
                 top_turns: turns.map(|turns| turns.into_iter().take(10).collect()),
                 metrics: &metrics,
+                router_weights: ranking.router_weights.clone(),
             };
             serde_json::to_writer(&mut self.method_lines[slot], &line)?;
             self.method_lines[slot].push(b'\n');
@@ -218,7 +221,9 @@ impl Tally {
 }
 
 /// Average metrics per category, in category order, keyed by category label.
-fn by_category(questions: &[(Category, QuestionMetrics)]) -> IndexMap<String, MetricTable> {
+pub(super) fn by_category(
+    questions: &[(Category, QuestionMetrics)],
+) -> IndexMap<String, MetricTable> {
     let mut categories: Vec<&Category> = questions.iter().map(|(c, _)| c).collect();
     categories.sort();
     categories.dedup();

@@ -9,6 +9,7 @@
 //!
 //! No IO, no model calls: callers embed the units and the query (see [`super::SessionUnits`]).
 
+mod coverage;
 mod dense;
 mod fusion;
 mod lexical;
@@ -18,7 +19,10 @@ mod options;
 mod ranking;
 
 pub use needs::IndexNeeds;
-pub use options::{FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, TurnRouting};
+pub use options::{
+    FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, SessionAggregate,
+    TurnRouting,
+};
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
 
 use serde::{Deserialize, Serialize};
@@ -96,6 +100,17 @@ impl MemoryIndex {
     /// The options the index was built with.
     pub fn options(&self) -> &IndexOptions {
         &self.options
+    }
+
+    /// Replace the query-time options (method, MemGAS, fusion, BM25 k1/b) and keep what was
+    /// built (units, graph, lexical postings): a sweep ranks one index under many settings.
+    pub fn set_query_options(&mut self, options: &IndexOptions) {
+        self.options.query_method = options.query_method;
+        self.options.memgas = options.memgas;
+        self.options.fusion = options.fusion;
+        self.options.bm25 = options.bm25;
+        self.bm25_turns.set_params(options.bm25);
+        self.bm25_sessions.set_params(options.bm25);
     }
 
     /// Append a session (the next one in time): its units become graph nodes linked to earlier
