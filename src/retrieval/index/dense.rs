@@ -95,19 +95,19 @@ impl MemoryIndex {
         {
             return Ok(());
         }
-        let from = match &self.turn_ann {
-            Some(_) => first_turn,
-            None => {
+        // A clone of the index (the own-data cache extends a copy) shares the ANN graph; the
+        // copy being extended rebuilds its own from every turn instead of touching the shared one.
+        let (mut ann, from) = match self.turn_ann.take().map(std::sync::Arc::try_unwrap) {
+            Some(Ok(ann)) => (ann, first_turn),
+            _ => {
                 let dims = self.dims.unwrap_or_default();
-                self.turn_ann = Some(AnnIndex::new(dims, &options).map_err(IndexError::from)?);
-                0
+                (AnnIndex::new(dims, &options).map_err(IndexError::from)?, 0)
             }
         };
-        if let Some(ann) = self.turn_ann.as_mut() {
-            for turn in from..self.turns.len() {
-                ann.add(turn, &self.vectors[self.turns[turn].node]).map_err(IndexError::from)?;
-            }
+        for turn in from..self.turns.len() {
+            ann.add(turn, &self.vectors[self.turns[turn].node]).map_err(IndexError::from)?;
         }
+        self.turn_ann = Some(std::sync::Arc::new(ann));
         Ok(())
     }
 

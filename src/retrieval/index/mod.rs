@@ -70,7 +70,7 @@ pub struct MemoryIndex {
     bm25_sessions: Bm25Index,
     /// Approximate nearest neighbours over turn vectors, once there are
     /// [`AnnOptions::threshold`](crate::retrieval::ann::AnnOptions) turns (keyed by turn index).
-    turn_ann: Option<AnnIndex>,
+    turn_ann: Option<std::sync::Arc<AnnIndex>>,
 }
 
 impl MemoryIndex {

@@ -9,13 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{FoldsReport, Prepared, axes, evaluate, run_folds};
 use crate::dataset::{self, LoadOptions};
-use crate::embedding::LOCAL_EMBEDDER_NAME;
-use crate::retrieval::cache::EmbeddingCache;
-use crate::retrieval::eval::run::{
-    Tally, build_index, embed_questions, load_embedder, read_llm_units,
-};
+use crate::retrieval::eval::embed::Embedding;
+use crate::retrieval::eval::run::{Tally, read_llm_units};
 use crate::retrieval::eval::{RetrieveSettings, Timings, session_units};
-use crate::retrieval::index::Method;
+use crate::retrieval::index::{IndexNeeds, Method};
 use crate::retrieval::metrics::{Evidence, MetricTable};
 use crate::retrieval::units::Granularity;
 
@@ -63,17 +60,19 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
     anyhow::ensure!(conversations.len() >= 2, "--folds needs at least two conversations");
     let llm_units = read_llm_units(settings)?;
     let mut timings = Timings::default();
-    let embedder = load_embedder(settings, &mut timings)?;
-    let cache =
-        EmbeddingCache::new(&settings.data_dir, settings.dataset.as_str(), LOCAL_EMBEDDER_NAME);
+    let needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
+    // Folds have no stop of their own (they run from the cache in about a minute).
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let mut embedding = Embedding::new(settings, needs, &conversations, &never);
     let mut tally = Tally::new(0);
     let mut prepared = Vec::new();
     for conversation in &conversations {
         let granules = tally.granules(settings, conversation)?;
         let units =
             session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
-        let index = build_index(settings, conversation, &units, &embedder, &cache, &mut timings)?;
-        let vectors = embed_questions(conversation, &embedder, &cache, &mut timings)?;
+        let stopped = || anyhow::anyhow!("embedding stopped");
+        let index = embedding.index(conversation, &units, &mut timings)?.ok_or_else(stopped)?;
+        let vectors = embedding.questions(conversation, &mut timings)?.ok_or_else(stopped)?;
         let questions = conversation
             .questions
             .iter()
@@ -82,6 +81,7 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
             .collect();
         prepared.push(Prepared { index, questions });
     }
+    embedding.finish();
     let names: Vec<String> = conversations.iter().map(|c| c.sample_id.clone()).collect();
     let folds_started = Instant::now();
     let mut tuned = Vec::new();
