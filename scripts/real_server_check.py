@@ -17,6 +17,7 @@ TOKENS_LINE = re.compile(r"^tokens: (\d+) prompt \+ (\d+) completion")
 ENDPOINT_LINE = re.compile(
     r"^endpoint (\S+): (\d+) requests \((\d+) failed, (\d+) hedges\), (\d+) prompt \+ (\d+) completion tokens"
 )
+TRACE_EVENT = re.compile(r"^\s+[\d.]+s\s+(rejected|fallback) ")
 HEADLINE = re.compile(r"(\d+) empty sessions skipped, (\d+) failed units")
 
 
@@ -91,6 +92,13 @@ def check_pass(directory, problems):
         figures["answers"] = {key: summary.get(key) for key in ("total", "answered", "errors", "remaining", "pending", "fallbacks")}
         figures["answers"]["empty_sessions"] = len(summary.get("empty_sessions", []))
         figures["answers"]["tokens"] = [summary["usage"]["prompt_tokens"], summary["usage"]["completion_tokens"]]
+        # Every fallback of the summary is a record in some trace; rejected replies (re-asked
+        # with the validator's message) are counted from the traces.
+        events = [match[1] for line in read(f"{directory}/trace.out").splitlines()
+                  if (match := TRACE_EVENT.match(line))]
+        figures["answers"]["rejected_replies_in_traces"] = events.count("rejected")
+        if lines and events.count("fallback") != summary["fallbacks"]:
+            problems.append(f"{name}: {summary['fallbacks']} fallbacks counted, {events.count('fallback')} in the traces")
 
     # Server counters after each command (older work directories only have before/after).
     snapshots = {}
