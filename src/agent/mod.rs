@@ -48,5 +48,7 @@ pub mod tools;
 pub mod trace;
 
 pub use self::pool::{PendingSample, RunSummary, SampleFeed, answer_all, answer_stream};
-pub use self::sample::{MemgasMemory, MemoryStatus, QueryEmbedder, SampleMemory};
+pub use self::sample::{
+    LoadedMemgas, MemgasMemory, MemgasSource, MemoryStatus, QueryEmbedder, SampleMemory,
+};
 pub use self::settings::{AnswerSettings, answer_prompts_version};

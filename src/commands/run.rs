@@ -12,7 +12,7 @@ use futures::StreamExt as _;
 
 use super::guard::RunLock;
 use super::manifest::{Manifest, endpoint_host};
-use super::samples::{SampleLoader, local_embedder};
+use super::samples::{RunMemgas, SampleLoader};
 use super::{api_embedder, build_settings};
 use crate::agent::{AnswerSettings, RunSummary, SampleFeed};
 use crate::cli::RunCommandArgs;
@@ -207,11 +207,9 @@ async fn phases(
         .context("building the model client")?;
     let settings = answer_settings(paths, data, models, args, quiet, run);
     let loader = SampleLoader {
-        paths,
-        data,
         build: &build_settings,
         embedder_name: crate::llm::Embedder::name(&embedder).to_string(),
-        local: local_embedder(paths, args).await?,
+        memgas: RunMemgas::new(paths, data, &build_settings, args),
     };
     let bars = (!quiet).then(indicatif::MultiProgress::new);
 
@@ -256,7 +254,13 @@ async fn phases(
         crate::agent::answer_stream(&settings, feed, &answer_chat, &embedder, wind_down);
     let (built, summary) = tokio::join!(building, answering);
     let summary = summary?;
-    let (exit_code, error) = match (built?, &summary.fatal) {
+    let (exit_code, error) = exit(built?, &summary);
+    Ok(RunOutcome { summary: Some(summary), exit_code, error, manifest: Default::default() })
+}
+
+/// The exit code and the error of a run whose build ended as `built`.
+fn exit(built: Built, summary: &RunSummary) -> (u8, Option<String>) {
+    match (built, &summary.fatal) {
         (Built::Fatal(cause), _) => (1, Some(format!("building stopped: {cause}"))),
         (_, Some(cause)) => (1, Some(format!("answering stopped: {cause}"))),
         (built, None) => {
@@ -271,8 +275,7 @@ async fn phases(
             let left = summary.resume_hint().is_some() || summary.interrupted;
             (if left || matches!(built, Built::Interrupted) { 2 } else { 0 }, None)
         }
-    };
-    Ok(RunOutcome { summary: Some(summary), exit_code, error, manifest: Default::default() })
+    }
 }
 
 /// The answer settings of a run.

@@ -1,9 +1,12 @@
 //! A run's conversations as the answer side receives them: each one's memory read back from
 //! the build's caches, with its completeness, fingerprint and MemGAS index.
 
-use anyhow::Context as _;
+use std::sync::Arc;
 
-use crate::agent::{MemgasMemory, SampleMemory};
+use anyhow::Context as _;
+use futures::future::BoxFuture;
+
+use crate::agent::{LoadedMemgas, MemgasMemory, MemgasSource, SampleMemory};
 use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
 use crate::ingest::BuildSettings;
@@ -42,18 +45,17 @@ pub fn memory_fingerprint(settings: &BuildSettings, embedder: &str, sample_id: &
 
 /// Loads the conversations of a run once their builds are done.
 pub(super) struct SampleLoader<'a> {
-    pub(super) paths: &'a ProjectPaths,
-    pub(super) data: &'a DataSettings,
     pub(super) build: &'a BuildSettings,
     /// The build's embedder.
     pub(super) embedder_name: String,
-    /// The local embedder MemGAS indexes with (`None`: `--no-memgas`).
-    pub(super) local: Option<crate::embedding::LocalEmbedder>,
+    /// Where MemGAS indexes come from (`None`: `--no-memgas`).
+    pub(super) memgas: Option<Arc<RunMemgas>>,
 }
 
 impl SampleLoader<'_> {
     /// The memory of `conversation` from its finished build, with its completeness and
-    /// fingerprint, and a MemGAS index when the memory is complete and MemGAS is on.
+    /// fingerprint, and a MemGAS index loaded on first use when the memory is complete and
+    /// MemGAS is on.
     pub(super) async fn load(&self, conversation: Conversation) -> anyhow::Result<SampleMemory> {
         let build = self.build.clone();
         let name = self.embedder_name.clone();
@@ -66,9 +68,12 @@ impl SampleLoader<'_> {
         })
         .await
         .context("loading a memory")??;
-        let memgas = match &self.local {
-            Some(local) if memory.summary.failed.is_empty() => {
-                Some(self.memgas(&conversation, local).await?)
+        let memgas = match &self.memgas {
+            Some(run) if memory.summary.failed.is_empty() => {
+                Some(MemgasMemory::lazy(ConversationMemgas {
+                    run: run.clone(),
+                    conversation: conversation.clone(),
+                }))
             }
             _ => None,
         };
@@ -77,50 +82,85 @@ impl SampleLoader<'_> {
         sample.memory.fingerprint = fingerprint;
         Ok(sample)
     }
+}
 
-    async fn memgas(
-        &self,
-        conversation: &Conversation,
-        local: &crate::embedding::LocalEmbedder,
-    ) -> anyhow::Result<MemgasMemory> {
-        let cache = crate::retrieval::EmbeddingCache::new(
-            &self.paths.root.join("data"),
-            self.data.kind.as_str(),
-            crate::embedding::LOCAL_EMBEDDER_NAME,
-        );
-        let granules = crate::ingest::load_granules(self.build, conversation)?;
-        let units = crate::retrieval::eval::session_units(conversation, None, granules.as_ref());
-        let index = crate::retrieval::build_index(
-            units,
-            local,
-            Some((&cache, &conversation.sample_id)),
-            crate::retrieval::IndexOptions::default(),
-        )
-        .await
-        .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
-        Ok(MemgasMemory::new(index, local.clone()))
+/// What every conversation's MemGAS index of a run is made with: the local embedder (loaded
+/// once, when the first index is needed), the unit-vector and index caches, the granules.
+pub(super) struct RunMemgas {
+    source: crate::embedding::ModelSource,
+    local: tokio::sync::OnceCell<crate::embedding::LocalEmbedder>,
+    vectors: crate::retrieval::EmbeddingCache,
+    indexes: crate::retrieval::IndexCache,
+    build: BuildSettings,
+}
+
+impl RunMemgas {
+    /// Nothing is loaded yet; `None` with `--no-memgas`.
+    pub(super) fn new(
+        paths: &ProjectPaths,
+        data: &DataSettings,
+        build: &BuildSettings,
+        args: &RunCommandArgs,
+    ) -> Option<Arc<Self>> {
+        if args.no_memgas {
+            return None;
+        }
+        let data_dir = paths.root.join("data");
+        let name = crate::embedding::LOCAL_EMBEDDER_NAME;
+        Some(Arc::new(Self {
+            source: crate::embedding::ModelSource {
+                explicit_dir: args.embed_model_dir.clone(),
+                models_root: data_dir.join("models"),
+            },
+            local: tokio::sync::OnceCell::new(),
+            vectors: crate::retrieval::EmbeddingCache::new(&data_dir, data.kind.as_str(), name),
+            indexes: crate::retrieval::IndexCache::new(&data_dir, data.kind.as_str(), name),
+            build: build.clone(),
+        }))
+    }
+
+    /// The local embedder, loaded by the first caller.
+    async fn local(&self) -> anyhow::Result<&crate::embedding::LocalEmbedder> {
+        self.local
+            .get_or_try_init(|| async {
+                let source = self.source.clone();
+                tokio::task::spawn_blocking(move || {
+                    crate::embedding::LocalEmbedder::from_source(
+                        &source,
+                        crate::embedding::LocalEmbedderOptions::default(),
+                    )
+                })
+                .await
+                .context("loading the local embedder")?
+                .map_err(anyhow::Error::from)
+            })
+            .await
     }
 }
 
-/// The local embedder MemGAS indexes with, unless `--no-memgas`.
-pub(super) async fn local_embedder(
-    paths: &ProjectPaths,
-    args: &RunCommandArgs,
-) -> anyhow::Result<Option<crate::embedding::LocalEmbedder>> {
-    if args.no_memgas {
-        return Ok(None);
+/// One conversation's MemGAS index, loaded (from the index cache, else built) on first use.
+struct ConversationMemgas {
+    run: Arc<RunMemgas>,
+    conversation: Conversation,
+}
+
+impl MemgasSource for ConversationMemgas {
+    fn load(&self) -> BoxFuture<'_, anyhow::Result<LoadedMemgas>> {
+        Box::pin(async move {
+            let run = &self.run;
+            let conversation = &self.conversation;
+            let local = run.local().await?;
+            let granules = crate::ingest::load_granules(&run.build, conversation)?;
+            let units =
+                crate::retrieval::eval::session_units(conversation, None, granules.as_ref());
+            let options = crate::retrieval::IndexOptions::default();
+            let (index, source) = run
+                .indexes
+                .load_or_build(&conversation.sample_id, units, local, &run.vectors, options)
+                .await
+                .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
+            tracing::info!(sample = %conversation.sample_id, ?source, "MemGAS index ready");
+            Ok(LoadedMemgas { index: Arc::new(index), embedder: Arc::new(local.clone()) })
+        })
     }
-    let source = crate::embedding::ModelSource {
-        explicit_dir: args.embed_model_dir.clone(),
-        models_root: paths.root.join("data").join("models"),
-    };
-    let embedder = tokio::task::spawn_blocking(move || {
-        crate::embedding::LocalEmbedder::from_source(
-            &source,
-            crate::embedding::LocalEmbedderOptions::default(),
-        )
-    })
-    .await
-    .context("loading the local embedder")??;
-    Ok(Some(embedder))
 }

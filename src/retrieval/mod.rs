@@ -34,6 +34,7 @@ pub mod index;
 pub mod metrics;
 pub mod ppr;
 pub mod router;
+pub mod stored;
 pub mod units;
 pub mod vector;
 
@@ -46,4 +47,5 @@ pub use index::{
     Normalisation, Ranking, Scored, SessionHit, TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
+pub use stored::{IndexCache, IndexSource};
 pub use units::{Granularity, SessionUnits, TurnUnit, UnitTextOptions, UnitVectors};

@@ -33,20 +33,22 @@ struct Node {
     session: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct SessionEntry {
     units: SessionUnits,
     turns: std::ops::Range<usize>,
     hybrid: Option<Vec<f32>>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct TurnEntry {
     session: usize,
     node: usize,
 }
 
-/// The memory of one conversation at every granularity.
+/// The memory of one conversation at every granularity. Serialisable, so that a built index
+/// can be cached on disk (`retrieval::stored`).
+#[derive(Serialize, Deserialize)]
 pub struct MemoryIndex {
     options: IndexOptions,
     dims: Option<usize>,
