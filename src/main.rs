@@ -96,17 +96,18 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             );
             Ok(Outcome::Success)
         }
-        Command::Retrieve(args) => {
+        Command::Retrieve(args) if args.folds => {
             let data = DataSettings::resolve(&paths, &args.data);
-            let report = tokio::task::spawn_blocking(move || {
-                mragent::commands::retrieve(&paths, &data, &args)
+            let outcome = tokio::task::spawn_blocking(move || {
+                mragent::commands::retrieve_folds(&paths, &data, &args, quiet)
             })
             .await
             .context("the retrieval task failed")??;
-            println!("{}", report.markdown);
-            println!("written to {}", report.markdown_path.display());
+            println!("{}", outcome.markdown);
+            println!("written to {}", outcome.markdown_path.display());
             Ok(Outcome::Success)
         }
+        Command::Retrieve(args) => retrieve(args, paths, quiet).await,
         Command::Eval(args) => {
             let settings = ModelSettings::resolve(&args.model, env_var)?;
             let summary = mragent::commands::eval(&paths, &args, &settings).await?;
@@ -115,6 +116,45 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
         }
     }
+}
+
+/// `mragent retrieve`: the evaluation on a blocking thread; the first Ctrl-C stops it after the
+/// batch in flight (tables of the finished conversations are written), a second one exits.
+async fn retrieve(
+    args: mragent::cli::RetrieveArgs,
+    paths: ProjectPaths,
+    quiet: bool,
+) -> anyhow::Result<Outcome> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let data = DataSettings::resolve(&paths, &args.data);
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("stopping after the batch in flight (Ctrl-C again to quit at once)");
+                stop.store(true, Ordering::Relaxed);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        })
+    };
+    let task_stop = Arc::clone(&stop);
+    let report = tokio::task::spawn_blocking(move || {
+        mragent::commands::retrieve(&paths, &data, &args, quiet, &task_stop)
+    })
+    .await
+    .context("the retrieval task failed")??;
+    watcher.abort();
+    println!("{}", report.markdown);
+    println!("written to {}", report.markdown_path.display());
+    if report.n_conversations < report.n_selected {
+        eprintln!("stopped early: run the same command again to finish (embeddings are cached)");
+        return Ok(Outcome::Partial);
+    }
+    Ok(Outcome::Success)
 }
 
 /// What `run` and `build` both start from: dataset and model settings (the key required) and
@@ -147,6 +187,16 @@ async fn run(
         if let Some(hint) = summary.resume_hint() {
             eprintln!("{hint}");
         }
+    }
+    for (client, totals) in &outcome.endpoint_usage {
+        println!(
+            "endpoint {client}: {} requests ({} failed, {} hedges), {} prompt + {} completion tokens",
+            totals.requests,
+            totals.failed_requests,
+            totals.hedges,
+            totals.usage.prompt_tokens,
+            totals.usage.completion_tokens
+        );
     }
     println!("manifest: {}", outcome.manifest.display());
     match (outcome.error, outcome.exit_code) {

@@ -137,6 +137,8 @@ pub struct ModelSettings {
     pub timeout: Duration,
     /// Send schemas as `response_format`.
     pub structured_output: bool,
+    /// Whether slow requests are hedged.
+    pub hedge: bool,
 }
 
 impl ModelSettings {
@@ -184,6 +186,7 @@ impl ModelSettings {
             token_budget,
             timeout: Duration::from_secs(args.timeout.max(1)),
             structured_output: args.structured_output,
+            hedge: !args.no_hedge,
         })
     }
 
@@ -200,6 +203,9 @@ impl ModelSettings {
         config.key_variable = self.key_variable.to_owned();
         config.timeout = self.timeout;
         config.structured_output = self.structured_output;
+        if !self.hedge {
+            config.hedge = crate::llm::hedge::HedgePolicy::disabled();
+        }
         if self.base_url == OPENROUTER_BASE_URL {
             // OpenRouter attributes traffic by these optional headers.
             config.extra_headers.push(("X-Title".to_string(), "mragent".to_string()));

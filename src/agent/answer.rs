@@ -10,7 +10,7 @@ use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
 use crate::agent::run::{AnswerRun, Outcome};
 use crate::agent::sample::{SampleMemory, unit_length};
-use crate::agent::settings::Shared;
+use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::compact::mark_shown;
 use crate::agent::tools::{ToolContext, ToolState};
@@ -28,11 +28,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     let settings = shared.settings;
     let started = Instant::now();
     let sample_id = &sample.conversation.sample_id;
-    let mut trace = if settings.traces {
-        TraceWriter::open(settings.trace_path(sample_id, &question.id))
-    } else {
-        TraceWriter::disabled()
-    };
+    let mut trace = open_trace(settings, sample_id, &question.id);
     let prepared = question::prepare(question, settings.dataset, settings.seed);
     let result_file = settings
         .result_path(sample_id)
@@ -69,6 +65,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     }
     let fallbacks = trace.fallbacks();
     shared.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
+    let calls = trace.calls();
     trace.record(TraceEvent::Finish {
         status,
         prediction: prediction.clone(),
@@ -79,6 +76,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         usage,
         latency_ms,
         fallbacks,
+        retries: calls.retries,
+        hedges: calls.hedges,
     });
     ResultLine {
         question_id: question.id.clone(),
@@ -97,6 +96,15 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         completion_tokens: usage.completion_tokens,
         latency_ms,
         provenance: Default::default(),
+    }
+}
+
+/// The question's trace writer (one that records nothing when traces are off).
+fn open_trace(settings: &AnswerSettings, sample_id: &str, question_id: &str) -> TraceWriter {
+    if settings.traces {
+        TraceWriter::open(settings.trace_path(sample_id, question_id))
+    } else {
+        TraceWriter::disabled()
     }
 }
 

@@ -12,7 +12,8 @@
 //!   memories become ready), the worker pool, result appending, progress, [`RunSummary`];
 //!   `scan` what the result files already hold;
 //! - `answer`: one question end to end (trace, retrieval, loop, result line);
-//! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS);
+//! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS),
+//!   which reports each round to `events` when the caller asks for it;
 //! - `run`: the sans-IO loop state machine and the final-answer contract;
 //! - `tools`: the closed tool set (schemas, parsing, execution);
 //! - `retrieve`: pre-loop retrieval, one file per step;
@@ -30,6 +31,7 @@
 //! concurrently. Concurrent work records into trace branches merged in call order.
 
 mod answer;
+pub mod events;
 pub mod ids;
 mod pool;
 mod progress;

@@ -5,8 +5,8 @@
 use std::borrow::Borrow;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt as _};
@@ -19,7 +19,7 @@ use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
 use crate::agent::scan::{Arrival, Scan};
 use crate::agent::settings::{AnswerSettings, Shared};
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
 
@@ -57,6 +57,9 @@ pub struct RunSummary {
     pub fatal: Option<String>,
     /// Tokens of this run.
     pub usage: Usage,
+    /// Sessions left out of the memory because they have no turns, as `<sample> <field>`
+    /// ([`Conversation::empty_sessions`](crate::dataset::Conversation::empty_sessions)).
+    pub empty_sessions: Vec<String>,
     /// Retrieval steps of this run that fell back to a deterministic substitute for the
     /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
     /// its question's trace.
@@ -105,6 +108,14 @@ impl std::fmt::Display for RunSummary {
             self.usage.completion_tokens
         )?;
         write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
+        if !self.empty_sessions.is_empty() {
+            write!(
+                f,
+                "; {} empty sessions skipped ({})",
+                self.empty_sessions.len(),
+                self.empty_sessions.join(", ")
+            )?;
+        }
         if let Some(cost) = self.cost_usd {
             write!(f, " (about ${cost:.2})")?;
         }
@@ -170,9 +181,10 @@ where
     let SampleFeed { samples, questions: total, bars } = feed;
     tracing::info!(total, workers = settings.workers, "answering started");
     let progress = Progress::new(settings, total as u64, bars.as_ref());
-    let latch = FatalLatch::new(&settings.key_variable);
-    let model = Latched::new(model, &latch, AfterFatal::Fail);
-    let embedder = Latched::new(embedder, &latch, AfterFatal::Fail);
+    let latch = Arc::new(FatalLatch::default());
+    let key = &settings.key_variable;
+    let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
+    let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
     let shared = Shared::new(settings, &model, &embedder);
     let scan = Mutex::new(Scan::default());
 
@@ -202,7 +214,7 @@ where
     let tally = output.write_lines(finished, stop, &stopped).await?;
     progress.finish();
     let Tally { answered, errors, usage } = tally;
-    let Scan { resumed, waiting, result_files } =
+    let Scan { resumed, waiting, result_files, empty_sessions } =
         scan.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let pending = waiting.iter().map(|sample| sample.questions).sum::<usize>();
     let summary = RunSummary {
@@ -214,8 +226,9 @@ where
         pending,
         pending_samples: waiting,
         interrupted: stopped.load(Ordering::SeqCst),
-        fatal: latch.cause().map(str::to_string),
+        fatal: latch.error().map(ToString::to_string),
         usage,
+        empty_sessions,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
@@ -289,7 +302,7 @@ impl Output<'_> {
                 line = finished.next() => line,
             };
             let Some(line) = line.transpose()? else { break };
-            if self.latch.cause().is_some() {
+            if self.latch.error().is_some() {
                 stopped.store(true, Ordering::SeqCst);
                 if line.status == Status::Error {
                     // Failed by the fatal error (or at the same time): left for the rerun.

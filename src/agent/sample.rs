@@ -89,7 +89,11 @@ pub trait MemgasSource: Send + Sync {
 impl MemgasMemory {
     /// Pairs a built index with its embedder.
     pub fn new(index: MemoryIndex, embedder: impl Embedder + 'static) -> Self {
-        let loaded = LoadedMemgas { index: Arc::new(index), embedder: Arc::new(embedder) };
+        Self::ready(LoadedMemgas { index: Arc::new(index), embedder: Arc::new(embedder) })
+    }
+
+    /// An index that is already loaded (e.g. shared with a cache, not copied).
+    pub fn ready(loaded: LoadedMemgas) -> Self {
         Self { cell: Arc::new(tokio::sync::OnceCell::new_with(Some(Ok(loaded)))), source: None }
     }
 

@@ -17,6 +17,8 @@ pub(super) struct Scan {
     pub(super) waiting: Vec<PendingSample>,
     /// Result files, one per complete conversation.
     pub(super) result_files: Vec<PathBuf>,
+    /// The sessions without turns of every arrived conversation, as `<sample> <field>`.
+    pub(super) empty_sessions: Vec<String>,
 }
 
 /// What one arrived conversation adds to the run.
@@ -35,7 +37,10 @@ impl Scan {
         settings: &AnswerSettings,
         sample: &SampleMemory,
     ) -> anyhow::Result<Arrival> {
-        let questions = &sample.conversation.questions;
+        let conversation = &sample.conversation;
+        let id = &conversation.sample_id;
+        self.empty_sessions.extend(conversation.empty_sessions.iter().map(|f| format!("{id} {f}")));
+        let questions = &conversation.questions;
         if !sample.memory.is_complete() {
             self.waiting.push(PendingSample {
                 sample: sample.conversation.sample_id.clone(),

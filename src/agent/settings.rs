@@ -41,6 +41,9 @@ pub struct AnswerSettings {
     pub traces: bool,
     /// The environment variable the API key comes from, named when the endpoint refuses it.
     pub key_variable: String,
+    /// Where each question's loop reports its rounds as they happen (none by default).
+    #[serde(skip)]
+    pub loop_events: Option<crate::agent::events::LoopEvents>,
 }
 
 impl AnswerSettings {
@@ -67,6 +70,7 @@ impl AnswerSettings {
             progress: true,
             traces: true,
             key_variable: "OPENAI_API_KEY".to_string(),
+            loop_events: None,
         }
     }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::agent::events::{CallSummary, LoopEvent, ResultSummary};
 use crate::agent::question::{AnswerStyle, PreparedQuestion};
 use crate::agent::retrieve::score_keys_tags;
 use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
@@ -16,7 +17,7 @@ use crate::agent::tools::{
     Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState, finish_event_keywords,
     memgas_result,
 };
-use crate::agent::trace::{TraceEvent, TraceWriter, rejected_excerpt};
+use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, rejected_excerpt};
 use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolChoice, Usage};
 use crate::prompts;
@@ -46,8 +47,10 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
             Step::CallModel(mut request) => {
                 request.max_tokens = shared.model.max_tokens(crate::llm::Step::Answer);
                 request_number += 1;
+                let call_started = Instant::now();
                 let response =
                     call_model(shared.model, &request, request_number, &mut sent, trace).await;
+                report_model(shared.settings, request_number, &response, call_started.elapsed());
                 let reply = response.as_ref().ok().and_then(|response| {
                     let message = &response.message;
                     message.content.clone().or_else(|| {
@@ -68,7 +71,11 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
                 }
             }
             Step::CallTools(invocations) => {
+                let started = Instant::now();
+                let names: Vec<&'static str> =
+                    invocations.iter().map(|invocation| invocation.tool.name()).collect();
                 let outputs = call_tools(shared, &mut tools, invocations, trace, usage).await;
+                report_tools(shared.settings, request_number, &names, &outputs, started.elapsed());
                 run.tools_finished(outputs);
             }
             Step::Done(outcome) => {
@@ -77,6 +84,40 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
             }
         }
     }
+}
+
+/// Tells the caller's [`LoopEvents`](crate::agent::events::LoopEvents), if any, what the model
+/// answered in round `round`.
+fn report_model(
+    settings: &AnswerSettings,
+    round: u32,
+    response: &Result<ChatResponse, crate::llm::Error>,
+    elapsed: Duration,
+) {
+    let Some(events) = &settings.loop_events else { return };
+    let (tool_calls, error) = match response {
+        Ok(response) => (response.message.tool_calls.iter().map(CallSummary::of).collect(), None),
+        Err(error) => (Vec::new(), Some(error.to_string())),
+    };
+    let final_reply = error.is_none() && tool_calls.is_empty();
+    events.send(LoopEvent::Model { round, tool_calls, final_reply, error, ms: millis(elapsed) });
+}
+
+/// Tells the caller's events, if any, what round `round`'s tool calls returned.
+fn report_tools(
+    settings: &AnswerSettings,
+    round: u32,
+    names: &[&str],
+    outputs: &[ToolOutput],
+    elapsed: Duration,
+) {
+    let Some(events) = &settings.loop_events else { return };
+    let results = outputs
+        .iter()
+        .zip(names)
+        .map(|(output, name)| ResultSummary::of(&output.call_id, name, &output.content))
+        .collect();
+    events.send(LoopEvent::Tools { round, results, ms: millis(elapsed) });
 }
 
 /// Sends one request, tracing it (only the messages not sent before) and its response.
@@ -111,6 +152,7 @@ async fn call_model<M: ChatModel>(
             message: Some(response.message.clone()),
             finish_reason: response.finish_reason.clone(),
             error: None,
+            calls: response.calls.clone(),
             usage: response.usage,
             ms,
         }),
@@ -119,6 +161,7 @@ async fn call_model<M: ChatModel>(
             message: None,
             finish_reason: None,
             error: Some(error.to_string()),
+            calls: failed_call(error),
             usage: Usage::default(),
             ms,
         }),

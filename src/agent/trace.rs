@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::dataset::Category;
-use crate::llm::{Message, ToolSpec, Usage};
+use crate::llm::{CallLog, Message, ToolSpec, Usage};
 use crate::results::Status;
 
 /// One line of a trace file.
@@ -75,6 +75,11 @@ pub enum TraceEvent {
         error: Option<String>,
         /// Requests made (re-asks included).
         attempts: u32,
+        /// How each request that got a reply was obtained (the first ask, then every re-ask):
+        /// attempts, retries with their reasons, hedges. Left out when every request went
+        /// through at its first attempt without a hedge.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        calls: Vec<CallLog>,
         /// Tokens.
         usage: Usage,
         /// Duration.
@@ -134,6 +139,10 @@ pub enum TraceEvent {
         /// Why the call failed, when it did.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// How the reply was obtained: attempts, retries with their reasons, hedges (for a
+        /// failed call, the attempts made). Left out for a first-attempt reply without a hedge.
+        #[serde(default, skip_serializing_if = "is_plain_call")]
+        calls: CallLog,
         /// Tokens.
         usage: Usage,
         /// Duration.
@@ -174,7 +183,28 @@ pub enum TraceEvent {
         /// Steps that fell back (see [`TraceEvent::Fallback`]).
         #[serde(default)]
         fallbacks: u32,
+        /// Failed attempts the client retried, over every model call of the question.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        retries: u32,
+        /// Hedging requests sent for slow model calls of the question.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        hedges: u32,
     },
+}
+
+/// Whether a call went through at its first attempt without a hedge (nothing worth a trace
+/// field).
+pub fn is_plain_call(calls: &CallLog) -> bool {
+    calls.attempts <= 1 && calls.retries.is_empty() && calls.hedges == 0
+}
+
+/// The [`CallLog`] of a call that failed: the attempts the error reports.
+pub fn failed_call(error: &crate::llm::Error) -> CallLog {
+    CallLog { attempts: error.attempts(), ..CallLog::default() }
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// Longest rejected reply kept in a trace, in characters.
@@ -225,6 +255,8 @@ pub struct TraceWriter {
     buffer: Option<Vec<TraceRecord>>,
     /// [`TraceEvent::Fallback`] records written (counted even when nothing is recorded).
     fallbacks: u32,
+    /// Retries and hedges of the model calls recorded (see [`TraceWriter::calls`]).
+    calls: CallCounts,
     path: PathBuf,
     started: Instant,
 }
@@ -244,7 +276,14 @@ impl TraceWriter {
                 None
             }
         };
-        Self { file, buffer: None, fallbacks: 0, path, started: Instant::now() }
+        Self {
+            file,
+            buffer: None,
+            fallbacks: 0,
+            calls: CallCounts::default(),
+            path,
+            started: Instant::now(),
+        }
     }
 
     /// A writer that records nothing.
@@ -253,6 +292,7 @@ impl TraceWriter {
             file: None,
             buffer: None,
             fallbacks: 0,
+            calls: CallCounts::default(),
             path: PathBuf::new(),
             started: Instant::now(),
         }
@@ -267,6 +307,7 @@ impl TraceWriter {
             file: None,
             buffer: recording.then(Vec::new),
             fallbacks: 0,
+            calls: CallCounts::default(),
             path: self.path.clone(),
             started: self.started,
         }
@@ -276,13 +317,21 @@ impl TraceWriter {
     pub fn merge(&mut self, branch: TraceWriter) {
         match branch.buffer {
             Some(records) => records.into_iter().for_each(|record| self.write(record)),
-            None => self.fallbacks += branch.fallbacks,
+            None => {
+                self.fallbacks += branch.fallbacks;
+                self.calls.add(branch.calls);
+            }
         }
     }
 
     /// Fallbacks recorded so far (branches count once merged).
     pub fn fallbacks(&self) -> u32 {
         self.fallbacks
+    }
+
+    /// Retries and hedges of the model calls recorded so far (branches count once merged).
+    pub fn calls(&self) -> CallCounts {
+        self.calls
     }
 
     /// Where the trace goes.
@@ -302,8 +351,11 @@ impl TraceWriter {
     }
 
     fn write(&mut self, record: TraceRecord) {
-        if matches!(record.event, TraceEvent::Fallback { .. }) {
-            self.fallbacks += 1;
+        match &record.event {
+            TraceEvent::Fallback { .. } => self.fallbacks += 1,
+            TraceEvent::Llm { calls, .. } => calls.iter().for_each(|call| self.calls.count(call)),
+            TraceEvent::Response { calls, .. } => self.calls.count(calls),
+            _ => {}
         }
         if let Some(buffer) = &mut self.buffer {
             buffer.push(record);
@@ -319,6 +371,29 @@ impl TraceWriter {
             tracing::warn!(path = %self.path.display(), error = %error, "trace write failed; tracing stops");
             self.file = None;
         }
+    }
+}
+
+/// Retries and hedges over the model calls of one question.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Failed attempts that were retried (for a call that failed in the end, every attempt
+    /// after the first).
+    pub retries: u32,
+    /// Hedging requests sent.
+    pub hedges: u32,
+}
+
+impl CallCounts {
+    fn count(&mut self, calls: &CallLog) {
+        let retried = u32::try_from(calls.retries.len()).unwrap_or(u32::MAX);
+        self.retries += retried.max(calls.attempts.saturating_sub(1));
+        self.hedges += calls.hedges;
+    }
+
+    fn add(&mut self, other: CallCounts) {
+        self.retries += other.retries;
+        self.hedges += other.hedges;
     }
 }
 
@@ -345,77 +420,4 @@ pub fn read_trace(path: &Path) -> anyhow::Result<Vec<TraceRecord>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_are_safe_and_records_round_trip() -> anyhow::Result<()> {
-        let directory = tempfile::tempdir()?;
-        let path = trace_path(directory.path(), "locomo", "run1", "conv-26", "conv-26:q7");
-        assert!(path.ends_with("log/locomo/run1/conv-26/conv-26_q7.jsonl"));
-        let mut writer = TraceWriter::open(path.clone());
-        writer.record(TraceEvent::Retrieval {
-            step: "route".into(),
-            detail: serde_json::json!({"route": "main"}),
-        });
-        writer.record(TraceEvent::ToolCall {
-            call_id: "a".into(),
-            name: "query_topic_events".into(),
-            arguments: serde_json::json!({"topic": "D1:t1"}),
-            result: "{}".into(),
-            ms: 1,
-        });
-        drop(writer);
-        let mut file = OpenOptions::new().append(true).open(&path)?;
-        file.write_all(b"{\"t_ms\":3,\"event\":\"fin")?;
-        let records = read_trace(&path)?;
-        assert_eq!(records.len(), 2);
-        assert!(
-            matches!(&records[1].event, TraceEvent::ToolCall { name, .. } if name == "query_topic_events")
-        );
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod branch_tests {
-    use super::*;
-
-    #[test]
-    fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
-        let directory = tempfile::tempdir()?;
-        let path = directory.path().join("q.jsonl");
-        let mut writer = TraceWriter::open(path.clone());
-        let (mut first, mut second) = (writer.branch(), writer.branch());
-        let fallback = |step: &str| TraceEvent::Fallback { step: step.into(), reason: "r".into() };
-        second.record(fallback("second"));
-        first.record(fallback("first"));
-        writer.merge(first);
-        writer.merge(second);
-        assert_eq!(writer.fallbacks(), 2);
-        let steps: Vec<String> = read_trace(&path)?
-            .into_iter()
-            .filter_map(|record| match record.event {
-                TraceEvent::Fallback { step, .. } => Some(step),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(steps, ["first", "second"]);
-        // A writer that records nothing still counts.
-        let mut disabled = TraceWriter::disabled();
-        let mut branch = disabled.branch();
-        branch.record(fallback("x"));
-        disabled.merge(branch);
-        assert_eq!(disabled.fallbacks(), 1);
-        Ok(())
-    }
-
-    #[test]
-    fn rejected_replies_are_cut_and_escaped() {
-        assert_eq!(rejected_excerpt("a\u{1b}[0m\nb"), "a\\u{1b}[0m\nb");
-        let long = "x".repeat(REJECTED_REPLY_CHARS + 5);
-        let kept = rejected_excerpt(&long);
-        assert_eq!(kept.chars().count(), REJECTED_REPLY_CHARS + 1);
-        assert!(kept.ends_with('…'));
-    }
-}
+mod tests;

@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::agent::RunSummary;
+use crate::llm::UsageTotals;
 
 /// The manifest of one run.
 #[derive(Debug, Clone, Serialize)]
@@ -47,6 +48,9 @@ pub struct Manifest {
     pub summary: Option<RunSummary>,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// What each client sent to the endpoint (see
+    /// [`RunOutcome::endpoint_usage`](super::RunOutcome::endpoint_usage)).
+    pub endpoint_usage: BTreeMap<String, UsageTotals>,
     #[serde(skip)]
     path: PathBuf,
 }
@@ -76,6 +80,7 @@ impl Manifest {
             ended_at: None,
             summary: None,
             error: None,
+            endpoint_usage: BTreeMap::new(),
             path,
         })
     }

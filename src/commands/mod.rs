@@ -5,6 +5,7 @@
 
 pub mod own;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -23,8 +24,8 @@ use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs};
 use crate::dataset::Conversation;
 use crate::dataset::DatasetKind;
 use crate::eval::{EvalSettings, EvalSummary};
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::{BuildSettings, BuildSummary, GranuleSummary};
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel as _, ChatRequest, Client, Message};
 use crate::settings::{DataSettings, ModelChoice, ModelSettings, ProjectPaths};
 
@@ -161,8 +162,10 @@ pub async fn eval(
     };
     // The first refused key or unknown model stops the whole evaluation with one message; the
     // judgements already made are cached and a rerun keeps them.
-    let latch = FatalLatch::new(models.key_variable);
-    let judge = judge.as_ref().map(|client| Latched::new(client, &latch, AfterFatal::Wait));
+    let latch = Arc::new(FatalLatch::default());
+    let judge = judge
+        .as_ref()
+        .map(|client| Latched::sharing(client, &latch, models.key_variable, AfterFatal::Wait));
     tokio::select! {
         biased;
         cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
@@ -235,16 +238,44 @@ pub async fn build_granules(
     crate::ingest::build_granules(&settings, &chat, conversations).await
 }
 
-/// Evaluate retrieval methods offline with the local embedder.
+/// Evaluate retrieval methods offline with the local embedder; stops (writing the tables of the
+/// conversations finished) when `stop` is set.
 pub fn retrieve(
     paths: &ProjectPaths,
     data: &DataSettings,
     args: &RetrieveArgs,
+    quiet: bool,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
+    crate::retrieval::eval::run_retrieval_eval_until(
+        &retrieve_settings(paths, data, args, quiet)?,
+        stop,
+    )
+}
+
+/// `retrieve --folds`: leave-one-conversation-out tuning and held-out scores.
+pub fn retrieve_folds(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+    quiet: bool,
+) -> anyhow::Result<crate::retrieval::eval::FoldsOutcome> {
+    crate::retrieval::eval::run_retrieval_folds(&retrieve_settings(paths, data, args, quiet)?)
+}
+
+/// The settings of `retrieve` from its arguments.
+fn retrieve_settings(
+    paths: &ProjectPaths,
+    data: &DataSettings,
+    args: &RetrieveArgs,
+    quiet: bool,
+) -> anyhow::Result<crate::retrieval::eval::RetrieveSettings> {
     use crate::retrieval::Method;
     let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
     settings.data_path = data.file.clone();
     settings.samples = data.sample.iter().cloned().collect();
+    retrieve_selection(data, &mut settings)?;
+    settings.progress = !quiet;
     settings.embed_model_dir = args.embed_model_dir.clone();
     settings.embed_threads = args.embed_threads;
     settings.llm_units = args.llm_units.clone();
@@ -266,5 +297,34 @@ pub fn retrieve(
         settings.granules =
             Some(BuildSettings::new(paths.root.join("data"), data.kind, &choice.alias, &choice.id));
     }
-    crate::retrieval::eval::run_retrieval_eval(&settings)
+    Ok(settings)
+}
+
+/// The dataset flags `run` shares with `retrieve`: honoured where they mean something for
+/// retrieval, refused with the reason where they do not (never silently ignored).
+fn retrieve_selection(
+    data: &DataSettings,
+    settings: &mut crate::retrieval::eval::RetrieveSettings,
+) -> anyhow::Result<()> {
+    if data.lm_batch != 1 {
+        anyhow::bail!(
+            "--lm-batch groups sessions into one LLM rewrite call in `build`/`run`; `retrieve` calls no LLM, so it has no effect here: drop it"
+        );
+    }
+    if data.kind == DatasetKind::Locomo {
+        if data.question_type.is_some() {
+            anyhow::bail!(
+                "--ca selects a LongMemEval question type; LoCoMo questions have categories, not types: drop --ca or use --data LM"
+            );
+        }
+        if data.drop_assistant_turns {
+            anyhow::bail!(
+                "--drop-assistant-turns is for LongMemEval (user/assistant sessions); LoCoMo has two human speakers: drop it or use --data LM"
+            );
+        }
+    }
+    settings.question_type =
+        data.question_type.map(crate::dataset::LongMemEvalType::from_ca_index).transpose()?;
+    settings.drop_assistant_turns = data.drop_assistant_turns;
+    Ok(())
 }

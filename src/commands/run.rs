@@ -5,6 +5,7 @@
 //! exits at once (every finished question is already on disk). A refused key or an unknown
 //! model stops the run at the first such reply.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
@@ -17,8 +18,9 @@ use super::{api_embedder, build_settings};
 use crate::agent::{AnswerSettings, RunSummary, SampleFeed};
 use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
-use crate::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::ingest::BuildSummary;
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::{Client, EmbedClient, UsageTotals};
 use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
 
 /// How a run ended.
@@ -32,6 +34,10 @@ pub struct RunOutcome {
     pub error: Option<String>,
     /// The manifest written beside the results.
     pub manifest: std::path::PathBuf,
+    /// What each client of the run sent to the endpoint, every attempt and failed requests
+    /// included (`build_chat`, `embeddings`, and `answer_chat` once answering started): the
+    /// figures to hold against the endpoint's own counts.
+    pub endpoint_usage: BTreeMap<String, UsageTotals>,
 }
 
 /// The conversations of shard `k` of `n`: every `n`-th one in dataset order, starting at `k`.
@@ -97,6 +103,7 @@ pub async fn run(
     };
     manifest.summary = outcome.summary.clone();
     manifest.error = outcome.error.clone();
+    manifest.endpoint_usage = outcome.endpoint_usage.clone();
     let status = match (&outcome.summary, outcome.exit_code) {
         (_, 1) => "failed",
         (Some(summary), _) if summary.interrupted => "interrupted",
@@ -131,6 +138,7 @@ fn describe(
     manifest.set("tokens_per_minute", models.tokens_per_minute);
     manifest.set("timeout_s", models.timeout.as_secs());
     manifest.set("structured_output", models.structured_output);
+    manifest.set("hedge", models.hedge);
     manifest.set("answer_prompts", crate::agent::answer_prompts_version());
     let samples: Vec<&str> = conversations.iter().map(|c| c.sample_id.as_str()).collect();
     manifest.set("samples", samples);
@@ -199,13 +207,13 @@ async fn phases(
 ) -> anyhow::Result<RunOutcome> {
     let mut build_settings = build_settings(paths, data, models, run.workers as u32);
     build_settings.progress = !quiet;
-    let latch = FatalLatch::new(models.key_variable);
+    let latch = Arc::new(FatalLatch::default());
     let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
         .context("building the model client")?;
     let embedder = api_embedder(models, &args.embed)?;
     let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
         .context("building the model client")?;
-    let settings = answer_settings(paths, data, models, args, quiet, run);
+    let settings = answer_settings(paths, data, models, args, run, quiet);
     let loader = SampleLoader {
         build: &build_settings,
         embedder_name: crate::llm::Embedder::name(&embedder).to_string(),
@@ -217,12 +225,13 @@ async fn phases(
     // adds its questions to the pool. `halt` stops the answers when the build cannot go on.
     let (ready, arrivals) = futures::channel::mpsc::unbounded::<usize>();
     let (halt, halted) = tokio::sync::watch::channel(false);
-    let latched_chat = Latched::new(&build_chat, &latch, AfterFatal::Wait);
-    let latched_embedder = Latched::new(&embedder, &latch, AfterFatal::Wait);
+    let key = models.key_variable;
+    let latched_chat = Latched::sharing(&build_chat, &latch, key, AfterFatal::Wait);
+    let latched_embedder = Latched::sharing(&embedder, &latch, key, AfterFatal::Wait);
     let building = async {
         let built = tokio::select! {
             biased;
-            cause = latch.tripped() => Ok(Built::Fatal(cause)),
+            cause = latch.tripped() => Ok(Built::Fatal(cause.to_string())),
             () = stopped(stop.clone()) => Ok(Built::Interrupted),
             built = crate::ingest::build_each(
                 &build_settings,
@@ -255,7 +264,13 @@ async fn phases(
     let (built, summary) = tokio::join!(building, answering);
     let summary = summary?;
     let (exit_code, error) = exit(built?, &summary);
-    Ok(RunOutcome { summary: Some(summary), exit_code, error, manifest: Default::default() })
+    Ok(RunOutcome {
+        summary: Some(summary),
+        exit_code,
+        error,
+        manifest: Default::default(),
+        endpoint_usage: endpoint_usage(&build_chat, &embedder, Some(&answer_chat)),
+    })
 }
 
 /// The exit code and the error of a run whose build ended as `built`.
@@ -284,8 +299,8 @@ fn answer_settings(
     data: &DataSettings,
     models: &ModelSettings,
     args: &RunCommandArgs,
-    quiet: bool,
     run: &RunSettings,
+    quiet: bool,
 ) -> AnswerSettings {
     let mut settings = AnswerSettings::new(
         &paths.root,
@@ -300,4 +315,19 @@ fn answer_settings(
     settings.traces = !args.no_traces;
     settings.key_variable = models.key_variable.to_string();
     settings
+}
+
+/// What each client sent (see [`RunOutcome::endpoint_usage`]).
+fn endpoint_usage(
+    build_chat: &Client,
+    embedder: &EmbedClient,
+    answer_chat: Option<&Client>,
+) -> BTreeMap<String, UsageTotals> {
+    let mut usage = BTreeMap::new();
+    usage.insert("build_chat".to_string(), build_chat.usage());
+    usage.insert("embeddings".to_string(), embedder.usage());
+    if let Some(answer_chat) = answer_chat {
+        usage.insert("answer_chat".to_string(), answer_chat.usage());
+    }
+    usage
 }

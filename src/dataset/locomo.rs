@@ -60,7 +60,7 @@ fn parse_sample_body(
         Some(value) => json::into_object(value, "conversation")?,
         None => return Err(FieldError::new("conversation", "missing")),
     };
-    let sessions = parse_sessions(conversation)?;
+    let (sessions, empty_sessions) = parse_sessions(conversation)?;
     let questions = json::take_array(&mut sample, "qa", "")?
         .into_iter()
         .enumerate()
@@ -71,11 +71,15 @@ fn parse_sample_body(
         dataset: DatasetKind::Locomo,
         speakers: super::speakers_of(&sessions),
         sessions,
+        empty_sessions,
         questions,
     })
 }
 
-fn parse_sessions(mut conversation: Map<String, Value>) -> Result<Vec<Session>, FieldError> {
+/// The sessions with turns, and the fields of those without.
+fn parse_sessions(
+    mut conversation: Map<String, Value>,
+) -> Result<(Vec<Session>, Vec<String>), FieldError> {
     // Session keys are found by pattern and sorted numerically: `session_10` must follow
     // `session_9`, and the date keys share the prefix.
     let mut numbers: Vec<u32> = conversation
@@ -88,6 +92,7 @@ fn parse_sessions(mut conversation: Map<String, Value>) -> Result<Vec<Session>, 
     numbers.sort_unstable();
     let mut seen_dia_ids: BTreeSet<String> = BTreeSet::new();
     let mut sessions = Vec::with_capacity(numbers.len());
+    let mut empty = Vec::new();
     for number in numbers {
         let key = format!("session_{number}");
         let date_time =
@@ -109,6 +114,7 @@ fn parse_sessions(mut conversation: Map<String, Value>) -> Result<Vec<Session>, 
         }
         if turns.is_empty() {
             tracing::warn!(field = %path, "session has no turns; it adds nothing to the memory");
+            empty.push(path);
             continue;
         }
         let date = date_time.as_deref().and_then(parse_locomo_date);
@@ -117,7 +123,7 @@ fn parse_sessions(mut conversation: Map<String, Value>) -> Result<Vec<Session>, 
         }
         sessions.push(Session { index: number, date_time, date, turns });
     }
-    Ok(sessions)
+    Ok((sessions, empty))
 }
 
 /// One turn; `None` for a turn with neither text nor image caption (the reference drops

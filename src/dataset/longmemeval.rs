@@ -178,13 +178,13 @@ fn parse_item_body(
     }
 
     let mut sessions = Vec::with_capacity(session_values.len());
+    let mut empty_sessions = Vec::new();
     let mut evidence = Vec::new();
     for (position, (date_value, session_value)) in dates.into_iter().zip(session_values).enumerate()
     {
-        if let Some(session) =
-            parse_session(question_id, position, date_value, session_value, &mut evidence)?
-        {
-            sessions.push(session);
+        match parse_session(question_id, position, date_value, session_value, &mut evidence)? {
+            Some(session) => sessions.push(session),
+            None => empty_sessions.push(json::index("haystack_sessions", position)),
         }
     }
 
@@ -193,6 +193,7 @@ fn parse_item_body(
         dataset: DatasetKind::LongMemEval,
         speakers: super::speakers_of(&sessions),
         sessions,
+        empty_sessions,
         questions: vec![Question {
             id: question_id.to_string(),
             sample_id: question_id.to_string(),

@@ -54,6 +54,11 @@ pub struct Conversation {
     pub speakers: Vec<String>,
     /// Sessions in chronological (file) order; only sessions with turns.
     pub sessions: Vec<Session>,
+    /// The dataset fields of sessions left out because they hold no turn with text (e.g.
+    /// `conversation.session_3`): they add nothing to the memory, and `build` and `run` count
+    /// and list them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub empty_sessions: Vec<String>,
     /// Questions about this conversation.
     pub questions: Vec<Question>,
 }

@@ -74,6 +74,9 @@ pub struct SampleSummary {
     pub sample_id: String,
     /// Sessions with turns.
     pub sessions: usize,
+    /// The dataset fields of sessions without turns, left out of the memory
+    /// ([`Conversation::empty_sessions`]).
+    pub empty_sessions: Vec<String>,
     /// Of those, sessions all of whose stages came from the caches.
     pub sessions_reused: usize,
     /// Episode events (rewritten sentences).
@@ -197,6 +200,13 @@ impl<S: SampleFailures> RunSummary<S> {
 }
 
 impl BuildSummary {
+    /// Sessions without turns, over all conversations: (sample id, dataset field).
+    pub fn empty_sessions(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.samples.iter().flat_map(|sample| {
+            sample.empty_sessions.iter().map(|field| (sample.sample_id.as_str(), field.as_str()))
+        })
+    }
+
     /// The repair counts of all conversations.
     pub fn repairs(&self) -> RepairCounts {
         let mut total = RepairCounts::default();
@@ -212,12 +222,18 @@ impl fmt::Display for BuildSummary {
         let sessions: usize = self.samples.iter().map(|sample| sample.sessions).sum();
         let reused: usize = self.samples.iter().map(|sample| sample.sessions_reused).sum();
         let failed = self.failed().count();
+        let empty = self.empty_sessions().count();
         writeln!(
             f,
-            "built {} conversations, {sessions} sessions ({reused} from cache), {failed} failed units, {} tokens, {:.1}s",
+            "built {} conversations, {sessions} sessions ({reused} from cache), {empty} empty sessions skipped, {failed} failed units, {} tokens, {:.1}s",
             self.samples.len(),
             human_count(self.usage.total()),
             self.elapsed.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "tokens: {} prompt + {} completion (chat and embeddings, failed calls included)",
+            self.usage.prompt_tokens, self.usage.completion_tokens
         )?;
         writeln!(f, "repaired: {}", self.repairs())?;
         writeln!(
@@ -255,6 +271,9 @@ impl fmt::Display for BuildSummary {
                 repairs.deterministic_keyword_sentences
             )?;
         }
+        for (sample, field) in self.empty_sessions() {
+            writeln!(f, "skipped: {sample} {field}: no turns, so nothing to remember")?;
+        }
         self.write_failures_and_notices(f)
     }
 }
@@ -285,6 +304,7 @@ pub(super) fn summarise(
     SampleSummary {
         sample_id: conversation.sample_id.clone(),
         sessions: conversation.sessions.iter().filter(|session| !session.turns.is_empty()).count(),
+        empty_sessions: conversation.empty_sessions.clone(),
         sessions_reused,
         events: stats.episodes,
         keys: stats.keys,

@@ -178,6 +178,7 @@ pub(crate) mod tests {
             dataset: DatasetKind::Locomo,
             speakers: vec!["Ana".into(), "Bo".into()],
             sessions,
+            empty_sessions: Vec::new(),
             questions: Vec::new(),
         }
     }

@@ -1,13 +1,23 @@
 //! Fatal replies stop a run at once: [`classify`] turns a refused key (401, 403) into
 //! [`Error::Auth`] and an unknown or invalid model (404, or a 400 that says so) into
-//! [`Error::ModelNotFound`], each naming what to fix; the [`Latched`] decorator remembers the
-//! first such error and fails every later call of every clone at once with the same error, so
-//! a run with a wrong key or model stops after one request instead of failing item by item.
+//! [`Error::ModelNotFound`], each naming what to fix; the [`Latched`] decorator records the
+//! first fatal error ([`Error::is_fatal`]: those two and [`Error::Config`]) in a [`FatalLatch`]
+//! and fails every later call of every clone at once with the same error, so a run with a wrong
+//! key or model stops after one request instead of failing item by item.
+//!
+//! This is the one latch of the crate, used at two levels: inside each client stack
+//! (`stack.rs`, [`Latched::new`]: a latch per stack), and run-wide, where the commands hand one
+//! shared latch to the build's, the answer phase's or the judge's chat model and embedder
+//! ([`Latched::sharing`]) and race [`FatalLatch::tripped`] against the work, or check
+//! [`FatalLatch::error`] before starting the next item.
 //!
 //! A 403 that is about content moderation (OpenRouter flags inputs with a 403) is not about
 //! the key and stays an ordinary [`Error::Api`].
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Notify;
 
 use super::budget::Step;
 use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error};
@@ -55,10 +65,22 @@ fn is_moderation(body: &str) -> bool {
     lower.contains("moderation") || lower.contains("flagged")
 }
 
-/// The first fatal error seen by any clone of one client stack.
+/// What a [`Latched`] call does once the latch is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFatal {
+    /// Fail at once with the latched error (the caller counts the failure and stops).
+    Fail,
+    /// Never return, whatever model the call is for (the caller races [`FatalLatch::tripped`]
+    /// and drops its work).
+    Wait,
+}
+
+/// The first fatal error seen by any clone of one client stack, or by every client of a run
+/// that shares it.
 #[derive(Debug, Default)]
 pub struct FatalLatch {
     error: OnceLock<Error>,
+    notify: Notify,
 }
 
 impl FatalLatch {
@@ -77,14 +99,25 @@ impl FatalLatch {
         self.error.get()
     }
 
-    /// Remember `error` if it is an [`Error::Auth`] or [`Error::ModelNotFound`] (the first
-    /// one wins).
-    pub fn observe(&self, error: &Error) {
-        if matches!(error, Error::Auth { .. } | Error::ModelNotFound { .. })
-            && self.error.set(error.clone()).is_ok()
-        {
-            tracing::error!(%error, "fatal reply from the endpoint: failing every later call");
+    /// Resolves with the latched error once there is one (at once if there already is).
+    pub async fn tripped(&self) -> Error {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(error) = self.error() {
+                return error.clone();
+            }
+            notified.await;
         }
+    }
+
+    /// Remember `error` if it is fatal ([`Error::is_fatal`]; the first one wins). True if the
+    /// latch is set afterwards.
+    pub fn observe(&self, error: &Error) -> bool {
+        if error.is_fatal() && self.error.set(error.clone()).is_ok() {
+            tracing::error!(%error, "fatal reply from the endpoint: failing every later call");
+            self.notify.notify_waiters();
+        }
+        self.error().is_some()
     }
 }
 
@@ -95,18 +128,33 @@ pub struct Latched<M> {
     inner: M,
     latch: Arc<FatalLatch>,
     key_variable: Arc<str>,
-    /// The model embeddings are asked for (chat requests name their own).
+    /// The model embeddings are asked for (chat requests name their own); empty: the
+    /// embedder's name.
     embed_model: Arc<str>,
+    after: AfterFatal,
 }
 
 impl<M> Latched<M> {
-    /// Latch fatal errors of `inner`; `key_variable` names the key's variable in messages.
+    /// Latch fatal errors of `inner` in a latch of its own (calls after it fail at once);
+    /// `key_variable` names the key's variable in messages.
     pub fn new(inner: M, key_variable: &str) -> Self {
+        Self::sharing(inner, &Arc::default(), key_variable, AfterFatal::Fail)
+    }
+
+    /// Latch fatal errors of `inner` in `latch`, shared with other clients; calls after it
+    /// behave as `after` says.
+    pub fn sharing(
+        inner: M,
+        latch: &Arc<FatalLatch>,
+        key_variable: &str,
+        after: AfterFatal,
+    ) -> Self {
         Self {
             inner,
-            latch: Arc::default(),
+            latch: Arc::clone(latch),
             key_variable: key_variable.into(),
             embed_model: "".into(),
+            after,
         }
     }
 
@@ -126,20 +174,34 @@ impl<M> Latched<M> {
         &self.inner
     }
 
-    fn settle<T>(&self, result: Result<T, Error>, model: &str) -> Result<T, Error> {
-        result.map_err(|error| {
-            let error = classify(error, model, &self.key_variable);
-            self.latch.observe(&error);
-            error
-        })
+    /// Makes the call (`call()` is not even invoked once the latch applies to `model`); in
+    /// [`AfterFatal::Wait`] mode, never returns once the latch is set.
+    async fn call<T, F>(&self, model: &str, call: impl FnOnce() -> F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        let waits = || self.after == AfterFatal::Wait && self.latch.error().is_some();
+        if waits() {
+            std::future::pending::<()>().await;
+        }
+        let outcome = match self.latch.check(model) {
+            Ok(()) => call().await.map_err(|error| {
+                let error = classify(error, model, &self.key_variable);
+                self.latch.observe(&error);
+                error
+            }),
+            Err(error) => Err(error),
+        };
+        if outcome.is_err() && waits() {
+            std::future::pending::<()>().await;
+        }
+        outcome
     }
 }
 
 impl<M: ChatModel> ChatModel for Latched<M> {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
-        self.latch.check(&request.model)?;
-        let result = self.inner.chat(request).await;
-        self.settle(result, &request.model)
+        self.call(&request.model, || self.inner.chat(request)).await
     }
 
     fn max_tokens(&self, step: Step) -> Option<u32> {
@@ -153,67 +215,11 @@ impl<E: Embedder> Embedder for Latched<E> {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Embeddings, Error> {
-        self.latch.check(&self.embed_model)?;
-        let result = self.inner.embed(texts).await;
-        self.settle(result, &self.embed_model)
+        let model = if self.embed_model.is_empty() { self.inner.name() } else { &self.embed_model };
+        self.call(model, || self.inner.embed(texts)).await
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api(status: u16, body: &str) -> Error {
-        Error::Api { status, attempts: 1, body: body.to_owned(), retry_after: None }
-    }
-
-    fn classified(status: u16, body: &str) -> Error {
-        classify(api(status, body), "vendor/model-x", "OPENROUTER_API_KEY")
-    }
-
-    #[test]
-    fn refused_keys_name_the_variable_and_never_echo_the_body_key() {
-        let error = classified(401, "");
-        assert!(matches!(error, Error::Auth { status: 401, .. }), "{error:?}");
-        let text = error.to_string();
-        assert!(text.contains("OPENROUTER_API_KEY") && text.contains("no details"), "{text}");
-        assert!(text.contains("--base-url"), "{text}");
-        let error = classified(403, r#"{"error":{"message":"Key disabled","code":403}}"#);
-        assert!(matches!(error, Error::Auth { status: 403, .. }), "{error:?}");
-        let flagged = classified(403, "Your input was flagged by moderation");
-        assert!(matches!(flagged, Error::Api { status: 403, .. }), "{flagged:?}");
-    }
-
-    #[test]
-    fn model_not_found_in_provider_phrasings() {
-        let bodies = [
-            (404, "The model `gpt-9` does not exist or you do not have access to it."),
-            (404, r#"{"error":{"message":"No endpoints found for vendor/model-x.","code":404}}"#),
-            (400, r#"{"error":{"message":"vendor/model-x is not a valid model ID","code":400}}"#),
-            (404, r#"{"object":"error","message":"The model `x` does not exist.","code":404}"#),
-            (404, r#"{"error":"model \"x\" not found, try pulling it first"}"#),
-            (404, ""),
-        ];
-        for (status, body) in bodies {
-            let error = classified(status, body);
-            assert!(
-                matches!(&error, Error::ModelNotFound { model, .. } if model == "vendor/model-x"),
-                "{status} {body}: {error:?}"
-            );
-            assert!(error.to_string().contains("--model"), "{error}");
-        }
-        assert!(matches!(classified(400, "bad field `foo`"), Error::Api { status: 400, .. }));
-    }
-
-    #[test]
-    fn the_latch_keeps_the_first_fatal_error_per_model() {
-        let latch = FatalLatch::default();
-        latch.observe(&api(500, "transient"));
-        assert!(latch.check("a").is_ok());
-        latch.observe(&classified(404, ""));
-        assert!(latch.check("other/model").is_ok());
-        assert!(matches!(latch.check("vendor/model-x"), Err(Error::ModelNotFound { .. })));
-        latch.observe(&classified(401, ""));
-        assert!(latch.check("vendor/model-x").is_err());
-    }
-}
+#[allow(clippy::unwrap_used)]
+mod tests;

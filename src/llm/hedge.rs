@@ -11,8 +11,10 @@
 //! means no hedge: the timeout and the retry layer handle that case.
 //!
 //! Bounded: at most one hedge per attempt. The first successful reply wins and the other
-//! request is dropped, which cancels it (reqwest aborts the connection). If one of the two
-//! fails, the other is awaited; if both fail, the first request's error is returned. The
+//! request is dropped, which cancels it (reqwest aborts the connection). If the first request
+//! fails, the hedge is awaited (if it fails too, the first request's error is returned); if
+//! the hedge fails while the first request is still out, that one is dropped as well and the
+//! hedge's error returned, so a hung request never holds the retry layer until its timeout. The
 //! hedge waits on the shared rate limits like any request (it sits below the concurrency
 //! limiter and does not take a second slot). A hedge shows in [`ChatResponse::calls`] and in
 //! the run's [`UsageMeter`] totals.
@@ -187,13 +189,15 @@ impl<M: ChatModel> ChatModel for Hedged<M> {
         };
         let outcome = match first {
             Ok(response) => Ok((response, hedge_first)),
-            Err(first_error) => {
-                let second = if hedge_first { primary.await } else { hedge.await };
-                match second {
-                    Ok(response) => Ok((response, !hedge_first)),
-                    Err(second_error) => Err(if hedge_first { second_error } else { first_error }),
-                }
-            }
+            // The hedge failed while the first request, already past the deadline, is still
+            // out: that one is most likely hung, so it is given up too and the retry layer
+            // decides on the hedge's error (a new attempt after its backoff) instead of
+            // waiting for the hang to reach the timeout.
+            Err(hedge_error) if hedge_first => Err(hedge_error),
+            Err(first_error) => match hedge.await {
+                Ok(response) => Ok((response, true)),
+                Err(_) => Err(first_error),
+            },
         };
         outcome.map(|(mut response, hedge_won)| {
             response.calls.hedges += 1;

@@ -15,6 +15,7 @@ pub mod budget;
 pub mod coerce;
 pub mod config;
 pub mod fatal;
+mod forward;
 pub mod hedge;
 pub mod models;
 pub mod openai;
@@ -472,26 +473,4 @@ pub trait Embedder: Send + Sync {
     fn name(&self) -> &str;
     /// Embed a batch of texts; one vector per text, in order.
     fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send;
-}
-
-impl<M: ChatModel> ChatModel for std::sync::Arc<M> {
-    fn chat(
-        &self,
-        request: &ChatRequest,
-    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
-        (**self).chat(request)
-    }
-
-    fn max_tokens(&self, step: Step) -> Option<u32> {
-        (**self).max_tokens(step)
-    }
-}
-
-impl<E: Embedder> Embedder for std::sync::Arc<E> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send {
-        (**self).embed(texts)
-    }
 }

@@ -96,7 +96,7 @@ impl Analyzer {
 
 /// A growing BM25 index; documents are numbered in insertion order. Serialisable (terms in
 /// sorted order) so that a built index can be cached on disk.
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct Bm25Index {
     params: Bm25Params,
     #[serde(skip)]
@@ -127,6 +127,11 @@ impl Bm25Index {
         Self { params, ..Self::default() }
     }
 
+    /// Change the scoring parameters (the postings do not depend on them).
+    pub fn set_params(&mut self, params: Bm25Params) {
+        self.params = params;
+    }
+
     /// Number of documents.
     pub fn len(&self) -> usize {
         self.lengths.len()
@@ -151,6 +156,26 @@ impl Bm25Index {
         self.lengths.push(terms.len() as u32);
         self.total_length += terms.len() as u64;
         document as usize
+    }
+
+    /// The distinct terms of `query` (processed as [`Bm25Index::scores`] does) that occur in
+    /// some document, in term order, each with its idf and the documents containing it
+    /// (ascending).
+    pub fn query_terms(&self, query: &str) -> Vec<(f64, Vec<u32>)> {
+        let extra: &[&str] = if self.params.drop_question_words { QUESTION_WORDS } else { &[] };
+        let mut terms = self.analyzer.terms_without(query, extra);
+        terms.sort();
+        terms.dedup();
+        let n = self.lengths.len() as f64;
+        terms
+            .iter()
+            .filter_map(|term| self.postings.get(term))
+            .map(|postings| {
+                let containing = postings.len() as f64;
+                let idf = (1.0 + (n - containing + 0.5) / (containing + 0.5)).ln();
+                (idf, postings.iter().map(|&(document, _)| document).collect())
+            })
+            .collect()
     }
 
     /// BM25 score of every document for `query` (0 for documents sharing no term).
@@ -247,5 +272,19 @@ mod tests {
         let mut plain = Bm25Index::new();
         plain.add("what kind of day");
         assert!(plain.scores("kind")[0] > 0.0);
+    }
+
+    #[test]
+    fn query_terms_list_idf_and_documents() {
+        let mut index = Bm25Index::new();
+        index.add("Melanie painted a lake");
+        index.add("Caroline went to the lake");
+        index.add("a quiet day");
+        let terms = index.query_terms("Where is the lake that Melanie painted? lake");
+        // lake (docs 0, 1), melani (0), paint (0), in term order; "where"/"is"/"the" are stop words.
+        let documents: Vec<Vec<u32>> = terms.iter().map(|(_, d)| d.clone()).collect();
+        assert_eq!(documents, vec![vec![0, 1], vec![0], vec![0]]);
+        assert!(terms[1].0 > terms[0].0);
+        assert!(index.query_terms("unknown words").is_empty());
     }
 }

@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -54,6 +56,63 @@ impl EmbeddingCache {
             self.fill(&mut lookup, vectors)?;
         }
         lookup.finish(texts)
+    }
+
+    /// [`EmbeddingCache::get_or_embed`] for long jobs: the missing texts are embedded `batch`
+    /// at a time, `progress` hears how many after each batch, and the bucket is written every
+    /// `flush_every` (and when the job ends, fails or stops), so an interrupted run keeps what
+    /// it embedded. Returns `None`, after writing what was done, once `stop` is set.
+    pub fn get_or_embed_batched(
+        &self,
+        bucket: &str,
+        texts: &[String],
+        batching: Batching<'_>,
+        mut embed: impl FnMut(&[String]) -> anyhow::Result<Vec<Vec<f32>>>,
+        mut progress: impl FnMut(usize),
+    ) -> anyhow::Result<Option<(Vec<Vec<f32>>, usize)>> {
+        let mut lookup = self.lookup(bucket, texts)?;
+        let mut last_flush = Instant::now();
+        let mut unwritten = false;
+        for (batch, keys) in lookup
+            .missing
+            .chunks(batching.size.max(1))
+            .zip(lookup.missing_keys.chunks(batching.size.max(1)))
+        {
+            if batching.stop.load(Ordering::Relaxed) {
+                if unwritten {
+                    write_bucket(&lookup.path, &lookup.entries)?;
+                }
+                return Ok(None);
+            }
+            let vectors = match embed(batch) {
+                Ok(vectors) if vectors.len() == batch.len() => vectors,
+                outcome => {
+                    if unwritten {
+                        write_bucket(&lookup.path, &lookup.entries)?;
+                    }
+                    let vectors = outcome?;
+                    anyhow::bail!(
+                        "embedder returned {} vectors for {} texts",
+                        vectors.len(),
+                        batch.len()
+                    );
+                }
+            };
+            for (key, vector) in keys.iter().zip(vectors) {
+                lookup.entries.insert(*key, vector);
+            }
+            unwritten = true;
+            progress(batch.len());
+            if last_flush.elapsed() >= batching.flush_every {
+                write_bucket(&lookup.path, &lookup.entries)?;
+                last_flush = Instant::now();
+                unwritten = false;
+            }
+        }
+        if unwritten {
+            write_bucket(&lookup.path, &lookup.entries)?;
+        }
+        lookup.finish(texts).map(Some)
     }
 
     /// [`EmbeddingCache::get_or_embed`] for async callers, embedding misses with `embedder`.
@@ -106,6 +165,17 @@ impl EmbeddingCache {
             .collect();
         self.dir.join(format!("{safe}.bin"))
     }
+}
+
+/// How [`EmbeddingCache::get_or_embed_batched`] splits and saves its work.
+#[derive(Debug, Clone, Copy)]
+pub struct Batching<'a> {
+    /// Texts per embedder call.
+    pub size: usize,
+    /// Write the bucket at least this often while embedding.
+    pub flush_every: Duration,
+    /// Set to stop after the batch in flight (what was embedded is written first).
+    pub stop: &'a AtomicBool,
 }
 
 /// A bucket read from disk and the texts it lacks.
@@ -213,6 +283,56 @@ mod tests {
             .unwrap();
         assert_eq!(embedded, 0);
         assert!(dir.path().join("locomo/embedding/fake/conv-1.bin").is_file());
+    }
+
+    #[test]
+    fn an_interrupted_batched_run_keeps_what_it_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = EmbeddingCache::new(dir.path(), "LM", "fake");
+        let texts: Vec<String> = (0..10).map(|i| format!("text {i}")).collect();
+        let never = AtomicBool::new(false);
+        let batching = Batching { size: 3, flush_every: Duration::from_secs(3600), stop: &never };
+        // The third batch fails: the first two (6 texts) must be on disk even though the flush
+        // interval never came round.
+        let mut calls = 0;
+        let failing = |batch: &[String]| {
+            calls += 1;
+            anyhow::ensure!(calls < 3, "embedder died");
+            Ok(batch.iter().map(|t| vec![t.len() as f32]).collect())
+        };
+        let err = cache.get_or_embed_batched("q1", &texts, batching, failing, |_| {}).unwrap_err();
+        assert!(err.to_string().contains("embedder died"));
+        let mut embedded = Vec::new();
+        let (_, count) = cache
+            .get_or_embed("q1", &texts, |missing| {
+                embedded.extend_from_slice(missing);
+                Ok(missing.iter().map(|t| vec![t.len() as f32]).collect())
+            })
+            .unwrap();
+        assert_eq!((count, embedded), (4, texts[6..].to_vec()));
+
+        // A stop request ends the run after the batch in flight, with that batch written.
+        let stop = AtomicBool::new(false);
+        let batching = Batching { size: 2, flush_every: Duration::from_secs(3600), stop: &stop };
+        let mut seen = 0;
+        let fresh: Vec<String> = (0..6).map(|i| format!("fresh {i}")).collect();
+        let outcome = cache
+            .get_or_embed_batched(
+                "q2",
+                &fresh,
+                batching,
+                |batch| {
+                    stop.store(true, Ordering::Relaxed);
+                    Ok(batch.iter().map(|_| vec![1.0]).collect())
+                },
+                |n| seen += n,
+            )
+            .unwrap();
+        assert!(outcome.is_none());
+        assert_eq!(seen, 2);
+        let (_, count) =
+            cache.get_or_embed("q2", &fresh, |m| Ok(vec![vec![1.0]; m.len()])).unwrap();
+        assert_eq!(count, 4, "the first batch was kept");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! linking the units again.
 //!
 //! One file per conversation, `<dir>/<bucket>.json`, holding a key and the index. The key is a
-//! SHA-256 over the format version, the embedder's name, the index options and the units'
-//! content: a changed conversation, embedder or option makes the file stale. A stale or
-//! unreadable file is rebuilt (with a warning) and replaced atomically.
+//! SHA-256 over the format version, the embedder's name, the index options (ANN settings
+//! included), what the index holds ([`IndexNeeds`]) and the units' content: a changed
+//! conversation, embedder, option or need makes the file stale. A stale or unreadable file is
+//! rebuilt (with a warning) and replaced atomically. The approximate turn index (usearch) is not
+//! stored: a loaded index rebuilds it from its turn vectors when it has enough turns.
 
 use std::path::{Path, PathBuf};
 
@@ -14,12 +16,12 @@ use sha2::{Digest as _, Sha256};
 
 use super::build::build_index;
 use super::cache::EmbeddingCache;
-use super::index::{IndexOptions, MemoryIndex};
+use super::index::{IndexNeeds, IndexOptions, MemoryIndex};
 use super::units::SessionUnits;
 use crate::llm::Embedder;
 
 /// Bumped when the file layout or the index's serialised form changes.
-const FORMAT: &str = "memgas-index-1";
+const FORMAT: &str = "memgas-index-2";
 
 /// Where a conversation's index comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +96,16 @@ fn read(path: &Path, key: &str) -> Option<MemoryIndex> {
         }
     };
     match serde_json::from_slice::<StoredIndex>(&bytes) {
-        Ok(stored) if stored.key == key => Some(stored.index),
+        Ok(stored) if stored.key == key => {
+            let mut index = stored.index;
+            match index.restore_approximate() {
+                Ok(()) => Some(index),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "cannot rebuild the approximate turn index; rebuilding the MemGAS index");
+                    None
+                }
+            }
+        }
         Ok(_) => {
             tracing::warn!(path = %path.display(), "the MemGAS index was built from other units, embedder or options; rebuilding it");
             None
@@ -106,7 +117,8 @@ fn read(path: &Path, key: &str) -> Option<MemoryIndex> {
     }
 }
 
-/// SHA-256 (hex) over the format, the embedder, the options and the units.
+/// SHA-256 (hex) over the format, the embedder, the options, the needs and the units.
+/// [`build_index`] builds everything ([`IndexNeeds::ALL`]), so those are the needs hashed.
 fn index_key(
     embedder: &str,
     options: &IndexOptions,
@@ -117,6 +129,7 @@ fn index_key(
         FORMAT.as_bytes().to_vec(),
         embedder.as_bytes().to_vec(),
         serde_json::to_vec(options).context("hashing the index options")?,
+        serde_json::to_vec(&IndexNeeds::ALL).context("hashing the index needs")?,
         serde_json::to_vec(sessions).context("hashing the MemGAS units")?,
     ] {
         hasher.update((part.len() as u64).to_le_bytes());

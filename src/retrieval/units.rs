@@ -151,11 +151,22 @@ impl SessionUnits {
     /// The texts to embed for this session, in the order [`SessionUnits::assemble`] expects:
     /// session chunks, turns, then summary, keywords and hybrid when present.
     pub fn texts_to_embed(&self, options: &UnitTextOptions) -> Vec<String> {
-        let mut texts = self.session_chunks(options);
-        texts.extend((0..self.turns.len()).map(|index| self.turn_embedding_text(index, options)));
-        texts.extend(self.summary.iter().cloned());
-        texts.extend(self.keywords.iter().cloned());
-        texts.extend(self.hybrid_text());
+        self.texts_for(options, &VectorNeeds::ALL)
+    }
+
+    /// The texts to embed for the vectors `needs` asks for, in the order
+    /// [`SessionUnits::assemble_for`] expects: session chunks, turns, summary, keywords, hybrid
+    /// (each only when asked for and present).
+    pub fn texts_for(&self, options: &UnitTextOptions, needs: &VectorNeeds) -> Vec<String> {
+        let mut texts = if needs.session { self.session_chunks(options) } else { Vec::new() };
+        if needs.turns {
+            texts.extend(
+                (0..self.turns.len()).map(|index| self.turn_embedding_text(index, options)),
+            );
+        }
+        texts.extend(self.summary.iter().filter(|_| needs.summary).cloned());
+        texts.extend(self.keywords.iter().filter(|_| needs.keywords).cloned());
+        texts.extend(self.hybrid_text().filter(|_| needs.hybrid));
         texts
     }
 
@@ -166,23 +177,43 @@ impl SessionUnits {
         options: &UnitTextOptions,
         vectors: Vec<Vec<f32>>,
     ) -> Option<UnitVectors> {
-        let n_chunks = self.session_chunks(options).len();
-        let expected = n_chunks
-            + self.turns.len()
-            + usize::from(self.summary.is_some())
-            + usize::from(self.keywords.is_some())
-            + usize::from(self.hybrid_text().is_some());
+        let parts = self.assemble_for(options, &VectorNeeds::ALL, vectors)?;
+        Some(UnitVectors {
+            session: parts.session?,
+            turns: parts.turns?,
+            summary: parts.summary,
+            keywords: parts.keywords,
+            hybrid: parts.hybrid,
+        })
+    }
+
+    /// Build the vectors `needs` asks for from the embeddings of [`SessionUnits::texts_for`].
+    /// Returns `None` when the count does not match.
+    pub fn assemble_for(
+        &self,
+        options: &UnitTextOptions,
+        needs: &VectorNeeds,
+        vectors: Vec<Vec<f32>>,
+    ) -> Option<SessionVectors> {
+        let n_chunks = if needs.session { self.session_chunks(options).len() } else { 0 };
+        let n_turns = if needs.turns { self.turns.len() } else { 0 };
+        let summary = needs.summary && self.summary.is_some();
+        let keywords = needs.keywords && self.keywords.is_some();
+        let hybrid = needs.hybrid && self.hybrid_text().is_some();
+        let expected =
+            n_chunks + n_turns + usize::from(summary) + usize::from(keywords) + usize::from(hybrid);
         if vectors.len() != expected {
             return None;
         }
         let mut rest = vectors.into_iter();
         let chunks: Vec<Vec<f32>> = rest.by_ref().take(n_chunks).collect();
-        let session = normalised_mean(&chunks);
-        let turns: Vec<Vec<f32>> = rest.by_ref().take(self.turns.len()).collect();
-        let summary = if self.summary.is_some() { rest.next() } else { None };
-        let keywords = if self.keywords.is_some() { rest.next() } else { None };
-        let hybrid = if self.hybrid_text().is_some() { rest.next() } else { None };
-        Some(UnitVectors { session, turns, summary, keywords, hybrid })
+        Some(SessionVectors {
+            session: needs.session.then(|| normalised_mean(&chunks)),
+            turns: needs.turns.then(|| rest.by_ref().take(n_turns).collect()),
+            summary: if summary { rest.next() } else { None },
+            keywords: if keywords { rest.next() } else { None },
+            hybrid: if hybrid { rest.next() } else { None },
+        })
     }
 
     /// The text embedded for turn `index`: up to `turn_context` preceding turns, the turn, then
@@ -213,6 +244,84 @@ impl SessionUnits {
         }
         chunks.push(current);
         chunks
+    }
+}
+
+/// Which unit vectors to compute and keep: only what the requested methods read
+/// ([`crate::retrieval::index::IndexNeeds`] derives it from the methods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VectorNeeds {
+    /// The session vector (mean of its chunks).
+    pub session: bool,
+    /// One vector per turn.
+    pub turns: bool,
+    /// The LLM summary, where there is one.
+    pub summary: bool,
+    /// The LLM keywords, where there are some.
+    pub keywords: bool,
+    /// The hybrid text, where there is one.
+    pub hybrid: bool,
+}
+
+impl VectorNeeds {
+    /// Every vector.
+    pub const ALL: VectorNeeds =
+        VectorNeeds { session: true, turns: true, summary: true, keywords: true, hybrid: true };
+    /// No vector at all (lexical methods only: nothing is embedded).
+    pub const NONE: VectorNeeds = VectorNeeds {
+        session: false,
+        turns: false,
+        summary: false,
+        keywords: false,
+        hybrid: false,
+    };
+
+    /// Whether any vector is needed (and so an embedder and question vectors).
+    pub fn any(&self) -> bool {
+        self.session || self.turns || self.summary || self.keywords || self.hybrid
+    }
+
+    /// Everything either asks for.
+    pub fn union(self, other: VectorNeeds) -> VectorNeeds {
+        VectorNeeds {
+            session: self.session || other.session,
+            turns: self.turns || other.turns,
+            summary: self.summary || other.summary,
+            keywords: self.keywords || other.keywords,
+            hybrid: self.hybrid || other.hybrid,
+        }
+    }
+
+    /// Whether everything `other` asks for is here.
+    pub fn covers(&self, other: &VectorNeeds) -> bool {
+        self.union(*other) == *self
+    }
+}
+
+/// The vectors of one session that a [`VectorNeeds`] asked for (the others are `None`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SessionVectors {
+    /// The session (mean of its chunk vectors, renormalised).
+    pub session: Option<Vec<f32>>,
+    /// One per turn.
+    pub turns: Option<Vec<Vec<f32>>>,
+    /// The summary.
+    pub summary: Option<Vec<f32>>,
+    /// The keywords.
+    pub keywords: Option<Vec<f32>>,
+    /// The hybrid text.
+    pub hybrid: Option<Vec<f32>>,
+}
+
+impl From<UnitVectors> for SessionVectors {
+    fn from(vectors: UnitVectors) -> Self {
+        Self {
+            session: Some(vectors.session),
+            turns: Some(vectors.turns),
+            summary: vectors.summary,
+            keywords: vectors.keywords,
+            hybrid: vectors.hybrid,
+        }
     }
 }
 
@@ -314,5 +423,26 @@ mod tests {
         };
         assert_eq!(session.texts_to_embed(&options), vec!["x\ny", "x", "y"]);
         assert_eq!(normalised_mean(&[vec![3.0, 0.0], vec![0.0, 4.0]]), vec![0.6, 0.8]);
+    }
+
+    #[test]
+    fn only_the_needed_texts_are_embedded_and_assembled() {
+        let session = units(&["x", "y"]).with_summary("s").with_keywords("k");
+        let options = UnitTextOptions::default();
+        assert!(session.texts_for(&options, &VectorNeeds::NONE).is_empty());
+        assert!(
+            session.assemble_for(&options, &VectorNeeds::NONE, Vec::new()).unwrap()
+                == SessionVectors::default()
+        );
+        let turns_only = VectorNeeds { turns: true, ..VectorNeeds::NONE };
+        let texts = session.texts_for(&options, &turns_only);
+        assert_eq!(texts, vec!["x", "x\ny"]);
+        let parts =
+            session.assemble_for(&options, &turns_only, vec![vec![1.0], vec![2.0]]).unwrap();
+        assert_eq!(parts.turns, Some(vec![vec![1.0], vec![2.0]]));
+        assert_eq!((parts.session, parts.summary), (None, None));
+        assert!(session.assemble_for(&options, &turns_only, vec![vec![1.0]]).is_none());
+        assert!(VectorNeeds::ALL.covers(&turns_only) && !turns_only.covers(&VectorNeeds::ALL));
+        assert!(!VectorNeeds::NONE.any());
     }
 }

@@ -15,6 +15,8 @@ use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 
 use super::{ApiError, AppState};
+use crate::agent::events::LoopEvents;
+use crate::service::ServiceError;
 
 /// Largest `k` a search may ask for.
 const MAX_K: u64 = 100;
@@ -135,23 +137,33 @@ pub(super) async fn ask(
     let started = Event::default()
         .event("started")
         .json_data(json!({"conversation": id, "question": question}));
+    // The loop runs in its own task and reports each round through `sink`; the stream sends
+    // those events as they come and ends with the answer once the loop (and so `sink`) is done.
+    let (sink, rounds) = LoopEvents::channel();
     let service = Arc::clone(&state.service);
+    let task =
+        tokio::spawn(async move { service.ask_with_events(&id, &question, Some(sink)).await });
     let finished = async move {
-        match service.ask(&id, &question).await {
-            Ok(report) => Event::default().event("answer").json_data(report),
-            Err(error) => {
-                let error = ApiError::from(error);
-                Event::default().event("error").json_data(
-                    json!({"code": error.code, "field": error.field, "message": error.message}),
-                )
-            }
+        match task.await {
+            Ok(Ok(report)) => Event::default().event("answer").json_data(report),
+            Ok(Err(error)) => error_event(ApiError::from(error)),
+            Err(error) => error_event(ApiError::from(ServiceError::Other(anyhow::anyhow!(
+                "ask task failed: {error}"
+            )))),
         }
     };
+    let rounds = rounds.map(|event| Event::default().event("round").json_data(event));
     let events =
-        futures::stream::iter([started]).chain(futures::stream::once(finished)).map(|event| {
-            Ok::<_, Infallible>(event.unwrap_or_else(|_| Event::default().event("error")))
-        });
+        futures::stream::iter([started]).chain(rounds).chain(futures::stream::once(finished)).map(
+            |event| Ok::<_, Infallible>(event.unwrap_or_else(|_| Event::default().event("error"))),
+        );
     Ok(Sse::new(events).into_response())
+}
+
+fn error_event(error: ApiError) -> Result<Event, axum::Error> {
+    Event::default()
+        .event("error")
+        .json_data(json!({"code": error.code, "field": error.field, "message": error.message}))
 }
 
 pub(super) async fn not_found() -> ApiError {

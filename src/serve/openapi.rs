@@ -59,7 +59,7 @@ pub(crate) fn spec() -> Value {
             "/v1/conversations/{id}/search": {"post": {"summary": "ranked memory lines (no chat model)", "parameters": id,
                 "requestBody": json_body(json!({"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}, "k": {"type": "integer", "minimum": 1, "maximum": 100}}})),
                 "responses": ok("the hits", json!({"type": "object"}))}},
-            "/v1/conversations/{id}/ask": {"post": {"summary": "answer a question with the tool loop; `stream: true` sends server-sent events `started` then `answer` or `error`", "parameters": id,
+            "/v1/conversations/{id}/ask": {"post": {"summary": "answer a question with the tool loop; `stream: true` sends server-sent events `started`, one `round` per loop step (kind `model`: the round's tool calls; kind `tools`: their results, summarised), then `answer` or `error`", "parameters": id,
                 "requestBody": json_body(json!({"type": "object", "required": ["question"], "properties": {"question": {"type": "string"}, "stream": {"type": "boolean"}}})),
                 "responses": ok("the answer, supporting lines and trace path", json!({"type": "object"}))}}
         }

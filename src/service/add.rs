@@ -146,6 +146,13 @@ where
         built.sort_unstable();
         report.built_sessions = built.into_iter().map(|number| format!("D{number}")).collect();
         report.failed_sessions.sort_by(|a, b| a.session.cmp(&b.session));
+        if self.cache.contains(conversation) {
+            // Bring the cached index up to date now (only the new sessions are indexed), so the
+            // next query finds it current. A failure here is the next query's to report.
+            if let Err(error) = self.cached(conversation).await {
+                tracing::warn!(conversation, %error, "updating the cached index");
+            }
+        }
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(report)
     }

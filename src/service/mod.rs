@@ -9,12 +9,17 @@
 //!   store's conversation lock (across processes too).
 //! - [`MemoryService::search`]: MemGAS fusion over the stored unit vectors, no chat model.
 //! - [`MemoryService::ask`]: the `run` answer loop (`agent::answer_all`) over the memory graph
-//!   and MemGAS index rebuilt from the stored outputs (pure, in-memory; no model call).
+//!   and MemGAS index made from the stored outputs (pure, in-memory; no model call).
+//!
+//! Both read through the service's per-conversation cache (`cache`): the index is built on a
+//! conversation's first query, extended with the sessions an add built, and dropped on forget.
 
 mod add;
+mod cache;
 mod query;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use chrono::TimeDelta;
 use serde::Serialize;
@@ -24,6 +29,7 @@ use crate::llm::{EmbedClient, Embedder, Embeddings};
 use crate::store::{Store, StoreError};
 
 pub use add::{AddReport, FailedSession};
+pub use cache::IndexStats;
 pub use query::{AskReport, SearchHit};
 
 /// The embedder name recorded for conversations embedded locally.
@@ -103,6 +109,7 @@ pub struct MemoryService<M, E> {
     settings: ServiceSettings,
     chat: M,
     embedder: E,
+    cache: cache::IndexCache,
 }
 
 impl<M, E> MemoryService<M, E>
@@ -111,7 +118,12 @@ where
 {
     /// A service (`chat` is only called by `add` and `ask`); `settings.embedder` must name `embedder`.
     pub fn new(store: Store, settings: ServiceSettings, chat: M, embedder: E) -> Self {
-        Self { store, settings, chat, embedder }
+        Self { store, settings, chat, embedder, cache: cache::IndexCache::default() }
+    }
+
+    /// How the per-conversation index cache has served queries so far.
+    pub fn index_stats(&self) -> IndexStats {
+        self.cache.stats()
     }
 
     /// The store.
@@ -137,12 +149,14 @@ where
 
     /// Deletes a conversation (waiting for an add in progress on it to finish).
     pub async fn forget(&self, id: &str) -> Result<crate::store::ConversationInfo, ServiceError> {
-        let (store, id) = (self.store.clone(), id.to_string());
-        blocking(move || {
-            let _lock = store.lock_conversation(&id)?;
-            store.forget(&id)
+        let (store, owned) = (self.store.clone(), id.to_string());
+        let forgotten = blocking(move || {
+            let _lock = store.lock_conversation(&owned)?;
+            store.forget(&owned)
         })
-        .await
+        .await;
+        self.cache.remove(id);
+        forgotten
     }
 
     /// Errors unless `id` exists and is embedded with this service's embedder.
@@ -166,6 +180,29 @@ where
             .into());
         }
         Ok(stored)
+    }
+}
+
+impl<M, E> MemoryService<M, E>
+where
+    E: Embedder + Clone + 'static,
+{
+    /// The conversation's cache entry, brought up to date with the store first (see `cache`).
+    async fn cached(&self, id: &str) -> Result<Arc<cache::Cached>, ServiceError> {
+        let (store, owned) = (self.store.clone(), id.to_string());
+        let revision = blocking(move || store.revision(&owned)).await?;
+        let (previous, current) = self.cache.lookup(id, revision);
+        if let (Some(entry), true) = (&previous, current) {
+            return Ok(Arc::clone(entry));
+        }
+        let stored = self.load_checked(id).await?;
+        let updated =
+            tokio::task::spawn_blocking(move || cache::Cached::update(stored, previous.as_deref()))
+                .await
+                .map_err(|error| anyhow::anyhow!("index task failed: {error}"))?;
+        let (entry, rebuilt) =
+            updated.map_err(|error| anyhow::anyhow!("indexing the stored vectors: {error}"))?;
+        Ok(self.cache.store(id, entry, rebuilt))
     }
 }
 

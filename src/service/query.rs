@@ -2,21 +2,18 @@
 //! over the memory rebuilt from the stored outputs).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use indexmap::IndexMap;
 use serde::Serialize;
 
+use super::cache::Cached;
 use super::{MemoryService, ServiceError};
-use crate::agent::{AnswerSettings, MemgasMemory, QueryEmbedder as _, SampleMemory};
+use crate::agent::events::LoopEvents;
+use crate::agent::{AnswerSettings, LoadedMemgas, MemgasMemory, QueryEmbedder as _, SampleMemory};
 use crate::dataset::{Category, DatasetKind, Question};
-use crate::ingest::SampleEmbeddings;
 use crate::llm::{ChatModel, Embedder};
 use crate::results::{ResultLine, Status};
-use crate::retrieval::{IndexOptions, MemoryIndex};
-use crate::store::{StoredConversation, StoredOutputs};
-
-/// Vectors by id, in order.
-type IdVectors = Vec<(String, Vec<f32>)>;
+use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -76,17 +73,18 @@ where
         if query.trim().is_empty() {
             return Err(ServiceError::invalid("query", "empty query"));
         }
-        let stored = self.load_checked(conversation).await?;
-        let index = index_of(&stored).await?;
+        let entry = self.cached(conversation).await?;
         let vector = self
             .embedder
             .embed_query(query.trim())
             .await
             .map_err(|error| anyhow::anyhow!("embedding the query: {error}"))?;
-        let hits = index
+        let hits = entry
+            .index
             .query(query.trim(), &vector, k.max(1))
             .map_err(|error| anyhow::anyhow!("searching: {error}"))?;
-        Ok(hits.turns.iter().filter_map(|turn| hit(&stored, &turn.dia_id, turn.score)).collect())
+        let stored = &entry.stored;
+        Ok(hits.turns.iter().filter_map(|turn| hit(stored, &turn.dia_id, turn.score)).collect())
     }
 }
 
@@ -97,15 +95,26 @@ where
 {
     /// Answers `question` about `conversation` with the answer loop.
     pub async fn ask(&self, conversation: &str, question: &str) -> Result<AskReport, ServiceError> {
+        self.ask_with_events(conversation, question, None).await
+    }
+
+    /// [`MemoryService::ask`], reporting each round of the loop to `events` as it happens; the
+    /// events' stream ends when this returns.
+    pub async fn ask_with_events(
+        &self,
+        conversation: &str,
+        question: &str,
+        events: Option<LoopEvents>,
+    ) -> Result<AskReport, ServiceError> {
         let question = question.trim();
         if question.is_empty() {
             return Err(ServiceError::invalid("question", "empty question"));
         }
-        let stored = self.load_checked(conversation).await?;
+        let entry = self.cached(conversation).await?;
+        let stored = &entry.stored;
         if stored.sessions.iter().all(|session| session.outputs.is_none()) {
             return Err(ServiceError::NotBuilt(conversation.to_string()));
         }
-        let index = index_of(&stored).await?;
         let now = chrono::Utc::now();
         let question_id = format!(
             "{conversation}:ask-{}-{}",
@@ -123,7 +132,7 @@ where
             evidence: Vec::new(),
             question_date: Some(now.format("%Y-%m-%d %H:%M").to_string()),
         }];
-        let sample = self.sample_memory(&stored, dialogue, index)?;
+        let sample = self.sample_memory(&entry, dialogue).await?;
         let settings = &self.settings;
         let mut answer = AnswerSettings::new(
             &settings.root,
@@ -134,6 +143,7 @@ where
         );
         answer.workers = 1;
         answer.progress = false;
+        answer.loop_events = events;
         let trace = answer.trace_path(conversation, &question_id);
         let result_path = answer.result_path(conversation);
         crate::agent::answer_all(
@@ -146,7 +156,7 @@ where
         .await?;
         let line = read_line(&result_path, &question_id)?;
         let supporting =
-            line.prediction_context.iter().filter_map(|id| hit(&stored, id, 0.0)).collect();
+            line.prediction_context.iter().filter_map(|id| hit(stored, id, 0.0)).collect();
         Ok(AskReport {
             conversation: conversation.to_string(),
             question: question.to_string(),
@@ -161,39 +171,26 @@ where
         })
     }
 
-    /// The conversation's memory graph, stage-3 vectors and MemGAS index, from the store.
-    fn sample_memory(
+    /// The conversation's memory graph, stage-3 vectors and MemGAS index, from the cache.
+    async fn sample_memory(
         &self,
-        stored: &StoredConversation,
+        entry: &Arc<Cached>,
         dialogue: crate::dataset::Conversation,
-        index: MemoryIndex,
     ) -> Result<SampleMemory, ServiceError> {
-        let built: Vec<&StoredOutputs> =
-            stored.sessions.iter().filter_map(|session| session.outputs.as_ref()).collect();
-        let rewrites: Vec<_> = built.iter().map(|outputs| outputs.rewrite.clone()).collect();
-        let keywords: Vec<_> =
-            built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
-        let graph = crate::memory::build_graph(&dialogue, &rewrites, &keywords)
-            .map_err(|error| anyhow::anyhow!("building the memory graph: {error}"))?;
-        let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
-            built
-                .iter()
-                .flat_map(|outputs| pick(outputs).iter().cloned())
-                .collect::<IndexMap<_, _>>()
-        };
-        let sentences = vectors(|outputs| &outputs.sentence_vectors);
-        let embeddings = SampleEmbeddings {
-            embedder: self.embedder.name().to_string(),
-            dims: sentences.values().next().map_or(0, Vec::len),
-            sentences,
-            topics: vectors(|outputs| &outputs.topic_vectors),
-            questions: IndexMap::new(),
-        };
+        let (shared, name) = (Arc::clone(entry), self.embedder.name().to_string());
+        let memory = tokio::task::spawn_blocking(move || shared.ask_memory(&name).clone())
+            .await
+            .map_err(|error| anyhow::anyhow!("graph task failed: {error}"))?;
+        let (graph, embeddings) = memory.map_err(|error| anyhow::anyhow!(error))?;
+        let stored = &entry.stored;
         Ok(SampleMemory {
             conversation: dialogue,
             graph,
             embeddings,
-            memgas: Some(MemgasMemory::new(index, self.embedder.clone())),
+            memgas: Some(MemgasMemory::ready(LoadedMemgas {
+                index: Arc::clone(&entry.index),
+                embedder: Arc::new(self.embedder.clone()),
+            })),
             // Sessions without stored outputs (their build failed) keep every question of the
             // conversation pending, as in `run`.
             memory: crate::agent::MemoryStatus {
@@ -207,21 +204,6 @@ where
             },
         })
     }
-}
-
-/// The MemGAS index of the built sessions, from their stored vectors (in time order).
-async fn index_of(stored: &StoredConversation) -> Result<MemoryIndex, ServiceError> {
-    let units = stored.memgas_units();
-    let built = tokio::task::spawn_blocking(move || {
-        let mut index = MemoryIndex::new(IndexOptions::default());
-        for (session, vectors) in units {
-            index.add_session(session, vectors)?;
-        }
-        Ok::<_, crate::retrieval::IndexError>(index)
-    })
-    .await
-    .map_err(|error| anyhow::anyhow!("index task failed: {error}"))?;
-    built.map_err(|error| anyhow::anyhow!("indexing the stored vectors: {error}").into())
 }
 
 /// The hit for a dia_id, if it names a stored message.

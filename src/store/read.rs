@@ -104,6 +104,8 @@ pub struct StoredConversation {
     pub info: ConversationInfo,
     /// Sessions in time order (by first message; untimed sessions last, by number).
     pub sessions: Vec<StoredSession>,
+    /// The conversation's revision when it was read (see [`Store::revision`]).
+    pub revision: i64,
 }
 
 impl StoredConversation {
@@ -121,6 +123,7 @@ impl StoredConversation {
             dataset: DatasetKind::Own,
             speakers,
             sessions,
+            empty_sessions: Vec::new(),
             questions: Vec::new(),
         }
     }
@@ -167,6 +170,7 @@ impl Store {
             .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
             .optional()?
             .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
+        let revision = revision_of(&transaction, id)?;
         let numbers: Vec<(u32, Option<String>)> = {
             let mut statement = transaction.prepare(
                 "SELECT number, key FROM sessions WHERE conversation_id = ?1 ORDER BY number",
@@ -186,8 +190,22 @@ impl Store {
             };
             (start(a).is_none(), start(a), a.number).cmp(&(start(b).is_none(), start(b), b.number))
         });
-        Ok(StoredConversation { info, sessions })
+        Ok(StoredConversation { info, sessions, revision })
     }
+
+    /// The conversation's revision: it changes with every write that changes the conversation
+    /// (new messages, new session outputs) and is never reused, so equal revisions mean equal
+    /// content. [`StoreError::UnknownConversation`] when it does not exist.
+    pub fn revision(&self, id: &str) -> Result<i64, StoreError> {
+        revision_of(&self.connect()?, id)
+    }
+}
+
+fn revision_of(connection: &Connection, id: &str) -> Result<i64, StoreError> {
+    connection
+        .query_row("SELECT revision FROM conversations WHERE id = ?1", [id], |row| row.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))
 }
 
 /// A session's messages in order, and the hash of its content.

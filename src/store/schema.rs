@@ -47,6 +47,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         FOREIGN KEY (conversation_id, session_number)
             REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
     ) STRICT;",
+    // 3: a revision per conversation, so readers can tell cheaply whether their cached index is
+    // current. Every write transaction that changes a conversation takes the next value of the
+    // store-wide counter, so a revision is never reused, not even after forget and re-add.
+    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;
+    INSERT INTO counters VALUES ('revision', 0);
+    ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The version this code reads and writes.

@@ -152,3 +152,23 @@ fn conversation_locks_exclude_each_other() {
     waiter.join().unwrap();
     drop(other);
 }
+
+#[test]
+fn revisions_change_with_every_write_and_are_never_reused() {
+    let (_dir, store) = store();
+    let messages = parse(WEEK_ONE).unwrap();
+    store.add_messages("c1", "local", &messages[..2], DEFAULT_SESSION_GAP).unwrap();
+    let first = store.revision("c1").unwrap();
+    assert_eq!(store.load("c1").unwrap().revision, first);
+    store.add_messages("c1", "local", &messages[..2], DEFAULT_SESSION_GAP).unwrap();
+    assert_eq!(store.revision("c1").unwrap(), first, "a no-op add keeps the revision");
+    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    let second = store.revision("c1").unwrap();
+    assert!(second > first);
+    store.add_messages("c2", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.forget("c1").unwrap();
+    assert!(matches!(store.revision("c1"), Err(StoreError::UnknownConversation(_))));
+    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    assert!(store.revision("c1").unwrap() > store.revision("c2").unwrap());
+    assert!(store.revision("c2").unwrap() > second);
+}

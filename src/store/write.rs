@@ -59,6 +59,7 @@ impl Store {
         };
         if !fresh.is_empty() {
             insert_messages(&transaction, conversation, &fresh, gap, &mut added)?;
+            bump_revision(&transaction, conversation)?;
         }
         transaction.commit()?;
         Ok(added)
@@ -97,9 +98,24 @@ impl Store {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![conversation, number, content_hash, model, rewrite, keywords, dims as i64, vectors, unit_vectors],
         )?;
+        bump_revision(&transaction, conversation)?;
         transaction.commit()?;
         Ok(true)
     }
+}
+
+/// Gives `conversation` the next store-wide revision (see schema migration 3).
+fn bump_revision(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+) -> Result<(), StoreError> {
+    transaction.execute("UPDATE counters SET value = value + 1 WHERE name = 'revision'", [])?;
+    transaction.execute(
+        "UPDATE conversations SET revision = (SELECT value FROM counters WHERE name = 'revision')
+         WHERE id = ?1",
+        [conversation],
+    )?;
+    Ok(())
 }
 
 /// A new message: as given, with the time used for placement, and its content hash.

@@ -34,6 +34,9 @@ mod tokens;
 #[path = "answer_shapes.rs"]
 mod shapes;
 
+#[path = "answer_faults.rs"]
+mod faults;
+
 fn fixture() -> Conversation {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
@@ -67,6 +70,14 @@ impl Bench {
     async fn with_responder(
         responder: impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static,
     ) -> Self {
+        Self::with_config(responder, |_| {}).await
+    }
+
+    /// A bench whose client configuration is changed by `edit` (timeouts, retries, hedging).
+    async fn with_config(
+        responder: impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static,
+        edit: impl FnOnce(&mut LlmConfig),
+    ) -> Self {
         let server = ScriptedServer::with_responder(responder).await.unwrap();
         let mut config =
             LlmConfig::new(server.base_url(), Secret::new("sk-answer-test-secret"), "test-model");
@@ -77,6 +88,7 @@ impl Bench {
             max_retry_after: Duration::from_secs(2),
         };
         config.timeout = Duration::from_millis(1500);
+        edit(&mut config);
         let chat = build_chat_model(&config).unwrap();
         let embedder = build_embedder(
             &config,
@@ -299,6 +311,18 @@ async fn answers_a_fixture_conversation_end_to_end() {
     assert_eq!((again.resumed, again.answered), (9, 0));
     assert_eq!(bench.server.request_count(), before);
     assert_eq!(bench.lines("conv-7").len(), 9);
+}
+
+/// Sessions the dataset gives without turns are counted and named in the run's summary.
+#[tokio::test]
+async fn the_run_summary_names_sessions_without_turns() {
+    let bench = Bench::new(AgentScript::default()).await;
+    let mut memory = mechanical_memory(&fixture(), true).unwrap();
+    memory.conversation.empty_sessions = vec!["conversation.session_4".into()];
+    let summary = bench.run(&[memory]).await;
+    assert_eq!(summary.empty_sessions, ["conv-7 conversation.session_4"]);
+    let text = summary.to_string();
+    assert!(text.contains("; 1 empty sessions skipped (conv-7 conversation.session_4)"), "{text}");
 }
 
 #[tokio::test]

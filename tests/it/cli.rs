@@ -134,6 +134,41 @@ async fn build_command_builds_a_conversation_then_resumes_from_cache() {
     assert_eq!(server.request_count(), first, "a rerun must not ask the model again");
 }
 
+/// A session without turns is counted and named in the build's report, not only logged.
+#[tokio::test]
+async fn build_counts_and_names_sessions_without_turns() {
+    let server = ScriptedServer::with_responder(crate::ingest::responder(|_| None)).await.unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ingest/tiny_conversation.json");
+    let mut samples: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let conversation = samples[0]["conversation"].as_object_mut().unwrap();
+    conversation.insert("session_9_date_time".into(), "1:00 pm on 1 June, 2023".into());
+    conversation.insert("session_9".into(), serde_json::json!([]));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("with_empty_session.json");
+    std::fs::write(&file, samples.to_string()).unwrap();
+    let args = [
+        "build",
+        "--data-file",
+        file.to_str().unwrap(),
+        "--base-url",
+        server.base_url(),
+        "--model",
+        "local/tiny",
+        "-q",
+    ];
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("3 sessions (0 from cache), 1 empty sessions skipped"), "{stdout}");
+    let sample = samples[0]["sample_id"].as_str().unwrap();
+    assert!(
+        stdout.contains(&format!("skipped: {sample} conversation.session_9: no turns")),
+        "{stdout}"
+    );
+}
+
 #[tokio::test]
 async fn retrieve_command_runs_offline_and_writes_its_tables() {
     let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
@@ -159,6 +194,81 @@ async fn retrieve_command_runs_offline_and_writes_its_tables() {
     let (unknown, _dir) = mragent(&["retrieve", "--method", "magic"], &[]).await;
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown retrieval method `magic`"));
+}
+
+/// `retrieve` honours the dataset flags `run` takes (`--sample`, `--ca`,
+/// `--drop-assistant-turns`) and refuses the ones that mean nothing for it; `bm25` alone runs
+/// with no embedding model at all (none is loaded, nothing is embedded, no graph is built).
+#[tokio::test]
+async fn retrieve_honours_or_refuses_every_dataset_flag_of_run() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/longmemeval_tiny.json");
+    let fixture = fixture.to_str().unwrap();
+    let lm = |extra: &[&'static str]| {
+        let mut args = vec![
+            "retrieve",
+            "--data",
+            "LM",
+            "--data-file",
+            fixture,
+            "--method",
+            "bm25",
+            "--embed-model-dir",
+            "/nonexistent/model",
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let top_turns = |dir: &std::path::Path| -> Vec<String> {
+        let lines = std::fs::read_to_string(dir.join("eval/LM/retrieve/bm25.jsonl")).unwrap();
+        let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+        serde_json::from_value(first["top_turns"].clone()).unwrap()
+    };
+
+    let (all, dir) = mragent(&lm(&[]), &[]).await;
+    assert!(all.status.success(), "{}", String::from_utf8_lossy(&all.stderr));
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("eval/LM/retrieve/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["n_questions"], 5);
+    assert_eq!(summary["timings"]["texts_embedded"], 0);
+    assert_eq!(summary["graph_nodes"], 0);
+    assert!(!dir.path().join("data/LM/embedding").exists(), "bm25 embeds nothing");
+    let log_dir = dir.path().join("log");
+    let log = std::fs::read_dir(&log_dir).unwrap().next().unwrap().unwrap().path();
+    assert!(std::fs::read_to_string(log).unwrap().contains("retrieve: finished"));
+
+    // --ca 1 keeps the single-session-user question only.
+    let (one_type, dir) = mragent(&lm(&["--ca", "1"]), &[]).await;
+    assert!(one_type.status.success(), "{}", String::from_utf8_lossy(&one_type.stderr));
+    let summary = std::fs::read_to_string(dir.path().join("eval/LM/retrieve/summary.md")).unwrap();
+    assert!(summary.contains("1 questions"), "{summary}");
+    assert!(summary.contains("question type single-session-user"), "{summary}");
+    // Its haystack: D1:2, D2:2 and D2:4 are assistant turns.
+    let with_assistant = top_turns(dir.path());
+    assert!(with_assistant.contains(&"D2:4".to_string()), "{with_assistant:?}");
+
+    let (dropped, dir) = mragent(&lm(&["--ca", "1", "--drop-assistant-turns"]), &[]).await;
+    assert!(dropped.status.success(), "{}", String::from_utf8_lossy(&dropped.stderr));
+    let turns = top_turns(dir.path());
+    assert_eq!(turns.len(), 3, "{turns:?}");
+    assert!(turns.iter().all(|id| id.ends_with(":1") || id.ends_with(":3")), "{turns:?}");
+
+    for (args, message) in [
+        (vec!["retrieve", "--ca", "1"], "--ca selects a LongMemEval question type"),
+        (vec!["retrieve", "--drop-assistant-turns"], "--drop-assistant-turns is for LongMemEval"),
+        (vec!["retrieve", "--data", "LM", "--lm-batch", "4"], "`retrieve` calls no LLM"),
+        (vec!["retrieve", "--shard", "0/2"], "unexpected argument '--shard'"),
+        (vec!["retrieve", "--workers", "2"], "unexpected argument '--workers'"),
+        (vec!["retrieve", "--model", "gemini"], "unexpected argument '--model'"),
+    ] {
+        let (refused, _dir) = mragent(&args, &[]).await;
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{args:?} must be refused");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
 }
 
 /// The whole user journey through the binary against the scripted endpoint: `run` builds the

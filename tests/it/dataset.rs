@@ -194,6 +194,23 @@ fn small_locomo_sample_parses() {
     assert_eq!(conv.questions[1].id, "conv-26:q2");
 }
 
+#[test]
+fn sessions_without_turns_are_listed_not_dropped_silently() {
+    let mut sample = locomo_sample();
+    let conversation = sample["conversation"].as_object_mut().unwrap();
+    conversation.insert("session_4".into(), json!([]));
+    conversation
+        .insert("session_5".into(), json!([{"speaker": "Ann", "dia_id": "D5:1", "text": "  "}]));
+    let conversations = parse_locomo_value(&json!([sample])).unwrap();
+    let conv = &conversations[0];
+    assert_eq!(conv.sessions.iter().map(|s| s.id()).collect::<Vec<_>>(), ["D1", "D3"]);
+    // A date without a session list is no session at all; empty lists are sessions without
+    // turns, and they are named.
+    assert_eq!(conv.empty_sessions, ["conversation.session_4", "conversation.session_5"]);
+    let whole = parse_locomo_value(&json!([locomo_sample()])).unwrap();
+    assert!(whole[0].empty_sessions.is_empty());
+}
+
 /// Applies `edit` to the sample and returns the loader's error message.
 fn locomo_error(edit: impl FnOnce(&mut Value)) -> String {
     let mut sample = locomo_sample();

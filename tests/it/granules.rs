@@ -477,6 +477,7 @@ async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
     settings.embed_model_dir = Some(model_dir);
     settings.methods = vec![Method::Summary, Method::Keyword, Method::Memgas];
     settings.granules = Some(harness.settings.clone());
+    let settings_dir = settings.output_dir();
     let evaluate = |settings: RetrieveSettings| async move {
         tokio::task::spawn_blocking(move || run_retrieval_eval(&settings).unwrap()).await.unwrap()
     };
@@ -484,6 +485,10 @@ async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
     let report = evaluate(settings.clone()).await;
     assert_eq!(report.granularities, [Granularity::Session, Granularity::Turn]);
     assert!(report.notes.iter().any(|n| n.contains("no LLM granules in")), "{:?}", report.notes);
+    let memgas_of = |report: &mragent::retrieval::RetrieveReport| {
+        report.methods.iter().find(|m| m.method == Method::Memgas).unwrap().overall.clone()
+    };
+    let without_granules = memgas_of(&report);
     assert!(report.methods.iter().find(|m| m.method == Method::Summary).unwrap().skipped.is_some());
 
     let summary = harness.run(&conversations).await;
@@ -513,4 +518,24 @@ async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
         report.notes
     );
     assert!(report.markdown.contains("granularities: session, turn, summary, keyword"));
+    // MemGAS with the summary and keyword units ranks at least as well as without them, and
+    // its router weighs all four granularities, differently from question to question.
+    let with_granules = memgas_of(&report);
+    for k in [1, 3, 5] {
+        let at = |table: &mragent::retrieval::metrics::MetricTable| {
+            table.session_at("recall_all", k).unwrap()
+        };
+        assert!(at(&with_granules) >= at(&without_granules), "@{k}: {with_granules:?}");
+    }
+    let lines = std::fs::read_to_string(settings_dir.join("memgas.jsonl")).unwrap();
+    let weights: BTreeSet<String> = lines
+        .lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line).unwrap();
+            let pairs = value["router_weights"].as_array().unwrap().clone();
+            assert_eq!(pairs.len(), 4);
+            format!("{:.3}", pairs[0][1].as_f64().unwrap())
+        })
+        .collect();
+    assert!(weights.len() > 1, "{weights:?}");
 }

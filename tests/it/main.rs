@@ -7,6 +7,7 @@ mod answer;
 mod architecture;
 mod cli;
 mod dataset;
+mod embed_kernels;
 mod eval;
 mod granules;
 mod ingest;

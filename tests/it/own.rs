@@ -11,7 +11,7 @@ use mragent::convo::{Message, parse};
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
-use mragent::service::{MemoryService, OwnEmbedder, ServiceSettings};
+use mragent::service::{IndexStats, MemoryService, OwnEmbedder, ServiceSettings};
 use mragent::store::Store;
 use serde_json::{Value, json};
 
@@ -341,4 +341,44 @@ async fn kill_during_an_add_then_the_same_add_gives_the_uninterrupted_store() {
     let (ok, _, stderr) = run(clean.path(), &args).await;
     assert!(ok, "{stderr}");
     assert_eq!(resumed, dump(clean.path()));
+}
+
+#[tokio::test]
+async fn queries_reuse_the_cached_index_which_adds_extend_and_forget_drops() {
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&server, dir.path());
+    let messages = long_conversation(7);
+    service.add("c", messages[..5 * 4].to_vec()).await.unwrap();
+    assert_eq!(service.index_stats(), IndexStats::default(), "an add alone builds no index");
+    let first = service.search("c", "Project3", 3).await.unwrap();
+    assert_eq!(service.index_stats(), IndexStats { hits: 0, builds: 1, extensions: 0 });
+    let second = service.search("c", "Project3", 3).await.unwrap();
+    assert_eq!(first, second);
+    assert_eq!(service.index_stats(), IndexStats { hits: 1, builds: 1, extensions: 0 });
+
+    // An add through this service extends the cached index with its new session only.
+    service.add("c", messages[..6 * 4].to_vec()).await.unwrap();
+    assert_eq!(service.index_stats(), IndexStats { hits: 1, builds: 1, extensions: 1 });
+    let extended = service.search("c", "Project6", 3).await.unwrap();
+    assert_eq!(service.index_stats(), IndexStats { hits: 2, builds: 1, extensions: 1 });
+    assert!(extended.iter().any(|hit| hit.text.contains("Project6")), "{extended:?}");
+    // It answers exactly as an index built from scratch (another service on the same store).
+    let other = self::service(&server, dir.path());
+    assert_eq!(other.search("c", "Project6", 3).await.unwrap(), extended);
+    assert_eq!(other.index_stats(), IndexStats { hits: 0, builds: 1, extensions: 0 });
+
+    // A write by another service (another process) shows in the revision: extended, not rebuilt.
+    other.add("c", messages.clone()).await.unwrap();
+    let seventh = service.search("c", "Project7", 3).await.unwrap();
+    assert_eq!(service.index_stats(), IndexStats { hits: 2, builds: 1, extensions: 2 });
+    assert_eq!(other.search("c", "Project7", 3).await.unwrap(), seventh);
+
+    // Forget drops the entry; the same id added again is indexed from scratch.
+    service.forget("c").await.unwrap();
+    assert!(service.search("c", "Project7", 3).await.is_err());
+    service.add("c", messages[..4].to_vec()).await.unwrap();
+    let again = service.search("c", "Project1", 3).await.unwrap();
+    assert!(again.iter().all(|hit| hit.text.contains("Project1")), "{again:?}");
+    assert_eq!(service.index_stats(), IndexStats { hits: 2, builds: 2, extensions: 2 });
 }

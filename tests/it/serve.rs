@@ -84,6 +84,53 @@ fn assert_error(answer: &(StatusCode, Value), status: StatusCode, field: &str) {
     assert!(answer.1["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
 }
 
+/// The `(event, data)` pairs of a server-sent event stream.
+fn sse_events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let field = |name: &str| {
+                block.lines().find_map(|line| line.strip_prefix(name)).unwrap_or_default().trim()
+            };
+            (field("event:").to_string(), serde_json::from_str(field("data:")).unwrap())
+        })
+        .collect()
+}
+
+/// `started`, then per round the model's tool calls and their results (same ids, in order),
+/// the final reply, then the answer, whose round and tool-call counts the events add up to.
+fn assert_stream_reports_every_round(text: &str) {
+    let events = sse_events(text);
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.first(), Some(&"started"), "{text}");
+    assert_eq!(names.last(), Some(&"answer"), "{text}");
+    let rounds: Vec<&Value> =
+        events.iter().filter(|(name, _)| name == "round").map(|(_, data)| data).collect();
+    assert_eq!(rounds.len(), names.len() - 2, "only rounds between started and answer: {text}");
+    let models: Vec<&&Value> = rounds.iter().filter(|event| event["kind"] == "model").collect();
+    let answer = &events.last().unwrap().1;
+    assert_eq!(models.len() as u64, answer["rounds"].as_u64().unwrap(), "{text}");
+    assert_eq!(models.last().unwrap()["final_reply"], true, "{text}");
+    let mut calls = 0;
+    for (number, pair) in rounds.windows(2).enumerate() {
+        let (model, tools) = (pair[0], pair[1]);
+        if tools["kind"] != "tools" {
+            continue;
+        }
+        assert_eq!(model["kind"], "model", "round {number}: {text}");
+        assert_eq!(model["round"], tools["round"]);
+        let asked: Vec<&Value> =
+            model["tool_calls"].as_array().unwrap().iter().map(|call| &call["call_id"]).collect();
+        let results = tools["results"].as_array().unwrap();
+        let answered: Vec<&Value> = results.iter().map(|result| &result["call_id"]).collect();
+        assert!(!asked.is_empty() && asked == answered, "{text}");
+        assert!(results.iter().all(|result| result["chars"].as_u64() > Some(0)), "{text}");
+        calls += asked.len() as u64;
+    }
+    assert!(calls > 0, "the scripted agent calls tools in its first round: {text}");
+    assert_eq!(calls, answer["tool_calls"].as_u64().unwrap(), "{text}");
+}
+
 #[tokio::test]
 async fn every_endpoint_over_loopback() {
     let scripted = server(Duration::ZERO).await;
@@ -135,10 +182,7 @@ async fn every_endpoint_over_loopback() {
         .post("/v1/conversations/demo/ask", json!({"question": "Who is Pepper?", "stream": true}))
         .await;
     assert_eq!(status, StatusCode::OK);
-    let text = stream.as_str().unwrap();
-    let started = text.find("event: started").unwrap();
-    let answered = text.find("event: answer").unwrap();
-    assert!(started < answered, "{text}");
+    assert_stream_reports_every_round(stream.as_str().unwrap());
 
     let (status, listed) = api.get("/v1/conversations").await;
     assert_eq!(status, StatusCode::OK);

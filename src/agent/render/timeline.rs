@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::RenderOptions;
 use crate::agent::trace::{TraceEvent, TraceRecord};
-use crate::llm::{Message, Role};
+use crate::llm::{CallLog, Message, Role};
 use crate::results::Status;
 
 /// Styles of the timeline.
@@ -182,7 +182,8 @@ impl Timeline<'_> {
 
     /// A structured retrieval call.
     fn llm(&mut self, time: &str, event: &TraceEvent) {
-        let TraceEvent::Llm { purpose, value, error, attempts, usage, ms, .. } = event else {
+        let TraceEvent::Llm { purpose, value, error, attempts, calls, usage, ms, .. } = event
+        else {
             return;
         };
         let palette = &self.palette;
@@ -204,6 +205,10 @@ impl Timeline<'_> {
             palette.dim.apply_to(format!("({} tok, {}{retries})", usage.total(), format_ms(*ms))),
             summary
         );
+        for (index, call) in calls.iter().enumerate() {
+            let request = (calls.len() > 1).then(|| format!("request {}: ", index + 1));
+            render_calls(out, call, request.as_deref().unwrap_or(""), palette, limit);
+        }
     }
 
     /// A loop request: its messages not shown yet.
@@ -240,7 +245,7 @@ impl Timeline<'_> {
 
     /// A loop response: its text and the tool calls it makes.
     fn response(&mut self, time: &str, event: &TraceEvent) {
-        let TraceEvent::Response { round, message, error, usage, ms, .. } = event else {
+        let TraceEvent::Response { round, message, error, calls, usage, ms, .. } = event else {
             return;
         };
         let palette = &self.palette;
@@ -258,6 +263,7 @@ impl Timeline<'_> {
             "{time}  {} {stats}",
             palette.model.apply_to(format!("← response {round}"))
         );
+        render_calls(out, calls, "", palette, limit);
         if let Some(error) = error {
             let _ = writeln!(out, "            {}", palette.bad.apply_to(short(error)));
         }
@@ -288,6 +294,8 @@ impl Timeline<'_> {
             usage,
             latency_ms,
             fallbacks,
+            retries,
+            hedges,
         } = event
         else {
             return;
@@ -296,8 +304,12 @@ impl Timeline<'_> {
         let out = &mut *self.out;
         let limit = self.limit;
         let short = |text: &str| shorten(text, limit);
-        let fallbacks =
-            if *fallbacks > 0 { format!(", {fallbacks} fallbacks") } else { String::new() };
+        let counted = |count: u32, what: &str| {
+            if count > 0 { format!(", {count} {what}") } else { String::new() }
+        };
+        let fallbacks = [(*fallbacks, "fallbacks"), (*retries, "retries"), (*hedges, "hedges")]
+            .map(|(count, what)| counted(count, what))
+            .concat();
         let stats = palette.dim.apply_to(format!(
             "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
             usage.prompt_tokens,
@@ -323,6 +335,38 @@ impl Timeline<'_> {
                 );
             }
         }
+    }
+}
+
+/// The retries and hedges of one model call, one line each (nothing for a first-attempt reply
+/// without a hedge). `prefix` names the request of a call with re-asks.
+fn render_calls(out: &mut String, calls: &CallLog, prefix: &str, palette: &Palette, limit: usize) {
+    for retry in &calls.retries {
+        let _ = writeln!(
+            out,
+            "            {} {} {}",
+            palette.bad.apply_to(format!("{prefix}attempt {} failed:", retry.attempt)),
+            shorten(&retry.reason, limit),
+            palette.dim.apply_to(format!("(retried after {})", format_ms(retry.wait_ms)))
+        );
+    }
+    if calls.retries.is_empty() && calls.attempts > 1 {
+        let _ = writeln!(
+            out,
+            "            {}",
+            palette.bad.apply_to(format!("{prefix}{} attempts, all failed", calls.attempts))
+        );
+    }
+    if calls.hedges > 0 {
+        let winner = if calls.hedge_won { "the hedge" } else { "the first request" };
+        let _ = writeln!(
+            out,
+            "            {}",
+            palette.dim.apply_to(format!(
+                "{prefix}hedged: {} slow request raced by a second one; {winner} answered",
+                calls.hedges
+            ))
+        );
     }
 }
 

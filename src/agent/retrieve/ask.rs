@@ -9,9 +9,9 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::input::CallSettings;
-use crate::agent::trace::{TraceEvent, TraceWriter, rejected_excerpt};
+use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, is_plain_call, rejected_excerpt};
 use crate::llm::structured::chat_json;
-use crate::llm::{ChatModel, ChatRequest, ChatResponse, JsonSchemaSpec, Message, Usage};
+use crate::llm::{CallLog, ChatModel, ChatRequest, ChatResponse, JsonSchemaSpec, Message, Usage};
 
 /// One structured call of the answer stage, traced; the usage counts every attempt that
 /// returned.
@@ -32,10 +32,14 @@ pub(super) async fn ask_json<M: ChatModel>(
         crate::llm::Step::for_schema(&schema.name).and_then(|step| model.max_tokens(step));
     let messages = request.messages.clone();
     let started = Instant::now();
-    let recording = Recording { inner: model, replies: Mutex::default() };
+    let recording = Recording { inner: model, replies: Mutex::default(), calls: Mutex::default() };
     let result = chat_json(&recording, request, schema, call.max_reasks).await;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let replies = recording.replies.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let mut calls = recording.calls.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if calls.iter().all(is_plain_call) {
+        calls.clear();
+    }
     let (value, error, attempts) = match &result {
         Ok(response) => (Some(response.value.clone()), None, response.attempts),
         Err(error) => (None, Some(error.to_string()), attempts_of(error)),
@@ -62,6 +66,7 @@ pub(super) async fn ask_json<M: ChatModel>(
         value,
         error,
         attempts,
+        calls,
         usage,
         ms,
     });
@@ -76,15 +81,22 @@ struct Reply {
     usage: Usage,
 }
 
-/// Passes requests through and keeps every reply's text.
+/// Passes requests through and keeps every reply's text, and how every request went (the
+/// retry layer's [`CallLog`] of a reply, the attempts of a failed call).
 struct Recording<'a, M> {
     inner: &'a M,
     replies: Mutex<Vec<Reply>>,
+    calls: Mutex<Vec<CallLog>>,
 }
 
 impl<M: ChatModel> ChatModel for Recording<'_, M> {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, crate::llm::Error> {
         let response = self.inner.chat(request).await;
+        let call = match &response {
+            Ok(response) => response.calls.clone(),
+            Err(error) => failed_call(error),
+        };
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call);
         if let Ok(response) = &response {
             let reask = request
                 .messages

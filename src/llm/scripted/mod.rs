@@ -32,8 +32,10 @@ use super::retry::RetryPolicy;
 use super::secret::Secret;
 use super::{ToolCall, Usage};
 
+mod faults;
 mod respond;
 
+pub use faults::{FaultLog, FaultMix, InjectedFault};
 pub use respond::hashed_embedding;
 use respond::render;
 

@@ -13,15 +13,25 @@ pub fn render_markdown(report: &RetrieveReport) -> String {
             report.dataset, report.n_questions, report.n_conversations
         ),
     );
+    if let Some(selection) = selection(&report.settings) {
+        push(&mut out, format!("Selection: {selection}.\n"));
+    }
     let granularities: Vec<&str> = report.granularities.iter().map(|g| g.as_str()).collect();
+    let graph = if report.built.graph {
+        format!("{} nodes, {} edges", report.graph_nodes, report.graph_edges)
+    } else {
+        "not built (no requested method reads it)".to_string()
+    };
+    let embedder = if report.built.vectors.any() {
+        format!("Embedder `{}`", report.embedder)
+    } else {
+        "No embedding (no requested method reads vectors)".to_string()
+    };
     push(
         &mut out,
         format!(
-            "Embedder `{}`; granularities: {}; association graph: {} nodes, {} edges. Scores ×100.\n",
-            report.embedder,
+            "{embedder}; granularities: {}; association graph: {graph}. Scores ×100.\n",
             granularities.join(", "),
-            report.graph_nodes,
-            report.graph_edges
         ),
     );
     let ran: Vec<&MethodReport> = report.methods.iter().filter(|m| m.skipped.is_none()).collect();
@@ -46,6 +56,21 @@ pub fn render_markdown(report: &RetrieveReport) -> String {
         push(&mut out, format!("\n{note}"));
     }
     out
+}
+
+/// The run's selection flags as a phrase, when it did not take the whole file.
+fn selection(settings: &super::RetrieveSettings) -> Option<String> {
+    let mut parts = Vec::new();
+    if !settings.samples.is_empty() {
+        parts.push(format!("samples {}", settings.samples.join(", ")));
+    }
+    if let Some(question_type) = settings.question_type {
+        parts.push(format!("question type {}", question_type.as_str()));
+    }
+    if settings.drop_assistant_turns {
+        parts.push("assistant turns dropped".to_string());
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn push(out: &mut String, line: String) {

@@ -6,28 +6,33 @@
 //! `eval/<dataset>/retrieve/`: `summary.md` (the tables), `summary.json` (all aggregates) and
 //! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
 
+mod embed;
+pub mod folds;
 mod markdown;
+mod progress;
 mod run;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::Context;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+pub use folds::{FoldsOutcome, run_retrieval_folds};
 pub use markdown::render_markdown;
 pub use run::session_units;
 
-use super::cache::EmbeddingCache;
-use super::index::{IndexOptions, Method};
+use super::index::{IndexNeeds, IndexOptions, Method};
 use super::metrics::MetricTable;
 use super::units::Granularity;
-use crate::dataset::{self, DatasetKind, LoadOptions};
+use crate::dataset::{self, DatasetKind, LoadOptions, LongMemEvalType};
 use crate::embedding::LOCAL_EMBEDDER_NAME;
 use crate::ingest::BuildSettings;
-use run::{Tally, build_index, embed_questions, load_embedder, read_llm_units};
+use embed::Embedding;
+use run::{Tally, read_llm_units};
 
 /// Resolved settings of a retrieval evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +50,12 @@ pub struct RetrieveSettings {
     pub methods: Vec<Method>,
     /// Samples to keep (`--sample`); empty keeps all.
     pub samples: Vec<String>,
+    /// LongMemEval only (`--ca`): keep only conversations asking this question type.
+    pub question_type: Option<LongMemEvalType>,
+    /// LongMemEval only (`--drop-assistant-turns`): index the user's turns alone.
+    pub drop_assistant_turns: bool,
+    /// Draw a progress bar on stderr while embedding (progress also goes to the log).
+    pub progress: bool,
     /// A directory with the embedding model files (`--embed-model-dir` /
     /// `MRAGENT_EMBED_MODEL_DIR`); `None` installs the model under `data_dir/models` on first use.
     pub embed_model_dir: Option<PathBuf>,
@@ -72,6 +83,9 @@ impl RetrieveSettings {
             eval_dir: root.join("eval"),
             methods: Method::ALL.to_vec(),
             samples: Vec::new(),
+            question_type: None,
+            drop_assistant_turns: false,
+            progress: false,
             embed_model_dir: None,
             embed_threads: 0,
             llm_units: None,
@@ -127,6 +141,10 @@ pub struct RetrieveReport {
     pub embedder: String,
     /// Conversations evaluated.
     pub n_conversations: usize,
+    /// Conversations selected; more than `n_conversations` when the run was stopped.
+    pub n_selected: usize,
+    /// What the index held: which vectors were embedded, whether the graph was built.
+    pub built: IndexNeeds,
     /// Questions evaluated.
     pub n_questions: usize,
     /// Granularities of the indexes.
@@ -164,37 +182,83 @@ type LlmUnits = BTreeMap<String, BTreeMap<String, LlmUnit>>;
 
 /// Run every requested method over the dataset and write the report files.
 pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<RetrieveReport> {
+    run_retrieval_eval_until(settings, &AtomicBool::new(false))
+}
+
+/// [`run_retrieval_eval`] that stops when `stop` is set (between embedding batches and between
+/// conversations): what was embedded stays cached, and the tables cover the conversations
+/// finished, marked partial.
+pub fn run_retrieval_eval_until(
+    settings: &RetrieveSettings,
+    stop: &AtomicBool,
+) -> anyhow::Result<RetrieveReport> {
     let started = Instant::now();
-    let conversations = dataset::load(
-        settings.dataset,
-        &settings.data_path,
-        &LoadOptions { samples: settings.samples.clone(), ..LoadOptions::default() },
-    )
-    .with_context(|| format!("loading {}", settings.data_path.display()))?;
+    let options = LoadOptions {
+        samples: settings.samples.clone(),
+        question_type: settings.question_type,
+        drop_assistant_turns: settings.drop_assistant_turns,
+    };
+    let conversations = dataset::load(settings.dataset, &settings.data_path, &options)
+        .with_context(|| format!("loading {}", settings.data_path.display()))?;
     let llm_units = read_llm_units(settings)?;
+    let needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
+    tracing::info!(
+        dataset = settings.dataset.as_str(),
+        file = %settings.data_path.display(),
+        conversations = conversations.len(),
+        methods = ?settings.methods,
+        vectors = ?needs.vectors,
+        graph = needs.graph,
+        "retrieve: starting"
+    );
 
     let mut timings = Timings::default();
-    let embedder = load_embedder(settings, &mut timings)?;
-    let cache =
-        EmbeddingCache::new(&settings.data_dir, settings.dataset.as_str(), LOCAL_EMBEDDER_NAME);
-
+    let mut embedding = Embedding::new(settings, needs, &conversations, stop);
     let output_dir = settings.output_dir();
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("creating {}", output_dir.display()))?;
     let mut tally = Tally::new(settings.methods.len());
 
     for conversation in &conversations {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let granules = tally.granules(settings, conversation)?;
         let units =
             session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
-        let index = build_index(settings, conversation, &units, &embedder, &cache, &mut timings)?;
-        let question_vectors = embed_questions(conversation, &embedder, &cache, &mut timings)?;
+        let Some(index) = embedding.index(conversation, &units, &mut timings)? else { break };
+        let Some(question_vectors) = embedding.questions(conversation, &mut timings)? else {
+            break;
+        };
         tally.record_index(&index, conversation);
         for (slot, &method) in settings.methods.iter().enumerate() {
             tally.rank_questions(slot, method, &index, conversation, &question_vectors)?;
         }
+        tracing::debug!(sample = %conversation.sample_id, "retrieve: conversation done");
     }
+    embedding.finish();
+    write_report(settings, needs, tally, timings, started, conversations.len())
+}
 
+/// Aggregate, render and write `summary.md`, `summary.json` and the per-method files.
+fn write_report(
+    settings: &RetrieveSettings,
+    needs: IndexNeeds,
+    mut tally: Tally,
+    mut timings: Timings,
+    started: Instant,
+    n_selected: usize,
+) -> anyhow::Result<RetrieveReport> {
+    let output_dir = settings.output_dir();
+    if tally.n_conversations < n_selected {
+        tally.notes.insert(
+            0,
+            format!(
+                "PARTIAL: stopped after {} of {n_selected} conversations; these tables cover those only. The same command resumes (embeddings are cached).",
+                tally.n_conversations
+            ),
+        );
+    }
     let methods = tally.method_reports(settings, &output_dir)?;
     let granularities = tally.granularities.take().unwrap_or_default();
     tally.final_notes(settings, &granularities);
@@ -202,7 +266,9 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     let mut report = RetrieveReport {
         dataset: settings.dataset.as_str().to_string(),
         embedder: LOCAL_EMBEDDER_NAME.to_string(),
-        n_conversations: conversations.len(),
+        n_conversations: tally.n_conversations,
+        n_selected,
+        built: needs,
         n_questions: tally.n_questions,
         granularities,
         graph_nodes: tally.graph_nodes,
@@ -218,5 +284,15 @@ pub fn run_retrieval_eval(settings: &RetrieveSettings) -> anyhow::Result<Retriev
     report.markdown = render_markdown(&report);
     crate::fsutil::write_atomic(&report.markdown_path, report.markdown.as_bytes())?;
     crate::fsutil::write_atomic(&report.json_path, &serde_json::to_vec_pretty(&report)?)?;
+    tracing::info!(
+        conversations = report.n_conversations,
+        selected = n_selected,
+        questions = report.n_questions,
+        texts_embedded = report.timings.texts_embedded,
+        texts_cached = report.timings.texts_cached,
+        seconds = report.timings.total_seconds,
+        summary = %report.markdown_path.display(),
+        "retrieve: finished"
+    );
     Ok(report)
 }

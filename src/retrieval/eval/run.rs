@@ -9,11 +9,9 @@ use anyhow::Context;
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use super::{LlmUnit, LlmUnits, MethodReport, RetrieveSettings, Timings};
+use super::{LlmUnit, LlmUnits, MethodReport, RetrieveSettings};
 use crate::dataset::{Category, Conversation};
-use crate::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use crate::ingest::{ConversationGranules, load_granules};
-use crate::retrieval::cache::EmbeddingCache;
 use crate::retrieval::index::{IndexError, MemoryIndex, Method, ranking_ids};
 use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
 use crate::retrieval::units::{Granularity, SessionUnits};
@@ -28,6 +26,8 @@ struct QuestionLine<'a> {
     top_sessions: Vec<String>,
     top_turns: Option<Vec<String>>,
     metrics: &'a QuestionMetrics,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    router_weights: Vec<(Granularity, f64)>,
 }
 
 /// The `--llm-units` file, or no units.
@@ -42,25 +42,6 @@ pub(super) fn read_llm_units(settings: &RetrieveSettings) -> anyhow::Result<LlmU
     })
 }
 
-/// The local embedder, its load time recorded in `timings`.
-pub(super) fn load_embedder(
-    settings: &RetrieveSettings,
-    timings: &mut Timings,
-) -> anyhow::Result<LocalEmbedder> {
-    let load_started = Instant::now();
-    let source = ModelSource {
-        explicit_dir: settings.embed_model_dir.clone(),
-        models_root: settings.data_dir.join("models"),
-    };
-    let embedder = LocalEmbedder::from_source(
-        &source,
-        LocalEmbedderOptions { threads: settings.embed_threads, ..LocalEmbedderOptions::default() },
-    )
-    .context("loading the local embedder")?;
-    timings.model_load_seconds = load_started.elapsed().as_secs_f64();
-    Ok(embedder)
-}
-
 /// What the run has gathered so far; per-method vectors are indexed by the method's position
 /// in [`RetrieveSettings::methods`].
 pub(super) struct Tally {
@@ -72,6 +53,7 @@ pub(super) struct Tally {
     pub(super) graph_nodes: usize,
     pub(super) graph_edges: usize,
     pub(super) n_questions: usize,
+    pub(super) n_conversations: usize,
     pub(super) notes: Vec<String>,
     granule_sessions: usize,
     all_sessions: usize,
@@ -89,6 +71,7 @@ impl Tally {
             graph_nodes: 0,
             graph_edges: 0,
             n_questions: 0,
+            n_conversations: 0,
             notes: Vec::new(),
             granule_sessions: 0,
             all_sessions: 0,
@@ -134,6 +117,7 @@ impl Tally {
         self.graph_nodes += index.graph().n_nodes();
         self.graph_edges += index.graph().n_edges();
         self.n_questions += conversation.questions.len();
+        self.n_conversations += 1;
     }
 
     /// Rank every question of the conversation with the method in `slot` and score it; a method
@@ -170,6 +154,7 @@ impl Tally {
                 top_sessions: sessions.into_iter().take(10).collect(),
                 top_turns: turns.map(|turns| turns.into_iter().take(10).collect()),
                 metrics: &metrics,
+                router_weights: ranking.router_weights.clone(),
             };
             serde_json::to_writer(&mut self.method_lines[slot], &line)?;
             self.method_lines[slot].push(b'\n');
@@ -224,7 +209,9 @@ impl Tally {
                 build.model, self.granule_sessions, self.all_sessions
             ));
         }
-        if !granularities.contains(&Granularity::Summary) {
+        if settings.methods.contains(&Method::Memgas)
+            && !granularities.contains(&Granularity::Summary)
+        {
             self.notes.push(
                 "No LLM summary/keyword units were given: MemGAS ran on session and turn units only."
                     .to_string(),
@@ -234,7 +221,9 @@ impl Tally {
 }
 
 /// Average metrics per category, in category order, keyed by category label.
-fn by_category(questions: &[(Category, QuestionMetrics)]) -> IndexMap<String, MetricTable> {
+pub(super) fn by_category(
+    questions: &[(Category, QuestionMetrics)],
+) -> IndexMap<String, MetricTable> {
     let mut categories: Vec<&Category> = questions.iter().map(|(c, _)| c).collect();
     categories.sort();
     categories.dedup();
@@ -247,26 +236,6 @@ fn by_category(questions: &[(Category, QuestionMetrics)]) -> IndexMap<String, Me
             (category_label(category), table)
         })
         .collect()
-}
-
-/// The question vectors of a conversation (through the cache), costs recorded in `timings`.
-pub(super) fn embed_questions(
-    conversation: &Conversation,
-    embedder: &LocalEmbedder,
-    cache: &EmbeddingCache,
-    timings: &mut Timings,
-) -> anyhow::Result<Vec<Vec<f32>>> {
-    let questions: Vec<String> =
-        conversation.questions.iter().map(|q| q.question.clone()).collect();
-    let embed_started = Instant::now();
-    let (question_vectors, embedded) =
-        cache.get_or_embed(&conversation.sample_id, &questions, |texts| {
-            Ok(embedder.embed_blocking(texts)?)
-        })?;
-    timings.embed_seconds += embed_started.elapsed().as_secs_f64();
-    timings.texts_embedded += embedded;
-    timings.texts_cached += questions.len() - embedded;
-    Ok(question_vectors)
 }
 
 /// The units of every session, with LLM units attached where given (`--llm-units` first, then
@@ -291,44 +260,6 @@ pub fn session_units(
             units
         })
         .collect()
-}
-pub(super) fn build_index(
-    settings: &RetrieveSettings,
-    conversation: &Conversation,
-    units: &[SessionUnits],
-    embedder: &LocalEmbedder,
-    cache: &EmbeddingCache,
-    timings: &mut Timings,
-) -> anyhow::Result<MemoryIndex> {
-    let text_options = settings.index.units;
-    let per_session: Vec<Vec<String>> =
-        units.iter().map(|u| u.texts_to_embed(&text_options)).collect();
-    let all: Vec<String> = per_session.iter().flatten().cloned().collect();
-    let embed_started = Instant::now();
-    let (vectors, embedded) = cache
-        .get_or_embed(&conversation.sample_id, &all, |texts| Ok(embedder.embed_blocking(texts)?))?;
-    timings.embed_seconds += embed_started.elapsed().as_secs_f64();
-    timings.texts_embedded += embedded;
-    timings.texts_cached += all.len() - embedded;
-
-    let index_started = Instant::now();
-    let mut index = MemoryIndex::new(settings.index);
-    let mut rest = vectors.into_iter();
-    for (session_units, texts) in units.iter().zip(&per_session) {
-        let session_vectors: Vec<Vec<f32>> = rest.by_ref().take(texts.len()).collect();
-        let assembled =
-            session_units.assemble(&text_options, session_vectors).with_context(|| {
-                format!(
-                    "{} {}: embedding count mismatch",
-                    conversation.sample_id, session_units.session_id
-                )
-            })?;
-        index
-            .add_session(session_units.clone(), assembled)
-            .with_context(|| format!("indexing {}", conversation.sample_id))?;
-    }
-    timings.index_seconds += index_started.elapsed().as_secs_f64();
-    Ok(index)
 }
 fn category_label(category: &Category) -> String {
     match category {

@@ -1,20 +1,66 @@
 //! Fusion ranking: a weighted sum of normalised lexical, dense and (optionally) MemGAS scores, with
 //! session↔turn propagation and a date boost.
 
-use super::options::Normalisation;
+use super::options::{FusionOptions, Normalisation};
 use super::ranking::Ranking;
 use super::{MemoryIndex, ranked};
 use crate::retrieval::dates::{date_affinity, month_mentions, session_month};
+use crate::retrieval::router::rank_descending;
+
+/// The query-level inputs of one fusion pass.
+struct Channels<'a> {
+    query_text: &'a str,
+    bm25_turns: &'a [f64],
+    dense_turns: &'a [f64],
+    /// MemGAS mass per session and per turn, when its weight is not 0.
+    memgas: Option<&'a (Vec<f64>, Vec<f64>)>,
+}
 
 impl MemoryIndex {
-    /// Weighted sum of normalised channel scores (see [`FusionOptions`](super::FusionOptions)).
+    /// Weighted sum of normalised channel scores with the index's [`FusionOptions`].
     pub(super) fn fusion(&self, query_text: &str, query: &[f32]) -> Ranking {
-        let weights = self.options.fusion;
-        let normalise = |values: &[f64]| normalised(values, weights.normalisation);
+        self.fusion_with(&self.options.fusion, query_text, query)
+    }
+
+    /// Fusion with explicit settings (a sweep reuses one index for many settings): one fused
+    /// pass; with pseudo-relevance feedback a second pass whose dense channel uses the query
+    /// moved towards the first pass's best turns; then diversity/coverage over the top sessions.
+    pub fn fusion_with(&self, weights: &FusionOptions, query_text: &str, query: &[f32]) -> Ranking {
+        let bm25_turns = self.bm25_turns.scores(query_text);
         let dense_turns = self.turn_similarities(query);
-        let dense_sessions = self.best_turn_per_session(&dense_turns);
-        let mut session_scores = vec![0.0; self.sessions.len()];
-        let mut turn_scores = vec![0.0; self.turns.len()];
+        let memgas = (weights.memgas != 0.0).then(|| {
+            let ranking = self.memgas(query);
+            let mut by_session = vec![0.0; self.sessions.len()];
+            for hit in &ranking.sessions {
+                by_session[hit.index] = hit.score;
+            }
+            let mut by_turn = vec![0.0; self.turns.len()];
+            for hit in ranking.turns.iter().flatten() {
+                by_turn[hit.index] = hit.score;
+            }
+            (by_session, by_turn)
+        });
+        let mut channels = Channels {
+            query_text,
+            bm25_turns: &bm25_turns,
+            dense_turns: &dense_turns,
+            memgas: memgas.as_ref(),
+        };
+        let (mut sessions, mut turns) = self.fuse(weights, &channels);
+        let feedback_turns;
+        if weights.prf_weight != 0.0 && weights.prf_turns > 0 {
+            let moved = self.feedback_query(query, &turns, weights.prf_turns, weights.prf_weight);
+            feedback_turns = self.turn_similarities(&moved);
+            channels.dense_turns = &feedback_turns;
+            (sessions, turns) = self.fuse(weights, &channels);
+        }
+        let session_order = self.rerank_sessions(weights, query_text, &sessions, &turns);
+        Ranking { sessions: session_order, turns: Some(ranked(&turns)), router_weights: Vec::new() }
+    }
+
+    /// One fused pass: (session scores, turn scores).
+    fn fuse(&self, weights: &FusionOptions, channels: &Channels) -> (Vec<f64>, Vec<f64>) {
+        let normalise = |values: &[f64]| normalised(values, weights.normalisation);
         let add = |target: &mut Vec<f64>, weight: f64, values: &[f64]| {
             if weight != 0.0 {
                 for (t, v) in target.iter_mut().zip(normalise(values)) {
@@ -22,23 +68,19 @@ impl MemoryIndex {
                 }
             }
         };
-        add(&mut session_scores, weights.session_bm25, &self.bm25_sessions.scores(query_text));
+        let dense_sessions = self.best_turn_per_session(channels.dense_turns);
+        let mut session_scores = vec![0.0; self.sessions.len()];
+        let mut turn_scores = vec![0.0; self.turns.len()];
+        let session_bm25 = self.bm25_sessions.scores(channels.query_text);
+        add(&mut session_scores, weights.session_bm25, &session_bm25);
         add(&mut session_scores, weights.session_dense, &dense_sessions);
-        add(&mut turn_scores, weights.bm25, &self.bm25_turns.scores(query_text));
-        add(&mut turn_scores, weights.dense, &dense_turns);
-        if weights.memgas != 0.0 {
-            let memgas = self.memgas(query);
-            let mut by_session = vec![0.0; self.sessions.len()];
-            for hit in &memgas.sessions {
-                by_session[hit.index] = hit.score;
-            }
-            let mut by_turn = vec![0.0; self.turns.len()];
-            for hit in memgas.turns.iter().flatten() {
-                by_turn[hit.index] = hit.score;
-            }
-            add(&mut session_scores, weights.memgas, &by_session);
-            add(&mut turn_scores, weights.memgas, &by_turn);
+        add(&mut turn_scores, weights.bm25, channels.bm25_turns);
+        add(&mut turn_scores, weights.dense, channels.dense_turns);
+        if let Some((by_session, by_turn)) = channels.memgas {
+            add(&mut session_scores, weights.memgas, by_session);
+            add(&mut turn_scores, weights.memgas, by_turn);
         }
+        turn_scores = self.with_neighbours(&turn_scores, weights.previous_turn, weights.next_turn);
         if weights.turn_to_session != 0.0 {
             let aggregated: Vec<f64> = self
                 .sessions
@@ -54,7 +96,7 @@ impl MemoryIndex {
             add(&mut session_scores, weights.turn_to_session, &aggregated);
         }
         if weights.date != 0.0 {
-            let mentions = month_mentions(query_text);
+            let mentions = month_mentions(channels.query_text);
             for (score, session) in session_scores.iter_mut().zip(&self.sessions) {
                 let month = session.units.date.as_deref().and_then(session_month);
                 *score += weights.date * date_affinity(&mentions, month, weights.date_next_month);
@@ -66,11 +108,51 @@ impl MemoryIndex {
                 *score += weights.session_to_turn * sessions[turn.session];
             }
         }
-        Ranking {
-            sessions: ranked(&session_scores),
-            turns: Some(ranked(&turn_scores)),
-            router_weights: Vec::new(),
+        (session_scores, turn_scores)
+    }
+
+    /// Each turn's score plus `previous`/`next` times its neighbours' scores in the same session
+    /// (a turn at a session's edge has no neighbour there).
+    fn with_neighbours(&self, scores: &[f64], previous: f64, next: f64) -> Vec<f64> {
+        if previous == 0.0 && next == 0.0 {
+            return scores.to_vec();
         }
+        let mut out = scores.to_vec();
+        for session in &self.sessions {
+            let range = session.turns.clone();
+            for i in range.clone() {
+                if i > range.start {
+                    out[i] += previous * scores[i - 1];
+                }
+                if i + 1 < range.end {
+                    out[i] += next * scores[i + 1];
+                }
+            }
+        }
+        out
+    }
+
+    /// Rocchio feedback: `query + weight · mean(best `n` turns' vectors)`, L2-normalised.
+    fn feedback_query(
+        &self,
+        query: &[f32],
+        turn_scores: &[f64],
+        n: usize,
+        weight: f64,
+    ) -> Vec<f32> {
+        let top: Vec<usize> = rank_descending(turn_scores).into_iter().take(n).collect();
+        let mut moved: Vec<f64> = query.iter().map(|&x| f64::from(x)).collect();
+        for &turn in &top {
+            let vector = &self.vectors[self.turns[turn].node];
+            for (m, &v) in moved.iter_mut().zip(vector) {
+                *m += weight * f64::from(v) / top.len() as f64;
+            }
+        }
+        let norm = moved.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm <= 0.0 || !norm.is_finite() {
+            return query.to_vec();
+        }
+        moved.iter().map(|x| (x / norm) as f32).collect()
     }
 }
 
@@ -120,7 +202,7 @@ fn top_decayed_sum(values: &[f64], m: usize, decay: f64) -> f64 {
 }
 
 /// Scale to [0, 1] by the minimum and maximum (all zeros when the values are all equal).
-fn min_max(values: &[f64]) -> Vec<f64> {
+pub(super) fn min_max(values: &[f64]) -> Vec<f64> {
     let finite = values.iter().copied().filter(|v| v.is_finite());
     let min = finite.clone().fold(f64::INFINITY, f64::min);
     let max = finite.fold(f64::NEG_INFINITY, f64::max);
@@ -132,33 +214,5 @@ fn min_max(values: &[f64]) -> Vec<f64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn z_scores_standardise_and_floor_missing_values() {
-        let z = z_scores(&[1.0, 2.0, 3.0]);
-        let sd = (2.0f64 / 3.0).sqrt();
-        assert!((z[0] + 1.0 / sd).abs() < 1e-12 && z[1].abs() < 1e-12);
-        assert!((z[2] - 1.0 / sd).abs() < 1e-12);
-        assert_eq!(z_scores(&[5.0, 5.0]), vec![0.0, 0.0]);
-        let with_missing = z_scores(&[f64::NEG_INFINITY, 1.0, 3.0]);
-        assert_eq!(with_missing, vec![-1.0, -1.0, 1.0]);
-        assert_eq!(normalised(&[1.0, 3.0], Normalisation::MinMax), vec![0.0, 1.0]);
-    }
-
-    #[test]
-    fn top_decayed_sum_weights_the_best_values() {
-        assert_eq!(top_decayed_sum(&[0.2, 0.9, 0.5], 1, 0.5), 0.9);
-        assert!((top_decayed_sum(&[0.2, 0.9, 0.5], 2, 0.5) - (0.9 + 0.25)).abs() < 1e-12);
-        assert!((top_decayed_sum(&[0.2, 0.9, 0.5], 9, 1.0) - 1.6).abs() < 1e-12);
-        assert_eq!(top_decayed_sum(&[], 3, 0.5), f64::NEG_INFINITY);
-    }
-
-    #[test]
-    fn min_max_scales_and_handles_flat_input() {
-        assert_eq!(min_max(&[1.0, 3.0, 2.0]), vec![0.0, 1.0, 0.5]);
-        assert_eq!(min_max(&[2.0, 2.0]), vec![0.0, 0.0]);
-        assert_eq!(min_max(&[f64::NEG_INFINITY, 1.0, 3.0]), vec![0.0, 0.0, 1.0]);
-    }
-}
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

@@ -1,7 +1,7 @@
 //! MemGAS ranking: entropy router, seed selection and personalized PageRank over the association
 //! graph.
 
-use super::options::TurnRouting;
+use super::options::{SessionAggregate, TurnRouting};
 use super::ranking::Ranking;
 use super::{MemoryIndex, ranked};
 use crate::retrieval::ppr::personalized_pagerank;
@@ -11,7 +11,8 @@ use crate::retrieval::vector::dot_f64 as dot;
 
 impl MemoryIndex {
     /// MemGAS (§5): router weights from per-granularity entropies, weighted node scores, top-α
-    /// seeds, personalized PageRank, session score = sum of its nodes' mass.
+    /// seeds, personalized PageRank, session score read off its nodes' mass
+    /// ([`SessionAggregate`]).
     pub(super) fn memgas(&self, query: &[f32]) -> Ranking {
         let options = &self.options.memgas;
         let granularities = self.granularities();
@@ -51,15 +52,66 @@ impl MemoryIndex {
             // Only an empty index gets here (select_seeds never returns an all-zero vector).
             Err(_) => vec![0.0; self.nodes.len()],
         };
-        let mut session_scores = vec![0.0; self.sessions.len()];
-        for (node, m) in self.nodes.iter().zip(&mass) {
-            session_scores[node.session] += m;
-        }
+        let session_scores =
+            self.session_mass(&mass, &granularities, &weights, options.session_score);
         let turn_scores: Vec<f64> = self.turns.iter().map(|t| mass[t.node]).collect();
         Ranking {
             sessions: ranked(&session_scores),
             turns: Some(ranked(&turn_scores)),
             router_weights: granularities.into_iter().zip(weights).collect(),
+        }
+    }
+
+    /// Session scores from node mass (see [`SessionAggregate`]); `weights[i]` is the router
+    /// weight of `granularities[i]`.
+    fn session_mass(
+        &self,
+        mass: &[f64],
+        granularities: &[Granularity],
+        weights: &[f64],
+        aggregate: SessionAggregate,
+    ) -> Vec<f64> {
+        let n = self.sessions.len();
+        match aggregate {
+            SessionAggregate::Sum | SessionAggregate::Mean => {
+                let mut total = vec![0.0; n];
+                let mut count = vec![0usize; n];
+                for (node, m) in self.nodes.iter().zip(mass) {
+                    total[node.session] += m;
+                    count[node.session] += 1;
+                }
+                if aggregate == SessionAggregate::Mean {
+                    for (t, c) in total.iter_mut().zip(&count) {
+                        *t /= (*c).max(1) as f64;
+                    }
+                }
+                total
+            }
+            SessionAggregate::Max => {
+                let mut best = vec![0.0f64; n];
+                for (node, m) in self.nodes.iter().zip(mass) {
+                    best[node.session] = best[node.session].max(*m);
+                }
+                best
+            }
+            SessionAggregate::RoutedMax => {
+                let mut scores = vec![0.0; n];
+                for (granularity, weight) in granularities.iter().zip(weights) {
+                    let mut best = vec![0.0f64; n];
+                    for (node, m) in self.nodes.iter().zip(mass) {
+                        if node.granularity == *granularity {
+                            best[node.session] = best[node.session].max(*m);
+                        }
+                    }
+                    let top = best.iter().copied().fold(0.0f64, f64::max);
+                    if top > 0.0 {
+                        for (score, b) in scores.iter_mut().zip(&best) {
+                            *score += weight * b / top;
+                        }
+                    }
+                }
+                scores
+            }
         }
     }
 }

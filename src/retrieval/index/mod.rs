@@ -9,22 +9,29 @@
 //!
 //! No IO, no model calls: callers embed the units and the query (see [`super::SessionUnits`]).
 
+mod coverage;
 mod dense;
 mod fusion;
 mod lexical;
 mod memgas;
+mod needs;
 mod options;
 mod ranking;
 
-pub use options::{FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, TurnRouting};
+pub use needs::IndexNeeds;
+pub use options::{
+    FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, SessionAggregate,
+    TurnRouting,
+};
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
 
 use serde::{Deserialize, Serialize};
 
+use super::ann::AnnIndex;
 use super::bm25::Bm25Index;
 use super::graph::AssociationGraph;
 use super::router::rank_descending;
-use super::units::{Granularity, SessionUnits, UnitVectors};
+use super::units::{Granularity, SessionUnits, SessionVectors, UnitVectors};
 
 /// What a graph node stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,14 +50,17 @@ struct SessionEntry {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct TurnEntry {
     session: usize,
+    /// The turn's graph node; only meaningful when the index holds turn vectors
+    /// ([`IndexNeeds`]), and [`MemoryIndex::rank`] refuses methods that read them otherwise.
     node: usize,
 }
 
 /// The memory of one conversation at every granularity. Serialisable, so that a built index
 /// can be cached on disk (`retrieval::stored`).
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct MemoryIndex {
     options: IndexOptions,
+    needs: IndexNeeds,
     dims: Option<usize>,
     sessions: Vec<SessionEntry>,
     turns: Vec<TurnEntry>,
@@ -59,13 +69,26 @@ pub struct MemoryIndex {
     graph: AssociationGraph,
     bm25_turns: Bm25Index,
     bm25_sessions: Bm25Index,
+    /// Approximate nearest neighbours over turn vectors, once there are
+    /// [`AnnOptions::threshold`](crate::retrieval::ann::AnnOptions) turns (keyed by turn index).
+    /// Not serialised (usearch's graph has no serde form): a deserialised index rebuilds it
+    /// with [`MemoryIndex::restore_approximate`].
+    #[serde(skip)]
+    turn_ann: Option<std::sync::Arc<AnnIndex>>,
 }
 
 impl MemoryIndex {
-    /// An empty index.
+    /// An empty index that holds everything (every vector and the association graph).
     pub fn new(options: IndexOptions) -> Self {
+        Self::with_needs(options, IndexNeeds::ALL)
+    }
+
+    /// An empty index that holds only what `needs` asks for; [`MemoryIndex::rank`] refuses the
+    /// methods that would read anything else ([`IndexError::NotBuilt`]).
+    pub fn with_needs(options: IndexOptions, needs: IndexNeeds) -> Self {
         Self {
             options,
+            needs,
             dims: None,
             sessions: Vec::new(),
             turns: Vec::new(),
@@ -74,12 +97,24 @@ impl MemoryIndex {
             graph: AssociationGraph::default(),
             bm25_turns: Bm25Index::with_params(options.bm25),
             bm25_sessions: Bm25Index::with_params(options.bm25),
+            turn_ann: None,
         }
     }
 
     /// The options the index was built with.
     pub fn options(&self) -> &IndexOptions {
         &self.options
+    }
+
+    /// Replace the query-time options (method, MemGAS, fusion, BM25 k1/b) and keep what was
+    /// built (units, graph, lexical postings): a sweep ranks one index under many settings.
+    pub fn set_query_options(&mut self, options: &IndexOptions) {
+        self.options.query_method = options.query_method;
+        self.options.memgas = options.memgas;
+        self.options.fusion = options.fusion;
+        self.options.bm25 = options.bm25;
+        self.bm25_turns.set_params(options.bm25);
+        self.bm25_sessions.set_params(options.bm25);
     }
 
     /// Append a session (the next one in time): its units become graph nodes linked to earlier
@@ -89,39 +124,34 @@ impl MemoryIndex {
         units: SessionUnits,
         vectors: UnitVectors,
     ) -> Result<(), IndexError> {
-        let bad =
-            |message: String| IndexError::BadVectors { session: units.session_id.clone(), message };
-        if vectors.turns.len() != units.turns.len() {
-            return Err(bad(format!(
-                "{} turn vectors for {} turns",
-                vectors.turns.len(),
-                units.turns.len()
-            )));
-        }
-        if vectors.summary.is_some() != units.summary.is_some()
-            || vectors.keywords.is_some() != units.keywords.is_some()
-        {
-            return Err(bad("summary/keyword vectors do not match the units".to_string()));
-        }
-        let dims = self.dims.unwrap_or(vectors.session.len());
-        let all = std::iter::once(&vectors.session)
-            .chain(&vectors.turns)
-            .chain(vectors.summary.iter())
-            .chain(vectors.keywords.iter())
-            .chain(vectors.hybrid.iter());
-        if let Some(wrong) = all.map(Vec::len).find(|&len| len != dims) {
-            return Err(bad(format!("vector of {wrong} dimensions, expected {dims}")));
-        }
-        self.dims = Some(dims);
+        self.add_session_vectors(units, vectors.into())
+    }
 
+    /// [`MemoryIndex::add_session`] with only the vectors the index needs ([`IndexNeeds`]);
+    /// vectors it does not need are dropped, missing ones it needs are an error.
+    pub fn add_session_vectors(
+        &mut self,
+        units: SessionUnits,
+        vectors: SessionVectors,
+    ) -> Result<(), IndexError> {
+        let vectors = self.checked(&units, vectors)?;
         let session = self.sessions.len();
         let first_node = self.nodes.len();
         let first_turn = self.turns.len();
-        let UnitVectors { session: session_vector, turns, summary, keywords, hybrid } = vectors;
-        self.push_node(Granularity::Session, session, session_vector);
-        for vector in turns {
-            self.turns.push(TurnEntry { session, node: self.nodes.len() });
-            self.push_node(Granularity::Turn, session, vector);
+        let SessionVectors { session: session_vector, turns, summary, keywords, hybrid } = vectors;
+        if let Some(vector) = session_vector {
+            self.push_node(Granularity::Session, session, vector);
+        }
+        match turns {
+            Some(turns) => {
+                for vector in turns {
+                    self.turns.push(TurnEntry { session, node: self.nodes.len() });
+                    self.push_node(Granularity::Turn, session, vector);
+                }
+            }
+            None => self
+                .turns
+                .extend(units.turns.iter().map(|_| TurnEntry { session, node: usize::MAX })),
         }
         if let Some(vector) = summary {
             self.push_node(Granularity::Summary, session, vector);
@@ -129,11 +159,63 @@ impl MemoryIndex {
         if let Some(vector) = keywords {
             self.push_node(Granularity::Keyword, session, vector);
         }
-        self.graph.add_session(&self.vectors, first_node..self.nodes.len(), &self.options.graph);
-
+        if self.needs.graph {
+            self.graph.add_session(
+                &self.vectors,
+                first_node..self.nodes.len(),
+                &self.options.graph,
+            );
+        }
+        self.index_turns_approximately(first_turn)?;
         self.index_lexical(&units);
         self.sessions.push(SessionEntry { units, turns: first_turn..self.turns.len(), hybrid });
         Ok(())
+    }
+
+    /// The vectors the index needs, checked against the units and the index's dimension.
+    fn checked(
+        &mut self,
+        units: &SessionUnits,
+        vectors: SessionVectors,
+    ) -> Result<SessionVectors, IndexError> {
+        let bad =
+            |message: String| IndexError::BadVectors { session: units.session_id.clone(), message };
+        let needs = self.needs.vectors;
+        let keep = |wanted: bool, vector: Option<Vec<f32>>| vector.filter(|_| wanted);
+        let vectors = SessionVectors {
+            session: keep(needs.session, vectors.session),
+            turns: vectors.turns.filter(|_| needs.turns),
+            summary: keep(needs.summary, vectors.summary),
+            keywords: keep(needs.keywords, vectors.keywords),
+            hybrid: keep(needs.hybrid, vectors.hybrid),
+        };
+        if needs.session && vectors.session.is_none() {
+            return Err(bad("no session vector".to_string()));
+        }
+        let n_turns = vectors.turns.as_ref().map_or(0, Vec::len);
+        if needs.turns && (vectors.turns.is_none() || n_turns != units.turns.len()) {
+            return Err(bad(format!("{n_turns} turn vectors for {} turns", units.turns.len())));
+        }
+        if (needs.summary && vectors.summary.is_some() != units.summary.is_some())
+            || (needs.keywords && vectors.keywords.is_some() != units.keywords.is_some())
+        {
+            return Err(bad("summary/keyword vectors do not match the units".to_string()));
+        }
+        let all = vectors
+            .session
+            .iter()
+            .chain(vectors.turns.iter().flatten())
+            .chain(vectors.summary.iter())
+            .chain(vectors.keywords.iter())
+            .chain(vectors.hybrid.iter());
+        let mut lengths = all.map(Vec::len);
+        if let Some(first) = self.dims.or_else(|| lengths.clone().next()) {
+            if let Some(wrong) = lengths.find(|&len| len != first) {
+                return Err(bad(format!("vector of {wrong} dimensions, expected {first}")));
+            }
+            self.dims = Some(first);
+        }
+        Ok(vectors)
     }
 
     fn push_node(&mut self, granularity: Granularity, session: usize, vector: Vec<f32>) {
@@ -149,6 +231,26 @@ impl MemoryIndex {
     /// Number of turns.
     pub fn n_turns(&self) -> usize {
         self.turns.len()
+    }
+
+    /// What the index holds.
+    pub fn needs(&self) -> IndexNeeds {
+        self.needs
+    }
+
+    /// Whether dense turn retrieval goes through the approximate index (the memory has reached
+    /// [`AnnOptions::threshold`](crate::retrieval::ann::AnnOptions) turns).
+    pub fn is_approximate(&self) -> bool {
+        self.turn_ann.is_some()
+    }
+
+    /// Rebuild the approximate turn index from the turn vectors when the memory has reached
+    /// the threshold and the index is missing (a deserialised index: `turn_ann` is not stored).
+    pub fn restore_approximate(&mut self) -> Result<(), IndexError> {
+        if self.turn_ann.is_some() {
+            return Ok(());
+        }
+        self.index_turns_approximately(0)
     }
 
     /// The association graph.
@@ -188,6 +290,9 @@ impl MemoryIndex {
         query_text: &str,
         query_vector: &[f32],
     ) -> Result<Ranking, IndexError> {
+        if !self.needs.covers(&IndexNeeds::for_method(method, &self.options)) {
+            return Err(IndexError::NotBuilt { method });
+        }
         if let Some(expected) = self.dims
             && query_vector.len() != expected
         {
@@ -223,14 +328,7 @@ impl MemoryIndex {
                 require(Granularity::Keyword)?;
                 session_only(self.hybrid_scores(query_vector))
             }
-            Method::Turn => {
-                let turn_scores = self.turn_similarities(query_vector);
-                Ranking {
-                    sessions: ranked(&self.best_turn_per_session(&turn_scores)),
-                    turns: Some(ranked(&turn_scores)),
-                    router_weights: Vec::new(),
-                }
-            }
+            Method::Turn => self.dense_turns(query_vector),
             Method::Bm25 => self.bm25(query_text),
             Method::Memgas => self.memgas(query_vector),
             Method::Fusion => self.fusion(query_text, query_vector),

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::retrieval::ann::AnnOptions;
 use crate::retrieval::bm25::Bm25Params;
 use crate::retrieval::graph::GraphOptions;
 use crate::retrieval::router::RouterFormula;
@@ -80,8 +81,13 @@ pub enum TurnRouting {
     AllTurns,
 }
 
-/// MemGAS query-time settings (memgas.md §9 defaults; temperature as in the paper's runs).
+/// MemGAS query-time settings. The paper's λ = 0.2 leaves the router at nearly even weights for
+/// cosine similarities (every entropy is close to ln n); λ = 0.05 lets it move weight. Defaults
+/// are what every `retrieve --folds` fold chose on LoCoMo with session and turn units: λ 0.05,
+/// damping 0.1 (more propagation — 0.3, 0.5, 0.85 — scored lower: the association graph links
+/// similar units, and spreading mass along it blurs the ranking), 15 seeds, a session's best node.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MemgasOptions {
     /// Router weighting.
     pub router: RouterFormula,
@@ -93,16 +99,52 @@ pub struct MemgasOptions {
     pub damping: f64,
     /// Router input for turns.
     pub turn_routing: TurnRouting,
+    /// How a session's score is read off its nodes' PageRank mass.
+    pub session_score: SessionAggregate,
 }
 
-impl Default for MemgasOptions {
-    fn default() -> Self {
+/// How MemGAS turns node mass into a session score.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionAggregate {
+    /// Per granularity, the session's best node (mass normalised by that granularity's best
+    /// node over all sessions), weighted by the router and summed: a session scores by how well
+    /// its best unit of each granularity matches, whatever its size.
+    RoutedMax,
+    /// The session's single heaviest node.
+    #[default]
+    Max,
+    /// The mean mass of the session's nodes.
+    Mean,
+    /// The sum of its nodes' mass (the research code, with one node per granularity; with one
+    /// node per turn, long sessions win by size).
+    Sum,
+}
+
+impl MemgasOptions {
+    /// The paper's settings (λ 0.2, α 15, damping 0.1, inverse entropy) with the research
+    /// code's sum of node mass per session.
+    pub fn paper() -> Self {
         Self {
             router: RouterFormula::InverseEntropy,
             temperature: 0.2,
             n_seeds: 15,
             damping: 0.1,
             turn_routing: TurnRouting::BestPerSession,
+            session_score: SessionAggregate::Sum,
+        }
+    }
+}
+
+impl Default for MemgasOptions {
+    fn default() -> Self {
+        Self {
+            router: RouterFormula::InverseEntropy,
+            temperature: 0.05,
+            n_seeds: 15,
+            damping: 0.1,
+            turn_routing: TurnRouting::BestPerSession,
+            session_score: SessionAggregate::Max,
         }
     }
 }
@@ -122,6 +164,7 @@ pub enum Normalisation {
 /// Score-fusion settings: each channel's scores are normalised per query over the conversation
 /// ([`Normalisation`]), then summed with these weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FusionOptions {
     /// Weight of BM25 over turns in the turn score.
     pub bm25: f64,
@@ -149,10 +192,31 @@ pub struct FusionOptions {
     pub date: f64,
     /// Affinity of a session dated in the month after a named month (see [`date_affinity`](crate::retrieval::dates::date_affinity)).
     pub date_next_month: f64,
+    /// Weight of the next turn's channel score in a turn's score (context after the turn: a
+    /// question is often answered in the turn that follows it); 0 turns it off.
+    pub next_turn: f64,
+    /// Weight of the previous turn's channel score in a turn's score.
+    pub previous_turn: f64,
+    /// Pseudo-relevance feedback: the query vector moves towards the mean of the best
+    /// `prf_turns` first-pass turns by this weight (Rocchio), and the dense turn channel is
+    /// scored again; 0 turns it off.
+    pub prf_weight: f64,
+    /// Turns that make up the feedback centroid.
+    pub prf_turns: usize,
+    /// Diversity of the top sessions (see [`super::coverage`]): the weight of a candidate's
+    /// redundancy with the sessions already chosen; 0 keeps the fused order.
+    pub diversity: f64,
+    /// Weight of clause coverage (see [`super::coverage`]): how much of the question's clauses
+    /// and names a candidate adds that the sessions already chosen lack; 0 turns it off.
+    pub coverage: f64,
+    /// Sessions at the top of the fused order that diversity and coverage may reorder.
+    pub rerank_pool: usize,
 }
 
-impl Default for FusionOptions {
-    fn default() -> Self {
+impl FusionOptions {
+    /// The settings tuned on the conv-26/conv-30 dev split before leave-one-conversation-out
+    /// existed; `retrieve --folds` starts every fold's ascent here.
+    pub fn dev_split() -> Self {
         Self {
             bm25: 1.0,
             dense: 1.0,
@@ -166,7 +230,22 @@ impl Default for FusionOptions {
             normalisation: Normalisation::MinMax,
             date: 2.0,
             date_next_month: 0.5,
+            next_turn: 0.0,
+            previous_turn: 0.0,
+            prf_weight: 0.0,
+            prf_turns: 5,
+            diversity: 0.0,
+            coverage: 0.0,
+            rerank_pool: 8,
         }
+    }
+}
+
+impl Default for FusionOptions {
+    /// The dev-split settings with the values most `retrieve --folds` folds chose on LoCoMo
+    /// (date 4, next turn 0.5, feedback 0.5); see the README for the held-out numbers.
+    fn default() -> Self {
+        Self { date: 4.0, next_turn: 0.5, prf_weight: 0.5, ..Self::dev_split() }
     }
 }
 
@@ -186,6 +265,9 @@ pub struct IndexOptions {
     pub fusion: FusionOptions,
     /// BM25 parameters (turn and session indexes).
     pub bm25: Bm25Params,
+    /// When dense turn retrieval turns approximate (large memories only).
+    #[serde(default)]
+    pub ann: AnnOptions,
 }
 
 impl Default for IndexOptions {
@@ -197,6 +279,7 @@ impl Default for IndexOptions {
             memgas: MemgasOptions::default(),
             fusion: FusionOptions::default(),
             bm25: Bm25Params::default(),
+            ann: AnnOptions::default(),
         }
     }
 }

@@ -26,6 +26,15 @@ pub enum IndexError {
         /// What is wrong.
         message: String,
     },
+    /// The method reads vectors or a graph the index was built without ([`IndexNeeds`](super::IndexNeeds)).
+    #[error("method {method} reads parts this index was built without; build it for {method}")]
+    NotBuilt {
+        /// The method asked for.
+        method: Method,
+    },
+    /// The approximate nearest-neighbour index failed.
+    #[error(transparent)]
+    Ann(#[from] crate::retrieval::ann::AnnError),
     /// A query vector of the wrong dimension.
     #[error("query vector has {got} dimensions, the index has {expected}")]
     QueryDims {

@@ -88,7 +88,13 @@ fn memgas_ranks_by_pagerank_mass_with_router_weights() {
     let mut top_two = session_order(&ranking, &index)[..2].to_vec();
     top_two.sort();
     assert_eq!(top_two, ["D2", "D4"]);
-    // All 12 nodes are seeds (fewer than α = 15), so PageRank mass sums to 1 over sessions.
+    // All 12 nodes are seeds (fewer than α = 15), so with the research code's sum per session
+    // PageRank mass sums to 1 over sessions.
+    let mut options = IndexOptions::default();
+    options.memgas.session_score = SessionAggregate::Sum;
+    let mut summed = index;
+    summed.set_query_options(&options);
+    let ranking = summed.rank(Method::Memgas, "", &vector(1.54, 0.1)).unwrap();
     let mass: f64 = ranking.sessions.iter().map(|hit| hit.score).sum();
     assert!((mass - 1.0).abs() < 1e-9);
 }
@@ -116,4 +122,119 @@ fn query_reports_ids_dates_and_turn_text() {
     assert_eq!(hits.turns.len(), 2);
     assert!(hits.turns[0].text.contains("Pepper"));
     assert_eq!(hits.granularities, vec![Granularity::Session, Granularity::Turn]);
+}
+
+#[test]
+fn greedy_selection_trades_relevance_for_redundancy_and_new_aspects() {
+    use super::coverage::{Candidates, select_greedy};
+    // Sessions 0 and 1 say the same thing (redundancy 0.9); 2 is less relevant but different
+    // and holds the second aspect.
+    let candidates = Candidates {
+        relevance: vec![1.0, 0.9, 0.6],
+        redundancy: vec![vec![1.0, 0.9, 0.1], vec![0.9, 1.0, 0.1], vec![0.1, 0.1, 1.0]],
+        covers: vec![vec![true, false], vec![true, false], vec![false, true]],
+        aspect_weights: vec![0.5, 0.5],
+    };
+    assert_eq!(select_greedy(&candidates, 0.0, 0.0), vec![0, 1, 2]);
+    assert_eq!(select_greedy(&candidates, 0.5, 0.0), vec![0, 2, 1]);
+    assert_eq!(select_greedy(&candidates, 0.0, 0.5), vec![0, 2, 1]);
+    // Ties keep the fused order.
+    let flat = Candidates {
+        relevance: vec![0.5, 0.5, 0.5],
+        redundancy: vec![vec![0.0; 3]; 3],
+        covers: vec![vec![]; 3],
+        aspect_weights: vec![],
+    };
+    assert_eq!(select_greedy(&flat, 1.0, 1.0), vec![0, 1, 2]);
+}
+
+#[test]
+fn coverage_reranking_moves_a_session_with_the_missing_clause_up() {
+    let mut options = IndexOptions::default();
+    options.fusion.date = 0.0;
+    let mut index = MemoryIndex::new(options);
+    let sessions = [
+        session(1, &[("Pepper the cat chased a mouse", 1.5), ("Pepper the cat ate", 1.5)]),
+        session(2, &[("Pepper the cat slept all day", 1.5), ("more about the cat", 1.5)]),
+        session(3, &[("the marathon in Boston was hard", 0.3), ("I ran it", 0.3)]),
+    ];
+    for (units, vectors) in sessions {
+        index.add_session(units, vectors).unwrap();
+    }
+    let query = vector(1.5, 0.1);
+    let question = "what did Pepper the cat do and which marathon did Ann run";
+    let plain = index.fusion_with(&options.fusion, question, &query);
+    assert_eq!(session_order(&plain, &index)[2], "D3");
+    let mut covering = options.fusion;
+    covering.coverage = 2.0;
+    let reranked = index.fusion_with(&covering, question, &query);
+    assert_eq!(session_order(&reranked, &index)[1], "D3");
+    // Same input, same order.
+    assert_eq!(reranked, index.fusion_with(&covering, question, &query));
+}
+
+#[test]
+fn neighbour_weights_and_feedback_change_turn_scores() {
+    let index = index();
+    let query = vector(1.54, 0.1);
+    let mut options = IndexOptions::default().fusion;
+    let base = index.fusion_with(&options, "vet", &query);
+    options.next_turn = 1.0;
+    let with_next = index.fusion_with(&options, "vet", &query);
+    // D4:1 gains the score of D4:2 (the vet turn) that follows it.
+    let score_of = |ranking: &Ranking, id: &str| {
+        let turns = ranking.turns.as_ref().unwrap();
+        turns.iter().find(|hit| index.turn_id(hit.index) == id).unwrap().score
+    };
+    assert!(score_of(&with_next, "D4:1") > score_of(&base, "D4:1"));
+    assert_eq!(score_of(&with_next, "D4:2"), score_of(&base, "D4:2"));
+    options.next_turn = 0.0;
+    options.prf_weight = 1.0;
+    options.prf_turns = 2;
+    let feedback = index.fusion_with(&options, "vet", &query);
+    assert_eq!(feedback.sessions.len(), 4);
+    assert_ne!(feedback, base);
+}
+
+#[test]
+fn memgas_session_scores_do_not_grow_with_session_size() {
+    let mut options = IndexOptions::default();
+    let mut index = MemoryIndex::new(options);
+    // D1 is long and off-topic; D2 is short with one matching turn.
+    let long: Vec<(&str, f32)> = (0..12).map(|_| ("gardening chat", 0.6)).collect();
+    for (units, vectors) in [session(1, &long), session(2, &[("Pepper", 1.5)])] {
+        index.add_session(units, vectors).unwrap();
+    }
+    let query = vector(1.5, 0.1);
+    for aggregate in [SessionAggregate::RoutedMax, SessionAggregate::Max, SessionAggregate::Mean] {
+        options.memgas.session_score = aggregate;
+        index.set_query_options(&options);
+        let ranking = index.rank(Method::Memgas, "", &query).unwrap();
+        assert_eq!(session_order(&ranking, &index)[0], "D2", "{aggregate:?}");
+    }
+    options.memgas.session_score = SessionAggregate::Sum;
+    options.memgas.n_seeds = 100;
+    index.set_query_options(&options);
+    let summed = index.rank(Method::Memgas, "", &query).unwrap();
+    assert_eq!(session_order(&summed, &index)[0], "D1");
+}
+
+#[test]
+fn the_router_moves_weight_to_the_peaked_granularity() {
+    let mut index = MemoryIndex::new(IndexOptions::default());
+    // Session k has one turn of its own (angle k/2) and one turn every session shares.
+    for k in 1..=6 {
+        let (units, vectors) = session(k, &[("own", k as f32 * 0.5), ("shared", 4.5)]);
+        index.add_session(units, vectors).unwrap();
+    }
+    let weight = |query: Vec<f32>, granularity: Granularity| {
+        let ranking = index.rank(Method::Memgas, "", &query).unwrap();
+        let total: f64 = ranking.router_weights.iter().map(|(_, w)| w).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+        ranking.router_weights.iter().find(|(g, _)| *g == granularity).unwrap().1
+    };
+    // Aimed at one session's own turn, the best turns single it out: turns weigh more.
+    assert!(weight(vector(1.5, 0.1), Granularity::Turn) > 0.55);
+    // Aimed at the shared turn, every session's best turn matches equally: turns weigh less.
+    assert!(weight(vector(4.5, 0.1), Granularity::Turn) < 0.45);
 }

@@ -2,6 +2,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
 use crate::llm::{Embeddings, Usage};
+use crate::retrieval::index::Method;
 use crate::retrieval::units::TurnUnit;
 
 /// Embeds a text as a unit vector from its bytes; counts the texts it was asked for.
@@ -88,4 +89,33 @@ async fn an_index_is_built_once_then_loaded_and_rebuilt_when_stale_or_corrupt() 
     let (_, source) =
         cache.load_or_build("conv-1", sessions(), &embedder, &vectors, other).await.unwrap();
     assert_eq!(source, IndexSource::Built);
+}
+
+#[tokio::test]
+async fn a_loaded_index_rebuilds_its_approximate_turn_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = IndexCache::new(dir.path(), "locomo", "counting");
+    let vectors = EmbeddingCache::new(dir.path(), "locomo", "counting");
+    let embedder = CountingEmbedder::default();
+    let mut options = IndexOptions::default();
+    options.ann.threshold = 5;
+    let load = |options| cache.load_or_build("conv-1", sessions(), &embedder, &vectors, options);
+
+    let (built, source) = load(options).await.unwrap();
+    assert_eq!(source, IndexSource::Built);
+    assert!(built.is_approximate(), "9 turns reach the threshold of 5");
+    let (loaded, source) = load(options).await.unwrap();
+    assert_eq!(source, IndexSource::Loaded);
+    assert!(loaded.is_approximate(), "the ANN graph is rebuilt on load");
+    let query = embedder.embed(&["topic 4".to_string()]).await.unwrap().vectors.remove(0);
+    for method in [Method::Turn, Method::Fusion] {
+        assert_eq!(
+            built.rank(method, "topic 4", &query).unwrap(),
+            loaded.rank(method, "topic 4", &query).unwrap()
+        );
+    }
+    // Other ANN settings: stale, rebuilt.
+    let (exact, source) = load(IndexOptions::default()).await.unwrap();
+    assert_eq!(source, IndexSource::Built);
+    assert!(!exact.is_approximate());
 }

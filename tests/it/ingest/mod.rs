@@ -23,7 +23,7 @@ use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-mod repair;
+pub(crate) mod repair;
 
 const EMBEDDER: &str = "test-embedding";
 

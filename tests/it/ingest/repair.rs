@@ -39,7 +39,7 @@ fn keyword_session(request: &RecordedRequest) -> Option<u32> {
 /// A sloppy model, one first reply in two: odd sessions' rewrites skip turn 2, sessions
 /// 2, 6, 10, ... merge turns 3 and 4 into one sentence citing both, even sessions' keyword
 /// answers skip their last sentence. Re-asks are answered well.
-fn sloppy(request: &RecordedRequest) -> Option<ScriptedReply> {
+pub(crate) fn sloppy(request: &RecordedRequest) -> Option<ScriptedReply> {
     if request.messages().len() > 1 {
         return None;
     }

@@ -394,3 +394,24 @@ async fn a_429_storm_shrinks_the_limit_waits_only_as_asked_and_recovers() {
         server.request_count()
     );
 }
+
+#[tokio::test]
+async fn a_hung_request_whose_hedge_fails_is_retried_at_once() {
+    let hang = Duration::from_secs(15);
+    let server = ScriptedServer::with_script([
+        ScriptedReply::text("too late").delayed(hang),
+        ScriptedReply::server_error(500),
+        ScriptedReply::text("retried"),
+    ])
+    .await
+    .unwrap();
+    let client = build_chat_model(&hedging(&server, Duration::from_millis(300))).unwrap();
+    let started = Instant::now();
+    let response = client.chat(&ask("hi")).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(response.message.content.as_deref(), Some("retried"));
+    assert!(elapsed < Duration::from_secs(2), "waited {elapsed:?} for the hung request");
+    assert_eq!(response.calls.attempts, 2);
+    assert!(response.calls.retries[0].reason.contains("500"), "{:?}", response.calls);
+    assert_eq!(server.request_count(), 3);
+}

@@ -1,0 +1,115 @@
+use std::fs::OpenOptions;
+use std::io::Write;
+
+use super::*;
+
+#[test]
+fn paths_are_safe_and_records_round_trip() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let path = trace_path(directory.path(), "locomo", "run1", "conv-26", "conv-26:q7");
+    assert!(path.ends_with("log/locomo/run1/conv-26/conv-26_q7.jsonl"));
+    let mut writer = TraceWriter::open(path.clone());
+    writer.record(TraceEvent::Retrieval {
+        step: "route".into(),
+        detail: serde_json::json!({"route": "main"}),
+    });
+    writer.record(TraceEvent::ToolCall {
+        call_id: "a".into(),
+        name: "query_topic_events".into(),
+        arguments: serde_json::json!({"topic": "D1:t1"}),
+        result: "{}".into(),
+        ms: 1,
+    });
+    drop(writer);
+    let mut file = OpenOptions::new().append(true).open(&path)?;
+    file.write_all(b"{\"t_ms\":3,\"event\":\"fin")?;
+    let records = read_trace(&path)?;
+    assert_eq!(records.len(), 2);
+    assert!(
+        matches!(&records[1].event, TraceEvent::ToolCall { name, .. } if name == "query_topic_events")
+    );
+    Ok(())
+}
+
+#[test]
+fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let path = directory.path().join("q.jsonl");
+    let mut writer = TraceWriter::open(path.clone());
+    let (mut first, mut second) = (writer.branch(), writer.branch());
+    let fallback = |step: &str| TraceEvent::Fallback { step: step.into(), reason: "r".into() };
+    second.record(fallback("second"));
+    first.record(fallback("first"));
+    writer.merge(first);
+    writer.merge(second);
+    assert_eq!(writer.fallbacks(), 2);
+    let steps: Vec<String> = read_trace(&path)?
+        .into_iter()
+        .filter_map(|record| match record.event {
+            TraceEvent::Fallback { step, .. } => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, ["first", "second"]);
+    // A writer that records nothing still counts.
+    let mut disabled = TraceWriter::disabled();
+    let mut branch = disabled.branch();
+    branch.record(fallback("x"));
+    disabled.merge(branch);
+    assert_eq!(disabled.fallbacks(), 1);
+    Ok(())
+}
+
+#[test]
+fn rejected_replies_are_cut_and_escaped() {
+    assert_eq!(rejected_excerpt("a\u{1b}[0m\nb"), "a\\u{1b}[0m\nb");
+    let long = "x".repeat(REJECTED_REPLY_CHARS + 5);
+    let kept = rejected_excerpt(&long);
+    assert_eq!(kept.chars().count(), REJECTED_REPLY_CHARS + 1);
+    assert!(kept.ends_with('…'));
+}
+
+#[test]
+fn retries_and_hedges_are_counted_and_plain_calls_left_out() -> anyhow::Result<()> {
+    use crate::llm::RetryRecord;
+    let directory = tempfile::tempdir()?;
+    let path = directory.path().join("q.jsonl");
+    let mut writer = TraceWriter::open(path.clone());
+    let retried = CallLog {
+        attempts: 2,
+        retries: vec![RetryRecord { attempt: 1, reason: "status 500".into(), wait_ms: 12 }],
+        hedges: 1,
+        hedge_won: true,
+    };
+    let response = |calls: CallLog| TraceEvent::Response {
+        round: 1,
+        message: None,
+        finish_reason: None,
+        error: None,
+        calls,
+        usage: Usage::default(),
+        ms: 1,
+    };
+    writer.record(response(retried.clone()));
+    writer.record(response(CallLog { attempts: 1, ..CallLog::default() }));
+    let mut branch = writer.branch();
+    branch.record(TraceEvent::Llm {
+        purpose: "rerank".into(),
+        messages: Vec::new(),
+        value: None,
+        error: Some("timed out".into()),
+        attempts: 3,
+        calls: vec![CallLog { attempts: 3, ..CallLog::default() }],
+        usage: Usage::default(),
+        ms: 1,
+    });
+    writer.merge(branch);
+    assert_eq!(writer.calls(), CallCounts { retries: 3, hedges: 1 });
+    let text = std::fs::read_to_string(&path)?;
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains("\"calls\"") && lines[0].contains("status 500"), "{}", lines[0]);
+    assert!(!lines[1].contains("\"calls\""), "a plain call adds nothing: {}", lines[1]);
+    let records = read_trace(&path)?;
+    assert!(matches!(&records[0].event, TraceEvent::Response { calls, .. } if *calls == retried));
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! The service's per-conversation read cache: the stored conversation, its MemGAS index and
+//! (built on the first `ask`) its memory graph, kept between queries.
+//!
+//! A query first reads the conversation's revision from the store (one indexed row; the store
+//! gives every write a new, never reused revision). The same revision means the cached entry is
+//! current. Otherwise the conversation is reloaded (its vectors are in the store, nothing is
+//! embedded again) and the index is brought up to date: when the cached index's sessions are
+//! still the first sessions of the conversation with the same content (the usual case: `memory
+//! add` appended sessions), a copy of it gets only the new sessions; otherwise (a session was
+//! placed before others, or changed) it is rebuilt. `forget` drops the entry.
+//!
+//! Readers never wait for a writer: entries are immutable and shared (`Arc`); the map's lock is
+//! held only to look up or swap an entry, never while loading or building, and a query keeps
+//! using the entry it took even while a newer one replaces it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use crate::ingest::SampleEmbeddings;
+use crate::memory::MemoryGraph;
+use crate::retrieval::{IndexError, IndexOptions, MemoryIndex};
+use crate::store::{StoredConversation, StoredOutputs};
+
+/// Vectors by id, in order.
+type IdVectors = Vec<(String, Vec<f32>)>;
+
+/// The memory graph and stage-3 vectors `ask` needs, or why the graph could not be built.
+pub(super) type AskMemory = Result<(MemoryGraph, SampleEmbeddings), String>;
+
+/// One conversation as the queries see it.
+pub(super) struct Cached {
+    pub(super) stored: StoredConversation,
+    pub(super) index: Arc<MemoryIndex>,
+    /// (session number, content hash) of the sessions in `index`, in index order.
+    indexed: Vec<(u32, String)>,
+    ask_memory: OnceLock<AskMemory>,
+}
+
+impl Cached {
+    /// The entry for `stored`, reusing `previous`'s index when `stored` only appends sessions
+    /// to it. The second value is whether the index was rebuilt from scratch.
+    pub(super) fn update(
+        stored: StoredConversation,
+        previous: Option<&Cached>,
+    ) -> Result<(Self, bool), IndexError> {
+        let units = stored.memgas_units();
+        let indexed: Vec<(u32, String)> = stored
+            .sessions
+            .iter()
+            .filter(|session| session.outputs.is_some())
+            .map(|session| (session.number, session.content_hash.clone()))
+            .collect();
+        let reusable = previous.filter(|previous| indexed.starts_with(&previous.indexed));
+        let (mut index, skip, rebuilt) = match reusable {
+            Some(previous) => ((*previous.index).clone(), previous.indexed.len(), false),
+            None => (MemoryIndex::new(IndexOptions::default()), 0, true),
+        };
+        for (session, vectors) in units.into_iter().skip(skip) {
+            index.add_session(session, vectors)?;
+        }
+        let entry = Cached { stored, index: Arc::new(index), indexed, ask_memory: OnceLock::new() };
+        Ok((entry, rebuilt))
+    }
+
+    /// The memory graph and stage-3 vectors, built on first use.
+    pub(super) fn ask_memory(&self, embedder: &str) -> &AskMemory {
+        self.ask_memory.get_or_init(|| build_ask_memory(&self.stored, embedder))
+    }
+}
+
+fn build_ask_memory(stored: &StoredConversation, embedder: &str) -> AskMemory {
+    let built: Vec<&StoredOutputs> =
+        stored.sessions.iter().filter_map(|session| session.outputs.as_ref()).collect();
+    let rewrites: Vec<_> = built.iter().map(|outputs| outputs.rewrite.clone()).collect();
+    let keywords: Vec<_> = built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
+    let graph = crate::memory::build_graph(&stored.to_conversation(), &rewrites, &keywords)
+        .map_err(|error| format!("building the memory graph: {error}"))?;
+    let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
+        built.iter().flat_map(|outputs| pick(outputs).iter().cloned()).collect::<IndexMap<_, _>>()
+    };
+    let sentences = vectors(|outputs| &outputs.sentence_vectors);
+    let embeddings = SampleEmbeddings {
+        embedder: embedder.to_string(),
+        dims: sentences.values().next().map_or(0, Vec::len),
+        sentences,
+        topics: vectors(|outputs| &outputs.topic_vectors),
+        questions: IndexMap::new(),
+    };
+    Ok((graph, embeddings))
+}
+
+/// How the cache has served queries since the service started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IndexStats {
+    /// Queries answered from a current entry.
+    pub hits: u64,
+    /// Indexes built from scratch (first query of a conversation, or sessions reordered).
+    pub builds: u64,
+    /// Indexes brought up to date by adding only the new sessions.
+    pub extensions: u64,
+}
+
+/// Entries by conversation id.
+#[derive(Default)]
+pub(super) struct IndexCache {
+    entries: RwLock<HashMap<String, Arc<Cached>>>,
+    hits: AtomicU64,
+    builds: AtomicU64,
+    extensions: AtomicU64,
+}
+
+impl IndexCache {
+    /// The entry of `id` if it is at `revision` (counted as a hit), else the entry to update.
+    pub(super) fn lookup(&self, id: &str, revision: i64) -> (Option<Arc<Cached>>, bool) {
+        let entry = self.read().get(id).cloned();
+        let current = entry.as_ref().is_some_and(|entry| entry.stored.revision == revision);
+        if current {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        (entry, current)
+    }
+
+    /// Stores `entry` unless a newer one arrived meanwhile; returns the entry to use.
+    pub(super) fn store(&self, id: &str, entry: Cached, rebuilt: bool) -> Arc<Cached> {
+        let counter = if rebuilt { &self.builds } else { &self.extensions };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(entry);
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match entries.get(id) {
+            Some(newer) if newer.stored.revision > entry.stored.revision => {}
+            _ => {
+                entries.insert(id.to_string(), Arc::clone(&entry));
+            }
+        }
+        entry
+    }
+
+    /// Whether `id` has an entry.
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.read().contains_key(id)
+    }
+
+    /// Drops the entry of `id`.
+    pub(super) fn remove(&self, id: &str) {
+        self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+    }
+
+    pub(super) fn stats(&self) -> IndexStats {
+        IndexStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            builds: self.builds.load(Ordering::Relaxed),
+            extensions: self.extensions.load(Ordering::Relaxed),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Cached>>> {
+        // A panic while the lock was held cannot leave the map half-updated (single insert or
+        // remove), so a poisoned lock is still safe to use.
+        self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
