@@ -17,6 +17,7 @@ TOKENS_LINE = re.compile(r"^tokens: (\d+) prompt \+ (\d+) completion")
 ENDPOINT_LINE = re.compile(
     r"^endpoint (\S+): (\d+) requests \((\d+) failed, (\d+) hedges\), (\d+) prompt \+ (\d+) completion tokens"
 )
+TRACE_EVENT = re.compile(r"^\s+[\d.]+s\s+(rejected|fallback) ")
 HEADLINE = re.compile(r"(\d+) empty sessions skipped, (\d+) failed units")
 
 
@@ -91,16 +92,38 @@ def check_pass(directory, problems):
         figures["answers"] = {key: summary.get(key) for key in ("total", "answered", "errors", "remaining", "pending", "fallbacks")}
         figures["answers"]["empty_sessions"] = len(summary.get("empty_sessions", []))
         figures["answers"]["tokens"] = [summary["usage"]["prompt_tokens"], summary["usage"]["completion_tokens"]]
+        # Every fallback of the summary is a record in some trace; rejected replies (re-asked
+        # with the validator's message) are counted from the traces.
+        events = [match[1] for line in read(f"{directory}/trace.out").splitlines()
+                  if (match := TRACE_EVENT.match(line))]
+        figures["answers"]["rejected_replies_in_traces"] = events.count("rejected")
+        if lines and events.count("fallback") != summary["fallbacks"]:
+            problems.append(f"{name}: {summary['fallbacks']} fallbacks counted, {events.count('fallback')} in the traces")
 
-    before = [int(x) for x in read(f"{directory}/metrics.before", "0 0 0").split()]
-    after = [int(x) for x in read(f"{directory}/metrics.after", "0 0 0").split()]
-    server = [(after[0] - before[0]) + (after[1] - before[1]), after[2] - before[2]]
-    mragent = [build_tokens[0] + run_tokens[0], build_tokens[1] + run_tokens[1]]
-    figures["tokens"] = {"mragent": mragent, "server": server,
-                         "server_prompt_evaluated": after[0] - before[0],
-                         "server_prompt_cached": after[1] - before[1]}
-    if mragent != server:
-        problems.append(f"{name}: mragent counted {mragent} (prompt, completion) tokens, the server {server}")
+    # Server counters after each command (older work directories only have before/after).
+    snapshots = {}
+    for step in ("before", "build", "run", "after"):
+        text = read(f"{directory}/metrics.{step}").split()
+        if len(text) == 3:
+            snapshots[step] = [int(x) for x in text]
+    mragent_steps = {"build": build_tokens, "run": run_tokens}
+    figures["tokens"] = {}
+    steps = [("build", "before", "build"), ("run", "build", "run"), ("eval+trace", "run", "after")]
+    if not all(step in snapshots for step in ("build", "run")):
+        steps = [("all", "before", "after")]
+        mragent_steps["all"] = [build_tokens[0] + run_tokens[0], build_tokens[1] + run_tokens[1]]
+    for label, start, end in steps:
+        if start not in snapshots or end not in snapshots:
+            problems.append(f"{name}: no server counters for {label}")
+            continue
+        a, b = snapshots[start], snapshots[end]
+        # A reply's usage.prompt_tokens counts the tokens served from the KV cache too.
+        server = [(b[0] - a[0]) + (b[1] - a[1]), b[2] - a[2]]
+        ours = mragent_steps.get(label, [0, 0])
+        figures["tokens"][label] = {"mragent": ours, "server": server,
+                                    "server_prompt_cached": b[1] - a[1]}
+        if ours != server:
+            problems.append(f"{name} {label}: mragent counted {ours} (prompt, completion) tokens, the server {server}")
     return figures
 
 
@@ -108,6 +131,8 @@ def main():
     work, limit, build_seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     problems = []
     passes = [check_pass(f"{work}/{name}", problems) for name in sys.argv[4:]]
+    if not passes:
+        problems.append("no pass to check")
     total = sum(figures["seconds"] for figures in passes)
     if total > limit:
         problems.append(f"the passes took {total} s, over the limit of {limit} s")

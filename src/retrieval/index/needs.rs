@@ -122,6 +122,9 @@ mod tests {
     fn large_memories_rank_turns_approximately_and_deterministically() {
         let mut options = IndexOptions::default();
         options.ann.threshold = 200;
+        // Fusion's next-turn context would lift turn 598 above 599 (the last turn has no
+        // follower); this test is about the approximate candidates, so it is switched off.
+        options.fusion.next_turn = 0.0;
         let needs = IndexNeeds::for_methods(&[Method::Turn, Method::Fusion], &options);
         let build = || grow(MemoryIndex::with_needs(options, needs), 60);
         let (index, again) = (build(), build());
