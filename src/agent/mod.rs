@@ -8,7 +8,9 @@
 //! a JSONL trace (see `trace`), rendered by `mragent trace` (see `render`).
 //!
 //! Layout (the `use crate::agent::…` graph has no cycles; `ids` is the leaf everything may use):
-//! - `pool`: [`answer_all`], the worker pool, result appending, progress, [`RunSummary`];
+//! - `pool`: [`answer_all`] and [`answer_stream`] (conversations joining the pool as their
+//!   memories become ready), the worker pool, result appending, progress, [`RunSummary`];
+//!   `scan` what the result files already hold;
 //! - `answer`: one question end to end (trace, retrieval, loop, result line);
 //! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS),
 //!   which reports each round to `events` when the caller asks for it;
@@ -39,6 +41,7 @@ pub mod resume;
 pub mod retrieve;
 pub mod run;
 mod sample;
+mod scan;
 #[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 mod settings;
@@ -46,6 +49,8 @@ mod tool_loop;
 pub mod tools;
 pub mod trace;
 
-pub use self::pool::{PendingSample, RunSummary, answer_all};
-pub use self::sample::{MemgasMemory, MemoryStatus, QueryEmbedder, SampleMemory};
+pub use self::pool::{PendingSample, RunSummary, SampleFeed, answer_all, answer_stream};
+pub use self::sample::{
+    LoadedMemgas, MemgasMemory, MemgasSource, MemoryStatus, QueryEmbedder, SampleMemory,
+};
 pub use self::settings::{AnswerSettings, answer_prompts_version};

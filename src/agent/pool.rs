@@ -2,10 +2,11 @@
 //! `workers` of them in flight across all samples, one result line appended per finished
 //! question, Ctrl-C, a fatal endpoint error, and the summary.
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt as _};
@@ -16,8 +17,8 @@ use crate::agent::answer::answer_question;
 use crate::agent::progress::Progress;
 use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
+use crate::agent::scan::{Arrival, Scan};
 use crate::agent::settings::{AnswerSettings, Shared};
-use crate::dataset::Question;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
@@ -138,61 +139,96 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     embedder: &E,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<RunSummary> {
-    let started = Instant::now();
-    let Scan { total, resumed, pending, waiting, result_files } = scan_results(settings, samples)?;
-    let waiting_questions = waiting.iter().map(|sample| sample.questions).sum::<usize>();
-    tracing::info!(
-        total,
-        resumed,
-        pending = pending.len(),
-        waiting = waiting_questions,
-        workers = settings.workers,
-        "answering started"
-    );
+    let feed = SampleFeed {
+        questions: samples.iter().map(|sample| sample.conversation.questions.len()).sum(),
+        // Boxed: the concrete closure types over references trip the compiler's higher-ranked
+        // lifetime inference when a caller needs the future to be `Send`.
+        samples: futures::stream::iter(samples).map(Ok).boxed(),
+        bars: None,
+    };
+    answer_stream(settings, feed, model, embedder, stop).await
+}
 
-    let progress = Progress::new(settings, (total - waiting_questions) as u64, resumed as u64);
+/// Conversations that become ready one by one (e.g. as their builds finish), for
+/// [`answer_stream`].
+pub struct SampleFeed<St> {
+    /// The conversations, each as soon as its memory is loaded; an `Err` fails the run.
+    pub samples: St,
+    /// How many questions the conversations of the whole feed hold (for progress and the
+    /// count of questions never started when the run stops early).
+    pub questions: usize,
+    /// Draw the progress bar among these (beside the build's), when given.
+    pub bars: Option<indicatif::MultiProgress>,
+}
+
+/// [`answer_all`] over conversations that arrive while the run goes on: each one's questions
+/// join the one pool of `settings.workers` as soon as it arrives, while earlier ones are still
+/// being answered; the call returns when the feed has ended and every question is written.
+pub async fn answer_stream<S, St, M, E>(
+    settings: &AnswerSettings,
+    feed: SampleFeed<St>,
+    model: &M,
+    embedder: &E,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<RunSummary>
+where
+    S: Borrow<SampleMemory> + Clone + Send + Sync,
+    St: Stream<Item = anyhow::Result<S>> + Send,
+    M: ChatModel,
+    E: Embedder,
+{
+    let started = Instant::now();
+    let SampleFeed { samples, questions: total, bars } = feed;
+    tracing::info!(total, workers = settings.workers, "answering started");
+    let progress = Progress::new(settings, total as u64, bars.as_ref());
     let latch = Arc::new(FatalLatch::default());
     let key = &settings.key_variable;
     let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
     let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
     let shared = Shared::new(settings, &model, &embedder);
+    let scan = Mutex::new(Scan::default());
 
     // Set once `stop` resolves or the latch trips; checked before starting each question.
     let stopped = AtomicBool::new(false);
-    let stopped_ref = &stopped;
-    let shared_ref = &shared;
-    let pending_ref = &pending;
-    // The stream yields indices, not references: closures over plain values keep the future
-    // `Send` (closures taking references trip the compiler's higher-ranked lifetime inference).
-    let finished = futures::stream::iter(0..pending.len())
+    let (stopped_ref, shared_ref, scan_ref, progress_ref) = (&stopped, &shared, &scan, &progress);
+    let questions = samples
+        .map(move |sample| {
+            futures::stream::iter(questions_of(settings, scan_ref, progress_ref, sample))
+        })
+        .flatten()
         .take_while(move |_| std::future::ready(!stopped_ref.load(Ordering::SeqCst)))
-        .map(move |index| {
-            let (sample, question) = pending_ref[index];
+        // Boxed for the same reason as in `answer_all`.
+        .boxed();
+    let finished = questions
+        .map(move |item| async move {
+            let (sample, index) = item?;
+            let sample: &SampleMemory = sample.borrow();
+            let question = &sample.conversation.questions[index];
             let span = tracing::info_span!("question", id = %question.id);
-            async move {
-                let mut line = answer_question(shared_ref, sample, question).await;
-                line.provenance = settings.provenance(sample);
-                line
-            }
-            .instrument(span)
+            let mut line = answer_question(shared_ref, sample, question).instrument(span).await;
+            line.provenance = settings.provenance(sample);
+            Ok(line)
         })
         .buffer_unordered(settings.workers.max(1));
     let output = Output { settings, progress: &progress, latch: &latch };
     let tally = output.write_lines(finished, stop, &stopped).await?;
     progress.finish();
     let Tally { answered, errors, usage } = tally;
+    let Scan { resumed, waiting, result_files, empty_sessions } =
+        scan.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let pending = waiting.iter().map(|sample| sample.questions).sum::<usize>();
     let summary = RunSummary {
         total,
         resumed,
         answered,
         errors,
-        remaining: pending.len() - answered,
-        pending: waiting_questions,
+        remaining: total.saturating_sub(resumed + answered + pending),
+        pending,
         pending_samples: waiting,
         interrupted: stopped.load(Ordering::SeqCst),
         fatal: latch.error().map(ToString::to_string),
         usage,
-        empty_sessions: empty_sessions(samples),
+        empty_sessions,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
@@ -205,15 +241,30 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     Ok(summary)
 }
 
-/// The sessions without turns of `samples`, as `<sample> <field>`.
-fn empty_sessions(samples: &[SampleMemory]) -> Vec<String> {
-    let conversations = samples.iter().map(|sample| &sample.conversation);
-    conversations
-        .flat_map(|conversation| {
-            let sample = &conversation.sample_id;
-            conversation.empty_sessions.iter().map(move |field| format!("{sample} {field}"))
-        })
-        .collect()
+/// The questions of an arrived conversation still to answer, as `(sample, question index)`,
+/// after counting its resumed or pending ones in `scan` and on the progress bar.
+fn questions_of<S: Borrow<SampleMemory> + Clone>(
+    settings: &AnswerSettings,
+    scan: &Mutex<Scan>,
+    progress: &Progress,
+    sample: anyhow::Result<S>,
+) -> Vec<anyhow::Result<(S, usize)>> {
+    let sample = match sample {
+        Ok(sample) => sample,
+        Err(error) => return vec![Err(error)],
+    };
+    let mut scan = scan.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match scan.add(settings, sample.borrow()) {
+        Ok(Arrival::Waiting(questions)) => {
+            progress.waiting(questions as u64);
+            Vec::new()
+        }
+        Ok(Arrival::Ready { resumed, pending }) => {
+            progress.resumed(resumed as u64);
+            pending.into_iter().map(|index| Ok((sample.clone(), index))).collect()
+        }
+        Err(error) => vec![Err(error)],
+    }
 }
 
 /// Where finished questions go.
@@ -229,7 +280,7 @@ impl Output<'_> {
     /// flight are still written, except those the fatal error failed.
     async fn write_lines(
         &self,
-        finished: impl Stream<Item = ResultLine>,
+        finished: impl Stream<Item = anyhow::Result<ResultLine>>,
         stop: impl Future<Output = ()>,
         stopped: &AtomicBool,
     ) -> anyhow::Result<Tally> {
@@ -250,7 +301,7 @@ impl Output<'_> {
                 }
                 line = finished.next() => line,
             };
-            let Some(line) = line else { break };
+            let Some(line) = line.transpose()? else { break };
             if self.latch.error().is_some() {
                 stopped.store(true, Ordering::SeqCst);
                 if line.status == Status::Error {
@@ -268,67 +319,6 @@ impl Output<'_> {
         }
         Ok(tally)
     }
-}
-
-/// The questions of a run, split by the result files into done and pending, and the
-/// conversations whose memory is incomplete.
-struct Scan<'a> {
-    total: usize,
-    resumed: usize,
-    pending: Vec<(&'a SampleMemory, &'a Question)>,
-    waiting: Vec<PendingSample>,
-    result_files: Vec<PathBuf>,
-}
-
-/// Reads (and repairs) every complete sample's result file: questions with a successful line
-/// that still holds are done.
-fn scan_results<'a>(
-    settings: &AnswerSettings,
-    samples: &'a [SampleMemory],
-) -> anyhow::Result<Scan<'a>> {
-    let mut scan = Scan {
-        total: 0,
-        resumed: 0,
-        pending: Vec::new(),
-        waiting: Vec::new(),
-        result_files: Vec::new(),
-    };
-    for sample in samples {
-        let path = settings.result_path(&sample.conversation.sample_id);
-        scan.total += sample.conversation.questions.len();
-        if !sample.memory.is_complete() {
-            scan.waiting.push(PendingSample {
-                sample: sample.conversation.sample_id.clone(),
-                missing_sessions: sample.memory.missing_sessions.clone(),
-                questions: sample.conversation.questions.len(),
-            });
-            continue;
-        }
-        let current = settings.provenance(sample);
-        let questions = &sample.conversation.questions;
-        let state = resume::load_results(&path, |line| {
-            let asked = questions.iter().find(|question| question.id == line.question_id);
-            let text = asked.map_or(line.question.as_str(), |question| question.question.as_str());
-            line.provenance.stale_reason(&line.question, &current, text)
-        })?;
-        if state.dropped_errors + state.superseded > 0 {
-            tracing::info!(
-                file = %path.display(),
-                failed = state.dropped_errors,
-                stale = state.superseded,
-                "failed and stale questions will be answered again"
-            );
-        }
-        for question in questions {
-            if state.done.contains(&question.id) {
-                scan.resumed += 1;
-            } else {
-                scan.pending.push((sample, question));
-            }
-        }
-        scan.result_files.push(path);
-    }
-    Ok(scan)
 }
 
 /// Counts of the lines written by this run.

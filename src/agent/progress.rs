@@ -13,11 +13,18 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub(super) fn new(settings: &AnswerSettings, total: u64, done: u64) -> Self {
-        let bar = if settings.progress {
-            ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
+    /// A bar over `total` questions, drawn among `bars` when given.
+    pub(super) fn new(
+        settings: &AnswerSettings,
+        total: u64,
+        bars: Option<&indicatif::MultiProgress>,
+    ) -> Self {
+        let bar = match (settings.progress, bars) {
+            (false, _) => ProgressBar::hidden(),
+            (true, None) => {
+                ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+            }
+            (true, Some(bars)) => bars.add(ProgressBar::new(total)),
         };
         let style = ProgressStyle::with_template(
             "{spinner} answering [{bar:30}] {pos}/{len} questions · {msg} · {elapsed} elapsed, ETA {eta}",
@@ -25,11 +32,22 @@ impl Progress {
         .map(|style| style.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
-        bar.set_position(done);
         bar.reset_eta();
         bar.set_message("0 errors · 0 tokens");
         bar.enable_steady_tick(Duration::from_millis(250));
         Self { bar }
+    }
+
+    /// Questions of an arrived conversation answered by earlier runs.
+    pub(super) fn resumed(&self, questions: u64) {
+        self.bar.inc(questions);
+        // They arrive all at once; keep them out of the rate behind the ETA.
+        self.bar.reset_eta();
+    }
+
+    /// Questions of an arrived conversation that wait for its memory: out of this run.
+    pub(super) fn waiting(&self, questions: u64) {
+        self.bar.set_length(self.bar.length().unwrap_or(0).saturating_sub(questions));
     }
 
     pub(super) fn update(&self, errors: usize, usage: Usage, cost: Option<f64>) {

@@ -62,28 +62,82 @@ impl SampleMemory {
 }
 
 /// A conversation's MemGAS index with the embedder it was built with (queries must be embedded
-/// by the same model). Cheap to clone.
+/// by the same model). Either ready, or loaded on the first [`MemgasMemory::get`] from a
+/// [`MemgasSource`] (concurrent first calls load once; a failed load is remembered, not
+/// retried). Cheap to clone: clones share the index.
 #[derive(Clone)]
 pub struct MemgasMemory {
+    cell: Arc<tokio::sync::OnceCell<Result<LoadedMemgas, String>>>,
+    source: Option<Arc<dyn MemgasSource>>,
+}
+
+/// A loaded MemGAS index and its query embedder.
+#[derive(Clone)]
+pub struct LoadedMemgas {
     /// The index.
     pub index: Arc<MemoryIndex>,
     /// The index's embedder, for the tool's query texts.
     pub embedder: Arc<dyn QueryEmbedder>,
 }
 
+/// Loads a conversation's MemGAS index when it is first needed.
+pub trait MemgasSource: Send + Sync {
+    /// The index and its query embedder.
+    fn load(&self) -> BoxFuture<'_, anyhow::Result<LoadedMemgas>>;
+}
+
 impl MemgasMemory {
-    /// Pairs an index with its embedder.
+    /// Pairs a built index with its embedder.
     pub fn new(index: MemoryIndex, embedder: impl Embedder + 'static) -> Self {
-        Self { index: Arc::new(index), embedder: Arc::new(embedder) }
+        Self::ready(LoadedMemgas { index: Arc::new(index), embedder: Arc::new(embedder) })
+    }
+
+    /// An index that is already loaded (e.g. shared with a cache, not copied).
+    pub fn ready(loaded: LoadedMemgas) -> Self {
+        Self { cell: Arc::new(tokio::sync::OnceCell::new_with(Some(Ok(loaded)))), source: None }
+    }
+
+    /// An index loaded from `source` on the first [`MemgasMemory::get`].
+    pub fn lazy(source: impl MemgasSource + 'static) -> Self {
+        Self { cell: Arc::new(tokio::sync::OnceCell::new()), source: Some(Arc::new(source)) }
+    }
+
+    /// Whether the index is loaded (or its load has failed).
+    pub fn is_loaded(&self) -> bool {
+        self.cell.initialized()
+    }
+
+    /// The index and its embedder, loading them first if needed; `Err` says why they are
+    /// unavailable.
+    pub async fn get(&self) -> Result<&LoadedMemgas, String> {
+        let loaded = self
+            .cell
+            .get_or_init(|| async {
+                let Some(source) = &self.source else {
+                    return Err("no MemGAS index".to_string());
+                };
+                source.load().await.map_err(|error| {
+                    let message = format!("{error:#}");
+                    tracing::warn!(error = %message, "the MemGAS index could not be loaded");
+                    message
+                })
+            })
+            .await;
+        loaded.as_ref().map_err(String::clone)
     }
 }
 
 impl std::fmt::Debug for MemgasMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemgasMemory")
-            .field("sessions", &self.index.n_sessions())
-            .field("turns", &self.index.n_turns())
-            .finish()
+        match self.cell.get() {
+            Some(Ok(loaded)) => f
+                .debug_struct("MemgasMemory")
+                .field("sessions", &loaded.index.n_sessions())
+                .field("turns", &loaded.index.n_turns())
+                .finish(),
+            Some(Err(error)) => f.debug_struct("MemgasMemory").field("error", error).finish(),
+            None => f.write_str("MemgasMemory(not loaded)"),
+        }
     }
 }
 
@@ -122,3 +176,6 @@ pub(super) fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
     }
     vector
 }
+
+#[cfg(test)]
+mod tests;

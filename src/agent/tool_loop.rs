@@ -259,6 +259,13 @@ async fn memgas(tools: &QuestionTools<'_>, query: &str, k: usize) -> String {
         ))
         .to_tool_result();
     };
+    let memgas = match memgas.get().await {
+        Ok(memgas) => memgas,
+        Err(error) => {
+            return ToolError::NotFound(format!("MemGAS is not available: {error}"))
+                .to_tool_result();
+        }
+    };
     let vector = match memgas.embedder.embed_query(query).await {
         Ok(vector) => vector,
         Err(error) => {

@@ -1,6 +1,7 @@
-//! `mragent run`: check the input, take the run lock, write the manifest, build every selected
-//! conversation's memory (cached), index it for MemGAS, and answer the questions whose memory
-//! is complete. The first Ctrl-C stops taking new work and writes what is in flight; the second
+//! `mragent run`: check the input, take the run lock, write the manifest, then build the selected
+//! conversations' memories (cached) and answer their questions as one pipeline: a conversation's
+//! questions join the shared worker pool as soon as its memory is built, while the others still
+//! build. Questions over an incomplete memory stay pending. The first Ctrl-C stops taking new work and writes what is in flight; the second
 //! exits at once (every finished question is already on disk). A refused key or an unknown
 //! model stops the run at the first such reply.
 
@@ -8,14 +9,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
+use futures::StreamExt as _;
 
 use super::guard::RunLock;
 use super::manifest::{Manifest, endpoint_host};
+use super::samples::{RunMemgas, SampleLoader};
 use super::{api_embedder, build_settings};
-use crate::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory};
+use crate::agent::{AnswerSettings, RunSummary, SampleFeed};
 use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
-use crate::ingest::BuildSettings;
+use crate::ingest::BuildSummary;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{Client, EmbedClient, UsageTotals};
 use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
@@ -180,7 +183,17 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-/// Build, load, answer.
+/// How the build side of the pipeline ended.
+enum Built {
+    /// Every conversation went through the build.
+    Done(BuildSummary),
+    /// Ctrl-C: the build was dropped (finished sessions are cached).
+    Interrupted,
+    /// The endpoint refused the key or the model.
+    Fatal(String),
+}
+
+/// Build and answer at once (see the module documentation).
 #[allow(clippy::too_many_arguments)]
 async fn phases(
     paths: &ProjectPaths,
@@ -198,57 +211,89 @@ async fn phases(
     let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
         .context("building the model client")?;
     let embedder = api_embedder(models, &args.embed)?;
-    let outcome = |summary, exit_code, error, answer_chat: Option<&Client>| RunOutcome {
-        summary,
-        exit_code,
-        error,
-        manifest: Default::default(),
-        endpoint_usage: endpoint_usage(&build_chat, &embedder, answer_chat),
+    let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
+        .context("building the model client")?;
+    let settings = answer_settings(paths, data, models, args, run, quiet);
+    let loader = SampleLoader {
+        build: &build_settings,
+        embedder_name: crate::llm::Embedder::name(&embedder).to_string(),
+        memgas: RunMemgas::new(paths, data, &build_settings, args),
     };
+    let bars = (!quiet).then(indicatif::MultiProgress::new);
+
+    // The build announces each finished conversation on `ready`; the answer side loads it and
+    // adds its questions to the pool. `halt` stops the answers when the build cannot go on.
+    let (ready, arrivals) = futures::channel::mpsc::unbounded::<usize>();
+    let (halt, halted) = tokio::sync::watch::channel(false);
     let key = models.key_variable;
     let latched_chat = Latched::sharing(&build_chat, &latch, key, AfterFatal::Wait);
     let latched_embedder = Latched::sharing(&embedder, &latch, key, AfterFatal::Wait);
-    let built = tokio::select! {
-        biased;
-        cause = latch.tripped() => {
-            return Ok(outcome(None, 1, Some(format!("building stopped: {cause}")), None));
+    let building = async {
+        let built = tokio::select! {
+            biased;
+            cause = latch.tripped() => Ok(Built::Fatal(cause.to_string())),
+            () = stopped(stop.clone()) => Ok(Built::Interrupted),
+            built = crate::ingest::build_each(
+                &build_settings,
+                &latched_chat,
+                &latched_embedder,
+                &conversations,
+                bars.as_ref(),
+                |index| { let _ = ready.unbounded_send(index); },
+            ) => built.map(Built::Done),
+        };
+        ready.close_channel();
+        if !matches!(built, Ok(Built::Done(_))) {
+            let _ = halt.send(true);
         }
-        () = stopped(stop.clone()) => return Ok(outcome(None, 2, None, None)),
-        built = crate::ingest::build(
-            &build_settings,
-            &latched_chat,
-            &latched_embedder,
-            &conversations,
-        ) => built?,
+        built
     };
-    if !built.is_complete() {
-        tracing::warn!(
-            failed = built.failed().count(),
-            "some sessions failed to build; the questions of their conversations stay pending until a rerun builds them"
-        );
-    }
-
-    let local = local_embedder(paths, args).await?;
-    let embedder_name = crate::llm::Embedder::name(&embedder).to_string();
-    let samples =
-        load_samples(paths, data, &build_settings, &embedder_name, local.as_ref(), conversations)
-            .await?;
-
-    let settings = answer_settings(paths, data, models, args, run, quiet);
-    let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
-        .context("building the model client")?;
-    let summary =
-        crate::agent::answer_all(&settings, &samples, &answer_chat, &embedder, stopped(stop))
-            .await?;
-    let (exit_code, error) = match &summary.fatal {
-        Some(cause) => (1, Some(format!("answering stopped: {cause}"))),
-        None if summary.resume_hint().is_some() || summary.interrupted => (2, None),
-        None => (0, None),
+    let feed = SampleFeed {
+        samples: arrivals.then(|index| loader.load(conversations[index].clone())).boxed(),
+        questions: conversations.iter().map(|c| c.questions.len()).sum(),
+        bars: bars.clone(),
     };
-    Ok(outcome(Some(summary), exit_code, error, Some(&answer_chat)))
+    let wind_down = async {
+        tokio::select! {
+            () = stopped(stop.clone()) => {}
+            () = stopped(halted) => {}
+        }
+    };
+    let answering =
+        crate::agent::answer_stream(&settings, feed, &answer_chat, &embedder, wind_down);
+    let (built, summary) = tokio::join!(building, answering);
+    let summary = summary?;
+    let (exit_code, error) = exit(built?, &summary);
+    Ok(RunOutcome {
+        summary: Some(summary),
+        exit_code,
+        error,
+        manifest: Default::default(),
+        endpoint_usage: endpoint_usage(&build_chat, &embedder, Some(&answer_chat)),
+    })
 }
 
-/// The answer phase's settings.
+/// The exit code and the error of a run whose build ended as `built`.
+fn exit(built: Built, summary: &RunSummary) -> (u8, Option<String>) {
+    match (built, &summary.fatal) {
+        (Built::Fatal(cause), _) => (1, Some(format!("building stopped: {cause}"))),
+        (_, Some(cause)) => (1, Some(format!("answering stopped: {cause}"))),
+        (built, None) => {
+            if let Built::Done(built) = &built
+                && !built.is_complete()
+            {
+                tracing::warn!(
+                    failed = built.failed().count(),
+                    "some sessions failed to build; the questions of their conversations stay pending until a rerun builds them"
+                );
+            }
+            let left = summary.resume_hint().is_some() || summary.interrupted;
+            (if left || matches!(built, Built::Interrupted) { 2 } else { 0 }, None)
+        }
+    }
+}
+
+/// The answer settings of a run.
 fn answer_settings(
     paths: &ProjectPaths,
     data: &DataSettings,
@@ -285,104 +330,4 @@ fn endpoint_usage(
         usage.insert("answer_chat".to_string(), answer_chat.usage());
     }
     usage
-}
-
-/// Fingerprint of a sample's memory: SHA-256 over its three stage cache files (their names and
-/// bytes; the caches record model and prompt versions), shortened to 16 hex digits. Of the
-/// embedding cache only the memory part counts: it also holds the questions' vectors, and an
-/// edited question must not make every other answer of the sample stale.
-pub fn memory_fingerprint(settings: &BuildSettings, embedder: &str, sample_id: &str) -> String {
-    use sha2::Digest as _;
-    let mut hasher = sha2::Sha256::new();
-    let embeddings = settings.embedding_path(embedder, sample_id);
-    for path in
-        [settings.rewrite_path(sample_id), settings.keyword_path(sample_id), embeddings.clone()]
-    {
-        let name = path.file_name().map(|name| name.to_string_lossy().into_owned());
-        hasher.update(name.unwrap_or_default().as_bytes());
-        let read = std::fs::read(&path).map(|bytes| {
-            if path == embeddings {
-                crate::ingest::embed::memory_part(&bytes).unwrap_or(bytes)
-            } else {
-                bytes
-            }
-        });
-        match read {
-            Ok(bytes) => {
-                hasher.update((bytes.len() as u64).to_le_bytes());
-                hasher.update(&bytes);
-            }
-            Err(_) => hasher.update(b"absent"),
-        }
-    }
-    hasher.finalize().iter().take(8).map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// Every conversation's memory from its build (`embedder_name` names the build's embedder),
-/// with its completeness and fingerprint, and a MemGAS index when a `local` embedder is given.
-async fn load_samples(
-    paths: &ProjectPaths,
-    data: &DataSettings,
-    build_settings: &BuildSettings,
-    embedder_name: &str,
-    local: Option<&crate::embedding::LocalEmbedder>,
-    conversations: Vec<Conversation>,
-) -> anyhow::Result<Vec<SampleMemory>> {
-    let cache = crate::retrieval::EmbeddingCache::new(
-        &paths.root.join("data"),
-        data.kind.as_str(),
-        crate::embedding::LOCAL_EMBEDDER_NAME,
-    );
-    let mut samples = Vec::with_capacity(conversations.len());
-    for conversation in conversations {
-        let memory = crate::ingest::load_memory(build_settings, embedder_name, &conversation)
-            .with_context(|| format!("loading the memory of {}", conversation.sample_id))?;
-        let fingerprint =
-            memory_fingerprint(build_settings, embedder_name, &conversation.sample_id);
-        let memgas = match local {
-            Some(local) if memory.summary.failed.is_empty() => {
-                let granules = crate::ingest::load_granules(build_settings, &conversation)?;
-                let units =
-                    crate::retrieval::eval::session_units(&conversation, None, granules.as_ref());
-                let index = crate::retrieval::build_index(
-                    units,
-                    local,
-                    Some((&cache, &conversation.sample_id)),
-                    crate::retrieval::IndexOptions::default(),
-                )
-                .await
-                .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
-                Some(MemgasMemory::new(index, local.clone()))
-            }
-            _ => None,
-        };
-        let mut sample = SampleMemory::from_built(conversation, memory);
-        sample.memgas = memgas;
-        sample.memory.fingerprint = fingerprint;
-        samples.push(sample);
-    }
-    Ok(samples)
-}
-
-/// The local embedder MemGAS indexes with, unless `--no-memgas`.
-async fn local_embedder(
-    paths: &ProjectPaths,
-    args: &RunCommandArgs,
-) -> anyhow::Result<Option<crate::embedding::LocalEmbedder>> {
-    if args.no_memgas {
-        return Ok(None);
-    }
-    let source = crate::embedding::ModelSource {
-        explicit_dir: args.embed_model_dir.clone(),
-        models_root: paths.root.join("data").join("models"),
-    };
-    let embedder = tokio::task::spawn_blocking(move || {
-        crate::embedding::LocalEmbedder::from_source(
-            &source,
-            crate::embedding::LocalEmbedderOptions::default(),
-        )
-    })
-    .await
-    .context("loading the local embedder")??;
-    Ok(Some(embedder))
 }

@@ -76,13 +76,34 @@ pub async fn build<M: ChatModel, E: Embedder>(
     embedder: &E,
     conversations: &[Conversation],
 ) -> anyhow::Result<BuildSummary> {
+    build_each(settings, chat, embedder, conversations, None, |_| {}).await
+}
+
+/// [`build`], calling `on_built(index)` as soon as `conversations[index]` is built (every unit
+/// settled, its caches written, its questions embedded) while the others still build, so that
+/// a caller can start on it at once. Units are served first come first served, so earlier
+/// conversations tend to finish first. The progress bar joins `bars` when given.
+pub async fn build_each<M: ChatModel, E: Embedder>(
+    settings: &BuildSettings,
+    chat: &M,
+    embedder: &E,
+    conversations: &[Conversation],
+    bars: Option<&indicatif::MultiProgress>,
+    on_built: impl Fn(usize) + Sync,
+) -> anyhow::Result<BuildSummary> {
     let started = Instant::now();
     let shared = Shared::new(settings, chat, embedder, conversations);
+    if let Some(bars) = bars {
+        shared.pool.progress.join(bars);
+    }
     tracing::info!(conversations = conversations.len(), model = %settings.model, embedder = embedder.name(), "build started");
     let shared_ref = &shared;
-    let samples: Vec<SampleSummary> = stream::iter(conversations)
-        .map(|conversation| async move {
-            Ok::<_, anyhow::Error>(build_sample(shared_ref, conversation, false).await?.0)
+    let on_built = &on_built;
+    let samples: Vec<SampleSummary> = stream::iter(conversations.iter().enumerate())
+        .map(|(index, conversation)| async move {
+            let summary = build_sample(shared_ref, conversation, false).await?.0;
+            on_built(index);
+            Ok::<_, anyhow::Error>(summary)
         })
         .buffered(settings.workers.max(1))
         .try_collect()

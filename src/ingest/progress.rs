@@ -53,6 +53,13 @@ impl Progress {
         progress
     }
 
+    /// Draw the bar (when visible) as one of `bars`, beside other progress bars.
+    pub(crate) fn join(&self, bars: &indicatif::MultiProgress) {
+        if !self.bar.is_hidden() {
+            bars.add(self.bar.clone());
+        }
+    }
+
     /// Sessions taken from the cache, counted before any work starts.
     pub(crate) fn reused(&self, sessions: usize) {
         self.bar.inc(sessions as u64);

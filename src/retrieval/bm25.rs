@@ -94,15 +94,26 @@ impl Analyzer {
     }
 }
 
-/// A growing BM25 index; documents are numbered in insertion order.
-#[derive(Clone, Default)]
+/// A growing BM25 index; documents are numbered in insertion order. Serialisable (terms in
+/// sorted order) so that a built index can be cached on disk.
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct Bm25Index {
     params: Bm25Params,
+    #[serde(skip)]
     analyzer: Analyzer,
     /// term → (document, term frequency), documents ascending.
+    #[serde(serialize_with = "sorted_postings")]
     postings: HashMap<String, Vec<(u32, u32)>>,
     lengths: Vec<u32>,
     total_length: u64,
+}
+
+/// The postings in term order, so that the serialised index does not depend on hash order.
+fn sorted_postings<S: serde::Serializer>(
+    postings: &HashMap<String, Vec<(u32, u32)>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(postings.iter().collect::<std::collections::BTreeMap<_, _>>())
 }
 
 impl Bm25Index {

@@ -34,6 +34,7 @@ pub mod index;
 pub mod metrics;
 pub mod ppr;
 pub mod router;
+pub mod stored;
 pub mod units;
 pub mod vector;
 
@@ -49,6 +50,7 @@ pub use index::{
     Method, Normalisation, Ranking, Scored, SessionAggregate, SessionHit, TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
+pub use stored::{IndexCache, IndexSource};
 pub use units::{
     Granularity, SessionUnits, SessionVectors, TurnUnit, UnitTextOptions, UnitVectors, VectorNeeds,
 };

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::cache::Cached;
 use super::{MemoryService, ServiceError};
 use crate::agent::events::LoopEvents;
-use crate::agent::{AnswerSettings, MemgasMemory, QueryEmbedder as _, SampleMemory};
+use crate::agent::{AnswerSettings, LoadedMemgas, MemgasMemory, QueryEmbedder as _, SampleMemory};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder};
 use crate::results::{ResultLine, Status};
@@ -187,10 +187,10 @@ where
             conversation: dialogue,
             graph,
             embeddings,
-            memgas: Some(MemgasMemory {
+            memgas: Some(MemgasMemory::ready(LoadedMemgas {
                 index: Arc::clone(&entry.index),
                 embedder: Arc::new(self.embedder.clone()),
-            }),
+            })),
             // Sessions without stored outputs (their build failed) keep every question of the
             // conversation pending, as in `run`.
             memory: crate::agent::MemoryStatus {

@@ -416,4 +416,5 @@ async fn env_example_copied_to_dot_env_parses() {
     assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
 }
 
+mod pipeline;
 mod safety;

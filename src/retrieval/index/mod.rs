@@ -40,14 +40,14 @@ struct Node {
     session: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct SessionEntry {
     units: SessionUnits,
     turns: std::ops::Range<usize>,
     hybrid: Option<Vec<f32>>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct TurnEntry {
     session: usize,
     /// The turn's graph node; only meaningful when the index holds turn vectors
@@ -55,8 +55,9 @@ struct TurnEntry {
     node: usize,
 }
 
-/// The memory of one conversation at every granularity.
-#[derive(Clone)]
+/// The memory of one conversation at every granularity. Serialisable, so that a built index
+/// can be cached on disk (`retrieval::stored`).
+#[derive(Clone, Serialize, Deserialize)]
 pub struct MemoryIndex {
     options: IndexOptions,
     needs: IndexNeeds,
@@ -70,6 +71,9 @@ pub struct MemoryIndex {
     bm25_sessions: Bm25Index,
     /// Approximate nearest neighbours over turn vectors, once there are
     /// [`AnnOptions::threshold`](crate::retrieval::ann::AnnOptions) turns (keyed by turn index).
+    /// Not serialised (usearch's graph has no serde form): a deserialised index rebuilds it
+    /// with [`MemoryIndex::restore_approximate`].
+    #[serde(skip)]
     turn_ann: Option<std::sync::Arc<AnnIndex>>,
 }
 
@@ -238,6 +242,15 @@ impl MemoryIndex {
     /// [`AnnOptions::threshold`](crate::retrieval::ann::AnnOptions) turns).
     pub fn is_approximate(&self) -> bool {
         self.turn_ann.is_some()
+    }
+
+    /// Rebuild the approximate turn index from the turn vectors when the memory has reached
+    /// the threshold and the index is missing (a deserialised index: `turn_ann` is not stored).
+    pub fn restore_approximate(&mut self) -> Result<(), IndexError> {
+        if self.turn_ann.is_some() {
+            return Ok(());
+        }
+        self.index_turns_approximately(0)
     }
 
     /// The association graph.

@@ -14,12 +14,12 @@ use super::mragent_in;
 
 /// A chat request of the answer phase. (`is_answer_request` also counts every embeddings
 /// request, and the build embeds its memory through the same endpoint.)
-fn answer_chat(request: &RecordedRequest) -> bool {
+pub(super) fn answer_chat(request: &RecordedRequest) -> bool {
     request.is_chat() && is_answer_request(request)
 }
 
 /// A server that builds and answers well, except where `special` says otherwise.
-async fn server(
+pub(super) async fn server(
     special: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
 ) -> ScriptedServer {
     let agent = plausible_agent(AgentScript::default());
@@ -39,7 +39,7 @@ async fn server(
 }
 
 /// A project directory with a copy of the answer fixture, changed by `edit`.
-fn project(edit: impl FnOnce(&mut Value)) -> (tempfile::TempDir, PathBuf) {
+pub(super) fn project(edit: impl FnOnce(&mut Value)) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
@@ -50,7 +50,11 @@ fn project(edit: impl FnOnce(&mut Value)) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
-fn run_args<'a>(data: &'a Path, server: &'a ScriptedServer, tag: &'a str) -> Vec<&'a str> {
+pub(super) fn run_args<'a>(
+    data: &'a Path,
+    server: &'a ScriptedServer,
+    tag: &'a str,
+) -> Vec<&'a str> {
     vec![
         "run",
         "--data-file",
@@ -70,7 +74,7 @@ fn result_file(dir: &Path, tag: &str) -> PathBuf {
     dir.join(format!("result/locomo/conv-7_result_local-tiny_{tag}.jsonl"))
 }
 
-fn lines(path: &Path) -> Vec<ResultLine> {
+pub(super) fn lines(path: &Path) -> Vec<ResultLine> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

@@ -1,0 +1,119 @@
+//! The run as one pipeline: a conversation's questions are answered while another conversation
+//! still builds, and MemGAS costs nothing until the model calls `query_memgas`.
+
+use std::time::Duration;
+
+use mragent::llm::scripted::ScriptedReply;
+use serde_json::Value;
+
+use super::mragent_in;
+use super::safety::{answer_chat, lines, project, run_args, server};
+
+/// The fixture's conversation twice: `conv-7` as is, and `conv-8` with every "Lena" renamed to
+/// "Marguerite" (so that the endpoint can tell its build requests apart).
+fn two_conversations(data: &mut Value) {
+    let text = serde_json::to_string(&data[0]).unwrap().replace("Lena", "Marguerite");
+    let mut second: Value = serde_json::from_str(&text).unwrap();
+    second["sample_id"] = Value::from("conv-8");
+    data.as_array_mut().unwrap().push(second);
+}
+
+#[tokio::test]
+async fn a_built_conversation_is_answered_while_another_still_builds() {
+    let (dir, data) = project(two_conversations);
+    // Every build request of conv-8 takes 1.5 s; conv-7 builds at once.
+    let slow = server(|request| {
+        (request.is_chat() && !answer_chat(request) && request.transcript().contains("Marguerite"))
+            .then(|| ScriptedReply::json(&crate::ingest::good_answer(request)))
+            .map(|reply| reply.delayed(Duration::from_millis(1500)))
+    })
+    .await;
+    let output = mragent_in(dir.path(), &run_args(&data, &slow, "t"), &[]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let requests = slow.requests();
+    let first_answer = requests.iter().find(|request| answer_chat(request)).unwrap().index;
+    let slow_build: Vec<usize> = requests
+        .iter()
+        .filter(|r| r.is_chat() && !answer_chat(r) && r.transcript().contains("Marguerite"))
+        .map(|request| request.index)
+        .collect();
+    // conv-8's later build requests (its keywords) wait for its slow rewrites; conv-7's
+    // questions must not.
+    assert!(slow_build.len() >= 2, "{slow_build:?}");
+    let last_slow = *slow_build.last().unwrap();
+    assert!(
+        first_answer < last_slow,
+        "the first answer request ({first_answer}) waited for conv-8's build (last request {last_slow})"
+    );
+    let answered = lines(&dir.path().join("result/locomo/conv-8_result_local-tiny_t.jsonl"));
+    assert_eq!(answered.len(), 9, "conv-8 is answered once built");
+}
+
+/// `run_args` with MemGAS on (the local embedder from the test model directory).
+fn memgas_args<'a>(
+    data: &'a std::path::Path,
+    server: &'a mragent::llm::scripted::ScriptedServer,
+    tag: &'a str,
+    model_dir: &'a str,
+) -> Vec<&'a str> {
+    let mut args = run_args(data, server, tag);
+    args.retain(|arg| *arg != "--no-memgas");
+    args.extend(["--embed-model-dir", model_dir]);
+    args
+}
+
+/// Whether any loop request carried a `query_memgas` result.
+fn memgas_called(server: &mragent::llm::scripted::ScriptedServer) -> bool {
+    server.requests().iter().any(|request| {
+        request
+            .messages()
+            .iter()
+            .any(|message| message["tool_calls"].to_string().contains("query_memgas"))
+    })
+}
+
+#[tokio::test]
+async fn the_memgas_index_is_built_only_when_called_then_loaded_from_disk() {
+    use mragent::agent::scripted::{AgentScript, plausible_agent};
+
+    let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
+    let (dir, data) = project(|_| {});
+    let local = mragent::embedding::LOCAL_EMBEDDER_NAME;
+    let index_file = dir.path().join(format!("data/locomo/memgas_index/{local}/conv-7.json"));
+    let unit_vectors = dir.path().join(format!("data/locomo/embedding/{local}"));
+
+    // The model never calls the tool (it is taken out of the offered tools): no index.
+    let agent = plausible_agent(AgentScript::default());
+    let never = server(move |request| {
+        answer_chat(request).then(|| {
+            let mut request = request.clone();
+            if let Some(tools) = request.body.get_mut("tools").and_then(Value::as_array_mut) {
+                tools.retain(|tool| tool["function"]["name"] != "query_memgas");
+            }
+            agent(&request)
+        })
+    })
+    .await;
+    let output = mragent_in(dir.path(), &memgas_args(&data, &never, "t", &model_dir), &[]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!memgas_called(&never));
+    assert!(!index_file.exists() && !unit_vectors.exists(), "no index without a call");
+
+    // The model calls it: built once and written.
+    let calls = server(|_| None).await;
+    let output = mragent_in(dir.path(), &memgas_args(&data, &calls, "u", &model_dir), &[]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(memgas_called(&calls));
+    let written = std::fs::read(&index_file).unwrap();
+    std::fs::remove_dir_all(&unit_vectors).unwrap();
+
+    // A rerun (another tag) loads it: nothing is embedded or written again.
+    let again = server(|_| None).await;
+    let output = mragent_in(dir.path(), &memgas_args(&data, &again, "w", &model_dir), &[]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(memgas_called(&again));
+    assert!(!unit_vectors.exists(), "the index was loaded, not rebuilt");
+    assert_eq!(std::fs::read(&index_file).unwrap(), written);
+    let results = lines(&dir.path().join("result/locomo/conv-7_result_local-tiny_w.jsonl"));
+    assert!(results.iter().all(|line| line.status == mragent::results::Status::Ok));
+}
