@@ -17,22 +17,12 @@ use crate::agent::answer::answer_question;
 use crate::agent::progress::Progress;
 use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
+pub use crate::agent::scan::PendingSample;
 use crate::agent::scan::{Arrival, Scan};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
-
-/// A conversation whose questions wait for its memory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PendingSample {
-    /// Sample id.
-    pub sample: String,
-    /// Sessions missing from its memory.
-    pub missing_sessions: Vec<u32>,
-    /// Its questions not answered.
-    pub questions: usize,
-}
 
 /// What a run did.
 #[derive(Debug, Clone, PartialEq, Serialize)]

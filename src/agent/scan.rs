@@ -3,10 +3,22 @@
 
 use std::path::PathBuf;
 
-use crate::agent::pool::PendingSample;
+use serde::Serialize;
+
 use crate::agent::resume;
 use crate::agent::sample::SampleMemory;
 use crate::agent::settings::AnswerSettings;
+
+/// A conversation whose questions wait for its memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingSample {
+    /// Sample id.
+    pub sample: String,
+    /// Sessions missing from its memory.
+    pub missing_sessions: Vec<u32>,
+    /// Its questions not answered.
+    pub questions: usize,
+}
 
 /// The running totals over the conversations arrived so far.
 #[derive(Default)]
