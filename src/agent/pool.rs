@@ -154,6 +154,9 @@ pub struct SampleFeed<St> {
 /// [`answer_all`] over conversations that arrive while the run goes on: each one's questions
 /// join the one pool of `settings.workers` as soon as it arrives, while earlier ones are still
 /// being answered; the call returns when the feed has ended and every question is written.
+///
+/// A conversation `S` is cloned once per question: pass a reference or an `Arc`, never an
+/// owned [`SampleMemory`].
 pub async fn answer_stream<S, St, M, E>(
     settings: &AnswerSettings,
     feed: SampleFeed<St>,

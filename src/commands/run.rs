@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
-use futures::StreamExt as _;
+use futures::{StreamExt as _, TryStreamExt as _};
 
 use super::guard::RunLock;
 use super::manifest::{Manifest, endpoint_host};
@@ -249,7 +249,11 @@ async fn phases(
         built
     };
     let feed = SampleFeed {
-        samples: arrivals.then(|index| loader.load(conversations[index].clone())).boxed(),
+        // Shared, not cloned, by the questions of the conversation.
+        samples: arrivals
+            .then(|index| loader.load(conversations[index].clone()))
+            .map_ok(Arc::new)
+            .boxed(),
         questions: conversations.iter().map(|c| c.questions.len()).sum(),
         bars: bars.clone(),
     };
