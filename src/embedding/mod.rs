@@ -77,7 +77,7 @@ pub struct LocalEmbedderOptions {
 
 impl Default for LocalEmbedderOptions {
     fn default() -> Self {
-        Self { threads: 0, tokens_per_chunk: 2048 }
+        Self { threads: 0, tokens_per_chunk: 512 }
     }
 }
 

@@ -32,6 +32,9 @@ pub(super) fn pool_and_normalise(
 
 pub(super) fn resize(buffer: &mut Vec<f32>, len: usize) {
     if buffer.len() < len {
+        // Exactly: `resize` alone may double the capacity, and these buffers are the largest
+        // allocations of an embedding run.
+        buffer.reserve_exact(len - buffer.len());
         buffer.resize(len, 0.0);
     }
 }

@@ -10,13 +10,11 @@
 //! FLOPs) never touch a padding position, and attention runs per sequence, so no mask is needed.
 //! One chunk runs on one thread; the caller parallelises over chunks.
 //!
-//! Weights are read from `model.safetensors` with candle's loader; nothing here does IO after
-//! [`Encoder::load`].
+//! Weights are read from `model.safetensors` one tensor at a time (`weights`); nothing here does
+//! IO after [`Encoder::load`].
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
 use super::Error;
@@ -93,17 +91,17 @@ pub(crate) struct Scratch {
 }
 
 mod kernels;
+mod weights;
 
 use kernels::*;
+use weights::WeightStore;
 
 impl Encoder {
     /// Load `config.json` and `model.safetensors` from `model_dir`.
     pub(crate) fn load(model_dir: &Path) -> Result<Self, Error> {
         let config = read_config(model_dir)?;
         let weights_path = model_dir.join("model.safetensors");
-        let tensors = candle_core::safetensors::load(&weights_path, &Device::Cpu)
-            .map_err(|err| Error::Load { path: weights_path.clone(), message: err.to_string() })?;
-        let mut store = WeightStore { tensors, path: &weights_path };
+        let mut store = WeightStore::open(&weights_path)?;
         let hidden = config.hidden_size;
         let eps = config.layer_norm_eps as f32;
 
@@ -379,104 +377,6 @@ fn matmul(
             false,
             gemm::Parallelism::None,
         );
-    }
-}
-
-/// Tensors of the safetensors file, taken out one by one and converted to `f32` vectors.
-struct WeightStore<'a> {
-    tensors: HashMap<String, Tensor>,
-    path: &'a Path,
-}
-
-impl WeightStore<'_> {
-    /// One encoder layer under `prefix` (`encoder.layer.N`): fused QKV, attention output, FFN.
-    fn layer(&mut self, prefix: &str, config: &BertConfig, eps: f32) -> Result<Layer, Error> {
-        let hidden = config.hidden_size;
-        let query = self.linear(&format!("{prefix}.attention.self.query"), hidden, hidden)?;
-        let key = self.linear(&format!("{prefix}.attention.self.key"), hidden, hidden)?;
-        let value = self.linear(&format!("{prefix}.attention.self.value"), hidden, hidden)?;
-        Ok(Layer {
-            qkv: Linear::concat_outputs(&[query, key, value]),
-            attention_out: self.linear(
-                &format!("{prefix}.attention.output.dense"),
-                hidden,
-                hidden,
-            )?,
-            attention_norm: self.layer_norm(
-                &format!("{prefix}.attention.output.LayerNorm"),
-                hidden,
-                eps,
-            )?,
-            ffn_in: self.linear(
-                &format!("{prefix}.intermediate.dense"),
-                hidden,
-                config.intermediate_size,
-            )?,
-            ffn_out: self.linear(
-                &format!("{prefix}.output.dense"),
-                config.intermediate_size,
-                hidden,
-            )?,
-            output_norm: self.layer_norm(&format!("{prefix}.output.LayerNorm"), hidden, eps)?,
-        })
-    }
-
-    fn error(&self, message: String) -> Error {
-        Error::Load { path: self.path.to_path_buf(), message }
-    }
-
-    fn take_tensor(&mut self, name: &str) -> Result<Tensor, Error> {
-        self.tensors.remove(name).ok_or_else(|| self.error(format!("missing tensor {name}")))
-    }
-
-    fn to_vec(&self, name: &str, tensor: Tensor) -> Result<Vec<f32>, Error> {
-        tensor
-            .to_dtype(DType::F32)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|err| self.error(format!("tensor {name}: {err}")))
-    }
-
-    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, Error> {
-        let tensor = self.take_tensor(name)?;
-        if tensor.dims() != shape {
-            return Err(self.error(format!(
-                "tensor {name} has shape {:?}, expected {shape:?}",
-                tensor.dims()
-            )));
-        }
-        self.to_vec(name, tensor)
-    }
-
-    fn take_any_rows(&mut self, name: &str, width: usize) -> Result<Vec<f32>, Error> {
-        let tensor = self.take_tensor(name)?;
-        match tensor.dims() {
-            [rows, cols] if *rows >= 1 && *cols == width => self.to_vec(name, tensor),
-            dims => {
-                Err(self.error(format!("tensor {name} has shape {dims:?}, expected [_, {width}]")))
-            }
-        }
-    }
-
-    fn layer_norm(&mut self, prefix: &str, width: usize, eps: f32) -> Result<LayerNorm, Error> {
-        Ok(LayerNorm {
-            weight: self.take(&format!("{prefix}.weight"), &[width])?,
-            bias: self.take(&format!("{prefix}.bias"), &[width])?,
-            eps,
-        })
-    }
-
-    /// A PyTorch `nn.Linear` (`weight` is `[out × in]`), stored transposed.
-    fn linear(&mut self, prefix: &str, n_in: usize, n_out: usize) -> Result<Linear, Error> {
-        let weight = self.take(&format!("{prefix}.weight"), &[n_out, n_in])?;
-        let bias = self.take(&format!("{prefix}.bias"), &[n_out])?;
-        let mut weight_t = vec![0.0; n_in * n_out];
-        for out_index in 0..n_out {
-            for in_index in 0..n_in {
-                weight_t[in_index * n_out + out_index] = weight[out_index * n_in + in_index];
-            }
-        }
-        Ok(Linear { weight_t, bias, n_in, n_out })
     }
 }
 
