@@ -119,3 +119,24 @@ async fn the_memgas_index_is_built_only_when_called_then_loaded_from_disk() {
     assert!(results.iter().all(|line| line.status == mragent::results::Status::Ok));
 }
 
+/// `run` prints its build's report (the one `build` prints) before its own summary, and not
+/// under `-q`.
+#[tokio::test]
+async fn run_prints_the_build_report_unless_quiet() {
+    let (dir, data) = project(|_| {});
+    let endpoint = server(|_| None).await;
+    let mut args = run_args(&data, &endpoint, "loud");
+    args.retain(|arg| *arg != "-q");
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report = stdout.find("built 1 conversations, ").expect("the build report");
+    let summary = stdout.find(" questions: ").expect("the run summary");
+    assert!(report < summary, "{stdout}");
+    assert!(stdout.contains("\nrepaired: ") && stdout.contains("reasked"), "{stdout}");
+
+    let quiet = mragent_in(dir.path(), &run_args(&data, &endpoint, "quiet"), &[]).await;
+    let stdout = String::from_utf8_lossy(&quiet.stdout);
+    assert!(quiet.status.success(), "{}", String::from_utf8_lossy(&quiet.stderr));
+    assert!(stdout.contains(" questions: ") && !stdout.contains("built "), "{stdout}");
+}
