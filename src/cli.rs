@@ -353,6 +353,16 @@ pub struct StoreEmbedArgs {
     pub embed_model_dir: Option<PathBuf>,
 }
 
+/// The endpoint, models and embedder of the own-conversation commands (`memory add`, `memory
+/// search`, `ask`, `serve`): the same options, flattened into each.
+#[derive(Debug, Clone, Args)]
+pub struct StoreModelArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub embed: StoreEmbedArgs,
+}
+
 /// `mragent memory …`.
 #[derive(Debug, Args)]
 pub struct MemoryArgs {
@@ -395,9 +405,7 @@ pub struct MemoryAddArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub embed: StoreEmbedArgs,
+    pub models: StoreModelArgs,
 }
 
 /// `mragent memory search`.
@@ -415,9 +423,7 @@ pub struct MemorySearchArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub embed: StoreEmbedArgs,
+    pub models: StoreModelArgs,
 }
 
 /// `mragent memory list`.
@@ -459,9 +465,7 @@ pub struct AskArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub embed: StoreEmbedArgs,
+    pub models: StoreModelArgs,
 }
 
 /// `mragent serve`. Set `MRAGENT_SERVE_TOKEN` to require `Authorization: Bearer <token>`.
@@ -483,7 +487,5 @@ pub struct ServeArgs {
     #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
     #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub embed: StoreEmbedArgs,
+    pub models: StoreModelArgs,
 }

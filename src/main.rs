@@ -179,6 +179,9 @@ async fn run(
 ) -> anyhow::Result<Outcome> {
     let (data, models, conversations) = load_job(paths, &args.data, &args.model)?;
     let outcome = mragent::commands::run(paths, &data, &models, args, quiet, conversations).await?;
+    if let Some(build) = outcome.build.as_ref().filter(|_| !quiet) {
+        print_build_report(build);
+    }
     if let Some(summary) = &outcome.summary {
         println!("{summary}");
         for file in &summary.result_files {
@@ -226,7 +229,7 @@ async fn build(
             return Ok(Outcome::Partial);
         }
     };
-    println!("{summary}");
+    print_build_report(&summary);
     let mut complete = summary.is_complete();
     if args.granules {
         let granules = mragent::commands::build_granules(
@@ -249,6 +252,13 @@ async fn build(
         );
         Ok(Outcome::Partial)
     }
+}
+
+/// The report of a build, as `build` prints it and `run` (unless `-q`) before its own summary:
+/// conversations, sessions and tokens, repairs (turns rewritten, salvaged or kept verbatim,
+/// re-asked units), the per-conversation table, empty sessions and failed units.
+fn print_build_report(summary: &mragent::ingest::BuildSummary) {
+    println!("{summary}");
 }
 
 /// `mragent ask`: the answer, its supporting lines and the trace path.

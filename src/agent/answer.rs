@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::agent::question::{self, PreparedQuestion};
@@ -63,8 +62,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     if let Some(error) = &error {
         tracing::warn!(error = %error, "question failed");
     }
-    let fallbacks = trace.fallbacks();
-    shared.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
+    let (fallbacks, rejected) = (trace.fallbacks(), trace.rejected());
+    shared.count(fallbacks, rejected);
     let calls = trace.calls();
     trace.record(TraceEvent::Finish {
         status,
@@ -76,6 +75,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         usage,
         latency_ms,
         fallbacks,
+        rejected,
         retries: calls.retries,
         hedges: calls.hedges,
     });

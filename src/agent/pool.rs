@@ -54,6 +54,9 @@ pub struct RunSummary {
     /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
     /// its question's trace.
     pub fallbacks: u64,
+    /// Model replies of this run that were rejected (re-asked, or replaced by a fallback once
+    /// the re-asks ran out); each is a `rejected` record in its question's trace.
+    pub rejected: u64,
     /// Estimated cost in USD of this run, when the model's price is known.
     pub cost_usd: Option<f64>,
     /// Wall time.
@@ -98,6 +101,9 @@ impl std::fmt::Display for RunSummary {
             self.usage.completion_tokens
         )?;
         write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
+        if self.rejected > 0 {
+            write!(f, "; {} model replies rejected", self.rejected)?;
+        }
         if !self.empty_sessions.is_empty() {
             write!(
                 f,
@@ -223,6 +229,7 @@ where
         usage,
         empty_sessions,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
+        rejected: shared.rejected.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
         result_files,

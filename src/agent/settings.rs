@@ -1,7 +1,7 @@
 //! The resolved settings of an answer run, and what every question of a run borrows.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -135,10 +135,24 @@ pub(super) struct Shared<'a, M, E> {
     pub embedder: &'a E,
     /// Retrieval steps that fell back, over the run (see `TraceEvent::Fallback`).
     pub fallbacks: AtomicU64,
+    /// Model replies rejected, over the run (see `TraceEvent::Rejected`).
+    pub rejected: AtomicU64,
 }
 
 impl<'a, M, E> Shared<'a, M, E> {
     pub(super) fn new(settings: &'a AnswerSettings, model: &'a M, embedder: &'a E) -> Self {
-        Self { settings, model, embedder, fallbacks: AtomicU64::new(0) }
+        Self {
+            settings,
+            model,
+            embedder,
+            fallbacks: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds a question's fallbacks and rejected replies to the run's counts.
+    pub(super) fn count(&self, fallbacks: u32, rejected: u32) {
+        self.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
+        self.rejected.fetch_add(u64::from(rejected), Ordering::Relaxed);
     }
 }

@@ -183,6 +183,9 @@ pub enum TraceEvent {
         /// Steps that fell back (see [`TraceEvent::Fallback`]).
         #[serde(default)]
         fallbacks: u32,
+        /// Model replies rejected (see [`TraceEvent::Rejected`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        rejected: u32,
         /// Failed attempts the client retried, over every model call of the question.
         #[serde(default, skip_serializing_if = "is_zero")]
         retries: u32,
@@ -255,6 +258,8 @@ pub struct TraceWriter {
     buffer: Option<Vec<TraceRecord>>,
     /// [`TraceEvent::Fallback`] records written (counted even when nothing is recorded).
     fallbacks: u32,
+    /// [`TraceEvent::Rejected`] records written (counted even when nothing is recorded).
+    rejected: u32,
     /// Retries and hedges of the model calls recorded (see [`TraceWriter::calls`]).
     calls: CallCounts,
     path: PathBuf,
@@ -280,6 +285,7 @@ impl TraceWriter {
             file,
             buffer: None,
             fallbacks: 0,
+            rejected: 0,
             calls: CallCounts::default(),
             path,
             started: Instant::now(),
@@ -292,6 +298,7 @@ impl TraceWriter {
             file: None,
             buffer: None,
             fallbacks: 0,
+            rejected: 0,
             calls: CallCounts::default(),
             path: PathBuf::new(),
             started: Instant::now(),
@@ -307,6 +314,7 @@ impl TraceWriter {
             file: None,
             buffer: recording.then(Vec::new),
             fallbacks: 0,
+            rejected: 0,
             calls: CallCounts::default(),
             path: self.path.clone(),
             started: self.started,
@@ -319,6 +327,7 @@ impl TraceWriter {
             Some(records) => records.into_iter().for_each(|record| self.write(record)),
             None => {
                 self.fallbacks += branch.fallbacks;
+                self.rejected += branch.rejected;
                 self.calls.add(branch.calls);
             }
         }
@@ -327,6 +336,11 @@ impl TraceWriter {
     /// Fallbacks recorded so far (branches count once merged).
     pub fn fallbacks(&self) -> u32 {
         self.fallbacks
+    }
+
+    /// Rejected model replies recorded so far (branches count once merged).
+    pub fn rejected(&self) -> u32 {
+        self.rejected
     }
 
     /// Retries and hedges of the model calls recorded so far (branches count once merged).
@@ -353,6 +367,7 @@ impl TraceWriter {
     fn write(&mut self, record: TraceRecord) {
         match &record.event {
             TraceEvent::Fallback { .. } => self.fallbacks += 1,
+            TraceEvent::Rejected { .. } => self.rejected += 1,
             TraceEvent::Llm { calls, .. } => calls.iter().for_each(|call| self.calls.count(call)),
             TraceEvent::Response { calls, .. } => self.calls.count(calls),
             _ => {}

@@ -82,13 +82,13 @@ pub async fn memory_add(
     let messages = crate::convo::parse(&text)
         .with_context(|| format!("{} is not a usable conversation", args.file.display()))?;
     crate::store::check_conversation_id(&args.conversation)?;
-    let models = ModelSettings::resolve(&args.model, env)?;
+    let models = ModelSettings::resolve(&args.models.model, env)?;
     models.require_key()?;
     let spec = match open_store(paths)?.info(&args.conversation)? {
         Some(info) => info.embedder,
-        None => args.embed.embedder.clone(),
+        None => args.models.embed.embedder.clone(),
     };
-    let mut service = service(paths, &models, &spec, &args.embed).await?;
+    let mut service = service(paths, &models, &spec, &args.models.embed).await?;
     service.settings_mut().session_gap = args.session_gap;
     service.settings_mut().workers = args.workers as usize;
     Ok(service.add(&args.conversation, messages).await?)
@@ -101,11 +101,11 @@ pub async fn memory_search(
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Vec<SearchHit>> {
     let spec = recorded_embedder(paths, &args.conversation)?;
-    let models = ModelSettings::resolve(&args.model, env)?;
+    let models = ModelSettings::resolve(&args.models.model, env)?;
     if spec != LOCAL_EMBEDDER {
         models.require_key()?;
     }
-    let service = service(paths, &models, &spec, &args.embed).await?;
+    let service = service(paths, &models, &spec, &args.models.embed).await?;
     Ok(service.search(&args.conversation, &args.query, args.k).await?)
 }
 
@@ -116,9 +116,9 @@ pub async fn ask(
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<AskReport> {
     let spec = recorded_embedder(paths, &args.conversation)?;
-    let models = ModelSettings::resolve(&args.model, env)?;
+    let models = ModelSettings::resolve(&args.models.model, env)?;
     models.require_key()?;
-    let service = service(paths, &models, &spec, &args.embed).await?;
+    let service = service(paths, &models, &spec, &args.models.embed).await?;
     Ok(service.ask(&args.conversation, &args.question).await?)
 }
 
@@ -130,9 +130,10 @@ pub async fn serve(
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<()> {
     let token = env(crate::serve::TOKEN_ENV).filter(|token| !token.is_empty());
-    let models = ModelSettings::resolve(&args.model, &env)?;
+    let models = ModelSettings::resolve(&args.models.model, &env)?;
     models.require_key()?;
-    let mut service = service(paths, &models, &args.embed.embedder, &args.embed).await?;
+    let mut service =
+        service(paths, &models, &args.models.embed.embedder, &args.models.embed).await?;
     service.settings_mut().session_gap = args.session_gap;
     service.settings_mut().workers = args.workers as usize;
     let options = crate::serve::ServeOptions {

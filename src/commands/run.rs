@@ -28,6 +28,9 @@ use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
 pub struct RunOutcome {
     /// What the answer phase did (absent when the run stopped before it).
     pub summary: Option<RunSummary>,
+    /// What the build did, when it went through every conversation (absent when it was
+    /// interrupted or stopped by a refused key): the same report as `mragent build`'s.
+    pub build: Option<BuildSummary>,
     /// The exit code: 0 all answered, 2 something is left for a rerun, 1 stopped by an error.
     pub exit_code: u8,
     /// Why the run stopped, when it was stopped by an error (a refused key, an unknown model).
@@ -257,24 +260,33 @@ async fn phases(
         questions: conversations.iter().map(|c| c.questions.len()).sum(),
         bars: bars.clone(),
     };
-    let wind_down = async {
-        tokio::select! {
-            () = stopped(stop.clone()) => {}
-            () = stopped(halted) => {}
-        }
-    };
+    let wind_down = either_stopped(stop.clone(), halted);
     let answering =
         crate::agent::answer_stream(&settings, feed, &answer_chat, &embedder, wind_down);
     let (built, summary) = tokio::join!(building, answering);
     let summary = summary?;
-    let (exit_code, error) = exit(built?, &summary);
+    let built = built?;
+    let build = if let Built::Done(build) = &built { Some(build.clone()) } else { None };
+    let (exit_code, error) = exit(built, &summary);
     Ok(RunOutcome {
         summary: Some(summary),
+        build,
         exit_code,
         error,
         manifest: Default::default(),
         endpoint_usage: endpoint_usage(&build_chat, &embedder, Some(&answer_chat)),
     })
+}
+
+/// Resolves when the run is stopped (Ctrl-C) or halted (the build cannot go on).
+async fn either_stopped(
+    stop: tokio::sync::watch::Receiver<bool>,
+    halted: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        () = stopped(stop) => {}
+        () = stopped(halted) => {}
+    }
 }
 
 /// The exit code and the error of a run whose build ended as `built`.

@@ -12,13 +12,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mragent::agent::render::{RenderOptions, render_trace};
-use mragent::agent::scripted::{
-    AgentScript, Fault, is_answer_request, mechanical_memory, plausible_agent,
-};
+use mragent::agent::scripted::{AgentScript, Fault, mechanical_memory, plausible_agent};
 use mragent::agent::trace::{TraceEvent, read_trace};
 use mragent::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory, answer_all};
-use mragent::dataset::{Conversation, DatasetKind, load_locomo};
-use mragent::ingest::{BuildSettings, build_memory};
+use mragent::dataset::{Conversation, DatasetKind};
+use mragent::ingest::build_memory;
 use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{
@@ -27,6 +25,8 @@ use mragent::llm::{
 use mragent::results::{ResultLine, Status};
 use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
 use serde_json::Value;
+
+use crate::support::{build_and_answer, load_fixture, locomo, read_lines};
 
 #[path = "answer_tokens.rs"]
 mod tokens;
@@ -38,18 +38,7 @@ mod shapes;
 mod faults;
 
 fn fixture() -> Conversation {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
-    load_locomo(&path).unwrap().remove(0)
-}
-
-fn locomo(sample: &str) -> Conversation {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
-    load_locomo(&path)
-        .unwrap()
-        .into_iter()
-        .find(|conversation| conversation.sample_id == sample)
-        .unwrap()
+    load_fixture("tests/fixtures/answer/tiny_conversation.json").remove(0)
 }
 
 /// A scripted endpoint, the real client stack pointed at it, and answer settings under a
@@ -134,11 +123,6 @@ impl Bench {
             })
             .collect()
     }
-}
-
-fn read_lines(path: &Path) -> Vec<ResultLine> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
 fn by_id(lines: &[ResultLine]) -> BTreeMap<String, ResultLine> {
@@ -582,19 +566,9 @@ async fn interrupt_lets_in_flight_questions_finish_and_says_how_to_resume() {
 #[tokio::test]
 async fn builds_and_answers_a_whole_locomo_conversation() {
     let conversation = locomo("conv-30");
-    let agent = plausible_agent(AgentScript::default());
-    let mut bench = Bench::with_responder(move |request: &RecordedRequest| {
-        if is_answer_request(request) {
-            agent(request)
-        } else {
-            ScriptedReply::json(&crate::ingest::good_answer(request))
-        }
-    })
-    .await;
+    let mut bench = Bench::with_responder(build_and_answer(|_| None)).await;
     bench.settings.workers = 10;
-    let mut build_settings =
-        BuildSettings::new(bench.root().join("data"), DatasetKind::Locomo, "test", "test-model");
-    build_settings.progress = false;
+    let build_settings = crate::support::build_settings(bench.root());
     let built =
         build_memory(&build_settings, &bench.chat, &bench.embedder, &conversation).await.unwrap();
     assert_eq!(built.summary.failed.len(), 0, "{:?}", built.summary);

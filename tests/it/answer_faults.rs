@@ -127,14 +127,7 @@ async fn a_five_percent_fault_mix_over_conv_26_ends_with_no_error_row_and_no_idl
     let conversation = locomo("conv-26");
     let hang = Duration::from_secs(30);
     let timeout = Duration::from_secs(5);
-    let agent = plausible_agent(AgentScript::default());
-    let (responder, faults) = FaultMix::new(26, 0.05, hang).wrap(move |request| {
-        if is_answer_request(request) {
-            agent(request)
-        } else {
-            ScriptedReply::json(&crate::ingest::good_answer(request))
-        }
-    });
+    let (responder, faults) = FaultMix::new(26, 0.05, hang).wrap(build_and_answer(|_| None));
     let mut bench = Bench::with_config(responder, |config| {
         config.timeout = timeout;
         config.retry = RetryPolicy {
@@ -151,9 +144,7 @@ async fn a_five_percent_fault_mix_over_conv_26_ends_with_no_error_row_and_no_idl
     })
     .await;
     bench.settings.workers = 16;
-    let mut build_settings =
-        BuildSettings::new(bench.root().join("data"), DatasetKind::Locomo, "test", "test-model");
-    build_settings.progress = false;
+    let mut build_settings = crate::support::build_settings(bench.root());
     build_settings.workers = 8;
 
     let started = Instant::now();
@@ -211,20 +202,9 @@ async fn a_five_percent_fault_mix_over_conv_26_ends_with_no_error_row_and_no_idl
 #[tokio::test]
 async fn a_build_that_skips_and_merges_turns_still_answers_every_question_over_full_memory() {
     let conversation = locomo("conv-30");
-    let agent = plausible_agent(AgentScript::default());
-    let mut bench = Bench::with_responder(move |request: &RecordedRequest| {
-        if is_answer_request(request) {
-            agent(request)
-        } else {
-            crate::ingest::repair::sloppy(request)
-                .unwrap_or_else(|| ScriptedReply::json(&crate::ingest::good_answer(request)))
-        }
-    })
-    .await;
+    let mut bench = Bench::with_responder(build_and_answer(crate::ingest::repair::sloppy)).await;
     bench.settings.workers = 10;
-    let mut build_settings =
-        BuildSettings::new(bench.root().join("data"), DatasetKind::Locomo, "test", "test-model");
-    build_settings.progress = false;
+    let build_settings = crate::support::build_settings(bench.root());
     let built =
         build_memory(&build_settings, &bench.chat, &bench.embedder, &conversation).await.unwrap();
     assert!(built.summary.failed.is_empty(), "{:?}", built.summary);

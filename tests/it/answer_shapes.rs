@@ -2,7 +2,7 @@
 //! concurrency within a question (issues 11 and 14).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use mragent::prompts;
 
@@ -115,6 +115,38 @@ async fn replies_shaped_like_a_real_models_are_read_without_reasks() {
     }
 }
 
+/// A loop reply that is no usable answer is rejected and re-asked: the run counts it once, in
+/// its summary and in its question's `finish` record.
+#[tokio::test]
+async fn a_rejected_then_reasked_reply_is_counted_once_per_run() {
+    let agent = plausible_agent(AgentScript::default());
+    let sloppy_sent = AtomicBool::new(false);
+    let bench = Bench::with_responder(move |request: &RecordedRequest| {
+        let loop_request = request.is_chat() && request.body.get("tools").is_some();
+        if loop_request && !sloppy_sent.swap(true, Ordering::SeqCst) {
+            return ScriptedReply::text(r#"{"answer": null}"#);
+        }
+        agent(request)
+    })
+    .await;
+    let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
+    assert_eq!((summary.answered, summary.errors), (9, 0), "{summary:?}");
+    assert_eq!(summary.rejected, 1, "{summary:?}");
+    assert!(summary.to_string().contains("; 1 model replies rejected"), "{summary}");
+    let mut traced = 0;
+    for line in bench.lines("conv-7") {
+        let records = read_trace(&bench.settings.trace_path("conv-7", &line.question_id)).unwrap();
+        let rejected = records.iter().filter(|r| matches!(r.event, TraceEvent::Rejected { .. }));
+        let finished = records.iter().find_map(|record| match record.event {
+            TraceEvent::Finish { rejected, .. } => Some(rejected),
+            _ => None,
+        });
+        assert_eq!(finished, Some(rejected.count() as u32), "{}", line.question_id);
+        traced += finished.unwrap_or_default();
+    }
+    assert_eq!(traced, 1);
+}
+
 #[tokio::test]
 async fn a_failing_keyword_step_falls_back_and_still_answers() {
     let agent = plausible_agent(AgentScript::default());
@@ -128,6 +160,7 @@ async fn a_failing_keyword_step_falls_back_and_still_answers() {
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
     assert_eq!((summary.answered, summary.errors), (9, 0), "{summary:?}");
     assert!(summary.fallbacks >= 9, "{summary:?}");
+    assert!(summary.rejected >= 27, "three rejected replies per question: {summary:?}");
     assert!(summary.to_string().contains("retrieval fallbacks"), "{summary}");
     let records = read_trace(&bench.settings.trace_path("conv-7", "conv-7:q1")).unwrap();
     let rejected: Vec<(&String, &String)> = records

@@ -5,6 +5,8 @@ use std::process::Output;
 
 use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 
+use crate::support::{build_and_answer, mragent_command, project_with, read_lines, repo_path};
+
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
 const COMMANDS: &[&str] =
     &["build", "run", "eval", "retrieve", "trace", "ping", "memory", "ask", "serve"];
@@ -16,20 +18,10 @@ async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::Temp
     (output, dir)
 }
 
-/// Run the built binary in `dir` (a project directory) with a clean model environment.
+/// Run the built binary in `dir` (a project directory) with a clean model environment plus
+/// `env`.
 async fn mragent_in(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    command.args(args).current_dir(dir);
-    for variable in [
-        "OPENROUTER_API_KEY",
-        "OPENAI_API_KEY",
-        "MRAGENT_BASE_URL",
-        "MRAGENT_MODEL",
-        "MRAGENT_ROOT",
-        "RUST_LOG",
-    ] {
-        command.env_remove(variable);
-    }
+    let mut command = mragent_command(dir, args);
     for (name, value) in env {
         command.env(name, value);
     }
@@ -107,8 +99,7 @@ async fn ping_fails_when_the_server_echoes_the_prompt() {
 #[tokio::test]
 async fn build_command_builds_a_conversation_then_resumes_from_cache() {
     let server = ScriptedServer::with_responder(crate::ingest::responder(|_| None)).await.unwrap();
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/ingest/tiny_conversation.json");
+    let fixture = repo_path("tests/fixtures/ingest/tiny_conversation.json");
     let fixture = fixture.to_str().unwrap();
     let args = [
         "build",
@@ -138,16 +129,13 @@ async fn build_command_builds_a_conversation_then_resumes_from_cache() {
 #[tokio::test]
 async fn build_counts_and_names_sessions_without_turns() {
     let server = ScriptedServer::with_responder(crate::ingest::responder(|_| None)).await.unwrap();
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/ingest/tiny_conversation.json");
-    let mut samples: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
-    let conversation = samples[0]["conversation"].as_object_mut().unwrap();
-    conversation.insert("session_9_date_time".into(), "1:00 pm on 1 June, 2023".into());
-    conversation.insert("session_9".into(), serde_json::json!([]));
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("with_empty_session.json");
-    std::fs::write(&file, samples.to_string()).unwrap();
+    let mut sample = String::new();
+    let (dir, file) = project_with("tests/fixtures/ingest/tiny_conversation.json", |samples| {
+        sample = samples[0]["sample_id"].as_str().unwrap().to_string();
+        let conversation = samples[0]["conversation"].as_object_mut().unwrap();
+        conversation.insert("session_9_date_time".into(), "1:00 pm on 1 June, 2023".into());
+        conversation.insert("session_9".into(), serde_json::json!([]));
+    });
     let args = [
         "build",
         "--data-file",
@@ -162,7 +150,6 @@ async fn build_counts_and_names_sessions_without_turns() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("3 sessions (0 from cache), 1 empty sessions skipped"), "{stdout}");
-    let sample = samples[0]["sample_id"].as_str().unwrap();
     assert!(
         stdout.contains(&format!("skipped: {sample} conversation.session_9: no turns")),
         "{stdout}"
@@ -172,8 +159,7 @@ async fn build_counts_and_names_sessions_without_turns() {
 #[tokio::test]
 async fn retrieve_command_runs_offline_and_writes_its_tables() {
     let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/embedding/locomo_retrieval.json");
+    let fixture = repo_path("tests/fixtures/embedding/locomo_retrieval.json");
     let args = [
         "retrieve",
         "--data-file",
@@ -201,8 +187,7 @@ async fn retrieve_command_runs_offline_and_writes_its_tables() {
 /// with no embedding model at all (none is loaded, nothing is embedded, no graph is built).
 #[tokio::test]
 async fn retrieve_honours_or_refuses_every_dataset_flag_of_run() {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/longmemeval_tiny.json");
+    let fixture = repo_path("tests/fixtures/longmemeval_tiny.json");
     let fixture = fixture.to_str().unwrap();
     let lm = |extra: &[&'static str]| {
         let mut args = vec![
@@ -276,20 +261,8 @@ async fn retrieve_honours_or_refuses_every_dataset_flag_of_run() {
 /// nothing again, `trace` renders a question, `eval` scores the run.
 #[tokio::test]
 async fn run_then_trace_then_eval_through_the_binary() {
-    use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
-
-    let agent = plausible_agent(AgentScript::default());
-    let server = ScriptedServer::with_responder(move |request| {
-        if is_answer_request(request) {
-            agent(request)
-        } else {
-            ScriptedReply::json(&crate::ingest::good_answer(request))
-        }
-    })
-    .await
-    .unwrap();
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/answer/tiny_conversation.json");
+    let server = ScriptedServer::with_responder(build_and_answer(|_| None)).await.unwrap();
+    let fixture = repo_path("tests/fixtures/answer/tiny_conversation.json");
     let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
     let args = [
         "run",
@@ -315,11 +288,9 @@ async fn run_then_trace_then_eval_through_the_binary() {
         .filter(|path| path.extension().is_some_and(|extension| extension == "jsonl"))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
-    let text = std::fs::read_to_string(&files[0]).unwrap();
-    let lines: Vec<mragent::results::ResultLine> =
-        text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let lines = read_lines(&files[0]);
     assert!(!lines.is_empty());
-    assert!(lines.iter().all(|line| line.status == mragent::results::Status::Ok), "{text}");
+    assert!(lines.iter().all(|line| line.status == mragent::results::Status::Ok), "{lines:?}");
     let tools: Vec<String> = server
         .requests()
         .iter()
@@ -356,6 +327,7 @@ async fn run_then_trace_then_eval_through_the_binary() {
     assert!(dir.path().join("eval/locomo/journey/summary.md").is_file());
 
     // A result line lost: eval refuses, naming the question, unless --partial.
+    let text = std::fs::read_to_string(&files[0]).unwrap();
     let kept: String = text.lines().skip(1).map(|line| format!("{line}\n")).collect();
     std::fs::write(&files[0], kept).unwrap();
     let eval = mragent_in(dir.path(), &eval_args, &[]).await;
@@ -405,11 +377,7 @@ async fn eval_help_explains_every_column_and_option() {
 #[tokio::test]
 async fn env_example_copied_to_dot_env_parses() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".env.example"),
-        dir.path().join(".env"),
-    )
-    .unwrap();
+    std::fs::copy(repo_path(".env.example"), dir.path().join(".env")).unwrap();
     let output = mragent_in(dir.path(), &["run", "--data", "locomo"], &[]).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");

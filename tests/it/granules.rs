@@ -13,18 +13,17 @@ use std::time::Duration;
 use mragent::dataset::{Conversation, DatasetKind, load_locomo, load_longmemeval};
 use mragent::embedding::ModelSource;
 use mragent::ingest::{BuildSettings, GranuleSummary, Stage, build_granules, load_granules};
-use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
-use mragent::llm::{Client, LlmConfig, Secret, build_chat_model};
+use mragent::llm::{Client, build_chat_model};
 use mragent::retrieval::{Granularity, Method, RetrieveSettings, run_retrieval_eval};
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::support;
+
 fn fixture() -> Vec<Conversation> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/granules/six_sessions.json");
-    load_locomo(&path).unwrap()
+    support::load_fixture("tests/fixtures/granules/six_sessions.json")
 }
 
 /// The session number a granule request is about (from the first user message).
@@ -75,16 +74,8 @@ impl Harness {
         .await
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut config = LlmConfig::new(server.base_url(), Secret::new("test-key"), "test-model");
-        config.retry = RetryPolicy {
-            max_attempts: 2,
-            base_delay: Duration::from_millis(5),
-            ..RetryPolicy::default()
-        };
-        let chat = build_chat_model(&config).unwrap();
-        let mut settings =
-            BuildSettings::new(dir.path().join("data"), DatasetKind::Locomo, "test", "test-model");
-        settings.progress = false;
+        let chat = build_chat_model(&support::client_config(&server)).unwrap();
+        let mut settings = support::build_settings(dir.path());
         settings.workers = 3;
         settings.max_reasks = 2;
         Self { server, _dir: dir, settings, chat }
@@ -110,18 +101,6 @@ fn per_session(requests: &[RecordedRequest]) -> BTreeMap<u32, usize> {
         *counts.entry(session_of(request)).or_insert(0) += 1;
     }
     counts
-}
-
-/// Sessions whose cache entry is `done`.
-fn done_in_cache(path: &Path) -> BTreeSet<u32> {
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    file["units"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|unit| unit["status"] == "done")
-        .map(|unit| unit["first_session"].as_u64().unwrap() as u32)
-        .collect()
 }
 
 #[tokio::test]
@@ -215,7 +194,7 @@ async fn a_killed_run_resumes_without_re_requesting_finished_sessions() {
     // The dropped run's cache writer (blocking pool) either renamed its file or left the old one.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let first_run = harness.requests();
-    let finished = done_in_cache(&harness.cache_path());
+    let finished = support::done_in_cache(&harness.cache_path());
     assert!(finished.len() >= 2 && finished.len() < 6, "{finished:?}");
     let partial = load_granules(&harness.settings, &conversations[0]).unwrap().unwrap();
     assert_eq!(partial.sessions.len(), finished.len());
@@ -329,7 +308,7 @@ async fn failed_sessions_are_reported_and_the_next_run_retries_only_those() {
     let failed: Vec<&str> = summary.failed().map(|unit| unit.unit.as_str()).collect();
     assert_eq!(failed, ["session_2", "session_5"]);
     assert!(summary.failed().all(|unit| unit.error.contains("400")), "{summary}");
-    assert_eq!(done_in_cache(&harness.cache_path()), BTreeSet::from([1, 3, 4, 6]));
+    assert_eq!(support::done_in_cache(&harness.cache_path()), BTreeSet::from([1, 3, 4, 6]));
     let granules = load_granules(&harness.settings, &conversations[0]).unwrap().unwrap();
     assert_eq!(granules.missing, ["D2", "D5"]);
 

@@ -16,3 +16,4 @@ mod memory;
 mod own;
 mod retrieval;
 mod serve;
+mod support;

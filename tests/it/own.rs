@@ -6,32 +6,26 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
 use mragent::convo::{Message, parse};
-use mragent::llm::retry::RetryPolicy;
-use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
-use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
+use mragent::llm::build_chat_model;
+use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
 use mragent::service::{IndexStats, MemoryService, OwnEmbedder, ServiceSettings};
 use mragent::store::Store;
 use serde_json::{Value, json};
 
-pub(crate) const EMBEDDER: &str = "test-embedding";
+use crate::support::{self, EMBEDDER, mragent_command};
 
 /// The example conversation shipped in the repository.
 pub(crate) fn example_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/examples/conversation.jsonl")
+    support::repo_path("data/examples/conversation.jsonl")
 }
 
 /// A server that plays the build stages (mechanically valid answers) and the answering agent;
 /// every reply delayed by `delay`.
 pub(crate) async fn server(delay: Duration) -> ScriptedServer {
-    let agent = plausible_agent(AgentScript::default());
+    let respond = support::build_and_answer(|_| None);
     ScriptedServer::with_responder(move |request: &RecordedRequest| {
-        let reply = if is_answer_request(request) {
-            agent(request)
-        } else {
-            ScriptedReply::json(&crate::ingest::good_answer(request))
-        };
+        let reply = respond(request);
         if delay.is_zero() { reply } else { reply.delayed(delay) }
     })
     .await
@@ -42,16 +36,9 @@ pub(crate) fn service(
     server: &ScriptedServer,
     root: &Path,
 ) -> MemoryService<mragent::llm::Client, OwnEmbedder> {
-    let mut config = LlmConfig::new(server.base_url(), Secret::new("test-key"), "test-model");
-    config.retry = RetryPolicy {
-        max_attempts: 2,
-        base_delay: Duration::from_millis(5),
-        ..RetryPolicy::default()
-    };
+    let config = support::client_config(server);
     let chat = build_chat_model(&config).unwrap();
-    let embedder =
-        build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 64 })
-            .unwrap();
+    let embedder = support::embedder(&config, 64);
     let store = Store::open(Store::default_path(root)).unwrap();
     let settings = ServiceSettings::new(root, EMBEDDER, "test-model", "test-model");
     MemoryService::new(store, settings, chat, OwnEmbedder::Api(Box::new(embedder)))
@@ -151,26 +138,8 @@ async fn a_late_message_rebuilds_only_its_session_and_search_and_ask_answer() {
     assert!(unknown.to_string().contains("unknown conversation"), "{unknown}");
 }
 
-/// Run the built binary in `dir` with a clean model environment.
-pub(crate) fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"));
-    command.args(args).current_dir(dir);
-    for variable in [
-        "OPENROUTER_API_KEY",
-        "OPENAI_API_KEY",
-        "MRAGENT_BASE_URL",
-        "MRAGENT_MODEL",
-        "MRAGENT_ROOT",
-        "RUST_LOG",
-        "MRAGENT_WORKERS",
-    ] {
-        command.env_remove(variable);
-    }
-    command
-}
-
 async fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let output = command(dir, args).output().await.unwrap();
+    let output = mragent_command(dir, args).output().await.unwrap();
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -312,7 +281,7 @@ async fn kill_during_an_add_then_the_same_add_gives_the_uninterrupted_store() {
     args.extend(["--workers", "1"]);
 
     let killed = tempfile::tempdir().unwrap();
-    let mut child = command(killed.path(), &args).spawn().unwrap();
+    let mut child = mragent_command(killed.path(), &args).spawn().unwrap();
     let database = Store::default_path(killed.path());
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {

@@ -294,6 +294,7 @@ impl Timeline<'_> {
             usage,
             latency_ms,
             fallbacks,
+            rejected,
             retries,
             hedges,
         } = event
@@ -307,9 +308,14 @@ impl Timeline<'_> {
         let counted = |count: u32, what: &str| {
             if count > 0 { format!(", {count} {what}") } else { String::new() }
         };
-        let fallbacks = [(*fallbacks, "fallbacks"), (*retries, "retries"), (*hedges, "hedges")]
-            .map(|(count, what)| counted(count, what))
-            .concat();
+        let fallbacks = [
+            (*fallbacks, "fallbacks"),
+            (*rejected, "rejected"),
+            (*retries, "retries"),
+            (*hedges, "hedges"),
+        ]
+        .map(|(count, what)| counted(count, what))
+        .concat();
         let stats = palette.dim.apply_to(format!(
             "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
             usage.prompt_tokens,

@@ -32,7 +32,7 @@ fn paths_are_safe_and_records_round_trip() -> anyhow::Result<()> {
 }
 
 #[test]
-fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
+fn branches_merge_in_call_order_and_count_fallbacks_and_rejections() -> anyhow::Result<()> {
     let directory = tempfile::tempdir()?;
     let path = directory.path().join("q.jsonl");
     let mut writer = TraceWriter::open(path.clone());
@@ -42,7 +42,7 @@ fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
     first.record(fallback("first"));
     writer.merge(first);
     writer.merge(second);
-    assert_eq!(writer.fallbacks(), 2);
+    assert_eq!((writer.fallbacks(), writer.rejected()), (2, 0));
     let steps: Vec<String> = read_trace(&path)?
         .into_iter()
         .filter_map(|record| match record.event {
@@ -55,8 +55,13 @@ fn branches_merge_in_call_order_and_count_fallbacks() -> anyhow::Result<()> {
     let mut disabled = TraceWriter::disabled();
     let mut branch = disabled.branch();
     branch.record(fallback("x"));
+    branch.record(TraceEvent::Rejected {
+        step: "rerank".into(),
+        reason: "not JSON".into(),
+        reply: "sure".into(),
+    });
     disabled.merge(branch);
-    assert_eq!(disabled.fallbacks(), 1);
+    assert_eq!((disabled.fallbacks(), disabled.rejected()), (1, 1));
     Ok(())
 }
 

@@ -7,7 +7,8 @@ use mragent::llm::scripted::ScriptedReply;
 use serde_json::Value;
 
 use super::mragent_in;
-use super::safety::{answer_chat, lines, project, run_args, server};
+use super::safety::{answer_chat, project, run_args, server};
+use crate::support::read_lines;
 
 /// The fixture's conversation twice: `conv-7` as is, and `conv-8` with every "Lena" renamed to
 /// "Marguerite" (so that the endpoint can tell its build requests apart).
@@ -45,7 +46,7 @@ async fn a_built_conversation_is_answered_while_another_still_builds() {
         first_answer < last_slow,
         "the first answer request ({first_answer}) waited for conv-8's build (last request {last_slow})"
     );
-    let answered = lines(&dir.path().join("result/locomo/conv-8_result_local-tiny_t.jsonl"));
+    let answered = read_lines(&dir.path().join("result/locomo/conv-8_result_local-tiny_t.jsonl"));
     assert_eq!(answered.len(), 9, "conv-8 is answered once built");
 }
 
@@ -114,6 +115,28 @@ async fn the_memgas_index_is_built_only_when_called_then_loaded_from_disk() {
     assert!(memgas_called(&again));
     assert!(!unit_vectors.exists(), "the index was loaded, not rebuilt");
     assert_eq!(std::fs::read(&index_file).unwrap(), written);
-    let results = lines(&dir.path().join("result/locomo/conv-7_result_local-tiny_w.jsonl"));
+    let results = read_lines(&dir.path().join("result/locomo/conv-7_result_local-tiny_w.jsonl"));
     assert!(results.iter().all(|line| line.status == mragent::results::Status::Ok));
+}
+
+/// `run` prints its build's report (the one `build` prints) before its own summary, and not
+/// under `-q`.
+#[tokio::test]
+async fn run_prints_the_build_report_unless_quiet() {
+    let (dir, data) = project(|_| {});
+    let endpoint = server(|_| None).await;
+    let mut args = run_args(&data, &endpoint, "loud");
+    args.retain(|arg| *arg != "-q");
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report = stdout.find("built 1 conversations, ").expect("the build report");
+    let summary = stdout.find(" questions: ").expect("the run summary");
+    assert!(report < summary, "{stdout}");
+    assert!(stdout.contains("\nrepaired: ") && stdout.contains("reasked"), "{stdout}");
+
+    let quiet = mragent_in(dir.path(), &run_args(&data, &endpoint, "quiet"), &[]).await;
+    let stdout = String::from_utf8_lossy(&quiet.stdout);
+    assert!(quiet.status.success(), "{}", String::from_utf8_lossy(&quiet.stderr));
+    assert!(stdout.contains(" questions: ") && !stdout.contains("built "), "{stdout}");
 }

@@ -5,12 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
+use mragent::agent::scripted::is_answer_request;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
-use mragent::results::{ResultLine, Status};
+use mragent::results::Status;
 use serde_json::Value;
 
 use super::mragent_in;
+use crate::support::{build_and_answer, mragent_command, project_with, read_lines};
 
 /// A chat request of the answer phase. (`is_answer_request` also counts every embeddings
 /// request, and the build embeds its memory through the same endpoint.)
@@ -22,17 +23,9 @@ pub(super) fn answer_chat(request: &RecordedRequest) -> bool {
 pub(super) async fn server(
     special: impl Fn(&RecordedRequest) -> Option<ScriptedReply> + Send + Sync + 'static,
 ) -> ScriptedServer {
-    let agent = plausible_agent(AgentScript::default());
+    let respond = build_and_answer(|_| None);
     ScriptedServer::with_responder(move |request| {
-        if let Some(reply) = special(request) {
-            reply
-        } else if request.is_embeddings() {
-            ScriptedReply::HashEmbeddings
-        } else if is_answer_request(request) {
-            agent(request)
-        } else {
-            ScriptedReply::json(&crate::ingest::good_answer(request))
-        }
+        special(request).unwrap_or_else(|| respond(request))
     })
     .await
     .unwrap()
@@ -40,14 +33,7 @@ pub(super) async fn server(
 
 /// A project directory with a copy of the answer fixture, changed by `edit`.
 pub(super) fn project(edit: impl FnOnce(&mut Value)) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer/tiny_conversation.json");
-    let mut data: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
-    edit(&mut data);
-    let path = dir.path().join("dataset.json");
-    std::fs::write(&path, serde_json::to_string(&data).unwrap()).unwrap();
-    (dir, path)
+    project_with("tests/fixtures/answer/tiny_conversation.json", edit)
 }
 
 pub(super) fn run_args<'a>(
@@ -72,14 +58,6 @@ pub(super) fn run_args<'a>(
 
 fn result_file(dir: &Path, tag: &str) -> PathBuf {
     dir.join(format!("result/locomo/conv-7_result_local-tiny_{tag}.jsonl"))
-}
-
-pub(super) fn lines(path: &Path) -> Vec<ResultLine> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 fn manifest(dir: &Path, tag: &str) -> Value {
@@ -132,7 +110,7 @@ async fn torn_and_foreign_lines_are_moved_aside_never_deleted() {
     let args = run_args(&data, &server, "t");
     assert!(mragent_in(dir.path(), &args, &[]).await.status.success());
     let path = result_file(dir.path(), "t");
-    let answered = lines(&path).len();
+    let answered = read_lines(&path).len();
     let junk = "{\"something\": \"else\"}\n{\"question_id\":\"conv-7:q1\",\"sam";
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend_from_slice(junk.as_bytes());
@@ -141,7 +119,7 @@ async fn torn_and_foreign_lines_are_moved_aside_never_deleted() {
     let rerun = mragent_in(dir.path(), &args, &[]).await;
     assert!(rerun.status.success(), "{}", text(&rerun.stderr));
     assert_eq!(server.request_count(), before, "nothing is answered again");
-    assert_eq!(lines(&path).len(), answered);
+    assert_eq!(read_lines(&path).len(), answered);
     let rejected =
         std::fs::read_to_string(path.with_file_name("conv-7_result_local-tiny_t.rejected.jsonl"))
             .unwrap();
@@ -165,7 +143,7 @@ async fn an_incomplete_memory_leaves_questions_pending_then_a_rerun_answers_them
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pending") && stderr.contains("conv-7"), "{stderr}");
-    assert!(lines(&result_file(dir.path(), "t")).is_empty(), "no answer over a broken memory");
+    assert!(read_lines(&result_file(dir.path(), "t")).is_empty(), "no answer over a broken memory");
     assert!(broken.requests().iter().all(|request| !answer_chat(request)));
     let recorded = manifest(dir.path(), "t");
     assert_eq!(recorded["summary"]["pending"], 9, "{recorded}");
@@ -174,7 +152,7 @@ async fn an_incomplete_memory_leaves_questions_pending_then_a_rerun_answers_them
     let good = server(|_| None).await;
     let rerun = mragent_in(dir.path(), &run_args(&data, &good, "t"), &[]).await;
     assert!(rerun.status.success(), "{}", text(&rerun.stderr));
-    let answered = lines(&result_file(dir.path(), "t"));
+    let answered = read_lines(&result_file(dir.path(), "t"));
     assert_eq!(answered.len(), 9);
     assert!(
         answered.iter().all(|line| line.status == Status::Ok && !line.provenance.memory.is_empty())
@@ -186,7 +164,7 @@ async fn a_changed_question_is_answered_again() {
     let (dir, data) = project(|_| {});
     let server = server(|_| None).await;
     assert!(mragent_in(dir.path(), &run_args(&data, &server, "t"), &[]).await.status.success());
-    let first = lines(&result_file(dir.path(), "t"));
+    let first = read_lines(&result_file(dir.path(), "t"));
     assert!(first.iter().all(|line| line.provenance.model == "local/tiny"));
 
     // The TempDir must live until the copy: dropping it deletes the edited file.
@@ -203,7 +181,7 @@ async fn a_changed_question_is_answered_again() {
         std::fs::read_to_string(path.with_file_name("conv-7_result_local-tiny_t.superseded.jsonl"))
             .unwrap();
     assert_eq!(superseded.lines().count(), 1);
-    let again = lines(&path);
+    let again = read_lines(&path);
     assert_eq!(again.len(), first.len());
     assert!(again.iter().any(|line| line.question.ends_with("(edited)")));
 }
@@ -237,7 +215,7 @@ async fn a_refused_key_stops_the_build_and_the_answers_at_once() {
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.matches("answering stopped").count(), 1, "{stderr}");
         assert!(stderr.contains("OPENAI_API_KEY"), "{stderr}");
-        assert!(lines(&result_file(dir.path(), "t")).is_empty(), "no ERROR row per question");
+        assert!(read_lines(&result_file(dir.path(), "t")).is_empty(), "no ERROR row per question");
         let answer_requests = answering.requests().iter().filter(|r| answer_chat(r)).count();
         assert!(answer_requests <= 12, "{answer_requests} answer requests after a 401");
     }
@@ -285,10 +263,7 @@ async fn a_second_ctrl_c_exits_at_once() {
         answer_chat(request).then(|| ScriptedReply::text("{}").delayed(Duration::from_secs(30)))
     })
     .await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mragent"))
-        .args(run_args(&data, &slow, "t"))
-        .current_dir(dir.path())
-        .env_remove("OPENAI_API_KEY")
+    let mut child = mragent_command(dir.path(), &run_args(&data, &slow, "t"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

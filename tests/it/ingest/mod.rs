@@ -10,36 +10,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mragent::dataset::load_longmemeval;
 use mragent::dataset::{Conversation, DatasetKind};
-use mragent::dataset::{load_locomo, load_longmemeval};
 use mragent::ingest::{BuildSettings, BuildSummary, Stage, build, build_memory, load_memory};
-use mragent::llm::retry::RetryPolicy;
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
-use mragent::llm::{
-    Client, EmbedClient, Embedder as _, EmbedderConfig, LlmConfig, Secret, build_chat_model,
-    build_embedder,
-};
+use mragent::llm::{Client, EmbedClient, Embedder as _, build_chat_model};
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::support::{self, locomo};
+
 pub(crate) mod repair;
 
-const EMBEDDER: &str = "test-embedding";
-
 fn fixture() -> Vec<Conversation> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ingest/tiny_conversation.json");
-    load_locomo(&path).unwrap()
-}
-
-fn locomo(sample: &str) -> Conversation {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
-    load_locomo(&path)
-        .unwrap()
-        .into_iter()
-        .find(|conversation| conversation.sample_id == sample)
-        .unwrap()
+    support::load_fixture("tests/fixtures/ingest/tiny_conversation.json")
 }
 
 /// What the responder sees in a chat request.
@@ -191,19 +176,10 @@ impl Harness {
     ) -> Self {
         let server = ScriptedServer::with_responder(responder(answer)).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut config = LlmConfig::new(server.base_url(), Secret::new("test-key"), "test-model");
-        config.retry = RetryPolicy {
-            max_attempts: 2,
-            base_delay: Duration::from_millis(5),
-            ..RetryPolicy::default()
-        };
+        let config = support::client_config(&server);
         let chat = build_chat_model(&config).unwrap();
-        let embedder =
-            build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 64 })
-                .unwrap();
-        let mut settings =
-            BuildSettings::new(dir.path().join("data"), DatasetKind::Locomo, "test", "test-model");
-        settings.progress = false;
+        let embedder = support::embedder(&config, 64);
+        let mut settings = support::build_settings(dir.path());
         settings.workers = 4;
         settings.max_reasks = 2;
         Self { server, _dir: dir, settings, chat, embedder }
@@ -231,17 +207,6 @@ fn rewrites_per_session(requests: &[RecordedRequest]) -> BTreeMap<u32, usize> {
         }
     }
     counts
-}
-
-fn sessions_done_in_cache(path: &Path) -> BTreeSet<u32> {
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    file["units"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|unit| unit["status"] == "done")
-        .map(|unit| unit["first_session"].as_u64().unwrap() as u32)
-        .collect()
 }
 
 #[tokio::test]
@@ -361,7 +326,7 @@ async fn a_killed_build_resumes_without_re_requesting_finished_sessions() {
     // renaming or left the old file.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let first_run = harness.requests();
-    let finished = sessions_done_in_cache(&harness.rewrite_path("conv-30"));
+    let finished = support::done_in_cache(&harness.rewrite_path("conv-30"));
     assert!(!finished.is_empty() && finished.len() < 19, "{finished:?}");
 
     let summary = harness.build(&conversations).await;
@@ -528,7 +493,7 @@ async fn a_changed_prompt_invalidates_its_stage_and_the_later_ones_with_a_messag
         serde_json::from_str(&std::fs::read_to_string(harness.rewrite_path("conv-tiny")).unwrap())
             .unwrap();
     assert_eq!(rewrite["versions"]["rewrite"], json!(mragent::prompts::REWRITE.version()));
-    assert_eq!(sessions_done_in_cache(&harness.rewrite_path("conv-tiny")).len(), 3);
+    assert_eq!(support::done_in_cache(&harness.rewrite_path("conv-tiny")).len(), 3);
 }
 
 #[tokio::test]
