@@ -65,6 +65,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     }
     let fallbacks = trace.fallbacks();
     shared.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
+    let skipped = trace.skipped();
+    shared.skipped.fetch_add(u64::from(skipped), Ordering::Relaxed);
     let calls = trace.calls();
     trace.record(TraceEvent::Finish {
         status,
@@ -76,6 +78,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         usage,
         latency_ms,
         fallbacks,
+        skipped,
         retries: calls.retries,
         hedges: calls.hedges,
     });

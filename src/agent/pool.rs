@@ -54,6 +54,9 @@ pub struct RunSummary {
     /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
     /// its question's trace.
     pub fallbacks: u64,
+    /// Model calls this run did not need and did not make (tag scoring of keys whose unseen
+    /// tags are few); each is a `skipped` record in its question's trace.
+    pub skipped: u64,
     /// Estimated cost in USD of this run, when the model's price is known.
     pub cost_usd: Option<f64>,
     /// Wall time.
@@ -98,6 +101,9 @@ impl std::fmt::Display for RunSummary {
             self.usage.completion_tokens
         )?;
         write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
+        if self.skipped > 0 {
+            write!(f, "; {} model calls skipped", self.skipped)?;
+        }
         if !self.empty_sessions.is_empty() {
             write!(
                 f,
@@ -223,6 +229,7 @@ where
         usage,
         empty_sessions,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
+        skipped: shared.skipped.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
         result_files,

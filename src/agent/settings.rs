@@ -135,10 +135,12 @@ pub(super) struct Shared<'a, M, E> {
     pub embedder: &'a E,
     /// Retrieval steps that fell back, over the run (see `TraceEvent::Fallback`).
     pub fallbacks: AtomicU64,
+    /// Model calls not needed and not made, over the run (see `TraceEvent::Skipped`).
+    pub skipped: AtomicU64,
 }
 
 impl<'a, M, E> Shared<'a, M, E> {
     pub(super) fn new(settings: &'a AnswerSettings, model: &'a M, embedder: &'a E) -> Self {
-        Self { settings, model, embedder, fallbacks: AtomicU64::new(0) }
+        Self { settings, model, embedder, fallbacks: AtomicU64::new(0), skipped: AtomicU64::new(0) }
     }
 }

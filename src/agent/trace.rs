@@ -101,6 +101,14 @@ pub enum TraceEvent {
         /// Why.
         reason: String,
     },
+    /// A model call that was not needed and not made (tag scoring of a key whose tags that lead
+    /// to unseen events are few enough to show whole). Counted per question and per run.
+    Skipped {
+        /// The step (`tag_scores <key>`).
+        step: String,
+        /// Why.
+        reason: String,
+    },
     /// A model reply that was not accepted, kept so that the user can see what the model said.
     Rejected {
         /// The step that asked (`question_keywords`, `rerank`, `tag_scores <key>`, `answer`).
@@ -183,6 +191,9 @@ pub enum TraceEvent {
         /// Steps that fell back (see [`TraceEvent::Fallback`]).
         #[serde(default)]
         fallbacks: u32,
+        /// Model calls skipped (see [`TraceEvent::Skipped`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        skipped: u32,
         /// Failed attempts the client retried, over every model call of the question.
         #[serde(default, skip_serializing_if = "is_zero")]
         retries: u32,
@@ -255,6 +266,8 @@ pub struct TraceWriter {
     buffer: Option<Vec<TraceRecord>>,
     /// [`TraceEvent::Fallback`] records written (counted even when nothing is recorded).
     fallbacks: u32,
+    /// [`TraceEvent::Skipped`] records written (counted even when nothing is recorded).
+    skipped: u32,
     /// Retries and hedges of the model calls recorded (see [`TraceWriter::calls`]).
     calls: CallCounts,
     path: PathBuf,
@@ -280,6 +293,7 @@ impl TraceWriter {
             file,
             buffer: None,
             fallbacks: 0,
+            skipped: 0,
             calls: CallCounts::default(),
             path,
             started: Instant::now(),
@@ -292,6 +306,7 @@ impl TraceWriter {
             file: None,
             buffer: None,
             fallbacks: 0,
+            skipped: 0,
             calls: CallCounts::default(),
             path: PathBuf::new(),
             started: Instant::now(),
@@ -307,6 +322,7 @@ impl TraceWriter {
             file: None,
             buffer: recording.then(Vec::new),
             fallbacks: 0,
+            skipped: 0,
             calls: CallCounts::default(),
             path: self.path.clone(),
             started: self.started,
@@ -319,6 +335,7 @@ impl TraceWriter {
             Some(records) => records.into_iter().for_each(|record| self.write(record)),
             None => {
                 self.fallbacks += branch.fallbacks;
+                self.skipped += branch.skipped;
                 self.calls.add(branch.calls);
             }
         }
@@ -327,6 +344,11 @@ impl TraceWriter {
     /// Fallbacks recorded so far (branches count once merged).
     pub fn fallbacks(&self) -> u32 {
         self.fallbacks
+    }
+
+    /// Model calls skipped so far (branches count once merged).
+    pub fn skipped(&self) -> u32 {
+        self.skipped
     }
 
     /// Retries and hedges of the model calls recorded so far (branches count once merged).
@@ -353,6 +375,7 @@ impl TraceWriter {
     fn write(&mut self, record: TraceRecord) {
         match &record.event {
             TraceEvent::Fallback { .. } => self.fallbacks += 1,
+            TraceEvent::Skipped { .. } => self.skipped += 1,
             TraceEvent::Llm { calls, .. } => calls.iter().for_each(|call| self.calls.count(call)),
             TraceEvent::Response { calls, .. } => self.calls.count(calls),
             _ => {}

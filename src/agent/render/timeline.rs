@@ -100,6 +100,14 @@ impl Timeline<'_> {
                     self.short(reason)
                 );
             }
+            TraceEvent::Skipped { step, reason } => {
+                let _ = writeln!(
+                    self.out,
+                    "{time}  {} {}",
+                    self.palette.dim.apply_to(format!("skipped {step}:")),
+                    self.short(reason)
+                );
+            }
             TraceEvent::Rejected { step, reason, reply } => {
                 let _ = writeln!(
                     self.out,
@@ -294,6 +302,7 @@ impl Timeline<'_> {
             usage,
             latency_ms,
             fallbacks,
+            skipped,
             retries,
             hedges,
         } = event
@@ -307,9 +316,14 @@ impl Timeline<'_> {
         let counted = |count: u32, what: &str| {
             if count > 0 { format!(", {count} {what}") } else { String::new() }
         };
-        let fallbacks = [(*fallbacks, "fallbacks"), (*retries, "retries"), (*hedges, "hedges")]
-            .map(|(count, what)| counted(count, what))
-            .concat();
+        let fallbacks = [
+            (*fallbacks, "fallbacks"),
+            (*skipped, "skipped calls"),
+            (*retries, "retries"),
+            (*hedges, "hedges"),
+        ]
+        .map(|(count, what)| counted(count, what))
+        .concat();
         let stats = palette.dim.apply_to(format!(
             "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
             usage.prompt_tokens,
