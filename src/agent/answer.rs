@@ -63,9 +63,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     if let Some(error) = &error {
         tracing::warn!(error = %error, "question failed");
     }
-    let fallbacks = trace.fallbacks();
+    let (fallbacks, skipped) = (trace.fallbacks(), trace.skipped());
     shared.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
-    let skipped = trace.skipped();
     shared.skipped.fetch_add(u64::from(skipped), Ordering::Relaxed);
     let calls = trace.calls();
     trace.record(TraceEvent::Finish {

@@ -339,10 +339,7 @@ pub(super) fn run_setup(
     // The templates and their values are fixed at compile time; a render failure is a bug that
     // the prompt tests catch, and the raw template is still a usable prompt.
     let system = prompts::ANSWER_SYSTEM
-        .render(&[
-            ("dataset_rules", dataset_rules),
-            ("calls_per_round", &calls_per_round),
-        ])
+        .render(&[("dataset_rules", dataset_rules), ("calls_per_round", &calls_per_round)])
         .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string())
         .trim_end()
         .to_string();

@@ -348,7 +348,10 @@ async fn trace_renders_a_question_and_a_result_file() {
         })
         .collect();
     for kind in ["start", "llm", "retrieval", "request", "response", "tool_call", "finish"] {
-        assert!(kinds.contains(kind), "every kind of event but fallbacks and rejections: {kinds:?}");
+        assert!(
+            kinds.contains(kind),
+            "every kind of event but fallbacks and rejections: {kinds:?}"
+        );
     }
     assert!(!kinds.contains("fallback") && !kinds.contains("rejected"), "{kinds:?}");
     // The first request carries the tool specs, every later one only what is new.

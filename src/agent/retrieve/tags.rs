@@ -10,8 +10,8 @@ use super::input::{CallSettings, RetrieveInput, similarity};
 use crate::agent::ids::origin_of;
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
-use crate::memory::{MemoryGraph, normalize_key};
 use crate::memory::query::{self, KeyTags, QueryKeyword};
+use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
 use crate::retrieval::vector::top_k;
 
@@ -237,11 +237,13 @@ pub(super) async fn score_plan<M: ChatModel>(
         .iter()
         .filter(|key| key.tags.len() > settings.tag_max)
         .map(|key| {
-            let tags = closest_tags(input.graph, &key.key, &key.tags, cap, |id| similarity(input, id));
+            let tags =
+                closest_tags(input.graph, &key.key, &key.tags, cap, |id| similarity(input, id));
             (key.key.as_str(), tags)
         })
         .collect();
-    let wide: Vec<(&str, &[String])> = cut.iter().map(|(key, tags)| (*key, tags.as_slice())).collect();
+    let wide: Vec<(&str, &[String])> =
+        cut.iter().map(|(key, tags)| (*key, tags.as_slice())).collect();
     let (mut scored, usage) = score_keys_tags(
         model,
         &input.call,
