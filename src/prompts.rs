@@ -98,8 +98,6 @@ prompt!(QUESTION_KEYWORDS, "question_keywords");
 prompt!(RERANK, "rerank");
 prompt!(ANSWER_TAG_SCORES, "answer_tag_scores");
 prompt!(ANSWER_SYSTEM, "answer_system");
-prompt!(ANSWER_STYLE_STRICT, "answer_style_strict");
-prompt!(ANSWER_STYLE_OPEN, "answer_style_open");
 prompt!(ANSWER_RULES_LONGMEMEVAL, "answer_rules_longmemeval");
 prompt!(ANSWER_FINAL, "answer_final");
 prompt!(ANSWER_TIME_NUDGE, "answer_time_nudge");
@@ -132,8 +130,6 @@ pub const ALL: &[Prompt] = &[
     RERANK,
     ANSWER_TAG_SCORES,
     ANSWER_SYSTEM,
-    ANSWER_STYLE_STRICT,
-    ANSWER_STYLE_OPEN,
     ANSWER_RULES_LONGMEMEVAL,
     ANSWER_FINAL,
     ANSWER_TIME_NUDGE,

@@ -62,8 +62,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     if let Some(error) = &error {
         tracing::warn!(error = %error, "question failed");
     }
-    let (fallbacks, rejected) = (trace.fallbacks(), trace.rejected());
-    shared.count(fallbacks, rejected);
+    let (fallbacks, rejected, skipped) = (trace.fallbacks(), trace.rejected(), trace.skipped());
+    shared.count(fallbacks, rejected, skipped);
     let calls = trace.calls();
     trace.record(TraceEvent::Finish {
         status,
@@ -76,6 +76,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         latency_ms,
         fallbacks,
         rejected,
+        skipped,
         retries: calls.retries,
         hedges: calls.hedges,
     });

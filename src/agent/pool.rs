@@ -57,6 +57,9 @@ pub struct RunSummary {
     /// Model replies of this run that were rejected (re-asked, or replaced by a fallback once
     /// the re-asks ran out); each is a `rejected` record in its question's trace.
     pub rejected: u64,
+    /// Model calls this run did not need and did not make (tag scoring of keys whose unseen
+    /// tags are few); each is a `skipped` record in its question's trace.
+    pub skipped: u64,
     /// Estimated cost in USD of this run, when the model's price is known.
     pub cost_usd: Option<f64>,
     /// Wall time.
@@ -103,6 +106,9 @@ impl std::fmt::Display for RunSummary {
         write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
         if self.rejected > 0 {
             write!(f, "; {} model replies rejected", self.rejected)?;
+        }
+        if self.skipped > 0 {
+            write!(f, "; {} model calls skipped", self.skipped)?;
         }
         if !self.empty_sessions.is_empty() {
             write!(
@@ -230,6 +236,7 @@ where
         empty_sessions,
         fallbacks: shared.fallbacks.load(Ordering::Relaxed),
         rejected: shared.rejected.load(Ordering::Relaxed),
+        skipped: shared.skipped.load(Ordering::Relaxed),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
         result_files,

@@ -3,7 +3,8 @@
 //!
 //! LoCoMo categories (spec §3.1, §9.6): multi-hop (1) asks for facts only; temporal (2) explains
 //! how to resolve dates from the conversation time and turns on the time nudge before the last
-//! tool round; open-domain (3) allows inferred answers and uses the lenient answer style;
+//! tool round; open-domain (3) allows inferred answers, said in the question's own text (the
+//! system prompt is the same for every question so that provider prompt caching applies);
 //! adversarial (5) offers two options, "Not mentioned in the conversation" and the distractor, in
 //! an order drawn from a seeded coin per question (the reference's coin was unseeded). LongMemEval
 //! temporal-reasoning questions get `current_date` from the question date, as in the reference;
@@ -21,15 +22,6 @@ pub const NOT_MENTIONED: &str = "Not mentioned in the conversation";
 /// The LongMemEval question type that is told today's date.
 const TEMPORAL_REASONING: &str = "temporal-reasoning";
 
-/// How strictly answers must stick to the conversation's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnswerStyle {
-    /// Concrete, literal answers (every category but open-domain).
-    Strict,
-    /// Inferred answers allowed (LoCoMo open-domain).
-    Open,
-}
-
 /// A question prepared for the loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparedQuestion {
@@ -39,8 +31,6 @@ pub struct PreparedQuestion {
     /// instructions, which would only add noise (the temporal instructions even contain a date),
     /// but with the category-5 options, whose words are worth searching for.
     pub search_text: String,
-    /// Answer style (selects the system prompt's rules).
-    pub style: AnswerStyle,
     /// Remind the model to resolve dates before the last tool round.
     pub time_nudge: bool,
     /// Today's date for the model (`YYYY-MM-DD`), LongMemEval only.
@@ -55,7 +45,6 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
     let mut prepared = PreparedQuestion {
         text: base.clone(),
         search_text: base.clone(),
-        style: AnswerStyle::Strict,
         time_nudge: false,
         current_date: None,
         not_mentioned_first: None,
@@ -68,7 +57,6 @@ pub fn prepare(question: &Question, dataset: DatasetKind, seed: u64) -> Prepared
         }
         (Category::Locomo(3), _) => {
             prepared.text = join(&base, prompts::ANSWER_OPEN_DOMAIN.text);
-            prepared.style = AnswerStyle::Open;
         }
         (Category::Locomo(5), _) => {
             let distractor = question
@@ -144,7 +132,7 @@ mod tests {
         let adversarial = prepare(&question("q", Category::Locomo(5)), DatasetKind::Locomo, 1);
         assert_eq!(adversarial.search_text, adversarial.text);
         let open = prepare(&question("q", Category::Locomo(3)), DatasetKind::Locomo, 1);
-        assert_eq!(open.style, AnswerStyle::Open);
+        assert!(open.text.contains("inference"), "{}", open.text);
         let single = prepare(&question("q", Category::Locomo(4)), DatasetKind::Locomo, 1);
         assert_eq!(single.text, "What did Caroline paint?");
         assert_eq!(single.current_date, None);

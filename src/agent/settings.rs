@@ -137,6 +137,8 @@ pub(super) struct Shared<'a, M, E> {
     pub fallbacks: AtomicU64,
     /// Model replies rejected, over the run (see `TraceEvent::Rejected`).
     pub rejected: AtomicU64,
+    /// Model calls not needed and not made, over the run (see `TraceEvent::Skipped`).
+    pub skipped: AtomicU64,
 }
 
 impl<'a, M, E> Shared<'a, M, E> {
@@ -147,12 +149,14 @@ impl<'a, M, E> Shared<'a, M, E> {
             embedder,
             fallbacks: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
         }
     }
 
-    /// Adds a question's fallbacks and rejected replies to the run's counts.
-    pub(super) fn count(&self, fallbacks: u32, rejected: u32) {
+    /// Adds a question's fallbacks, rejected replies and skipped calls to the run's counts.
+    pub(super) fn count(&self, fallbacks: u32, rejected: u32, skipped: u32) {
         self.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
         self.rejected.fetch_add(u64::from(rejected), Ordering::Relaxed);
+        self.skipped.fetch_add(u64::from(skipped), Ordering::Relaxed);
     }
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::agent::events::{CallSummary, LoopEvent, ResultSummary};
-use crate::agent::question::{AnswerStyle, PreparedQuestion};
-use crate::agent::retrieve::score_keys_tags;
+use crate::agent::question::PreparedQuestion;
+use crate::agent::retrieve::{closest_tags, score_keys_tags, tag_candidates, unshown_tags};
 use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
 use crate::agent::sample::SampleMemory;
 use crate::agent::settings::{AnswerSettings, Shared};
@@ -20,7 +20,9 @@ use crate::agent::tools::{
 use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, rejected_excerpt};
 use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolChoice, Usage};
+use crate::memory::query::KeyTags;
 use crate::prompts;
+use crate::retrieval::vector::dot;
 
 /// What one question's tool calls read and update.
 pub(super) struct QuestionTools<'a> {
@@ -222,33 +224,72 @@ async fn finish_tool<M: ChatModel, E: Embedder>(
     applied: Result<Applied, ToolError>,
     trace: &mut TraceWriter,
 ) -> (String, Usage) {
-    let settings = shared.settings;
     match applied {
         Ok(Applied::Done(value)) => (value.to_string(), Usage::default()),
-        Ok(Applied::ScoreTags { event_id, mut keys }) => {
-            let tag_max = settings.retrieval.tag_max;
-            let limit = settings.retrieval.tag_limit;
-            let wide: Vec<(&str, &[String])> = keys
-                .iter()
-                .filter(|key| key.tags.len() > tag_max)
-                .map(|key| (key.key.as_str(), key.tags.as_slice()))
-                .collect();
-            let call = settings.call_settings();
-            let question = &tools.prepared.search_text;
-            let (mut scored, usage) =
-                score_keys_tags(shared.model, &call, limit, question, &wide, trace).await;
-            scored.reverse();
-            for key in keys.iter_mut().filter(|key| key.tags.len() > tag_max) {
-                key.tags = match scored.pop().flatten() {
-                    Some(scored) => scored.into_iter().map(|(tag, _)| tag).collect(),
-                    None => key.tags.iter().take(limit).cloned().collect(),
-                };
-            }
-            (finish_event_keywords(&event_id, keys).to_string(), usage)
+        Ok(Applied::ScoreTags { keys, .. }) => {
+            let (keys, usage) = score_event_keys(shared, tools, keys, trace).await;
+            (finish_event_keywords(keys).to_string(), usage)
         }
         Ok(Applied::Memgas { query, k }) => (memgas(tools, &query, k).await, Usage::default()),
         Err(error) => (error.to_tool_result(), Usage::default()),
     }
+}
+
+/// The tags of a `query_event_keywords` result's keys. A key with more than `tag_max` tags keeps
+/// those that lead to events not shown yet (it is left out when none does); when they are still
+/// more than `tag_max`, the model scores the closest of them (see `closest_tags`), every such
+/// key in one request; otherwise no request is needed, and a `skipped` trace record says so.
+async fn score_event_keys<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    tools: &QuestionTools<'_>,
+    mut keys: Vec<KeyTags>,
+    trace: &mut TraceWriter,
+) -> (Vec<KeyTags>, Usage) {
+    let settings = shared.settings;
+    let tag_max = settings.retrieval.tag_max;
+    let limit = settings.retrieval.tag_limit;
+    let graph = tools.context.graph;
+    keys.retain_mut(|key| {
+        if key.tags.len() <= tag_max {
+            return true;
+        }
+        let all = key.tags.len();
+        key.tags = unshown_tags(graph, &key.key, &key.tags, &tools.shown);
+        if key.tags.len() <= tag_max {
+            trace.record(TraceEvent::Skipped {
+                step: format!("tag_scores {}", key.key),
+                reason: format!(
+                    "only {} of its {all} tags lead to events not shown yet",
+                    key.tags.len()
+                ),
+            });
+        }
+        !key.tags.is_empty()
+    });
+    let context = &tools.context;
+    let similarity = |id: &str| {
+        context.vectors.sentences.get(id).map_or(f32::MIN, |v| dot(v, context.question_vector))
+    };
+    let cap = tag_candidates(limit);
+    let cut: Vec<(&str, Vec<String>)> = keys
+        .iter()
+        .filter(|key| key.tags.len() > tag_max)
+        .map(|key| (key.key.as_str(), closest_tags(graph, &key.key, &key.tags, cap, similarity)))
+        .collect();
+    let wide: Vec<(&str, &[String])> =
+        cut.iter().map(|(key, tags)| (*key, tags.as_slice())).collect();
+    let call = settings.call_settings();
+    let question = &tools.prepared.search_text;
+    let (mut scored, usage) =
+        score_keys_tags(shared.model, &call, limit, question, &wide, trace).await;
+    scored.reverse();
+    for key in keys.iter_mut().filter(|key| key.tags.len() > tag_max) {
+        key.tags = match scored.pop().flatten() {
+            Some(scored) => scored.into_iter().map(|(tag, _)| tag).collect(),
+            None => key.tags.iter().take(limit).cloned().collect(),
+        };
+    }
+    (keys, usage)
 }
 
 /// The result of a `query_memgas` call.
@@ -274,7 +315,7 @@ async fn memgas(tools: &QuestionTools<'_>, query: &str, k: usize) -> String {
         }
     };
     match memgas.index.query(query, &vector, k) {
-        Ok(hits) => memgas_result(query, &hits).to_string(),
+        Ok(hits) => memgas_result(&hits).to_string(),
         Err(error) => {
             ToolError::NotFound(format!("MemGAS retrieval failed: {error}")).to_tool_result()
         }
@@ -288,10 +329,6 @@ pub(super) fn run_setup(
     payload: String,
     memgas: bool,
 ) -> RunSetup {
-    let style = match prepared.style {
-        AnswerStyle::Strict => prompts::ANSWER_STYLE_STRICT.text.trim(),
-        AnswerStyle::Open => prompts::ANSWER_STYLE_OPEN.text.trim(),
-    };
     let dataset_rules = match settings.dataset {
         DatasetKind::Locomo => "",
         DatasetKind::LongMemEval | DatasetKind::Own => {
@@ -302,12 +339,10 @@ pub(super) fn run_setup(
     // The templates and their values are fixed at compile time; a render failure is a bug that
     // the prompt tests catch, and the raw template is still a usable prompt.
     let system = prompts::ANSWER_SYSTEM
-        .render(&[
-            ("style_rules", style),
-            ("dataset_rules", dataset_rules),
-            ("calls_per_round", &calls_per_round),
-        ])
-        .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string());
+        .render(&[("dataset_rules", dataset_rules), ("calls_per_round", &calls_per_round)])
+        .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string())
+        .trim_end()
+        .to_string();
     RunSetup {
         model: settings.model.clone(),
         system,

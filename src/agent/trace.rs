@@ -101,6 +101,14 @@ pub enum TraceEvent {
         /// Why.
         reason: String,
     },
+    /// A model call that was not needed and not made (tag scoring of a key whose tags that lead
+    /// to unseen events are few enough to show whole). Counted per question and per run.
+    Skipped {
+        /// The step (`tag_scores <key>`).
+        step: String,
+        /// Why.
+        reason: String,
+    },
     /// A model reply that was not accepted, kept so that the user can see what the model said.
     Rejected {
         /// The step that asked (`question_keywords`, `rerank`, `tag_scores <key>`, `answer`).
@@ -186,6 +194,9 @@ pub enum TraceEvent {
         /// Model replies rejected (see [`TraceEvent::Rejected`]).
         #[serde(default, skip_serializing_if = "is_zero")]
         rejected: u32,
+        /// Model calls skipped (see [`TraceEvent::Skipped`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        skipped: u32,
         /// Failed attempts the client retried, over every model call of the question.
         #[serde(default, skip_serializing_if = "is_zero")]
         retries: u32,
@@ -260,6 +271,8 @@ pub struct TraceWriter {
     fallbacks: u32,
     /// [`TraceEvent::Rejected`] records written (counted even when nothing is recorded).
     rejected: u32,
+    /// [`TraceEvent::Skipped`] records written (counted even when nothing is recorded).
+    skipped: u32,
     /// Retries and hedges of the model calls recorded (see [`TraceWriter::calls`]).
     calls: CallCounts,
     path: PathBuf,
@@ -286,6 +299,7 @@ impl TraceWriter {
             buffer: None,
             fallbacks: 0,
             rejected: 0,
+            skipped: 0,
             calls: CallCounts::default(),
             path,
             started: Instant::now(),
@@ -299,6 +313,7 @@ impl TraceWriter {
             buffer: None,
             fallbacks: 0,
             rejected: 0,
+            skipped: 0,
             calls: CallCounts::default(),
             path: PathBuf::new(),
             started: Instant::now(),
@@ -315,6 +330,7 @@ impl TraceWriter {
             buffer: recording.then(Vec::new),
             fallbacks: 0,
             rejected: 0,
+            skipped: 0,
             calls: CallCounts::default(),
             path: self.path.clone(),
             started: self.started,
@@ -328,6 +344,7 @@ impl TraceWriter {
             None => {
                 self.fallbacks += branch.fallbacks;
                 self.rejected += branch.rejected;
+                self.skipped += branch.skipped;
                 self.calls.add(branch.calls);
             }
         }
@@ -341,6 +358,11 @@ impl TraceWriter {
     /// Rejected model replies recorded so far (branches count once merged).
     pub fn rejected(&self) -> u32 {
         self.rejected
+    }
+
+    /// Model calls skipped so far (branches count once merged).
+    pub fn skipped(&self) -> u32 {
+        self.skipped
     }
 
     /// Retries and hedges of the model calls recorded so far (branches count once merged).
@@ -368,6 +390,7 @@ impl TraceWriter {
         match &record.event {
             TraceEvent::Fallback { .. } => self.fallbacks += 1,
             TraceEvent::Rejected { .. } => self.rejected += 1,
+            TraceEvent::Skipped { .. } => self.skipped += 1,
             TraceEvent::Llm { calls, .. } => calls.iter().for_each(|call| self.calls.count(call)),
             TraceEvent::Response { calls, .. } => self.calls.count(calls),
             _ => {}

@@ -43,10 +43,11 @@ fn real_model_shape(value: &Value) -> String {
             }
         }
         object.remove("mode");
-        object.remove("keyword");
-        if let Some(Value::Object(scores)) = object.get_mut("tag_scores") {
-            for score in scores.values_mut() {
-                *score = Value::String(score.to_string());
+        if let Some(Value::Object(keys)) = object.get_mut("tag_scores") {
+            for scores in keys.values_mut().filter_map(Value::as_object_mut) {
+                for score in scores.values_mut() {
+                    *score = Value::String(score.to_string());
+                }
             }
         }
         if let Some(Value::Array(supports)) = object.get("supports").cloned() {
@@ -86,7 +87,7 @@ async fn replies_shaped_like_a_real_models_are_read_without_reasks() {
     assert_eq!((summary.answered, summary.errors), (9, 0), "{summary:?}");
     assert_eq!(summary.fallbacks, 0, "{summary:?}");
     assert!(
-        reshaped.load(Ordering::SeqCst) >= 20,
+        reshaped.load(Ordering::SeqCst) >= 15,
         "{} replies reshaped",
         reshaped.load(Ordering::SeqCst)
     );
@@ -216,9 +217,16 @@ async fn work_within_a_question_overlaps_and_keeps_call_order() {
         };
         gap < latency / 2
     };
-    // Tag scoring of several keys goes out together, not one after another ...
-    let tag_pairs = tags.windows(2).filter(|pair| close(&pair[0], &pair[1])).count();
-    assert!(tag_pairs >= 5, "{tag_pairs} overlapping tag-score pairs of {}", tags.len());
+    // Tag scoring of several keys goes out in one request, not one after another ...
+    let keywords_of = |request: &RecordedRequest| {
+        let user: Value = serde_json::from_str(
+            request.messages().get(1).and_then(|m| m["content"].as_str()).unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        user["keywords"].as_object().map_or(0, serde_json::Map::len)
+    };
+    let several = tags.iter().filter(|request| keywords_of(request) >= 2).count();
+    assert!(several >= 5, "{several} of {} tag-score requests carry several keys", tags.len());
     // ... and beside the re-rank.
     let beside_rerank =
         reranks.iter().filter(|rerank| tags.iter().any(|tag| close(rerank, tag))).count();

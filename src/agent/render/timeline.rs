@@ -100,6 +100,14 @@ impl Timeline<'_> {
                     self.short(reason)
                 );
             }
+            TraceEvent::Skipped { step, reason } => {
+                let _ = writeln!(
+                    self.out,
+                    "{time}  {} {}",
+                    self.palette.dim.apply_to(format!("skipped {step}:")),
+                    self.short(reason)
+                );
+            }
             TraceEvent::Rejected { step, reason, reply } => {
                 let _ = writeln!(
                     self.out,
@@ -295,6 +303,7 @@ impl Timeline<'_> {
             latency_ms,
             fallbacks,
             rejected,
+            skipped,
             retries,
             hedges,
         } = event
@@ -311,6 +320,7 @@ impl Timeline<'_> {
         let fallbacks = [
             (*fallbacks, "fallbacks"),
             (*rejected, "rejected"),
+            (*skipped, "skipped calls"),
             (*retries, "retries"),
             (*hedges, "hedges"),
         ]

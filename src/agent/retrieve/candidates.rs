@@ -11,6 +11,7 @@ use super::input::{RetrieveInput, similarity};
 use super::rerank::rerank;
 use crate::agent::ids::{line_id, origin_of};
 use crate::agent::trace::{TraceEvent, TraceWriter};
+use crate::llm::structured::excerpt;
 use crate::llm::{ChatModel, Usage};
 use crate::memory::query::{EventMatch, KeywordMatches};
 use crate::retrieval::vector::{dot, top_k};
@@ -72,7 +73,14 @@ pub(super) async fn key_sentences<M: ChatModel>(
     key_sentences
 }
 
-/// Step 5: the `topic_k` topics nearest to the question, as `id:text` lines.
+/// Bytes of a topic's summary shown in the payload. A topic line is a pointer for
+/// `query_topic_events`; the build writes one short sentence per topic, so the cut only bites
+/// on summaries that are not (a run-on keyword list, say) and keeps them from crowding out the
+/// payload that every request of the question re-sends.
+const TOPIC_CHARS: usize = 160;
+
+/// Step 5: the `topic_k` topics nearest to the question, as `id:text` lines (the text cut to
+/// [`TOPIC_CHARS`]).
 pub(super) fn nearest_topics(input: &RetrieveInput<'_>) -> Vec<String> {
     let topics: Vec<(String, String)> =
         input.graph.topics().map(|topic| (topic.id.clone(), topic.text.clone())).collect();
@@ -88,7 +96,7 @@ pub(super) fn nearest_topics(input: &RetrieveInput<'_>) -> Vec<String> {
         .collect();
     top_k(&topic_scores, input.settings.topic_k)
         .into_iter()
-        .map(|index| format!("{}:{}", topics[index].0, topics[index].1))
+        .map(|index| format!("{}:{}", topics[index].0, excerpt(&topics[index].1, TOPIC_CHARS)))
         .collect()
 }
 

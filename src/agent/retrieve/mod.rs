@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 pub use self::input::{CallSettings, RetrievalSettings, RetrieveInput, Retrieved};
 pub use self::keywords::fallback_keywords;
 pub use self::rerank::map_reranked;
-pub use self::tags::{score_key_tags, score_keys_tags, select_tags};
+pub use self::tags::{closest_tags, score_keys_tags, select_tags, tag_candidates, unshown_tags};
 pub use self::time::{TimeWindow, parse_time_window, years_of};
 use crate::agent::ids::{line_id, origin_of};
 use crate::agent::trace::TraceWriter;

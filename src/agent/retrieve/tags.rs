@@ -10,8 +10,8 @@ use super::input::{CallSettings, RetrieveInput, similarity};
 use crate::agent::ids::origin_of;
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
-use crate::memory::normalize_key;
 use crate::memory::query::{self, KeyTags, QueryKeyword};
+use crate::memory::{MemoryGraph, normalize_key};
 use crate::prompts;
 use crate::retrieval::vector::top_k;
 
@@ -21,10 +21,12 @@ fn tag_scores_schema() -> JsonSchemaSpec {
         schema: json!({
             "type": "object",
             "properties": {
-                "keyword": { "type": ["string", "null"] },
                 "tag_scores": {
                     "type": "object",
-                    "additionalProperties": { "type": ["number", "string", "null"] }
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": { "type": ["number", "string", "null"] }
+                    }
                 }
             },
             "required": ["tag_scores"]
@@ -32,46 +34,11 @@ fn tag_scores_schema() -> JsonSchemaSpec {
     }
 }
 
-/// The model's scores for the `tags` of `key` with respect to `question`: the kept tags, best
-/// first, at most `tag_limit`; `None` when the reply is unusable (the caller keeps the first
-/// tags, and a [`TraceEvent::Fallback`] says why). Used for the question's own keys and by
-/// `query_event_keywords` in the loop.
-pub async fn score_key_tags<M: ChatModel>(
-    model: &M,
-    call: &CallSettings<'_>,
-    tag_limit: usize,
-    question: &str,
-    key: &str,
-    tags: &[String],
-    trace: &mut TraceWriter,
-) -> (Option<Vec<(String, f64)>>, Usage) {
-    let user = json!({ "question": question, "keyword": key, "tags": tags }).to_string();
-    let system = prompts::ANSWER_TAG_SCORES.text.to_string();
-    let purpose = format!("tag_scores {key}");
-    let (value, usage) =
-        ask_json(model, call, &purpose, system, user, &tag_scores_schema(), trace).await;
-    let selected = match &value {
-        Ok(value) => value
-            .get("tag_scores")
-            .and_then(Value::as_object)
-            .and_then(|scores| select_tags(scores, tags, tag_limit))
-            .ok_or_else(|| "no listed tag got a positive score".to_string()),
-        Err(error) => Err(error.to_string()),
-    };
-    match selected {
-        Ok(selected) => (Some(selected), usage),
-        Err(reason) => {
-            trace.record(TraceEvent::Fallback {
-                step: purpose,
-                reason: format!("{reason}; kept the first {tag_limit} tags"),
-            });
-            (None, usage)
-        }
-    }
-}
-
-/// Scores the tags of several keys at once (the requests go out concurrently); one result per
-/// key, in order, with the trace records of each key kept together in key order.
+/// The model's scores for the tags of several `keys` with respect to `question`, all in one
+/// request (no request when `keys` is empty): one result per key, in order, each the kept
+/// tags, best first, at most `tag_limit`. A key whose scores are missing or unusable gets
+/// `None` (the caller keeps its first tags) and a [`TraceEvent::Fallback`] saying why. Used for
+/// the question's own keys and by `query_event_keywords` in the loop.
 pub async fn score_keys_tags<M: ChatModel>(
     model: &M,
     call: &CallSettings<'_>,
@@ -80,23 +47,110 @@ pub async fn score_keys_tags<M: ChatModel>(
     keys: &[(&str, &[String])],
     trace: &mut TraceWriter,
 ) -> (Vec<Option<Vec<(String, f64)>>>, Usage) {
-    let branches: Vec<TraceWriter> = keys.iter().map(|_| trace.branch()).collect();
-    let scored = futures::future::join_all(keys.iter().zip(branches).map(
-        |(&(key, tags), mut branch)| async move {
-            let (scored, usage) =
-                score_key_tags(model, call, tag_limit, question, key, tags, &mut branch).await;
-            (scored, usage, branch)
-        },
-    ))
-    .await;
-    let mut usage = Usage::default();
-    let mut results = Vec::with_capacity(scored.len());
-    for (scored, cost, branch) in scored {
-        trace.merge(branch);
-        usage += cost;
-        results.push(scored);
+    if keys.is_empty() {
+        return (Vec::new(), Usage::default());
     }
+    let keywords: serde_json::Map<String, Value> =
+        keys.iter().map(|(key, tags)| ((*key).to_string(), json!(tags))).collect();
+    let user = json!({ "question": question, "keywords": keywords }).to_string();
+    let system = prompts::ANSWER_TAG_SCORES.text.to_string();
+    let names: Vec<&str> = keys.iter().map(|(key, _)| *key).collect();
+    let purpose = format!("tag_scores {}", names.join(", "));
+    let (value, usage) =
+        ask_json(model, call, &purpose, system, user, &tag_scores_schema(), trace).await;
+    let scores = value.as_ref().ok().and_then(|value| value.get("tag_scores"));
+    let results = keys
+        .iter()
+        .map(|&(key, tags)| {
+            let selected = match (&value, scores) {
+                (Err(error), _) => Err(error.to_string()),
+                (Ok(_), scores) => key_scores(scores, key, keys.len())
+                    .and_then(|scores| select_tags(scores, tags, tag_limit))
+                    .ok_or_else(|| "no listed tag got a positive score".to_string()),
+            };
+            selected
+                .map_err(|reason| {
+                    trace.record(TraceEvent::Fallback {
+                        step: format!("tag_scores {key}"),
+                        reason: format!("{reason}; kept the first {tag_limit} tags"),
+                    });
+                })
+                .ok()
+        })
+        .collect();
     (results, usage)
+}
+
+/// The scores of `key` in a reply's `tag_scores`: under the key (any spelling that normalises
+/// alike), or, when only one key was asked about, the flat `{tag: score}` object some models
+/// reply with.
+fn key_scores<'a>(
+    scores: Option<&'a Value>,
+    key: &str,
+    asked: usize,
+) -> Option<&'a serde_json::Map<String, Value>> {
+    let scores = scores?.as_object()?;
+    let wanted = normalize_key(key);
+    let nested = scores
+        .get(key)
+        .or_else(|| scores.iter().find(|(name, _)| normalize_key(name) == wanted).map(|(_, v)| v))
+        .and_then(Value::as_object);
+    match nested {
+        Some(nested) => Some(nested),
+        None if asked == 1 && scores.values().all(|value| !value.is_object()) => Some(scores),
+        None => None,
+    }
+}
+
+/// The tags of `key` that lead to at least one event not in `shown` (ids of the event and turn
+/// lines the model has already seen in full; a shown turn shows its events): a tag whose events
+/// were all shown leads nowhere new.
+pub fn unshown_tags(
+    graph: &MemoryGraph,
+    key: &str,
+    tags: &[String],
+    shown: &BTreeSet<String>,
+) -> Vec<String> {
+    tags.iter()
+        .filter(|tag| {
+            query::edges_by_tag(graph, key, tag).map_or(true, |hits| {
+                hits.iter().any(|hit| {
+                    !shown.contains(&hit.event_id) && !shown.contains(origin_of(&hit.event_id))
+                })
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// How many tags of a key the model is asked to score at most: twice the tags it keeps.
+pub fn tag_candidates(tag_limit: usize) -> usize {
+    tag_limit.saturating_mul(2).max(1)
+}
+
+/// The tags of `key` the model is asked to score: all of them when they are `cap` or fewer,
+/// else the `cap` tags whose most similar event (`similarity` of an event id to the question)
+/// is most similar, best first (ties in tag order): a coarse cut before the model's fine one,
+/// as for the re-rank's candidates.
+pub fn closest_tags(
+    graph: &MemoryGraph,
+    key: &str,
+    tags: &[String],
+    cap: usize,
+    similarity: impl Fn(&str) -> f32,
+) -> Vec<String> {
+    if tags.len() <= cap {
+        return tags.to_vec();
+    }
+    let best: Vec<f32> = tags
+        .iter()
+        .map(|tag| {
+            query::edges_by_tag(graph, key, tag).map_or(f32::MIN, |hits| {
+                hits.iter().map(|hit| similarity(&hit.event_id)).fold(f32::MIN, f32::max)
+            })
+        })
+        .collect();
+    top_k(&best, cap).into_iter().map(|index| tags[index].clone()).collect()
 }
 
 /// Tags to keep from a model's scores: scored tags that exist, score > 0 (a number, or a
@@ -167,8 +221,9 @@ pub(super) fn plan_keys(
     plan
 }
 
-/// Step 4b: the model scores the tags of the keys with more than `tag_max` tags, all keys at
-/// once; `None` for keys that need no scoring or whose scoring fell back.
+/// Step 4b: the model scores the tags of the keys with more than `tag_max` tags (at most
+/// [`tag_candidates`] of each, see [`closest_tags`]), all keys in one request; `None` for keys
+/// that need no scoring or whose scoring fell back.
 pub(super) async fn score_plan<M: ChatModel>(
     model: &M,
     input: &RetrieveInput<'_>,
@@ -176,12 +231,19 @@ pub(super) async fn score_plan<M: ChatModel>(
     trace: &mut TraceWriter,
 ) -> (Vec<Option<Vec<(String, f64)>>>, Usage) {
     let settings = input.settings;
-    let wide: Vec<(&str, &[String])> = plan
+    let cap = tag_candidates(settings.tag_limit);
+    let cut: Vec<(&str, Vec<String>)> = plan
         .keys
         .iter()
         .filter(|key| key.tags.len() > settings.tag_max)
-        .map(|key| (key.key.as_str(), key.tags.as_slice()))
+        .map(|key| {
+            let tags =
+                closest_tags(input.graph, &key.key, &key.tags, cap, |id| similarity(input, id));
+            (key.key.as_str(), tags)
+        })
         .collect();
+    let wide: Vec<(&str, &[String])> =
+        cut.iter().map(|(key, tags)| (*key, tags.as_slice())).collect();
     let (mut scored, usage) = score_keys_tags(
         model,
         &input.call,

@@ -174,28 +174,28 @@ pub(super) fn keywords_reply(question: &str) -> Value {
 
 fn tag_scores_reply(user: &str) -> Value {
     let input: Value = serde_json::from_str(user).unwrap_or_default();
-    let tags: Vec<String> = input
-        .get("tags")
-        .and_then(Value::as_array)
-        .map(|tags| tags.iter().filter_map(Value::as_str).map(str::to_string).collect())
-        .unwrap_or_default();
-    let scores: serde_json::Map<String, Value> = tags
+    let keywords = input.get("keywords").and_then(Value::as_object).cloned().unwrap_or_default();
+    let scores: serde_json::Map<String, Value> = keywords
         .iter()
-        .enumerate()
-        .map(|(index, tag)| {
-            (
-                tag.clone(),
-                json!(if index == 0 {
-                    0.9
-                } else if index < 4 {
-                    0.5
-                } else {
-                    0.0
-                }),
-            )
+        .map(|(keyword, tags)| {
+            let tags = tags.as_array().map(Vec::as_slice).unwrap_or_default();
+            let scored: serde_json::Map<String, Value> = tags
+                .iter()
+                .filter_map(Value::as_str)
+                .enumerate()
+                .map(|(index, tag)| {
+                    let score = match index {
+                        0 => 0.9,
+                        1..4 => 0.5,
+                        _ => 0.0,
+                    };
+                    (tag.to_string(), json!(score))
+                })
+                .collect();
+            (keyword.clone(), Value::Object(scored))
         })
         .collect();
-    json!({ "keyword": input.get("keyword").cloned().unwrap_or_default(), "tag_scores": scores })
+    json!({ "tag_scores": scores })
 }
 
 fn rerank_reply(question: &str, user: &str, garbage: bool) -> Value {

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::{Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState};
 use crate::memory::normalize_key;
-use crate::memory::query::{self, KeyTags};
+use crate::memory::query::{self, EventHit, KeyTags};
 use crate::retrieval::MemgasHits;
 use crate::retrieval::vector::{dot, top_k};
 
@@ -20,7 +20,7 @@ impl Tool {
             Tool::EdgesByTag { key, tag } => edges_by_tag(context, key, tag)?,
             Tool::QueryConversationTime { event_id } => {
                 let time = query::query_conversation_time(graph, event_id)?;
-                json!({ "event_id": time.event_id, "conversation_time": time.date.to_string() })
+                json!({ "conversation_time": time.date.to_string() })
             }
             Tool::QueryEventKeywords { event_id } => {
                 let keys = query::query_event_keywords(graph, event_id)?;
@@ -31,14 +31,14 @@ impl Tool {
                 if fresh.iter().any(|key| key.tags.len() > context.tag_max) {
                     return Ok(Applied::ScoreTags { event_id: event_id.clone(), keys: fresh });
                 }
-                finish_event_keywords(event_id, fresh)
+                finish_event_keywords(fresh)
             }
             Tool::QueryEventContext { event_id } => {
                 let turns: Vec<String> = query::query_event_context(graph, event_id)?
                     .iter()
                     .map(ToString::to_string)
                     .collect();
-                json!({ "event_id": event_id, "turns": turns })
+                json!({ "turns": turns })
             }
             Tool::QueryPersonalInformation { person } => {
                 let found = query::query_personal_information(graph, person)?;
@@ -49,14 +49,10 @@ impl Tool {
                     .iter()
                     .map(ToString::to_string)
                     .collect();
-                json!({ "person": person, "aspect": aspect, "facts": facts })
+                json!({ "facts": facts })
             }
             Tool::QueryTopicEvents { topic } => {
-                let events: Vec<String> = query::query_topic_events(graph, topic)?
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-                json!({ "topic": topic, "events": events })
+                event_list(context, query::query_topic_events(graph, topic)?)
             }
             Tool::QueryMemgas { query, k } => {
                 if !context.memgas {
@@ -72,22 +68,18 @@ impl Tool {
 }
 
 /// The `query_event_keywords` result for keys whose tags are final.
-pub fn finish_event_keywords(event_id: &str, keys: Vec<KeyTags>) -> Value {
+pub fn finish_event_keywords(keys: Vec<KeyTags>) -> Value {
     if keys.is_empty() {
-        return json!({
-            "event_id": event_id,
-            "keys": [],
-            "note": "every keyword of this event was already shown for this question"
-        });
+        return json!({ "keys": [], "note": "no keyword of this event leads anywhere new" });
     }
     let keys: Vec<Value> =
         keys.into_iter().map(|key| json!({ "key": key.key, "tags": key.tags })).collect();
-    json!({ "event_id": event_id, "keys": keys })
+    json!({ "keys": keys })
 }
 
 /// The `query_memgas` result: the top sessions (id, date) and turns (`<dia_id>:<text>`, with
 /// the session date), best first.
-pub fn memgas_result(query: &str, hits: &MemgasHits) -> Value {
+pub fn memgas_result(hits: &MemgasHits) -> Value {
     let sessions: Vec<Value> = hits
         .sessions
         .iter()
@@ -101,12 +93,17 @@ pub fn memgas_result(query: &str, hits: &MemgasHits) -> Value {
             None => format!("{}:{}", hit.dia_id, hit.text),
         })
         .collect();
-    json!({ "query": query, "sessions": sessions, "turns": turns })
+    json!({ "sessions": sessions, "turns": turns })
 }
 
 /// The `edges_by_tag` result; a long list is cut to the events most similar to the question.
 fn edges_by_tag(context: &ToolContext<'_>, key: &str, tag: &str) -> Result<Value, ToolError> {
-    let hits = query::edges_by_tag(context.graph, key, tag)?;
+    Ok(event_list(context, query::edges_by_tag(context.graph, key, tag)?))
+}
+
+/// `{"events": [...]}`: a list longer than `rerank_limit` is cut to the `keep` events most
+/// similar to the question (best first), with how many were left out.
+fn event_list(context: &ToolContext<'_>, hits: Vec<EventHit>) -> Value {
     let total = hits.len();
     let hits = if total > context.rerank_limit {
         let scores: Vec<f32> = hits
@@ -124,12 +121,9 @@ fn edges_by_tag(context: &ToolContext<'_>, key: &str, tag: &str) -> Result<Value
         hits
     };
     let events: Vec<String> = hits.iter().map(ToString::to_string).collect();
-    let mut value = json!({ "key": normalize_key(key), "tag": tag, "events": events });
+    let mut value = json!({ "events": events });
     if total > events.len() {
-        value["omitted"] = json!(format!(
-            "{} more events under this tag are less similar to the question",
-            total - events.len()
-        ));
+        value["omitted"] = json!(format!("{} less similar events", total - events.len()));
     }
-    Ok(value)
+    value
 }

@@ -79,7 +79,6 @@ fn build_specs() -> Vec<ToolSpec> {
                     "type": "object",
                     "properties": properties,
                     "required": required,
-                    "additionalProperties": false,
                 }),
             }
         })
