@@ -211,6 +211,10 @@ pub struct FusionOptions {
     pub coverage: f64,
     /// Sessions at the top of the fused order that diversity and coverage may reorder.
     pub rerank_pool: usize,
+    /// Bonus of a turn spoken by a person the question names (see [`super::speakers`]) in the
+    /// turn ranking (sessions keep their order): a question about "Caroline" is answered by
+    /// Caroline's own turns in most cases; 0 turns it off.
+    pub speaker: f64,
 }
 
 impl FusionOptions {
@@ -237,6 +241,7 @@ impl FusionOptions {
             diversity: 0.0,
             coverage: 0.0,
             rerank_pool: 8,
+            speaker: 0.0,
         }
     }
 }
