@@ -7,10 +7,26 @@ use super::{MemoryIndex, ranked};
 use crate::retrieval::dates::{date_affinity, month_mentions, session_month};
 use crate::retrieval::router::rank_descending;
 
+/// What fusion reads of a query that no [`FusionOptions`] weight changes: computed once per
+/// question, a sweep ([`MemoryIndex::fusion_cached`]) reuses it for every setting. Valid for the
+/// index and BM25 parameters it was computed with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryChannels {
+    /// BM25 over turns.
+    bm25_turns: Vec<f64>,
+    /// BM25 over whole sessions.
+    bm25_sessions: Vec<f64>,
+    /// Dense similarity of every turn to the query (first pass, before feedback).
+    dense_turns: Vec<f64>,
+    /// Per turn, 1 when its speaker is named in the question.
+    named_speakers: Vec<f64>,
+}
+
 /// The query-level inputs of one fusion pass.
 struct Channels<'a> {
     query_text: &'a str,
-    bm25_turns: &'a [f64],
+    fixed: &'a QueryChannels,
+    /// The dense turn channel of this pass (the feedback pass replaces the first one).
     dense_turns: &'a [f64],
     /// MemGAS mass per session and per turn, when its weight is not 0.
     memgas: Option<&'a (Vec<f64>, Vec<f64>)>,
@@ -22,12 +38,34 @@ impl MemoryIndex {
         self.fusion_with(&self.options.fusion, query_text, query)
     }
 
-    /// Fusion with explicit settings (a sweep reuses one index for many settings): one fused
-    /// pass; with pseudo-relevance feedback a second pass whose dense channel uses the query
-    /// moved towards the first pass's best turns; then diversity/coverage over the top sessions.
+    /// The weight-independent channels of a query (see [`QueryChannels`]).
+    pub fn query_channels(&self, query_text: &str, query: &[f32]) -> QueryChannels {
+        QueryChannels {
+            bm25_turns: self.bm25_turns.scores(query_text),
+            bm25_sessions: self.bm25_sessions.scores(query_text),
+            dense_turns: self.turn_similarities(query),
+            named_speakers: self.named_speaker_turns(query_text),
+        }
+    }
+
+    /// Fusion with explicit settings (a sweep reuses one index for many settings).
     pub fn fusion_with(&self, weights: &FusionOptions, query_text: &str, query: &[f32]) -> Ranking {
-        let bm25_turns = self.bm25_turns.scores(query_text);
-        let dense_turns = self.turn_similarities(query);
+        let channels = self.query_channels(query_text, query);
+        self.fusion_cached(weights, query_text, query, &channels)
+    }
+
+    /// [`MemoryIndex::fusion_with`] from channels computed before by
+    /// [`MemoryIndex::query_channels`] for the same query, index and BM25 parameters: one fused
+    /// pass; with pseudo-relevance feedback a second pass whose dense channel uses the query
+    /// moved towards the first pass's best turns; then diversity/coverage over the top sessions;
+    /// last, the [`speaker`](FusionOptions::speaker) bonus on the turn ranking alone.
+    pub fn fusion_cached(
+        &self,
+        weights: &FusionOptions,
+        query_text: &str,
+        query: &[f32],
+        fixed: &QueryChannels,
+    ) -> Ranking {
         let memgas = (weights.memgas != 0.0).then(|| {
             let ranking = self.memgas(query);
             let mut by_session = vec![0.0; self.sessions.len()];
@@ -42,8 +80,8 @@ impl MemoryIndex {
         });
         let mut channels = Channels {
             query_text,
-            bm25_turns: &bm25_turns,
-            dense_turns: &dense_turns,
+            fixed,
+            dense_turns: &fixed.dense_turns,
             memgas: memgas.as_ref(),
         };
         let (mut sessions, mut turns) = self.fuse(weights, &channels);
@@ -55,6 +93,13 @@ impl MemoryIndex {
             (sessions, turns) = self.fuse(weights, &channels);
         }
         let session_order = self.rerank_sessions(weights, query_text, &sessions, &turns);
+        // The speaker bonus orders turns only: sessions hold both speakers' turns, and a
+        // session-level bonus cost the adversarial questions (which name the other speaker).
+        if weights.speaker != 0.0 {
+            for (score, bonus) in turns.iter_mut().zip(&fixed.named_speakers) {
+                *score += weights.speaker * bonus;
+            }
+        }
         Ranking { sessions: session_order, turns: Some(ranked(&turns)), router_weights: Vec::new() }
     }
 
@@ -71,10 +116,9 @@ impl MemoryIndex {
         let dense_sessions = self.best_turn_per_session(channels.dense_turns);
         let mut session_scores = vec![0.0; self.sessions.len()];
         let mut turn_scores = vec![0.0; self.turns.len()];
-        let session_bm25 = self.bm25_sessions.scores(channels.query_text);
-        add(&mut session_scores, weights.session_bm25, &session_bm25);
+        add(&mut session_scores, weights.session_bm25, &channels.fixed.bm25_sessions);
         add(&mut session_scores, weights.session_dense, &dense_sessions);
-        add(&mut turn_scores, weights.bm25, channels.bm25_turns);
+        add(&mut turn_scores, weights.bm25, &channels.fixed.bm25_turns);
         add(&mut turn_scores, weights.dense, channels.dense_turns);
         if let Some((by_session, by_turn)) = channels.memgas {
             add(&mut session_scores, weights.memgas, by_session);

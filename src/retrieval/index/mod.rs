@@ -17,7 +17,9 @@ mod memgas;
 mod needs;
 mod options;
 mod ranking;
+mod speakers;
 
+pub use fusion::QueryChannels;
 pub use needs::IndexNeeds;
 pub use options::{
     FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, SessionAggregate,

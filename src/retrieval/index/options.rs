@@ -211,6 +211,10 @@ pub struct FusionOptions {
     pub coverage: f64,
     /// Sessions at the top of the fused order that diversity and coverage may reorder.
     pub rerank_pool: usize,
+    /// Bonus of a turn spoken by a person the question names (see [`super::speakers`]) in the
+    /// turn ranking (sessions keep their order): a question about "Caroline" is answered by
+    /// Caroline's own turns in most cases; 0 turns it off.
+    pub speaker: f64,
 }
 
 impl FusionOptions {
@@ -237,15 +241,17 @@ impl FusionOptions {
             diversity: 0.0,
             coverage: 0.0,
             rerank_pool: 8,
+            speaker: 0.0,
         }
     }
 }
 
 impl Default for FusionOptions {
     /// The dev-split settings with the values most `retrieve --folds` folds chose on LoCoMo
-    /// (date 4, next turn 0.5, feedback 0.5); see the README for the held-out numbers.
+    /// (date 4, next turn 0.5, feedback 0.5, speaker 0.15); see the README for the held-out
+    /// numbers.
     fn default() -> Self {
-        Self { date: 4.0, next_turn: 0.5, prf_weight: 0.5, ..Self::dev_split() }
+        Self { date: 4.0, next_turn: 0.5, prf_weight: 0.5, speaker: 0.15, ..Self::dev_split() }
     }
 }
 

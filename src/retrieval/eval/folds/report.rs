@@ -79,7 +79,7 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
             .zip(vectors)
             .map(|(q, v)| (q.question.clone(), v, q.category.clone(), Evidence::parse(&q.evidence)))
             .collect();
-        prepared.push(Prepared { index, questions });
+        prepared.push(Prepared::new(index, questions));
     }
     embedding.finish();
     let names: Vec<String> = conversations.iter().map(|c| c.sample_id.clone()).collect();
