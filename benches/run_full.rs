@@ -212,7 +212,7 @@ fn longest_gap(requests: &[RecordedRequest], started: Instant) -> (f64, f64) {
 async fn clean(conversations: &[Conversation], args: &[&str], latency: Duration) -> f64 {
     let load_before = run::load();
     let server = ScriptedServer::with_responder(run::responder(latency, false)).await.unwrap();
-    let finished = run::run_mragent(server.base_url(), args).await;
+    let finished = run::run_mragent(server.base_url(), args, None).await;
     let load_after = run::load();
     assert!(finished.status.success(), "{}", run::tail(&finished.stderr, 20));
     let requests = server.requests();
@@ -264,18 +264,21 @@ async fn faulty(args: &[&str], latency: Duration, clean_wall: f64) {
     let (responder, faults) = mix.wrap(run::responder(latency, false));
     let load_before = run::load();
     let server = ScriptedServer::with_responder(responder).await.unwrap();
-    let finished = run::run_mragent(server.base_url(), args).await;
+    let log = "info,mragent::llm::adaptive=debug";
+    let finished = run::run_mragent(server.base_url(), args, Some(log)).await;
     let load_after = run::load();
     let wall = finished.wall.as_secs_f64();
     let rows = run::result_lines(finished.dir.path());
     let errors = rows.iter().filter(|row| row.status == Status::Error).count();
     let (retries, hedges) = run::retries_and_hedges(finished.dir.path());
     let (gap, gap_at) = longest_gap(&server.requests(), finished.started);
+    let (cuts, lowest) = run::limit_cuts(finished.dir.path());
     println!(
         "faulty run, seed {seed}, {:.0}% faults, hangs {hang:?} (load before: {load_before}):",
         rate * 100.0
     );
     println!("  injected {faults}");
+    println!("  adaptive concurrency limit cut {cuts} times, lowest {lowest:?}");
     println!(
         "  exit status {:?}, {} result rows ({errors} ERROR), answer traces: {retries} retries, \
          {hedges} hedges; longest idle gap {gap:.2} s at {gap_at:.1} s",

@@ -44,7 +44,7 @@ async fn scenario(name: &str, call_memgas: bool, latency: Duration, sample: u64,
         ScriptedServer::with_responder(run::responder(latency, call_memgas)).await.unwrap();
     let sample = sample.to_string();
     let args = ["--sample", &sample, "--file", "bench", "--embed-model-dir", model_dir];
-    let finished = run::run_mragent(server.base_url(), &args).await;
+    let finished = run::run_mragent(server.base_url(), &args, None).await;
     let (wall, started, rss_mb) = (finished.wall.as_secs_f64(), finished.started, finished.rss_mb);
     assert!(finished.status.success(), "{}", finished.stderr);
 

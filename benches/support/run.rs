@@ -66,22 +66,30 @@ pub(crate) struct Finished {
     pub(crate) dir: tempfile::TempDir,
 }
 
+/// The binary to run: `BENCH_MRAGENT_BIN` when set (a copy taken right after the build: the
+/// shared target directory's binary may be replaced by another build while a bench runs),
+/// else the one cargo built for this bench.
+pub(crate) fn binary() -> String {
+    std::env::var("BENCH_MRAGENT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mragent").into())
+}
+
 /// `mragent run --data-file data/dataset_locomo.json --base-url <base_url> --model local/bench
-/// -q` plus `args`, in a new project, under `/usr/bin/time` for the peak RSS.
-pub(crate) async fn run_mragent(base_url: &str, args: &[&str]) -> Finished {
+/// -q` plus `args`, in a new project, under `/usr/bin/time` for the peak RSS; `RUST_LOG` is
+/// `log` when given (the log file under `log/` then holds those records).
+pub(crate) async fn run_mragent(base_url: &str, args: &[&str], log: Option<&str>) -> Finished {
     let dir = tempfile::tempdir().unwrap();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
     let rss_file = dir.path().join("rss.txt");
     let started = Instant::now();
     let output = tokio::process::Command::new("/usr/bin/time")
-        .args(["-f", "%M", "-o", rss_file.to_str().unwrap(), env!("CARGO_BIN_EXE_mragent")])
+        .args(["-f", "%M", "-o", rss_file.to_str().unwrap(), &binary()])
         .args(["run", "--data-file", data.to_str().unwrap(), "--base-url", base_url])
         .args(["--model", "local/bench", "-q"])
         .args(args)
         .current_dir(dir.path())
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
-        .env_remove("RUST_LOG")
+        .env("RUST_LOG", log.unwrap_or_default())
         .output()
         .await
         .unwrap();
@@ -140,6 +148,24 @@ pub(crate) fn retries_and_hedges(root: &Path) -> (u64, u64) {
         }
     }
     (retries, hedges)
+}
+
+/// How often the adaptive concurrency limit was cut and the lowest limit it was cut to, from
+/// the debug records of the log files under `root/log` (a run with `RUST_LOG` naming
+/// `mragent::llm::adaptive=debug`).
+pub(crate) fn limit_cuts(root: &Path) -> (usize, Option<u64>) {
+    let limit = Regex::new(r"limit=(\d+)").unwrap();
+    let (mut cuts, mut lowest) = (0, None::<u64>);
+    for file in files(&root.join("log"), ".log") {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().filter(|line| line.contains("concurrency limit cut")) {
+            cuts += 1;
+            if let Some(value) = limit.captures(line).and_then(|c| c[1].parse::<u64>().ok()) {
+                lowest = Some(lowest.map_or(value, |low| low.min(value)));
+            }
+        }
+    }
+    (cuts, lowest)
 }
 
 /// The last `lines` lines of `text`.

@@ -72,7 +72,10 @@ async fn the_first_conversation_does_not_queue_behind_the_second() {
     let requests = slow.requests();
     let first_answer = requests.iter().position(answer_chat).unwrap();
     let slow_before = requests[..first_answer].iter().filter(|r| slow_build(r)).count();
-    assert!(slow_before <= 2, "{slow_before} slow build requests of conv-8 before conv-7's answers");
+    assert!(
+        slow_before <= 2,
+        "{slow_before} slow build requests of conv-8 before conv-7's answers"
+    );
     assert_eq!(requests.iter().filter(|r| slow_build(r)).count(), 6, "3 rewrites, 3 keywords");
 }
 
