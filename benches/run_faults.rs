@@ -17,15 +17,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
-use mragent::agent::trace::{TraceEvent, read_trace};
 use mragent::llm::scripted::{FaultMix, ScriptedServer};
-use mragent::results::{ResultLine, Status};
+use mragent::results::Status;
 use regex::Regex;
 
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/stages.rs"]
 mod stages;
 
@@ -35,22 +36,6 @@ fn knob(name: &str, default: &str) -> String {
 
 fn number<T: std::str::FromStr>(name: &str, default: &str) -> T {
     knob(name, default).parse().unwrap_or_else(|_| panic!("{name} must be a number"))
-}
-
-/// Every file under `directory` whose name ends with `suffix`.
-fn files(directory: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(directory) else { return found };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files(&path, suffix));
-        } else if path.to_string_lossy().ends_with(suffix) {
-            found.push(path);
-        }
-    }
-    found.sort();
-    found
 }
 
 fn main() {
@@ -93,27 +78,14 @@ fn main() {
             .unwrap();
         let wall = started.elapsed();
 
-        let lines: Vec<ResultLine> = files(&dir.path().join("result"), ".jsonl")
-            .iter()
-            .filter(|path| !path.to_string_lossy().contains(".rejected") && !path.to_string_lossy().contains(".superseded"))
-            .flat_map(|path| std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect::<Vec<_>>())
-            .filter_map(|line| serde_json::from_str(&line).ok())
-            .collect();
+        let lines = run::result_lines(dir.path());
         let errors = lines.iter().filter(|line| line.status == Status::Error).count();
         let slowest = lines.iter().map(|line| line.latency_ms).max().unwrap_or_default();
         let mut arrivals: Vec<Instant> = server.requests().iter().map(|r| r.received_at).collect();
         arrivals.sort();
         let gaps: Vec<Duration> = arrivals.windows(2).map(|pair| pair[1] - pair[0]).collect();
         let longest = gaps.iter().max().copied().unwrap_or_default();
-        let (mut retries, mut hedges) = (0, 0);
-        for trace in files(&dir.path().join("log"), ".jsonl") {
-            for record in read_trace(&trace).unwrap_or_default() {
-                if let TraceEvent::Finish { retries: r, hedges: h, .. } = record.event {
-                    retries += r;
-                    hedges += h;
-                }
-            }
-        }
+        let (retries, hedges) = run::retries_and_hedges(dir.path());
         let stderr = String::from_utf8_lossy(&output.stderr);
         println!("run_faults: mragent run over {sample}, seed {seed}, {:.0}% faults, hangs {hang:?}, --timeout {timeout}, {workers} workers, endpoint latency {} ms", rate * 100.0, latency.as_millis());
         println!("  exit status          {:?}", output.status.code());
@@ -124,7 +96,7 @@ fn main() {
         println!("  slowest question     {:8.2} s", slowest as f64 / 1000.0);
         println!("  answer phase traces  {retries} retries, {hedges} hedges");
         if !output.status.success() {
-            println!("  stderr (tail):\n{}", stderr.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"));
+            println!("  stderr (tail):\n{}", run::tail(&stderr, 15));
         }
     });
 }

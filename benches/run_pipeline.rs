@@ -16,19 +16,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mragent::agent::scripted::{AgentScript, is_answer_request, plausible_agent};
+use mragent::agent::scripted::is_answer_request;
 use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
-use regex::Regex;
-use serde_json::Value;
 
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/stages.rs"]
 mod stages;
 
-/// Dimension of `text-embedding-3-large`, the default embedding model.
-const DIMS: usize = 3072;
 /// The default `--workers`.
 const WORKERS: f64 = 10.0;
 
@@ -42,48 +40,13 @@ fn answer_chat(request: &RecordedRequest) -> bool {
 
 /// One run in a new project; prints its line.
 async fn scenario(name: &str, call_memgas: bool, latency: Duration, sample: u64, model_dir: &str) {
-    let agent = plausible_agent(AgentScript { latency, ..AgentScript::default() });
-    let (turn, session) = (Regex::new(stages::TURN).unwrap(), Regex::new(stages::SESSION).unwrap());
-    let server = ScriptedServer::with_responder(move |request| {
-        if request.is_embeddings() || !is_answer_request(request) {
-            return stages::answer(request, &turn, &session, DIMS).delayed(latency);
-        }
-        if call_memgas {
-            return agent(request);
-        }
-        let mut request = request.clone();
-        if let Some(tools) = request.body.get_mut("tools").and_then(Value::as_array_mut) {
-            tools.retain(|tool| tool["function"]["name"] != "query_memgas");
-        }
-        agent(&request)
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
-    let rss_file = dir.path().join("rss.txt");
+    let server =
+        ScriptedServer::with_responder(run::responder(latency, call_memgas)).await.unwrap();
     let sample = sample.to_string();
-    let started = Instant::now();
-    let output = tokio::process::Command::new("/usr/bin/time")
-        .args(["-f", "%M", "-o", rss_file.to_str().unwrap(), env!("CARGO_BIN_EXE_mragent")])
-        .args(["run", "--data-file", data.to_str().unwrap(), "--sample", &sample])
-        .args(["--base-url", server.base_url(), "--model", "local/bench", "--file", "bench"])
-        .args(["--embed-model-dir", model_dir, "-q"])
-        .current_dir(dir.path())
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .output()
-        .await
-        .unwrap();
-    let wall = started.elapsed().as_secs_f64();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let rss_mb = std::fs::read_to_string(&rss_file)
-        .unwrap()
-        .trim()
-        .lines()
-        .last()
-        .and_then(|line| line.parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0);
+    let args = ["--sample", &sample, "--file", "bench", "--embed-model-dir", model_dir];
+    let finished = run::run_mragent(server.base_url(), &args, None).await;
+    let (wall, started, rss_mb) = (finished.wall.as_secs_f64(), finished.started, finished.rss_mb);
+    assert!(finished.status.success(), "{}", finished.stderr);
 
     let requests = server.requests();
     let answers: Vec<&RecordedRequest> = requests.iter().filter(|r| answer_chat(r)).collect();
@@ -115,17 +78,15 @@ fn main() {
     let local = LocalEmbedder::from_source(&source, LocalEmbedderOptions::default()).unwrap();
     let model_dir = local.model_dir().to_str().unwrap().to_string();
     drop(local);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "run_pipeline: conv-{sample}, latency {} ms, load average before: {}",
         latency.as_millis(),
-        load.trim()
+        run::load()
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         scenario("without query_memgas", false, latency, sample, &model_dir).await;
         scenario("with query_memgas   ", true, latency, sample, &model_dir).await;
     });
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("load average after: {}", load.trim());
+    println!("load average after: {}", run::load());
 }

@@ -232,8 +232,13 @@ async fn build_sample<M: ChatModel, E: Embedder>(
         embeddings: Mutex::new(caches.embeddings),
         tally: StdMutex::new(Tally::default()),
     };
-    run_all(pending.into_iter().map(|unit| build_unit(shared, &run, unit))).await?;
-    embed_questions(shared, &run).await?;
+    // The questions wait for a worker beside the conversation's own units, not after them:
+    // asked last, they would queue behind every other conversation's units (the permits are
+    // FIFO) and no conversation would be ready before the whole build is.
+    futures::try_join!(
+        run_all(pending.into_iter().map(|unit| build_unit(shared, &run, unit))),
+        embed_questions(shared, &run),
+    )?;
 
     let rewrite = run.rewrite.into_inner();
     let keywords = run.keywords.into_inner();

@@ -50,6 +50,36 @@ async fn a_built_conversation_is_answered_while_another_still_builds() {
     assert_eq!(answered.len(), 9, "conv-8 is answered once built");
 }
 
+/// Two build workers, conv-8's requests slow: conv-7's question embedding waits for a worker
+/// beside conv-7's own units, so conv-7 is answered after at most the first slow request of
+/// conv-8 (and the one that takes the worker conv-7 freed). Asked after its units, it would
+/// queue behind every unit of conv-8 and wait for two of them to finish (≥ 4 slow requests).
+#[tokio::test]
+async fn the_first_conversation_does_not_queue_behind_the_second() {
+    let (dir, data) = project(two_conversations);
+    let slow_build = |request: &mragent::llm::scripted::RecordedRequest| {
+        request.is_chat() && !answer_chat(request) && request.transcript().contains("Marguerite")
+    };
+    let slow = server(move |request| {
+        slow_build(request)
+            .then(|| ScriptedReply::json(&crate::ingest::good_answer(request)))
+            .map(|reply| reply.delayed(Duration::from_millis(1500)))
+    })
+    .await;
+    let mut args = run_args(&data, &slow, "t");
+    args.extend(["--workers", "2"]);
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let requests = slow.requests();
+    let first_answer = requests.iter().position(answer_chat).unwrap();
+    let slow_before = requests[..first_answer].iter().filter(|r| slow_build(r)).count();
+    assert!(
+        slow_before <= 2,
+        "{slow_before} slow build requests of conv-8 before conv-7's answers"
+    );
+    assert_eq!(requests.iter().filter(|r| slow_build(r)).count(), 6, "3 rewrites, 3 keywords");
+}
+
 /// `run_args` with MemGAS on (the local embedder from the test model directory).
 fn memgas_args<'a>(
     data: &'a std::path::Path,
