@@ -4,7 +4,7 @@
 //! The deadline after which the second request goes out follows the endpoint's observed
 //! latency ([`HedgePolicy::delay`]): the `quantile` (default p95) of the last `window`
 //! successful request latencies, times `factor` (default 3), never below `floor` (default
-//! 5 s). Latencies are kept per `max_tokens` value, which the per-step token budgets
+//! 2 s). Latencies are kept per `max_tokens` value, which the per-step token budgets
 //! (`budget.rs`) make a proxy for the step, so a long rewrite is not compared with a short
 //! rerank. Until `min_samples` (default 8) latencies are known the deadline is the
 //! conservative `initial` (default 30 s). A deadline at or beyond the per-attempt timeout
@@ -47,13 +47,13 @@ pub struct HedgePolicy {
 }
 
 impl Default for HedgePolicy {
-    /// p95 × 3, at least 5 s; 30 s until 8 latencies are known; the last 64 kept.
+    /// p95 × 3, at least 2 s; 30 s until 8 latencies are known; the last 64 kept.
     fn default() -> Self {
         Self {
             enabled: true,
             quantile: 0.95,
             factor: 3.0,
-            floor: Duration::from_secs(5),
+            floor: Duration::from_secs(2),
             initial: Duration::from_secs(30),
             min_samples: 8,
             window: 64,

@@ -88,27 +88,31 @@ impl RateLimits {
         }
     }
 
-    /// Feed an attempt's outcome back: a 429 (or 503) cuts the concurrency limit and a
-    /// `Retry-After` pauses every worker for that long; a success grows the limit.
+    /// Feed an attempt's outcome back: a success grows the concurrency limit; a 429 (or 503)
+    /// counts as overload, and when overloads are confirmed (the limit is cut, see
+    /// [`AdaptiveLimit`]) a 429's `Retry-After` pauses every worker for that long. An isolated
+    /// 429 pauses only its own request (the retry layer waits its `Retry-After`). Without a
+    /// concurrency limit every `Retry-After` pauses every worker.
     pub fn observe<T>(&self, result: &Result<T, Error>, slot: Option<Slot<'_>>) {
-        let overload = match result {
-            Ok(_) => false,
-            Err(Error::RateLimited { retry_after, .. }) => {
-                if let Some(wait) = retry_after {
-                    self.cool_down(*wait);
-                }
-                true
-            }
-            Err(Error::Api { status: 503, .. }) => true,
+        let (overload, retry_after) = match result {
+            Ok(_) => (false, None),
+            Err(Error::RateLimited { retry_after, .. }) => (true, *retry_after),
+            Err(Error::Api { status: 503, .. }) => (true, None),
             Err(_) => {
                 drop(slot);
                 return;
             }
         };
-        match (&self.concurrency, slot) {
+        let confirmed = match (&self.concurrency, slot) {
             (Some(limit), Some(slot)) if overload => limit.overload(slot),
-            (Some(limit), Some(slot)) => limit.success(slot),
-            _ => {}
+            (Some(limit), Some(slot)) => {
+                limit.success(slot);
+                false
+            }
+            _ => overload,
+        };
+        if let (true, Some(wait)) = (confirmed, retry_after) {
+            self.cool_down(wait);
         }
     }
 

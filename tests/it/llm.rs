@@ -69,18 +69,49 @@ async fn a_429_storm_is_ridden_out_and_waits_honour_retry_after() {
     assert_eq!((totals.requests, totals.failed_requests), (3, 2));
 }
 
-#[tokio::test]
-async fn a_429_with_retry_after_pauses_every_worker() {
+/// A server that refuses its first `refusals` requests with a 429 (`Retry-After: 1`).
+async fn refusing_first(refusals: usize) -> ScriptedServer {
     let served = AtomicUsize::new(0);
-    let server = ScriptedServer::with_responder(move |_| {
-        if served.fetch_add(1, Ordering::SeqCst) == 0 {
+    ScriptedServer::with_responder(move |_| {
+        if served.fetch_add(1, Ordering::SeqCst) < refusals {
             ScriptedReply::rate_limited(1)
         } else {
             ScriptedReply::text("ok")
         }
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn confirmed_429s_with_retry_after_pause_every_worker() {
+    let server = refusing_first(2).await;
+    let client = client(&server);
+    // Two requests refused in the same round: the overload is confirmed.
+    let refused: Vec<_> = ["first", "second"]
+        .into_iter()
+        .map(|text| {
+            let client = client.clone();
+            tokio::spawn(async move { client.chat(&ask(text)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.chat(&ask("third")).await.unwrap();
+    for handle in refused {
+        handle.await.unwrap().unwrap();
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 5);
+    let refusals_end = requests[1].received_at;
+    for later in &requests[2..] {
+        let gap = later.received_at - refusals_end;
+        assert!(gap >= Duration::from_millis(900), "a worker fired {gap:?} into the cooldown");
+    }
+}
+
+#[tokio::test]
+async fn an_isolated_429_pauses_only_its_own_request() {
+    let server = refusing_first(1).await;
     let client = client(&server);
     let first = tokio::spawn({
         let client = client.clone();
@@ -91,10 +122,12 @@ async fn a_429_with_retry_after_pauses_every_worker() {
     first.await.unwrap().unwrap();
     let requests = server.requests();
     assert_eq!(requests.len(), 3);
-    for later in &requests[1..] {
-        let gap = later.received_at - requests[0].received_at;
-        assert!(gap >= Duration::from_secs(1), "a worker fired {gap:?} into the cooldown");
-    }
+    let second = requests.iter().find(|r| r.body.to_string().contains("second")).unwrap();
+    let gap = second.received_at - requests[0].received_at;
+    assert!(gap < Duration::from_millis(900), "a healthy worker waited {gap:?} for one 429");
+    let retried = requests.iter().rfind(|r| r.body.to_string().contains("first")).unwrap();
+    let wait = retried.received_at - requests[0].received_at;
+    assert!(wait >= Duration::from_secs(1), "the refused request retried after {wait:?}");
 }
 
 #[tokio::test]
