@@ -620,3 +620,36 @@ fn trace_paths_follow_the_layout() {
         PathBuf::from("/project/result/locomo/conv-26_result_gemini_myrun.jsonl")
     );
 }
+
+/// The tool loop's skip (issue 14): `query_event_keywords` asks no tag-scoring request for tags
+/// whose events the model has already seen; `unshown_tags` decides which tags still lead to
+/// something new.
+#[test]
+fn unshown_tags_drop_the_tags_whose_events_were_all_shown() {
+    use mragent::agent::retrieve::unshown_tags;
+    use mragent::memory::query::edges_by_tag;
+
+    let memory = mechanical_memory(&locomo("conv-26"), false).unwrap();
+    let graph = &memory.graph;
+    let key = graph.keys().find(|key| key.tags.len() >= 3).expect("a key with three tags");
+    let (name, tags) = (&key.key, &key.tags);
+    assert_eq!(&unshown_tags(graph, name, tags, &BTreeSet::new()), tags, "nothing shown yet");
+
+    let first: BTreeSet<String> =
+        edges_by_tag(graph, name, &tags[0]).unwrap().into_iter().map(|hit| hit.event_id).collect();
+    let left = unshown_tags(graph, name, tags, &first);
+    assert!(!left.contains(&tags[0]), "{left:?}");
+    for tag in &tags[1..] {
+        let new = edges_by_tag(graph, name, tag)
+            .unwrap()
+            .iter()
+            .any(|hit| !first.contains(&hit.event_id));
+        assert_eq!(left.contains(tag), new, "{tag}");
+    }
+    let every: BTreeSet<String> = tags
+        .iter()
+        .flat_map(|tag| edges_by_tag(graph, name, tag).unwrap())
+        .map(|hit| hit.event_id)
+        .collect();
+    assert!(unshown_tags(graph, name, tags, &every).is_empty());
+}
