@@ -167,3 +167,52 @@ impl<'a> WeightStore<'a> {
         Ok(Linear { weight_t, bias, n_in, n_out })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use safetensors::tensor::TensorView;
+
+    use super::*;
+
+    fn write(dir: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) -> std::path::PathBuf {
+        let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
+            (*name, TensorView::new(*dtype, shape.clone(), bytes).expect("a consistent view"))
+        });
+        let bytes = safetensors::serialize(views, None).expect("serialised");
+        let path = dir.join("model.safetensors");
+        std::fs::write(&path, bytes).expect("written");
+        path
+    }
+
+    #[test]
+    fn tensors_are_read_one_by_one_in_f32_from_f32_and_f16() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let weights: Vec<f32> = vec![1.5, -2.0, 0.25, 8.0, -0.5, 3.0];
+        let f32_bytes: Vec<u8> = weights.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let f16_bytes: Vec<u8> =
+            weights[..2].iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        let path = write(
+            dir.path(),
+            &[("w", Dtype::F32, vec![2, 3], f32_bytes), ("b", Dtype::F16, vec![2], f16_bytes)],
+        );
+        let mut store = WeightStore::open(&path).expect("opened");
+        assert_eq!(store.take("w", &[2, 3]).expect("w"), weights);
+        assert_eq!(store.take("b", &[2]).expect("b"), vec![1.5, -2.0]);
+        assert_eq!(store.take_any_rows("w", 3).expect("rows"), weights);
+        let wrong = store.take("w", &[3, 2]).expect_err("wrong shape").to_string();
+        assert!(wrong.contains("expected [3, 2]"), "{wrong}");
+        let missing = store.take("nope", &[1]).expect_err("missing").to_string();
+        assert!(missing.contains("missing tensor nope"), "{missing}");
+    }
+
+    #[test]
+    fn a_truncated_file_is_refused_at_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bytes: Vec<u8> = (0..64_u8).collect();
+        let path = write(dir.path(), &[("w", Dtype::F32, vec![16], bytes)]);
+        let full = std::fs::read(&path).expect("read");
+        std::fs::write(&path, &full[..full.len() - 4]).expect("cut");
+        let Err(error) = WeightStore::open(&path) else { panic!("a truncated file opened") };
+        assert!(error.to_string().contains("truncated download"), "{error}");
+    }
+}
