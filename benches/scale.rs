@@ -162,8 +162,11 @@ fn build(config: &Config, size: usize) -> anyhow::Result<(MemoryIndex, ExactTop,
     if let Some(threshold) = config.threshold {
         options.ann.threshold = threshold;
     }
-    let needs =
-        IndexNeeds { vectors: VectorNeeds { turns: true, ..VectorNeeds::NONE }, graph: false };
+    let needs = IndexNeeds {
+        vectors: VectorNeeds { turns: true, ..VectorNeeds::NONE },
+        graph: false,
+        words: false,
+    };
     let mut index = MemoryIndex::with_needs(options, needs);
     let mut build_seconds = 0.0;
     for session in 0..size.div_ceil(TURNS_PER_SESSION) {

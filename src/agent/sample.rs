@@ -150,9 +150,38 @@ pub trait QueryEmbedder: Send + Sync {
         &'a self,
         text: &'a str,
     ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>>;
+
+    /// One embedding per word, in order (the query's words that the memory lacks, for
+    /// fusion's soft word matching); nothing is sent for no words.
+    fn embed_words<'a>(
+        &'a self,
+        words: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, crate::llm::Error>>;
 }
 
 impl<E: Embedder> QueryEmbedder for E {
+    fn embed_words<'a>(
+        &'a self,
+        words: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, crate::llm::Error>> {
+        Box::pin(async move {
+            if words.is_empty() {
+                return Ok(Vec::new());
+            }
+            let embedded = self.embed(words).await?;
+            if embedded.vectors.len() != words.len() {
+                return Err(crate::llm::Error::Decode {
+                    message: format!(
+                        "the embedder returned {} vectors for {} words",
+                        embedded.vectors.len(),
+                        words.len()
+                    ),
+                });
+            }
+            Ok(embedded.vectors.into_iter().map(unit_length).collect())
+        })
+    }
+
     fn embed_query<'a>(
         &'a self,
         text: &'a str,

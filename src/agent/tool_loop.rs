@@ -314,7 +314,16 @@ async fn memgas(tools: &QuestionTools<'_>, query: &str, k: usize) -> String {
                 .to_tool_result();
         }
     };
-    match memgas.index.query(query, &vector, k) {
+    let missing = memgas.index.query_words_missing(query);
+    let words = match memgas.embedder.embed_words(&missing).await {
+        Ok(vectors) => missing.into_iter().zip(vectors).collect(),
+        Err(error) => {
+            return ToolError::NotFound(format!("embedding the query's words failed: {error}"))
+                .to_tool_result();
+        }
+    };
+    let method = memgas.index.options().query_method;
+    match memgas.index.query_with(method, query, &vector, &words, k) {
         Ok(hits) => memgas_result(&hits).to_string(),
         Err(error) => {
             ToolError::NotFound(format!("MemGAS retrieval failed: {error}")).to_tool_result()

@@ -2,7 +2,8 @@
 //! outside the offline evaluation, such as the answer loop's `query_memgas` tool.
 //!
 //! The units of every session are embedded in one batch (through an [`EmbeddingCache`] when one
-//! is given) and added to the index in session order.
+//! is given) and added to the index in session order; then the memory's words (fusion's soft
+//! word matching) are embedded the same way.
 
 use anyhow::Context;
 
@@ -40,6 +41,21 @@ pub async fn build_index<E: Embedder>(
             .assemble(&options.units, session_vectors)
             .with_context(|| format!("session {}: embedding count mismatch", units.session_id))?;
         index.add_session(units, assembled)?;
+    }
+    // Fusion's soft word matching: the memory's words, embedded like the units.
+    let words = index.words_without_vectors();
+    if !words.is_empty() {
+        let vectors = match cache {
+            Some((cache, bucket)) => cache.get_or_embed_with(bucket, &words, embedder).await?.0,
+            None => embedder.embed(&words).await.context("embedding memory words")?.vectors,
+        };
+        anyhow::ensure!(
+            vectors.len() == words.len(),
+            "embedder returned {} vectors for {} words",
+            vectors.len(),
+            words.len()
+        );
+        index.set_word_vectors(&words, vectors);
     }
     Ok(index)
 }

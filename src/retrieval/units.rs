@@ -86,6 +86,16 @@ pub struct TurnUnit {
     pub text: String,
 }
 
+impl TurnUnit {
+    /// The text without a leading `speaker: ` (the speaker is not what the turn says).
+    pub fn text_without_speaker(&self) -> &str {
+        self.text
+            .strip_prefix(self.speaker.as_str())
+            .and_then(|rest| rest.strip_prefix(": "))
+            .unwrap_or(&self.text)
+    }
+}
+
 /// The units of one session, as text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionUnits {

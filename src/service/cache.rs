@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::ingest::SampleEmbeddings;
 use crate::memory::MemoryGraph;
-use crate::retrieval::{IndexError, IndexOptions, MemoryIndex};
+use crate::retrieval::{IndexError, IndexNeeds, IndexOptions, MemoryIndex};
 use crate::store::{StoredConversation, StoredOutputs};
 
 /// Vectors by id, in order.
@@ -57,7 +57,7 @@ impl Cached {
         let reusable = previous.filter(|previous| indexed.starts_with(&previous.indexed));
         let (mut index, skip, rebuilt) = match reusable {
             Some(previous) => ((*previous.index).clone(), previous.indexed.len(), false),
-            None => (MemoryIndex::new(IndexOptions::default()), 0, true),
+            None => (MemoryIndex::with_needs(own_index_options(), own_index_needs()), 0, true),
         };
         for (session, vectors) in units.into_iter().skip(skip) {
             index.add_session(session, vectors)?;
@@ -70,6 +70,19 @@ impl Cached {
     pub(super) fn ask_memory(&self, embedder: &str) -> &AskMemory {
         self.ask_memory.get_or_init(|| build_ask_memory(&self.stored, embedder))
     }
+}
+
+/// Own-data conversations keep no word vectors in the store (yet), so their index ranks with
+/// fusion without its soft word channel (README: "Your own data").
+fn own_index_options() -> IndexOptions {
+    let mut options = IndexOptions::default();
+    options.fusion.word_match = 0.0;
+    options
+}
+
+/// Everything but the memory's words (see [`own_index_options`]).
+fn own_index_needs() -> IndexNeeds {
+    IndexNeeds { words: false, ..IndexNeeds::ALL }
 }
 
 fn build_ask_memory(stored: &StoredConversation, embedder: &str) -> AskMemory {

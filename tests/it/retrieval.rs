@@ -11,7 +11,7 @@ use mragent::dataset::DatasetKind;
 use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use mragent::llm::Embedder;
 use mragent::retrieval::{
-    Granularity, IndexOptions, Method, RetrieveSettings, SessionUnits, build_index,
+    Granularity, IndexOptions, Method, QueryWords, RetrieveSettings, SessionUnits, build_index,
     run_retrieval_eval,
 };
 
@@ -210,12 +210,13 @@ async fn query_returns_ranked_sessions_and_turns_with_ids_and_dates() {
     assert!(first.text.starts_with(&format!("{}: ", first.speaker)));
     assert_eq!(first.session_id, first.dia_id.split(':').next().unwrap());
 
-    let memgas = index.query_with(Method::Memgas, question, &vector, 3).unwrap();
+    let memgas =
+        index.query_with(Method::Memgas, question, &vector, &QueryWords::new(), 3).unwrap();
     assert_eq!(memgas.sessions[0].session_id, "D8");
-    let lexical = index.query_with(Method::Bm25, question, &vector, 2).unwrap();
+    let lexical = index.query_with(Method::Bm25, question, &vector, &QueryWords::new(), 2).unwrap();
     assert_eq!(lexical.turns.len(), 2);
     assert!(matches!(
-        index.query_with(Method::Summary, question, &vector, 2),
+        index.query_with(Method::Summary, question, &vector, &QueryWords::new(), 2),
         Err(mragent::retrieval::IndexError::Unavailable { .. })
     ));
     assert!(index.query(question, &vector[..10], 3).is_err());

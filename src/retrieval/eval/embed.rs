@@ -12,7 +12,7 @@ use super::{RetrieveSettings, Timings};
 use crate::dataset::Conversation;
 use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use crate::retrieval::cache::{Batching, EmbeddingCache};
-use crate::retrieval::index::{IndexNeeds, MemoryIndex};
+use crate::retrieval::index::{IndexNeeds, MemoryIndex, QueryWords, content_words};
 use crate::retrieval::units::SessionUnits;
 
 /// Texts per embedder call: big enough to keep both cores busy, small enough for a fresh ETA.
@@ -88,19 +88,28 @@ impl<'a> Embedding<'a> {
         }))
     }
 
-    /// The question vectors of a conversation (empty vectors when no method reads vectors);
-    /// `None` when stopped.
+    /// The question vectors of a conversation (empty vectors when no method reads vectors) and
+    /// the vectors of the questions' words that `index` lacks (fusion's soft word matching;
+    /// empty unless the index holds words); `None` when stopped.
     pub(super) fn questions(
         &mut self,
         conversation: &Conversation,
+        index: &MemoryIndex,
         timings: &mut Timings,
-    ) -> anyhow::Result<Option<Vec<Vec<f32>>>> {
+    ) -> anyhow::Result<Option<(Vec<Vec<f32>>, QueryWords)>> {
         if !self.needs.vectors.any() {
-            return Ok(Some(vec![Vec::new(); conversation.questions.len()]));
+            return Ok(Some((vec![Vec::new(); conversation.questions.len()], QueryWords::new())));
         }
         let questions: Vec<String> =
             conversation.questions.iter().map(|q| q.question.clone()).collect();
-        self.vectors(&conversation.sample_id, &questions, timings)
+        let Some(vectors) = self.vectors(&conversation.sample_id, &questions, timings)? else {
+            return Ok(None);
+        };
+        let words = missing_question_words(index, conversation);
+        let Some(word_vectors) = self.vectors(&conversation.sample_id, &words, timings)? else {
+            return Ok(None);
+        };
+        Ok(Some((vectors, words.into_iter().zip(word_vectors).collect())))
     }
 
     /// The index of a conversation with what the methods need; `None` when stopped.
@@ -139,6 +148,11 @@ impl<'a> Embedding<'a> {
                 .with_context(|| format!("indexing {}", conversation.sample_id))?;
         }
         timings.index_seconds += index_started.elapsed().as_secs_f64();
+        let words = index.words_without_vectors();
+        let Some(word_vectors) = self.vectors(&conversation.sample_id, &words, timings)? else {
+            return Ok(None);
+        };
+        index.set_word_vectors(&words, word_vectors);
         Ok(Some(index))
     }
 
@@ -166,8 +180,35 @@ fn expected_texts(
     units + question_texts(needs, conversation)
 }
 
+/// Question texts plus, when the index collects words, the distinct words of the memory and
+/// of the questions (each embedded once).
 fn question_texts(needs: &IndexNeeds, conversation: &Conversation) -> usize {
-    if needs.vectors.any() { conversation.questions.len() } else { 0 }
+    let questions = if needs.vectors.any() { conversation.questions.len() } else { 0 };
+    if !needs.words {
+        return questions;
+    }
+    let mut words = std::collections::BTreeSet::new();
+    for session in &conversation.sessions {
+        for unit in SessionUnits::from_session(session).turns {
+            words.extend(content_words(unit.text_without_speaker()));
+        }
+    }
+    for question in &conversation.questions {
+        words.extend(content_words(&question.question));
+    }
+    questions + words.len()
+}
+
+/// The distinct content words of the questions that the memory lacks, sorted.
+fn missing_question_words(index: &MemoryIndex, conversation: &Conversation) -> Vec<String> {
+    let mut words: Vec<String> = conversation
+        .questions
+        .iter()
+        .flat_map(|q| index.query_words_missing(&q.question))
+        .collect();
+    words.sort_unstable();
+    words.dedup();
+    words
 }
 
 /// The local embedder, its load time recorded in `timings`.

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::Category;
 use crate::retrieval::bm25::Bm25Params;
 use crate::retrieval::index::{
-    FusionOptions, IndexOptions, MemgasOptions, MemoryIndex, Method, QueryChannels,
+    FusionOptions, IndexOptions, MemgasOptions, MemoryIndex, Method, QueryChannels, QueryWords,
     SessionAggregate, ranking_ids,
 };
 use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
@@ -67,6 +67,8 @@ pub fn axes(method: Method) -> Vec<Axis> {
             // participant the evidence is *not* from) lost 1.1 points of held-out turn
             // recall_any@10. The cap was set from that pooled result, so it is not held-out.
             Axis::new("speaker", &[0.0, 0.15], |o, v| o.fusion.speaker = v),
+            Axis::new("word_match", &[0.0, 0.5, 1.0], |o, v| o.fusion.word_match = v),
+            Axis::new("word_threshold", &[0.3, 0.35, 0.4, 0.5], |o, v| o.fusion.word_threshold = v),
         ],
         Method::Memgas => vec![
             Axis::new("temperature", &[0.02, 0.05, 0.2], |o, v| o.memgas.temperature = v),
@@ -97,32 +99,49 @@ pub struct Prepared {
     pub index: MemoryIndex,
     /// Per question: text, vector, category and evidence.
     pub questions: Vec<(String, Vec<f32>, Category, Evidence)>,
-    /// Per question, fusion's weight-independent channels and the BM25 parameters they were
-    /// computed with: filled by the first fusion evaluation and reused by every later setting
-    /// with the same BM25 parameters (no axis changes them), so a sweep scores BM25 and dense
-    /// similarity once per question instead of once per setting.
-    pub fusion_channels: Option<(Bm25Params, Vec<QueryChannels>)>,
+    /// Vectors of the questions' words that the memory lacks (fusion's soft word matching).
+    pub query_words: QueryWords,
+    /// Per question, fusion's weight-independent channels and the BM25 parameters and word
+    /// threshold they were computed with: filled by the first fusion evaluation and reused by
+    /// every later setting with the same parameters, so a sweep scores BM25, dense similarity
+    /// and word matching once per question (per threshold) instead of once per setting.
+    pub fusion_channels: Option<(ChannelKey, Vec<QueryChannels>)>,
 }
+
+/// What cached fusion channels depend on: BM25 parameters and the word threshold.
+pub type ChannelKey = (Bm25Params, f64);
 
 impl Prepared {
     /// A conversation with nothing cached yet.
-    pub fn new(index: MemoryIndex, questions: Vec<(String, Vec<f32>, Category, Evidence)>) -> Self {
-        Self { index, questions, fusion_channels: None }
+    pub fn new(
+        index: MemoryIndex,
+        questions: Vec<(String, Vec<f32>, Category, Evidence)>,
+        query_words: QueryWords,
+    ) -> Self {
+        Self { index, questions, query_words, fusion_channels: None }
     }
 
     /// Compute the fusion channels when they are missing or were made with other BM25
-    /// parameters than the index's current ones.
+    /// parameters or word threshold than the index's current ones. The word channel is
+    /// computed whenever the index holds words, so that a word weight of 0 and one of 1 share
+    /// the cache. When the channels cannot be computed (words without vectors), the cache stays
+    /// empty and every question is ranked on its own, which reports the error.
     fn fill_channels(&mut self) {
-        let params = self.index.options().bm25;
-        if self.fusion_channels.as_ref().is_none_or(|(made_with, _)| *made_with != params) {
-            let index = &self.index;
-            let channels = self
-                .questions
-                .iter()
-                .map(|(text, v, _, _)| index.query_channels(text, v))
-                .collect();
-            self.fusion_channels = Some((params, channels));
+        let options = self.index.options();
+        let key = (options.bm25, options.fusion.word_threshold);
+        if self.fusion_channels.as_ref().is_some_and(|(made_with, _)| *made_with == key) {
+            return;
         }
+        let word_match = if self.index.needs().words { 1.0 } else { 0.0 };
+        let weights = FusionOptions { word_match, ..options.fusion };
+        let index = &self.index;
+        let words = &self.query_words;
+        let channels: Result<Vec<QueryChannels>, _> = self
+            .questions
+            .iter()
+            .map(|(text, v, _, _)| index.query_channels(&weights, text, v, words))
+            .collect();
+        self.fusion_channels = channels.ok().map(|channels| (key, channels));
     }
 }
 
@@ -147,6 +166,7 @@ pub(super) fn evaluate(
                 _ => &[],
             };
             let index = &prepared.index;
+            let words = &prepared.query_words;
             prepared
                 .questions
                 .iter()
@@ -156,7 +176,7 @@ pub(super) fn evaluate(
                         Some(channels) => {
                             Ok(index.fusion_cached(&options.fusion, text, vector, channels))
                         }
-                        None => index.rank(method, text, vector),
+                        None => index.rank_with_words(method, text, vector, words),
                     };
                     let metrics = match ranked {
                         Ok(ranking) => {

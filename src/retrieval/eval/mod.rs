@@ -227,12 +227,15 @@ pub fn run_retrieval_eval_until(
         let units =
             session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
         let Some(index) = embedding.index(conversation, &units, &mut timings)? else { break };
-        let Some(question_vectors) = embedding.questions(conversation, &mut timings)? else {
+        let Some((question_vectors, query_words)) =
+            embedding.questions(conversation, &index, &mut timings)?
+        else {
             break;
         };
         tally.record_index(&index, conversation);
         for (slot, &method) in settings.methods.iter().enumerate() {
-            tally.rank_questions(slot, method, &index, conversation, &question_vectors)?;
+            let questions = (&question_vectors[..], &query_words);
+            tally.rank_questions(slot, method, &index, conversation, questions)?;
         }
         tracing::debug!(sample = %conversation.sample_id, "retrieve: conversation done");
     }

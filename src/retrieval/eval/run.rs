@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{LlmUnit, LlmUnits, MethodReport, RetrieveSettings};
 use crate::dataset::{Category, Conversation};
 use crate::ingest::{ConversationGranules, load_granules};
-use crate::retrieval::index::{IndexError, MemoryIndex, Method, ranking_ids};
+use crate::retrieval::index::{IndexError, MemoryIndex, Method, QueryWords, ranking_ids};
 use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
 use crate::retrieval::units::{Granularity, SessionUnits};
 
@@ -128,11 +128,12 @@ impl Tally {
         method: Method,
         index: &MemoryIndex,
         conversation: &Conversation,
-        question_vectors: &[Vec<f32>],
+        (question_vectors, query_words): (&[Vec<f32>], &QueryWords),
     ) -> anyhow::Result<()> {
         let query_started = Instant::now();
         for (question, vector) in conversation.questions.iter().zip(question_vectors) {
-            let ranking = match index.rank(method, &question.question, vector) {
+            let ranked = index.rank_with_words(method, &question.question, vector, query_words);
+            let ranking = match ranked {
                 Ok(ranking) => ranking,
                 Err(IndexError::Unavailable { granularity, .. }) => {
                     self.skipped[slot] =

@@ -3,7 +3,8 @@
 
 use super::options::{FusionOptions, Normalisation};
 use super::ranking::Ranking;
-use super::{MemoryIndex, ranked};
+use super::words::QueryWords;
+use super::{IndexError, MemoryIndex, ranked};
 use crate::retrieval::dates::{date_affinity, month_mentions, session_month};
 use crate::retrieval::router::rank_descending;
 
@@ -20,6 +21,10 @@ pub struct QueryChannels {
     dense_turns: Vec<f64>,
     /// Per turn, 1 when its speaker is named in the question.
     named_speakers: Vec<f64>,
+    /// Soft word matching per turn (empty when its weight is 0).
+    word_turns: Vec<f64>,
+    /// The threshold `word_turns` was computed with.
+    word_threshold: f64,
 }
 
 /// The query-level inputs of one fusion pass.
@@ -34,28 +39,54 @@ struct Channels<'a> {
 
 impl MemoryIndex {
     /// Weighted sum of normalised channel scores with the index's [`FusionOptions`].
-    pub(super) fn fusion(&self, query_text: &str, query: &[f32]) -> Ranking {
-        self.fusion_with(&self.options.fusion, query_text, query)
+    pub(super) fn fusion(
+        &self,
+        query_text: &str,
+        query: &[f32],
+        words: &QueryWords,
+    ) -> Result<Ranking, IndexError> {
+        self.fusion_with(&self.options.fusion, query_text, query, words)
     }
 
-    /// The weight-independent channels of a query (see [`QueryChannels`]).
-    pub fn query_channels(&self, query_text: &str, query: &[f32]) -> QueryChannels {
-        QueryChannels {
+    /// The weight-independent channels of a query (see [`QueryChannels`]) for `weights`' word
+    /// threshold (the word channel is computed only when `weights` gives it a weight).
+    pub fn query_channels(
+        &self,
+        weights: &FusionOptions,
+        query_text: &str,
+        query: &[f32],
+        words: &QueryWords,
+    ) -> Result<QueryChannels, IndexError> {
+        let word_turns = if weights.word_match != 0.0 {
+            self.words.scores(query_text, words, weights.word_threshold)?
+        } else {
+            Vec::new()
+        };
+        Ok(QueryChannels {
             bm25_turns: self.bm25_turns.scores(query_text),
             bm25_sessions: self.bm25_sessions.scores(query_text),
             dense_turns: self.turn_similarities(query),
             named_speakers: self.named_speaker_turns(query_text),
-        }
+            word_turns,
+            word_threshold: weights.word_threshold,
+        })
     }
 
     /// Fusion with explicit settings (a sweep reuses one index for many settings).
-    pub fn fusion_with(&self, weights: &FusionOptions, query_text: &str, query: &[f32]) -> Ranking {
-        let channels = self.query_channels(query_text, query);
-        self.fusion_cached(weights, query_text, query, &channels)
+    pub fn fusion_with(
+        &self,
+        weights: &FusionOptions,
+        query_text: &str,
+        query: &[f32],
+        words: &QueryWords,
+    ) -> Result<Ranking, IndexError> {
+        let channels = self.query_channels(weights, query_text, query, words)?;
+        Ok(self.fusion_cached(weights, query_text, query, &channels))
     }
 
     /// [`MemoryIndex::fusion_with`] from channels computed before by
-    /// [`MemoryIndex::query_channels`] for the same query, index and BM25 parameters: one fused
+    /// [`MemoryIndex::query_channels`] for the same query, index, BM25 parameters and word
+    /// threshold (and a word weight that was not 0 then, if it is not 0 now): one fused
     /// pass; with pseudo-relevance feedback a second pass whose dense channel uses the query
     /// moved towards the first pass's best turns; then diversity/coverage over the top sessions;
     /// last, the [`speaker`](FusionOptions::speaker) bonus on the turn ranking alone.
@@ -120,6 +151,11 @@ impl MemoryIndex {
         add(&mut session_scores, weights.session_dense, &dense_sessions);
         add(&mut turn_scores, weights.bm25, &channels.fixed.bm25_turns);
         add(&mut turn_scores, weights.dense, channels.dense_turns);
+        if weights.word_match != 0.0 {
+            debug_assert_eq!(channels.fixed.word_turns.len(), self.turns.len());
+            debug_assert_eq!(channels.fixed.word_threshold, weights.word_threshold);
+            add(&mut turn_scores, weights.word_match, &channels.fixed.word_turns);
+        }
         if let Some((by_session, by_turn)) = channels.memgas {
             add(&mut session_scores, weights.memgas, by_session);
             add(&mut turn_scores, weights.memgas, by_turn);

@@ -18,6 +18,7 @@ mod needs;
 mod options;
 mod ranking;
 mod speakers;
+mod words;
 
 pub use fusion::QueryChannels;
 pub use needs::IndexNeeds;
@@ -26,6 +27,7 @@ pub use options::{
     TurnRouting,
 };
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
+pub use words::{QueryWords, WordError, WordIndex, content_words};
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +73,10 @@ pub struct MemoryIndex {
     graph: AssociationGraph,
     bm25_turns: Bm25Index,
     bm25_sessions: Bm25Index,
+    /// Every turn's content words and the words' vectors (soft word matching), when
+    /// [`IndexNeeds::words`] asks for them.
+    #[serde(default)]
+    words: WordIndex,
     /// Approximate nearest neighbours over turn vectors, once there are
     /// [`AnnOptions::threshold`](crate::retrieval::ann::AnnOptions) turns (keyed by turn index).
     /// Not serialised (usearch's graph has no serde form): a deserialised index rebuilds it
@@ -99,6 +105,7 @@ impl MemoryIndex {
             graph: AssociationGraph::default(),
             bm25_turns: Bm25Index::with_params(options.bm25),
             bm25_sessions: Bm25Index::with_params(options.bm25),
+            words: WordIndex::default(),
             turn_ann: None,
         }
     }
@@ -170,6 +177,11 @@ impl MemoryIndex {
         }
         self.index_turns_approximately(first_turn)?;
         self.index_lexical(&units);
+        if self.needs.words {
+            for turn in &units.turns {
+                self.words.add_turn(turn.text_without_speaker());
+            }
+        }
         self.sessions.push(SessionEntry { units, turns: first_turn..self.turns.len(), hybrid });
         Ok(())
     }
@@ -223,6 +235,26 @@ impl MemoryIndex {
     fn push_node(&mut self, granularity: Granularity, session: usize, vector: Vec<f32>) {
         self.nodes.push(Node { granularity, session });
         self.vectors.push(vector);
+    }
+
+    /// The memory's words that have no vector yet (to embed with the units' embedder and hand
+    /// to [`MemoryIndex::set_word_vectors`]); empty unless [`IndexNeeds::words`].
+    pub fn words_without_vectors(&self) -> Vec<String> {
+        self.words.without_vectors()
+    }
+
+    /// Give memory words their vectors (`vectors[i]` embeds `words[i]`).
+    pub fn set_word_vectors(&mut self, words: &[String], vectors: Vec<Vec<f32>>) {
+        self.words.set_vectors(words, vectors);
+    }
+
+    /// The content words of `query_text` that the memory lacks: a caller embeds them and passes
+    /// them to [`MemoryIndex::rank_with_words`] (fusion's soft word matching).
+    pub fn query_words_missing(&self, query_text: &str) -> Vec<String> {
+        if !self.needs.words {
+            return Vec::new();
+        }
+        content_words(query_text).into_iter().filter(|w| !self.words.contains(w)).collect()
     }
 
     /// Number of sessions.
@@ -292,6 +324,19 @@ impl MemoryIndex {
         query_text: &str,
         query_vector: &[f32],
     ) -> Result<Ranking, IndexError> {
+        self.rank_with_words(method, query_text, query_vector, &QueryWords::new())
+    }
+
+    /// [`MemoryIndex::rank`] with vectors for the query's words that the memory lacks
+    /// ([`MemoryIndex::query_words_missing`]); without them such a word matches nothing in
+    /// fusion's soft word channel (as it matches nothing in BM25).
+    pub fn rank_with_words(
+        &self,
+        method: Method,
+        query_text: &str,
+        query_vector: &[f32],
+        query_words: &QueryWords,
+    ) -> Result<Ranking, IndexError> {
         if !self.needs.covers(&IndexNeeds::for_method(method, &self.options)) {
             return Err(IndexError::NotBuilt { method });
         }
@@ -333,7 +378,7 @@ impl MemoryIndex {
             Method::Turn => self.dense_turns(query_vector),
             Method::Bm25 => self.bm25(query_text),
             Method::Memgas => self.memgas(query_vector),
-            Method::Fusion => self.fusion(query_text, query_vector),
+            Method::Fusion => self.fusion(query_text, query_vector, query_words)?,
         })
     }
 
@@ -346,7 +391,7 @@ impl MemoryIndex {
         query_vector: &[f32],
         k: usize,
     ) -> Result<MemgasHits, IndexError> {
-        self.query_with(self.options.query_method, query_text, query_vector, k)
+        self.query_with(self.options.query_method, query_text, query_vector, &QueryWords::new(), k)
     }
 
     /// Like [`MemoryIndex::query`] with another method; session-only methods return no turns.
@@ -355,9 +400,10 @@ impl MemoryIndex {
         method: Method,
         query_text: &str,
         query_vector: &[f32],
+        query_words: &QueryWords,
         k: usize,
     ) -> Result<MemgasHits, IndexError> {
-        let ranking = self.rank(method, query_text, query_vector)?;
+        let ranking = self.rank_with_words(method, query_text, query_vector, query_words)?;
         let sessions = ranking
             .sessions
             .iter()

@@ -14,22 +14,27 @@ pub struct IndexNeeds {
     pub vectors: VectorNeeds,
     /// Whether to grow the association graph (MemGAS).
     pub graph: bool,
+    /// Whether to collect every turn's content words for fusion's soft word matching (their
+    /// vectors come from the caller: [`MemoryIndex::words_without_vectors`](super::MemoryIndex::words_without_vectors)).
+    #[serde(default)]
+    pub words: bool,
 }
 
 impl IndexNeeds {
     /// Everything: every vector and the graph (what an index for the agent's tool holds).
-    pub const ALL: IndexNeeds = IndexNeeds { vectors: VectorNeeds::ALL, graph: true };
+    pub const ALL: IndexNeeds = IndexNeeds { vectors: VectorNeeds::ALL, graph: true, words: true };
 
     /// What ranking with every method in `methods` reads, given `options` (fusion reads MemGAS
     /// only when its MemGAS weight is not zero).
     pub fn for_methods(methods: &[Method], options: &IndexOptions) -> IndexNeeds {
-        let none = IndexNeeds { vectors: VectorNeeds::NONE, graph: false };
+        let none = IndexNeeds { vectors: VectorNeeds::NONE, graph: false, words: false };
         methods.iter().fold(none, |needs, &method| needs.union(Self::for_method(method, options)))
     }
 
     /// What ranking with `method` reads.
     pub fn for_method(method: Method, options: &IndexOptions) -> IndexNeeds {
-        let vectors = |needs: VectorNeeds| IndexNeeds { vectors: needs, graph: false };
+        let vectors =
+            |needs: VectorNeeds| IndexNeeds { vectors: needs, graph: false, words: false };
         let none = VectorNeeds::NONE;
         match method {
             Method::Bm25 => vectors(none),
@@ -42,9 +47,13 @@ impl IndexNeeds {
             Method::Memgas => IndexNeeds {
                 vectors: VectorNeeds { hybrid: false, ..VectorNeeds::ALL },
                 graph: true,
+                words: false,
             },
             Method::Fusion => {
-                let dense = vectors(VectorNeeds { turns: true, ..none });
+                let dense = IndexNeeds {
+                    words: options.fusion.word_match != 0.0,
+                    ..vectors(VectorNeeds { turns: true, ..none })
+                };
                 if options.fusion.memgas == 0.0 {
                     dense
                 } else {
@@ -56,12 +65,18 @@ impl IndexNeeds {
 
     /// Everything either needs.
     pub fn union(self, other: IndexNeeds) -> IndexNeeds {
-        IndexNeeds { vectors: self.vectors.union(other.vectors), graph: self.graph || other.graph }
+        IndexNeeds {
+            vectors: self.vectors.union(other.vectors),
+            graph: self.graph || other.graph,
+            words: self.words || other.words,
+        }
     }
 
     /// Whether an index built for `self` can serve what `other` needs.
     pub fn covers(&self, other: &IndexNeeds) -> bool {
-        self.vectors.covers(&other.vectors) && (self.graph || !other.graph)
+        self.vectors.covers(&other.vectors)
+            && (self.graph || !other.graph)
+            && (self.words || !other.words)
     }
 }
 
@@ -108,7 +123,7 @@ mod tests {
 
     #[test]
     fn an_index_without_vectors_ranks_lexically_and_refuses_dense_methods() {
-        let none = IndexNeeds { vectors: VectorNeeds::NONE, graph: false };
+        let none = IndexNeeds { vectors: VectorNeeds::NONE, graph: false, words: false };
         let index = grow(MemoryIndex::with_needs(IndexOptions::default(), none), 3);
         assert_eq!((index.n_turns(), index.graph().n_nodes()), (30, 0));
         let ranking = index.rank(Method::Bm25, "t12", &[]).unwrap();

@@ -215,6 +215,13 @@ pub struct FusionOptions {
     /// turn ranking (sessions keep their order): a question about "Caroline" is answered by
     /// Caroline's own turns in most cases; 0 turns it off.
     pub speaker: f64,
+    /// Weight of soft word matching (see [`super::words`]) in the turn score: question words
+    /// and their near-synonyms among a turn's own words; 0 turns it off (and the index then
+    /// collects no words).
+    pub word_match: f64,
+    /// Cosine below which a memory word earns nothing for a question word (θ of
+    /// [`super::words`]).
+    pub word_threshold: f64,
 }
 
 impl FusionOptions {
@@ -242,6 +249,8 @@ impl FusionOptions {
             coverage: 0.0,
             rerank_pool: 8,
             speaker: 0.0,
+            word_match: 0.0,
+            word_threshold: 0.5,
         }
     }
 }

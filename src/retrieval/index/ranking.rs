@@ -32,6 +32,9 @@ pub enum IndexError {
         /// The method asked for.
         method: Method,
     },
+    /// Fusion's soft word channel cannot score (see [`super::words`]).
+    #[error(transparent)]
+    Words(#[from] super::words::WordError),
     /// The approximate nearest-neighbour index failed.
     #[error(transparent)]
     Ann(#[from] crate::retrieval::ann::AnnError),

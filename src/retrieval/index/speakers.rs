@@ -49,7 +49,7 @@ impl MemoryIndex {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::retrieval::index::{FusionOptions, IndexOptions, Method};
+    use crate::retrieval::index::{FusionOptions, IndexOptions, Method, QueryWords};
     use crate::retrieval::units::{SessionUnits, TurnUnit, UnitVectors};
 
     #[test]
@@ -126,12 +126,14 @@ mod tests {
         let index = twin_index(FusionOptions::default());
         let query = [0.6, 0.8, 0.0];
         let question = "Where did Caro go camping by the lake?";
-        let channels = index.query_channels(question, &query);
+        let channels = index
+            .query_channels(&FusionOptions::default(), question, &query, &QueryWords::new())
+            .unwrap();
         for speaker in [0.0, 0.25] {
             let weights = FusionOptions { speaker, prf_weight: 0.5, ..FusionOptions::default() };
             assert_eq!(
                 index.fusion_cached(&weights, question, &query, &channels),
-                index.fusion_with(&weights, question, &query)
+                index.fusion_with(&weights, question, &query, &QueryWords::new()).unwrap()
             );
         }
     }

@@ -164,14 +164,17 @@ fn coverage_reranking_moves_a_session_with_the_missing_clause_up() {
     }
     let query = vector(1.5, 0.1);
     let question = "what did Pepper the cat do and which marathon did Ann run";
-    let plain = index.fusion_with(&options.fusion, question, &query);
+    let plain = index.fusion_with(&options.fusion, question, &query, &QueryWords::new()).unwrap();
     assert_eq!(session_order(&plain, &index)[2], "D3");
     let mut covering = options.fusion;
     covering.coverage = 2.0;
-    let reranked = index.fusion_with(&covering, question, &query);
+    let reranked = index.fusion_with(&covering, question, &query, &QueryWords::new()).unwrap();
     assert_eq!(session_order(&reranked, &index)[1], "D3");
     // Same input, same order.
-    assert_eq!(reranked, index.fusion_with(&covering, question, &query));
+    assert_eq!(
+        reranked,
+        index.fusion_with(&covering, question, &query, &QueryWords::new()).unwrap()
+    );
 }
 
 #[test]
@@ -179,9 +182,9 @@ fn neighbour_weights_and_feedback_change_turn_scores() {
     let index = index();
     let query = vector(1.54, 0.1);
     let mut options = FusionOptions::dev_split();
-    let base = index.fusion_with(&options, "vet", &query);
+    let base = index.fusion_with(&options, "vet", &query, &QueryWords::new()).unwrap();
     options.next_turn = 1.0;
-    let with_next = index.fusion_with(&options, "vet", &query);
+    let with_next = index.fusion_with(&options, "vet", &query, &QueryWords::new()).unwrap();
     // D4:1 gains the score of D4:2 (the vet turn) that follows it.
     let score_of = |ranking: &Ranking, id: &str| {
         let turns = ranking.turns.as_ref().unwrap();
@@ -193,7 +196,7 @@ fn neighbour_weights_and_feedback_change_turn_scores() {
     options.next_turn = 0.0;
     options.prf_weight = 1.0;
     options.prf_turns = 2;
-    let feedback = index.fusion_with(&options, "vet", &query);
+    let feedback = index.fusion_with(&options, "vet", &query, &QueryWords::new()).unwrap();
     assert_eq!(feedback.sessions.len(), 4);
     assert_ne!(feedback, base);
 }

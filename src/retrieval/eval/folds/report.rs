@@ -60,7 +60,9 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
     anyhow::ensure!(conversations.len() >= 2, "--folds needs at least two conversations");
     let llm_units = read_llm_units(settings)?;
     let mut timings = Timings::default();
-    let needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
+    let mut needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
+    // The folds try fusion's word channel whatever the defaults say (an axis of `axes`).
+    needs.words |= settings.methods.contains(&Method::Fusion);
     // Folds have no stop of their own (they run from the cache in about a minute).
     let never = std::sync::atomic::AtomicBool::new(false);
     let mut embedding = Embedding::new(settings, needs, &conversations, &never);
@@ -72,14 +74,15 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
             session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
         let stopped = || anyhow::anyhow!("embedding stopped");
         let index = embedding.index(conversation, &units, &mut timings)?.ok_or_else(stopped)?;
-        let vectors = embedding.questions(conversation, &mut timings)?.ok_or_else(stopped)?;
+        let (vectors, query_words) =
+            embedding.questions(conversation, &index, &mut timings)?.ok_or_else(stopped)?;
         let questions = conversation
             .questions
             .iter()
             .zip(vectors)
             .map(|(q, v)| (q.question.clone(), v, q.category.clone(), Evidence::parse(&q.evidence)))
             .collect();
-        prepared.push(Prepared::new(index, questions));
+        prepared.push(Prepared::new(index, questions, query_words));
     }
     embedding.finish();
     let names: Vec<String> = conversations.iter().map(|c| c.sample_id.clone()).collect();

@@ -1,0 +1,377 @@
+//! Soft word matching: a lexical channel that also counts near-synonyms.
+//!
+//! BM25 counts a question word only where it occurs verbatim, and a turn's dense vector carries
+//! its whole text (and its context), so a word mentioned in passing ("running, reading, or
+//! playing my violin") barely moves it. Here every distinct content word of the memory and of
+//! the query has its own vector (the memory's embedder on the bare word), and a turn scores
+//!
+//! `Σ_q idf(q) · max_{w ∈ turn} f(cos(q, w))`,  `f(s) = max(0, (s − θ) / (1 − θ))`
+//!
+//! over the query's content words q: a word of the turn equal to q gives f = 1, a close word
+//! ("violin" for "instruments") a part of it, an unrelated word nothing. idf is BM25's
+//! `ln(1 + (N − n + 0.5) / (n + 0.5))` over turns (n = 0 for a query word the memory lacks).
+//! θ is [`FusionOptions::word_threshold`](super::FusionOptions::word_threshold).
+//!
+//! Word vectors are not unit vectors of a session: the index collects the vocabulary as turns
+//! are added ([`WordIndex::add_turn`]); the caller embeds the words that lack a vector
+//! ([`MemoryIndex::words_without_vectors`](super::MemoryIndex::words_without_vectors)) and hands
+//! them back ([`MemoryIndex::set_word_vectors`](super::MemoryIndex::set_word_vectors)), and
+//! embeds the query's words that the memory lacks ([`QueryWords`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::retrieval::vector::dot;
+
+/// Words too common (or too short) to be evidence. Not BM25's list: this one also drops the
+/// fillers of chat ("yeah", "thanks", "wow") that every other turn holds.
+const STOP_WORDS: &[&str] = &[
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "also",
+    "and",
+    "any",
+    "are",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "can",
+    "could",
+    "did",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "ever",
+    "few",
+    "for",
+    "from",
+    "further",
+    "get",
+    "going",
+    "gonna",
+    "got",
+    "had",
+    "has",
+    "have",
+    "having",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "hey",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "into",
+    "its",
+    "itself",
+    "just",
+    "like",
+    "lot",
+    "many",
+    "more",
+    "most",
+    "much",
+    "myself",
+    "nor",
+    "not",
+    "now",
+    "off",
+    "once",
+    "one",
+    "only",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "really",
+    "same",
+    "she",
+    "should",
+    "some",
+    "such",
+    "than",
+    "thank",
+    "thanks",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "thing",
+    "things",
+    "this",
+    "those",
+    "through",
+    "too",
+    "two",
+    "under",
+    "until",
+    "very",
+    "was",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "wow",
+    "would",
+    "yeah",
+    "yes",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// The distinct content words of `text`, sorted: lowercase runs of letters, digits and inner
+/// apostrophes, at least three characters with a letter, minus [`STOP_WORDS`].
+pub fn content_words(text: &str) -> Vec<String> {
+    let mut words: Vec<String> = text
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .map(|word| word.trim_matches('\'').to_lowercase())
+        .filter(|word| {
+            word.chars().count() >= 3
+                && word.chars().any(char::is_alphabetic)
+                && !STOP_WORDS.contains(&word.as_str())
+        })
+        .collect();
+    words.sort_unstable();
+    words.dedup();
+    words
+}
+
+/// Vectors of query words the memory lacks, by word (from the memory's embedder).
+pub type QueryWords = BTreeMap<String, Vec<f32>>;
+
+/// Why word scores cannot be computed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WordError {
+    /// Some memory words were never given a vector.
+    #[error(
+        "{missing} memory words have no vector (embed MemoryIndex::words_without_vectors first)"
+    )]
+    MissingVectors {
+        /// How many.
+        missing: usize,
+    },
+}
+
+/// The memory's vocabulary: per turn its content words, per word its vector and turn count.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WordIndex {
+    /// Word → id (ids in first-seen order).
+    ids: BTreeMap<String, u32>,
+    /// Per id: the word.
+    words: Vec<String>,
+    /// Per id: its vector, once given.
+    vectors: Vec<Option<Vec<f32>>>,
+    /// Per id: turns that contain it.
+    turn_counts: Vec<u32>,
+    /// Per turn: its word ids, ascending.
+    turns: Vec<Vec<u32>>,
+}
+
+impl WordIndex {
+    /// Add the next turn (its text without the speaker's name prefix).
+    pub fn add_turn(&mut self, text: &str) {
+        let mut ids: Vec<u32> = content_words(text)
+            .into_iter()
+            .map(|word| match self.ids.get(&word) {
+                Some(&id) => id,
+                None => {
+                    let id = self.words.len() as u32;
+                    self.ids.insert(word.clone(), id);
+                    self.words.push(word);
+                    self.vectors.push(None);
+                    self.turn_counts.push(0);
+                    id
+                }
+            })
+            .collect();
+        ids.sort_unstable();
+        for &id in &ids {
+            self.turn_counts[id as usize] += 1;
+        }
+        self.turns.push(ids);
+    }
+
+    /// Words without a vector yet, in first-seen order.
+    pub fn without_vectors(&self) -> Vec<String> {
+        self.words
+            .iter()
+            .zip(&self.vectors)
+            .filter(|(_, vector)| vector.is_none())
+            .map(|(word, _)| word.clone())
+            .collect()
+    }
+
+    /// Give words their vectors, scaled to unit length (words the index does not hold are
+    /// ignored).
+    pub fn set_vectors(&mut self, words: &[String], vectors: Vec<Vec<f32>>) {
+        for (word, vector) in words.iter().zip(vectors) {
+            if let Some(&id) = self.ids.get(word) {
+                self.vectors[id as usize] = Some(unit(vector));
+            }
+        }
+    }
+
+    /// Whether `word` is in the memory.
+    pub fn contains(&self, word: &str) -> bool {
+        self.ids.contains_key(word)
+    }
+
+    /// Number of distinct words.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Whether no word was seen.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// The soft-match score of every turn for `query_text` (see the module doc); query words the
+    /// memory lacks take their vector from `extra`, and without one match nothing.
+    pub fn scores(
+        &self,
+        query_text: &str,
+        extra: &QueryWords,
+        threshold: f64,
+    ) -> Result<Vec<f64>, WordError> {
+        let missing = self.vectors.iter().filter(|v| v.is_none()).count();
+        if missing > 0 {
+            return Err(WordError::MissingVectors { missing });
+        }
+        let n_turns = self.turns.len() as f64;
+        let scale = (1.0 - threshold).max(f64::EPSILON);
+        let mut scores = vec![0.0; self.turns.len()];
+        for word in content_words(query_text) {
+            let (count, vector) = match self.ids.get(&word) {
+                Some(&id) => (self.turn_counts[id as usize], self.vectors[id as usize].as_deref()),
+                None => (0, extra.get(&word).map(Vec::as_slice)),
+            };
+            let Some(query) = vector.map(|v| unit(v.to_vec())) else { continue };
+            let n = f64::from(count);
+            let idf = (1.0 + (n_turns - n + 0.5) / (n + 0.5)).ln();
+            // Per memory word, its credit for this query word.
+            let credit: Vec<f64> = self
+                .vectors
+                .iter()
+                .flatten()
+                .map(|v| ((f64::from(dot(&query, v)) - threshold) / scale).clamp(0.0, 1.0))
+                .collect();
+            for (score, ids) in scores.iter_mut().zip(&self.turns) {
+                let best = ids.iter().map(|&id| credit[id as usize]).fold(0.0, f64::max);
+                *score += idf * best;
+            }
+        }
+        Ok(scores)
+    }
+}
+
+/// `vector` scaled to length 1 (a zero vector stays zero).
+fn unit(mut vector: Vec<f32>) -> Vec<f32> {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+    vector
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_words_are_lowercase_distinct_and_skip_fillers() {
+        assert_eq!(
+            content_words("Yeah, I play VIOLIN & violin; Mel's 2 cats, 2023!"),
+            vec!["2023", "cats", "mel's", "play", "violin"]
+        );
+        assert!(content_words("wow, thanks so much").is_empty());
+    }
+
+    /// 2-D word vectors at the given angles (radians).
+    fn index_with(turns: &[&str], angles: &[(&str, f32)]) -> WordIndex {
+        let mut index = WordIndex::default();
+        for turn in turns {
+            index.add_turn(turn);
+        }
+        let words: Vec<String> = angles.iter().map(|(w, _)| w.to_string()).collect();
+        let vectors = angles.iter().map(|(_, a)| vec![a.cos(), a.sin()]).collect();
+        index.set_vectors(&words, vectors);
+        index
+    }
+
+    #[test]
+    fn a_close_word_scores_part_of_an_exact_one_and_a_far_word_nothing() {
+        let index = index_with(
+            &["playing my violin", "went running", "violin lessons today"],
+            &[
+                ("playing", 1.2),
+                ("violin", 0.3),
+                ("went", 2.5),
+                ("running", 2.0),
+                ("lessons", 1.5),
+                ("today", 3.0),
+            ],
+        );
+        assert!(index.without_vectors().is_empty());
+        // "instruments" is not in the memory: its vector comes from the caller.
+        let extra: QueryWords = [("instruments".to_string(), vec![1.0, 0.0])].into();
+        let scores = index.scores("Which instruments?", &extra, 0.5).unwrap();
+        // cos(0.3) = 0.955 → credit 0.91 for both violin turns; cos(2.0) < 0 for running.
+        assert!(scores[0] > 0.0 && (scores[0] - scores[2]).abs() < 1e-12);
+        assert_eq!(scores[1], 0.0);
+        // The exact word scores the full idf; a rarer exact word more.
+        let exact = index.scores("violin", &QueryWords::new(), 0.5).unwrap();
+        let idf_violin = (1.0f64 + (3.0 - 2.0 + 0.5) / 2.5).ln();
+        assert!((exact[0] - idf_violin).abs() < 1e-9, "{exact:?}");
+        let rare = index.scores("running", &QueryWords::new(), 0.5).unwrap();
+        assert!(rare[1] > exact[0]);
+        // Without a vector an unknown query word matches nothing.
+        assert_eq!(index.scores("instruments", &QueryWords::new(), 0.5).unwrap(), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn scores_refuse_a_memory_with_words_lacking_vectors() {
+        let mut index = WordIndex::default();
+        index.add_turn("violin lessons");
+        assert_eq!(index.without_vectors(), vec!["violin", "lessons"]);
+        index.set_vectors(&["violin".to_string()], vec![vec![1.0, 0.0]]);
+        assert_eq!(
+            index.scores("violin", &QueryWords::new(), 0.5),
+            Err(WordError::MissingVectors { missing: 1 })
+        );
+    }
+}
