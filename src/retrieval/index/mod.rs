@@ -248,6 +248,14 @@ impl MemoryIndex {
         self.words.set_vectors(words, vectors);
     }
 
+    /// Give every memory word without a vector a stand-in ([`words::test_word_vector`]).
+    #[cfg(test)]
+    pub(crate) fn set_test_word_vectors(&mut self) {
+        let words = self.words_without_vectors();
+        let vectors = words.iter().map(|word| words::test_word_vector(word)).collect();
+        self.set_word_vectors(&words, vectors);
+    }
+
     /// The content words of `query_text` that the memory lacks: a caller embeds them and passes
     /// them to [`MemoryIndex::rank_with_words`] (fusion's soft word matching).
     pub fn query_words_missing(&self, query_text: &str) -> Vec<String> {

@@ -118,6 +118,7 @@ mod tests {
             };
             index.add_session_vectors(units, parts).unwrap();
         }
+        index.set_test_word_vectors();
         index
     }
 

@@ -87,6 +87,7 @@ mod tests {
             };
             index.add_session(units, vectors).unwrap();
         }
+        index.set_test_word_vectors();
         index
     }
 

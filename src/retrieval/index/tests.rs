@@ -52,6 +52,7 @@ fn index() -> MemoryIndex {
     for (units, vectors) in sessions {
         index.add_session(units, vectors).unwrap();
     }
+    index.set_test_word_vectors();
     index
 }
 
@@ -162,6 +163,7 @@ fn coverage_reranking_moves_a_session_with_the_missing_clause_up() {
     for (units, vectors) in sessions {
         index.add_session(units, vectors).unwrap();
     }
+    index.set_test_word_vectors();
     let query = vector(1.5, 0.1);
     let question = "what did Pepper the cat do and which marathon did Ann run";
     let plain = index.fusion_with(&options.fusion, question, &query, &QueryWords::new()).unwrap();
@@ -245,4 +247,61 @@ fn the_router_moves_weight_to_the_peaked_granularity() {
     let aimed = turn_weight(vector(0.9, 0.1));
     let shared = turn_weight(vector(3.5, 0.1));
     assert!(aimed > 0.53 && aimed > shared + 0.05, "{aimed} {shared}");
+}
+
+/// 8-D word vectors for the word test: "instruments", "violin" and "clarinet" close together;
+/// the question's other words ("ann", "play") and the memory's other words on axes of their own.
+fn word_vector(word: &str) -> Vec<f32> {
+    let mut v = vec![0.0; 8];
+    match word {
+        "instruments" => v[0] = 1.0,
+        "violin" => (v[0], v[1]) = (0.8, 0.6),
+        "clarinet" => (v[0], v[2]) = (0.8, 0.6),
+        "ann" => v[3] = 1.0,
+        "play" => v[4] = 1.0,
+        other => v[5 + other.len() % 3] = 1.0,
+    }
+    v
+}
+
+#[test]
+fn soft_word_matching_lifts_turns_that_name_an_instance_of_the_question_word() {
+    let mut options = IndexOptions::default();
+    options.fusion = FusionOptions { date: 0.0, word_match: 1.0, ..FusionOptions::dev_split() };
+    let needs = IndexNeeds::for_methods(&[Method::Fusion], &options);
+    assert!(needs.words);
+    let mut index = MemoryIndex::with_needs(options, needs);
+    // Dense vectors are all alike, so only the lexical channels separate the turns.
+    let sessions = [
+        session(1, &[("went hiking with friends", 1.0), ("playing my violin daily", 1.0)]),
+        session(2, &[("baked bread today", 1.0), ("cooked pasta again", 1.0)]),
+        session(3, &[("practised the clarinet", 1.0), ("watched movies", 1.0)]),
+    ];
+    for (units, vectors) in sessions {
+        index.add_session(units, vectors).unwrap();
+    }
+    let question = "Which instruments does Ann play?";
+    let query = vector(1.0, 0.1);
+    // Until the memory's words have vectors, fusion refuses rather than ranking without them.
+    assert!(matches!(
+        index.rank(Method::Fusion, question, &query),
+        Err(IndexError::Words(WordError::MissingVectors { .. }))
+    ));
+    let words = index.words_without_vectors();
+    assert!(words.contains(&"violin".to_string()) && !words.contains(&"ann".to_string()));
+    let vectors = words.iter().map(|w| word_vector(w)).collect();
+    index.set_word_vectors(&words, vectors);
+    assert!(index.words_without_vectors().is_empty());
+    let missing = index.query_words_missing(question);
+    assert_eq!(missing, vec!["ann", "instruments", "play"]);
+    let query_words: QueryWords = missing.iter().map(|w| (w.clone(), word_vector(w))).collect();
+    let ranking = index.rank_with_words(Method::Fusion, question, &query, &query_words).unwrap();
+    let top: Vec<&str> =
+        ranking.turns.as_ref().unwrap().iter().take(2).map(|t| index.turn_id(t.index)).collect();
+    assert_eq!(top, vec!["D1:2", "D3:1"]);
+    assert_eq!(session_order(&ranking, &index)[2], "D2");
+    // Without the query's word vectors "instruments" matches nothing, and the violin turn
+    // (which also says "playing", not "play") no longer leads by the word channel alone.
+    let without = index.rank(Method::Fusion, question, &query).unwrap();
+    assert_ne!(without.turns, ranking.turns);
 }
