@@ -23,16 +23,7 @@ pub async fn build_index<E: Embedder>(
     let per_session: Vec<Vec<String>> =
         sessions.iter().map(|s| s.texts_to_embed(&options.units)).collect();
     let all: Vec<String> = per_session.iter().flatten().cloned().collect();
-    let vectors = match cache {
-        Some((cache, bucket)) => cache.get_or_embed_with(bucket, &all, embedder).await?.0,
-        None => embedder.embed(&all).await.context("embedding session units")?.vectors,
-    };
-    anyhow::ensure!(
-        vectors.len() == all.len(),
-        "embedder returned {} vectors for {} texts",
-        vectors.len(),
-        all.len()
-    );
+    let vectors = embed(&all, embedder, cache).await.context("embedding session units")?;
     let mut index = MemoryIndex::new(options);
     let mut rest = vectors.into_iter();
     for (units, texts) in sessions.into_iter().zip(&per_session) {
@@ -45,17 +36,27 @@ pub async fn build_index<E: Embedder>(
     // Fusion's soft word matching: the memory's words, embedded like the units.
     let words = index.words_without_vectors();
     if !words.is_empty() {
-        let vectors = match cache {
-            Some((cache, bucket)) => cache.get_or_embed_with(bucket, &words, embedder).await?.0,
-            None => embedder.embed(&words).await.context("embedding memory words")?.vectors,
-        };
-        anyhow::ensure!(
-            vectors.len() == words.len(),
-            "embedder returned {} vectors for {} words",
-            vectors.len(),
-            words.len()
-        );
+        let vectors = embed(&words, embedder, cache).await.context("embedding memory words")?;
         index.set_word_vectors(&words, vectors);
     }
     Ok(index)
+}
+
+/// One vector per text, through the cache when there is one.
+async fn embed<E: Embedder>(
+    texts: &[String],
+    embedder: &E,
+    cache: Option<(&EmbeddingCache, &str)>,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let vectors = match cache {
+        Some((cache, bucket)) => cache.get_or_embed_with(bucket, texts, embedder).await?.0,
+        None => embedder.embed(texts).await?.vectors,
+    };
+    anyhow::ensure!(
+        vectors.len() == texts.len(),
+        "embedder returned {} vectors for {} texts",
+        vectors.len(),
+        texts.len()
+    );
+    Ok(vectors)
 }

@@ -266,8 +266,8 @@ fn word_vector(word: &str) -> Vec<f32> {
 
 #[test]
 fn soft_word_matching_lifts_turns_that_name_an_instance_of_the_question_word() {
-    let mut options = IndexOptions::default();
-    options.fusion = FusionOptions { date: 0.0, word_match: 1.0, ..FusionOptions::dev_split() };
+    let fusion = FusionOptions { date: 0.0, word_match: 1.0, ..FusionOptions::dev_split() };
+    let options = IndexOptions { fusion, ..IndexOptions::default() };
     let needs = IndexNeeds::for_methods(&[Method::Fusion], &options);
     assert!(needs.words);
     let mut index = MemoryIndex::with_needs(options, needs);
