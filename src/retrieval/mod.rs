@@ -47,7 +47,8 @@ pub use eval::{
 };
 pub use index::{
     FusionOptions, IndexError, IndexNeeds, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex,
-    Method, Normalisation, Ranking, Scored, SessionAggregate, SessionHit, TurnHit, TurnRouting,
+    Method, Normalisation, Ranking, Scored, SessionAggregate, SessionHit, SessionStructure,
+    TurnHit, TurnRouting,
 };
 pub use router::RouterFormula;
 pub use stored::{IndexCache, IndexSource};

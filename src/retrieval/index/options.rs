@@ -101,6 +101,33 @@ pub struct MemgasOptions {
     pub turn_routing: TurnRouting,
     /// How a session's score is read off its nodes' PageRank mass.
     pub session_score: SessionAggregate,
+    /// Edges between a session's own units added to the association graph for PageRank.
+    pub structure: SessionStructure,
+    /// Shape of the seed (reset) mass: 0 keeps the paper's linear node scores; τ > 0 gives each
+    /// kept seed `exp((score − best) / τ)`, so the best matches carry most of the mass.
+    pub seed_temperature: f64,
+    /// The router's entropy is taken over each granularity's `router_top_k` best similarities
+    /// (0: all of them, as in the paper).
+    pub router_top_k: usize,
+    /// Weight of an association-graph edge in PageRank relative to the weight 1 of a
+    /// [`SessionStructure`] edge (1: every edge alike, the paper's unweighted walk).
+    pub association_weight: f64,
+    /// Weight of the session node's mass in [`SessionAggregate::SessionPlusBest`].
+    pub session_node_weight: f64,
+}
+
+/// Edges inside a session that join the association graph (which only links units of different
+/// sessions) for PageRank, so mass found on one unit reaches the rest of its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionStructure {
+    /// None (the paper's graph).
+    #[default]
+    None,
+    /// The session node ↔ each of its other units.
+    SessionToUnits,
+    /// The session node ↔ each of its other units, and each turn ↔ the next turn.
+    SessionAndAdjacentTurns,
 }
 
 /// How MemGAS turns node mass into a session score.
@@ -114,6 +141,10 @@ pub enum SessionAggregate {
     /// The session's single heaviest node.
     #[default]
     Max,
+    /// The session node's mass (times [`MemgasOptions::session_node_weight`]) plus the mass of
+    /// the session's heaviest other node: the session as a whole (which, with
+    /// [`SessionStructure`] edges, collects mass from all its turns) and its best single unit.
+    SessionPlusBest,
     /// The mean mass of the session's nodes.
     Mean,
     /// The sum of its nodes' mass (the research code, with one node per granularity; with one
@@ -132,6 +163,11 @@ impl MemgasOptions {
             damping: 0.1,
             turn_routing: TurnRouting::BestPerSession,
             session_score: SessionAggregate::Sum,
+            structure: SessionStructure::None,
+            seed_temperature: 0.0,
+            router_top_k: 0,
+            association_weight: 1.0,
+            session_node_weight: 1.0,
         }
     }
 }
@@ -145,6 +181,11 @@ impl Default for MemgasOptions {
             damping: 0.1,
             turn_routing: TurnRouting::BestPerSession,
             session_score: SessionAggregate::Max,
+            structure: SessionStructure::None,
+            seed_temperature: 0.0,
+            router_top_k: 0,
+            association_weight: 1.0,
+            session_node_weight: 1.0,
         }
     }
 }
