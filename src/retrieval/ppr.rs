@@ -75,20 +75,14 @@ pub fn weighted_personalized_pagerank(
     }
     let restart: Vec<f64> = clamped.iter().map(|value| value / total).collect();
     // Out-weight of each node; 0 marks a dangling node.
-    let strength: Vec<f64> = neighbours
-        .iter()
-        .map(|list| list.iter().map(|&(_, w)| w.max(0.0)).sum::<f64>())
-        .collect();
+    let strength: Vec<f64> =
+        neighbours.iter().map(|list| list.iter().map(|&(_, w)| w.max(0.0)).sum::<f64>()).collect();
 
     let mut current = restart.clone();
     let mut next = vec![0.0; n];
     for _ in 0..MAX_ITERATIONS {
-        let dangling: f64 = current
-            .iter()
-            .zip(&strength)
-            .filter(|(_, s)| **s <= 0.0)
-            .map(|(mass, _)| mass)
-            .sum();
+        let dangling: f64 =
+            current.iter().zip(&strength).filter(|(_, s)| **s <= 0.0).map(|(mass, _)| mass).sum();
         let restart_weight = (1.0 - damping) + damping * dangling;
         for (slot, r) in next.iter_mut().zip(&restart) {
             *slot = restart_weight * r;

@@ -77,35 +77,10 @@ pub fn weights_from_entropies(
 
 /// One weight per granularity for a query, from its similarities to each granularity's units.
 pub fn route(similarities: &[&[f64]], temperature: f64, formula: RouterFormula) -> Vec<f64> {
-    route_top_k(similarities, temperature, formula, 0)
-}
-
-/// [`route`] with each granularity's entropy taken over its `top_k` largest similarities only
-/// (0: all). Over all units the entropy of a large granularity is dominated by its many
-/// mediocre matches; over the top k it says how sharply the best few stand out, and
-/// granularities with different unit counts are compared on equal terms.
-pub fn route_top_k(
-    similarities: &[&[f64]],
-    temperature: f64,
-    formula: RouterFormula,
-    top_k: usize,
-) -> Vec<f64> {
-    let kept: Vec<Vec<f64>> = similarities.iter().map(|s| largest(s, top_k)).collect();
-    let entropies: Vec<f64> = kept.iter().map(|s| softmax_entropy(s, temperature)).collect();
-    let counts: Vec<usize> = kept.iter().map(Vec::len).collect();
+    let entropies: Vec<f64> =
+        similarities.iter().map(|s| softmax_entropy(s, temperature)).collect();
+    let counts: Vec<usize> = similarities.iter().map(|s| s.len()).collect();
     weights_from_entropies(&entropies, &counts, formula)
-}
-
-/// The `k` largest values (all when `k` is 0 or at least the length), NaN treated as smallest.
-fn largest(values: &[f64], k: usize) -> Vec<f64> {
-    let mut sorted: Vec<f64> =
-        values.iter().map(|v| if v.is_nan() { f64::NEG_INFINITY } else { *v }).collect();
-    if k == 0 || k >= sorted.len() {
-        return sorted;
-    }
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    sorted.truncate(k);
-    sorted
 }
 
 /// Sharpen a seed vector: every positive entry `s` becomes `exp((s − max) / temperature)`,
@@ -116,10 +91,7 @@ pub fn sharpen_seeds(seeds: &[f64], temperature: f64) -> Vec<f64> {
         return seeds.to_vec();
     }
     let max = seeds.iter().copied().filter(|s| *s > 0.0).fold(f64::NEG_INFINITY, f64::max);
-    seeds
-        .iter()
-        .map(|&s| if s > 0.0 { ((s - max) / temperature).exp() } else { 0.0 })
-        .collect()
+    seeds.iter().map(|&s| if s > 0.0 { ((s - max) / temperature).exp() } else { 0.0 }).collect()
 }
 
 /// PPR reset vector from node scores (§5.3): keep every score ≥ the `n_seeds`-th largest (ties at
@@ -214,22 +186,6 @@ mod tests {
         assert_eq!(select_seeds(&scores, 3), vec![0.5, 0.2, 0.7, 0.2, 0.0, 0.0]);
         assert_eq!(select_seeds(&[-1.0, -2.0], 1), vec![1.0, 1.0]);
         assert_eq!(select_seeds(&[0.4, 0.3], 15), vec![0.4, 0.3]);
-    }
-
-    #[test]
-    fn top_k_entropy_ignores_the_long_tail() {
-        // Granularity a: one clear best among many equal weak matches; b: few units, flat.
-        let mut a = vec![0.9];
-        a.extend(std::iter::repeat_n(0.5, 200));
-        let b = [0.6, 0.6, 0.6, 0.6];
-        // Over all units the 200-strong tail makes a look flat, so b wins.
-        let all = route(&[&a, &b], 0.1, RouterFormula::InverseEntropy);
-        assert!(all[0] < all[1], "{all:?}");
-        // Over the top 4 a is peaked and b flat, so a wins.
-        let top = route_top_k(&[&a, &b], 0.1, RouterFormula::InverseEntropy, 4);
-        assert!(top[0] > top[1], "{top:?}");
-        assert_eq!(route_top_k(&[&a, &b], 0.1, RouterFormula::InverseEntropy, 0), all);
-        assert_eq!(largest(&[0.1, f64::NAN, 0.3, 0.2], 2), vec![0.3, 0.2]);
     }
 
     #[test]

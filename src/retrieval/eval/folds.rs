@@ -79,25 +79,31 @@ pub fn axes(method: Method) -> Vec<Axis> {
                     _ => RouterFormula::Uniform,
                 }
             }),
-            Axis::new("session score (routed-max, max, sum, session+best)", &[0.0, 1.0, 2.0, 3.0], |o, v| {
-                o.memgas.session_score = match v as usize {
-                    0 => SessionAggregate::RoutedMax,
-                    1 => SessionAggregate::Max,
-                    2 => SessionAggregate::Sum,
-                    _ => SessionAggregate::SessionPlusBest,
-                }
-            }),
-            Axis::new("session edges (none, session, session+adjacent)", &[0.0, 1.0, 2.0], |o, v| {
-                o.memgas.structure = match v as usize {
-                    0 => SessionStructure::None,
-                    1 => SessionStructure::SessionToUnits,
-                    _ => SessionStructure::SessionAndAdjacentTurns,
-                }
-            }),
-            Axis::new("seed temperature", &[0.0, 0.02, 0.05, 0.1], |o, v| o.memgas.seed_temperature = v),
-            Axis::new("router top-k", &[0.0, 10.0], |o, v| o.memgas.router_top_k = v as usize),
-            Axis::new("session node weight", &[1.0, 0.5, 2.0], |o, v| {
-                o.memgas.session_node_weight = v
+            Axis::new(
+                "session score (routed-max, max, sum, session+best)",
+                &[0.0, 1.0, 2.0, 3.0],
+                |o, v| {
+                    o.memgas.session_score = match v as usize {
+                        0 => SessionAggregate::RoutedMax,
+                        1 => SessionAggregate::Max,
+                        2 => SessionAggregate::Sum,
+                        _ => SessionAggregate::SessionPlusBest,
+                    }
+                },
+            ),
+            Axis::new(
+                "session edges (none, session, session+adjacent)",
+                &[0.0, 1.0, 2.0],
+                |o, v| {
+                    o.memgas.structure = match v as usize {
+                        0 => SessionStructure::None,
+                        1 => SessionStructure::SessionToUnits,
+                        _ => SessionStructure::SessionAndAdjacentTurns,
+                    }
+                },
+            ),
+            Axis::new("seed temperature", &[0.0, 0.02, 0.05, 0.1], |o, v| {
+                o.memgas.seed_temperature = v
             }),
             Axis::new("association weight", &[1.0, 0.5, 0.2, 0.1, 0.05], |o, v| {
                 o.memgas.association_weight = v

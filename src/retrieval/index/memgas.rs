@@ -5,7 +5,7 @@ use super::options::{MemgasOptions, SessionAggregate, SessionStructure, TurnRout
 use super::ranking::Ranking;
 use super::{MemoryIndex, ranked};
 use crate::retrieval::ppr::weighted_personalized_pagerank;
-use crate::retrieval::router::{route_top_k, select_seeds, sharpen_seeds};
+use crate::retrieval::router::{route, select_seeds, sharpen_seeds};
 use crate::retrieval::units::Granularity;
 use crate::retrieval::vector::dot_f64 as dot;
 
@@ -33,8 +33,7 @@ impl MemoryIndex {
             })
             .collect();
         let inputs: Vec<&[f64]> = router_inputs.iter().map(Vec::as_slice).collect();
-        let weights =
-            route_top_k(&inputs, options.temperature, options.router, options.router_top_k);
+        let weights = route(&inputs, options.temperature, options.router);
         let weight_of = |granularity: Granularity| {
             granularities
                 .iter()
@@ -49,7 +48,7 @@ impl MemoryIndex {
             .collect();
         let seeds =
             sharpen_seeds(&select_seeds(&node_scores, options.n_seeds), options.seed_temperature);
-        let neighbours = self.weighted_graph(options.structure, options.association_weight);
+        let neighbours = self.weighted_graph(options);
         let mass = match weighted_personalized_pagerank(&neighbours, &seeds, options.damping) {
             Ok(mass) => mass,
             // Only an empty index gets here (select_seeds never returns an all-zero vector).
@@ -64,21 +63,18 @@ impl MemoryIndex {
         }
     }
 
-    /// The association graph's edges (weight `association_weight`) plus edges of weight 1 inside
-    /// each session ([`SessionStructure`]): the session node to each of the session's other
-    /// nodes and, with adjacent turns, each turn to the next one. The association graph never
-    /// links two units of one session, so no edge is doubled.
-    pub(super) fn weighted_graph(
-        &self,
-        structure: SessionStructure,
-        association_weight: f64,
-    ) -> Vec<Vec<(u32, f64)>> {
+    /// The association graph's edges (weight [`MemgasOptions::association_weight`]) plus edges
+    /// of weight 1 inside each session ([`SessionStructure`]): the session node to each of the
+    /// session's other nodes and, with adjacent turns, each turn to the next one. The association graph never links two units of one
+    /// session, so no edge is doubled.
+    pub(super) fn weighted_graph(&self, options: &MemgasOptions) -> Vec<Vec<(u32, f64)>> {
         let mut neighbours: Vec<Vec<(u32, f64)>> = self
             .graph
             .neighbours()
             .iter()
-            .map(|list| list.iter().map(|&v| (v, association_weight)).collect())
+            .map(|list| list.iter().map(|&v| (v, options.association_weight)).collect())
             .collect();
+        let structure = options.structure;
         if structure == SessionStructure::None {
             return neighbours;
         }
@@ -145,7 +141,7 @@ impl MemoryIndex {
                         best[node.session] = best[node.session].max(*m);
                     }
                 }
-                own.iter().zip(&best).map(|(o, b)| options.session_node_weight * o + b).collect()
+                own.iter().zip(&best).map(|(o, b)| o + b).collect()
             }
             SessionAggregate::Max => {
                 let mut best = vec![0.0f64; n];

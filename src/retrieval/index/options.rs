@@ -106,14 +106,9 @@ pub struct MemgasOptions {
     /// Shape of the seed (reset) mass: 0 keeps the paper's linear node scores; τ > 0 gives each
     /// kept seed `exp((score − best) / τ)`, so the best matches carry most of the mass.
     pub seed_temperature: f64,
-    /// The router's entropy is taken over each granularity's `router_top_k` best similarities
-    /// (0: all of them, as in the paper).
-    pub router_top_k: usize,
     /// Weight of an association-graph edge in PageRank relative to the weight 1 of a
     /// [`SessionStructure`] edge (1: every edge alike, the paper's unweighted walk).
     pub association_weight: f64,
-    /// Weight of the session node's mass in [`SessionAggregate::SessionPlusBest`].
-    pub session_node_weight: f64,
 }
 
 /// Edges inside a session that join the association graph (which only links units of different
@@ -141,9 +136,9 @@ pub enum SessionAggregate {
     /// The session's single heaviest node.
     #[default]
     Max,
-    /// The session node's mass (times [`MemgasOptions::session_node_weight`]) plus the mass of
-    /// the session's heaviest other node: the session as a whole (which, with
-    /// [`SessionStructure`] edges, collects mass from all its turns) and its best single unit.
+    /// The session node's mass plus the mass of the session's heaviest other node: the session
+    /// as a whole (which, with [`SessionStructure`] edges, collects mass from all its turns) and
+    /// its best single unit.
     SessionPlusBest,
     /// The mean mass of the session's nodes.
     Mean,
@@ -165,9 +160,7 @@ impl MemgasOptions {
             session_score: SessionAggregate::Sum,
             structure: SessionStructure::None,
             seed_temperature: 0.0,
-            router_top_k: 0,
             association_weight: 1.0,
-            session_node_weight: 1.0,
         }
     }
 }
@@ -175,17 +168,15 @@ impl MemgasOptions {
 impl Default for MemgasOptions {
     fn default() -> Self {
         Self {
-            router: RouterFormula::InverseEntropy,
+            router: RouterFormula::NormalizedEntropy,
             temperature: 0.05,
-            n_seeds: 15,
-            damping: 0.1,
+            n_seeds: 30,
+            damping: 0.7,
             turn_routing: TurnRouting::BestPerSession,
-            session_score: SessionAggregate::Max,
-            structure: SessionStructure::None,
-            seed_temperature: 0.0,
-            router_top_k: 0,
-            association_weight: 1.0,
-            session_node_weight: 1.0,
+            session_score: SessionAggregate::RoutedMax,
+            structure: SessionStructure::SessionAndAdjacentTurns,
+            seed_temperature: 0.05,
+            association_weight: 0.05,
         }
     }
 }

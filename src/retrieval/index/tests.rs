@@ -254,12 +254,15 @@ fn session_structure_links_a_session_to_its_units_and_turns_in_order() {
         ids.sort_unstable();
         ids
     };
-    let plain = index.weighted_graph(SessionStructure::None, 1.0);
+    let mut options = MemgasOptions::paper();
+    let plain = index.weighted_graph(&options);
     assert!(plain.iter().all(Vec::is_empty));
-    let hub = index.weighted_graph(SessionStructure::SessionToUnits, 1.0);
+    options.structure = SessionStructure::SessionToUnits;
+    let hub = index.weighted_graph(&options);
     assert_eq!(sorted(&hub[3]), [4, 5]);
-    assert_eq!(sorted(&hub[4]), [3]);
-    let adjacent = index.weighted_graph(SessionStructure::SessionAndAdjacentTurns, 1.0);
+    assert_eq!(hub[4], [(3, 1.0)]);
+    options.structure = SessionStructure::SessionAndAdjacentTurns;
+    let adjacent = index.weighted_graph(&options);
     assert_eq!(sorted(&adjacent[4]), [3, 5]);
     assert_eq!(sorted(&adjacent[5]), [3, 4]);
     // No edge leaves its session.
