@@ -11,7 +11,8 @@ use crate::retrieval::vector::dot_f64 as dot;
 
 impl MemoryIndex {
     /// MemGAS (§5): router weights from per-granularity entropies, weighted node scores, top-α
-    /// seeds, personalized PageRank, session score read off its nodes' mass
+    /// seeds (optionally sharpened), personalized PageRank over the association graph plus the
+    /// in-session edges of [`SessionStructure`], session score read off its nodes' mass
     /// ([`SessionAggregate`]).
     pub(super) fn memgas(&self, query: &[f32]) -> Ranking {
         let options = &self.options.memgas;

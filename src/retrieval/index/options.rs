@@ -83,9 +83,14 @@ pub enum TurnRouting {
 
 /// MemGAS query-time settings. The paper's λ = 0.2 leaves the router at nearly even weights for
 /// cosine similarities (every entropy is close to ln n); λ = 0.05 lets it move weight. Defaults
-/// are what every `retrieve --folds` fold chose on LoCoMo with session and turn units: λ 0.05,
-/// damping 0.1 (more propagation — 0.3, 0.5, 0.85 — scored lower: the association graph links
-/// similar units, and spreading mass along it blurs the ranking), 15 seeds, a session's best node.
+/// are what most `retrieve --folds` folds chose on LoCoMo with session and turn units (8 or more
+/// of 10 for each value): λ 0.05 with the normalised-entropy router; edges inside each session
+/// (session node ↔ its units, turn ↔ next turn) so PageRank carries a matching turn's mass to
+/// its session and neighbours; damping 0.7 (the walk follows an edge 70 % of the time); the
+/// association graph's similarity edges at weight 0.05 against 1 for the in-session edges, so
+/// mass spreads along a session but little across sessions (at weight 1 every fold chose damping
+/// 0.1, i.e. hardly any propagation); 30 seeds sharpened with τ 0.05; the routed best node per
+/// granularity as the session score.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MemgasOptions {

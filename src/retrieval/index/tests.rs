@@ -214,7 +214,8 @@ fn memgas_session_scores_do_not_grow_with_session_size() {
         let ranking = index.rank(Method::Memgas, "", &query).unwrap();
         assert_eq!(session_order(&ranking, &index)[0], "D2", "{aggregate:?}");
     }
-    options.memgas.session_score = SessionAggregate::Sum;
+    // The paper's linear seeds summed per session: the long session wins by size.
+    options.memgas = MemgasOptions::paper();
     options.memgas.n_seeds = 100;
     index.set_query_options(&options);
     let summed = index.rank(Method::Memgas, "", &query).unwrap();
