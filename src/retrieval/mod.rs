@@ -47,8 +47,8 @@ pub use eval::{
 };
 pub use index::{
     FusionOptions, IndexError, IndexNeeds, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex,
-    Method, Normalisation, QueryWords, Ranking, Scored, SessionAggregate, SessionHit, TurnHit,
-    TurnRouting, WordError, content_words,
+    Method, Normalisation, QueryWords, Ranking, Scored, SessionAggregate, SessionHit,
+    SessionStructure, TurnHit, TurnRouting, WordError, content_words,
 };
 pub use router::RouterFormula;
 pub use stored::{IndexCache, IndexSource};

@@ -45,6 +45,21 @@ pub fn personalized_pagerank(
     reset: &[f64],
     damping: f64,
 ) -> Result<Vec<f64>, PprError> {
+    let weighted: Vec<Vec<(u32, f64)>> =
+        neighbours.iter().map(|list| list.iter().map(|&v| (v, 1.0)).collect()).collect();
+    weighted_personalized_pagerank(&weighted, reset, damping)
+}
+
+/// [`personalized_pagerank`] over weighted edges: a walker at `u` follows the edge to `v` with
+/// probability `w(u, v) / Σ_x w(u, x)`. `neighbours[v]` lists `(neighbour, weight)`, each
+/// undirected edge in both lists with the same weight; non-positive weights count as no edge.
+/// With every weight 1 this is the unweighted walk of the paper; lighter edges of one kind
+/// (e.g. similarity links between sessions) leave more of a node's outflow to the others.
+pub fn weighted_personalized_pagerank(
+    neighbours: &[Vec<(u32, f64)>],
+    reset: &[f64],
+    damping: f64,
+) -> Result<Vec<f64>, PprError> {
     let n = neighbours.len();
     if reset.len() != n {
         return Err(PprError::SizeMismatch { reset: reset.len(), nodes: n });
@@ -59,29 +74,27 @@ pub fn personalized_pagerank(
         return Err(PprError::EmptyReset);
     }
     let restart: Vec<f64> = clamped.iter().map(|value| value / total).collect();
-    let inverse_degree: Vec<f64> = neighbours
-        .iter()
-        .map(|list| if list.is_empty() { 0.0 } else { 1.0 / list.len() as f64 })
-        .collect();
+    // Out-weight of each node; 0 marks a dangling node.
+    let strength: Vec<f64> =
+        neighbours.iter().map(|list| list.iter().map(|&(_, w)| w.max(0.0)).sum::<f64>()).collect();
 
     let mut current = restart.clone();
     let mut next = vec![0.0; n];
     for _ in 0..MAX_ITERATIONS {
-        let dangling: f64 = current
-            .iter()
-            .zip(neighbours)
-            .filter(|(_, list)| list.is_empty())
-            .map(|(mass, _)| mass)
-            .sum();
+        let dangling: f64 =
+            current.iter().zip(&strength).filter(|(_, s)| **s <= 0.0).map(|(mass, _)| mass).sum();
         let restart_weight = (1.0 - damping) + damping * dangling;
         for (slot, r) in next.iter_mut().zip(&restart) {
             *slot = restart_weight * r;
         }
         for (node, list) in neighbours.iter().enumerate() {
-            let share = damping * current[node] * inverse_degree[node];
-            if share != 0.0 {
-                for &neighbour in list {
-                    next[neighbour as usize] += share;
+            if strength[node] <= 0.0 || current[node] == 0.0 {
+                continue;
+            }
+            let share = damping * current[node] / strength[node];
+            for &(neighbour, weight) in list {
+                if weight > 0.0 {
+                    next[neighbour as usize] += share * weight;
                 }
             }
         }
@@ -155,6 +168,20 @@ mod tests {
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() < 1e-15);
         }
+    }
+
+    #[test]
+    fn lighter_edges_carry_less_of_the_outflow() {
+        // Node 0 seeded, linked to 1 with weight 1 and to 2 with weight 0.25.
+        let neighbours = vec![vec![(1, 1.0), (2, 0.25)], vec![(0, 1.0)], vec![(0, 0.25)]];
+        let mass = weighted_personalized_pagerank(&neighbours, &[1.0, 0.0, 0.0], 0.5).unwrap();
+        assert!((mass.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        // Everything 1 and 2 receive comes from 0 in the ratio of the edge weights.
+        assert!((mass[1] / mass[2] - 4.0).abs() < 1e-9, "{mass:?}");
+        // All weights 1 is the unweighted walk.
+        let unit = vec![vec![(1, 1.0), (2, 1.0)], vec![(0, 1.0)], vec![(0, 1.0)]];
+        let plain = personalized_pagerank(&graph(3, &[(0, 1), (0, 2)]), &[1.0, 0.0, 0.0], 0.5);
+        assert_eq!(weighted_personalized_pagerank(&unit, &[1.0, 0.0, 0.0], 0.5), plain);
     }
 
     #[test]

@@ -83,6 +83,17 @@ pub fn route(similarities: &[&[f64]], temperature: f64, formula: RouterFormula) 
     weights_from_entropies(&entropies, &counts, formula)
 }
 
+/// Sharpen a seed vector: every positive entry `s` becomes `exp((s − max) / temperature)`,
+/// zeros stay zero. A temperature of 0 (or less) leaves the vector unchanged (the paper's
+/// linear seeds). Ranking among seeds is kept; only how much more the best seed weighs changes.
+pub fn sharpen_seeds(seeds: &[f64], temperature: f64) -> Vec<f64> {
+    if temperature <= 0.0 {
+        return seeds.to_vec();
+    }
+    let max = seeds.iter().copied().filter(|s| *s > 0.0).fold(f64::NEG_INFINITY, f64::max);
+    seeds.iter().map(|&s| if s > 0.0 { ((s - max) / temperature).exp() } else { 0.0 }).collect()
+}
+
 /// PPR reset vector from node scores (§5.3): keep every score ≥ the `n_seeds`-th largest (ties at
 /// the threshold are all kept), zero the rest, and clamp negative or NaN scores to 0. When
 /// nothing positive survives, all nodes get equal mass (the quickstart's fallback; the research
@@ -175,6 +186,17 @@ mod tests {
         assert_eq!(select_seeds(&scores, 3), vec![0.5, 0.2, 0.7, 0.2, 0.0, 0.0]);
         assert_eq!(select_seeds(&[-1.0, -2.0], 1), vec![1.0, 1.0]);
         assert_eq!(select_seeds(&[0.4, 0.3], 15), vec![0.4, 0.3]);
+    }
+
+    #[test]
+    fn sharpened_seeds_keep_order_and_zeros() {
+        let seeds = [0.5, 0.0, 0.7, 0.6];
+        assert_eq!(sharpen_seeds(&seeds, 0.0), seeds.to_vec());
+        let sharp = sharpen_seeds(&seeds, 0.1);
+        assert_eq!(sharp[1], 0.0);
+        assert!((sharp[2] - 1.0).abs() < 1e-12);
+        assert!((sharp[3] - (-1.0f64).exp()).abs() < 1e-12);
+        assert!((sharp[0] - (-2.0f64).exp()).abs() < 1e-12);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::dataset::Category;
 use crate::retrieval::bm25::Bm25Params;
 use crate::retrieval::index::{
     FusionOptions, IndexOptions, MemgasOptions, MemoryIndex, Method, QueryChannels, QueryWords,
-    SessionAggregate, ranking_ids,
+    SessionAggregate, SessionStructure, ranking_ids,
 };
 use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
 use crate::retrieval::router::RouterFormula;
@@ -74,8 +74,8 @@ pub fn axes(method: Method) -> Vec<Axis> {
         ],
         Method::Memgas => vec![
             Axis::new("temperature", &[0.02, 0.05, 0.2], |o, v| o.memgas.temperature = v),
-            Axis::new("damping", &[0.1, 0.3, 0.5, 0.85], |o, v| o.memgas.damping = v),
-            Axis::new("seeds", &[15.0, 60.0, 250.0], |o, v| o.memgas.n_seeds = v as usize),
+            Axis::new("damping", &[0.1, 0.3, 0.5, 0.7, 0.85], |o, v| o.memgas.damping = v),
+            Axis::new("seeds", &[15.0, 30.0, 60.0, 250.0], |o, v| o.memgas.n_seeds = v as usize),
             Axis::new("router (inverse, normalized, uniform)", &[0.0, 1.0, 2.0], |o, v| {
                 o.memgas.router = match v as usize {
                     0 => RouterFormula::InverseEntropy,
@@ -83,12 +83,34 @@ pub fn axes(method: Method) -> Vec<Axis> {
                     _ => RouterFormula::Uniform,
                 }
             }),
-            Axis::new("session score (routed-max, max, sum)", &[0.0, 1.0, 2.0], |o, v| {
-                o.memgas.session_score = match v as usize {
-                    0 => SessionAggregate::RoutedMax,
-                    1 => SessionAggregate::Max,
-                    _ => SessionAggregate::Sum,
-                }
+            Axis::new(
+                "session score (routed-max, max, sum, session+best)",
+                &[0.0, 1.0, 2.0, 3.0],
+                |o, v| {
+                    o.memgas.session_score = match v as usize {
+                        0 => SessionAggregate::RoutedMax,
+                        1 => SessionAggregate::Max,
+                        2 => SessionAggregate::Sum,
+                        _ => SessionAggregate::SessionPlusBest,
+                    }
+                },
+            ),
+            Axis::new(
+                "session edges (none, session, session+adjacent)",
+                &[0.0, 1.0, 2.0],
+                |o, v| {
+                    o.memgas.structure = match v as usize {
+                        0 => SessionStructure::None,
+                        1 => SessionStructure::SessionToUnits,
+                        _ => SessionStructure::SessionAndAdjacentTurns,
+                    }
+                },
+            ),
+            Axis::new("seed temperature", &[0.0, 0.02, 0.05, 0.1], |o, v| {
+                o.memgas.seed_temperature = v
+            }),
+            Axis::new("association weight", &[1.0, 0.5, 0.2, 0.1, 0.05], |o, v| {
+                o.memgas.association_weight = v
             }),
         ],
         _ => Vec::new(),

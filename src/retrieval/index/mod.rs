@@ -24,7 +24,7 @@ pub use fusion::QueryChannels;
 pub use needs::IndexNeeds;
 pub use options::{
     FusionOptions, IndexOptions, MemgasOptions, Method, Normalisation, SessionAggregate,
-    TurnRouting,
+    SessionStructure, TurnRouting,
 };
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
 pub use words::{QueryWords, WordError, WordIndex, content_words};

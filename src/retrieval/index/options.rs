@@ -83,9 +83,14 @@ pub enum TurnRouting {
 
 /// MemGAS query-time settings. The paper's λ = 0.2 leaves the router at nearly even weights for
 /// cosine similarities (every entropy is close to ln n); λ = 0.05 lets it move weight. Defaults
-/// are what every `retrieve --folds` fold chose on LoCoMo with session and turn units: λ 0.05,
-/// damping 0.1 (more propagation — 0.3, 0.5, 0.85 — scored lower: the association graph links
-/// similar units, and spreading mass along it blurs the ranking), 15 seeds, a session's best node.
+/// are what most `retrieve --folds` folds chose on LoCoMo with session and turn units (8 or more
+/// of 10 for each value): λ 0.05 with the normalised-entropy router; edges inside each session
+/// (session node ↔ its units, turn ↔ next turn) so PageRank carries a matching turn's mass to
+/// its session and neighbours; damping 0.7 (the walk follows an edge 70 % of the time); the
+/// association graph's similarity edges at weight 0.05 against 1 for the in-session edges, so
+/// mass spreads along a session but little across sessions (at weight 1 every fold chose damping
+/// 0.1, i.e. hardly any propagation); 30 seeds sharpened with τ 0.05; the routed best node per
+/// granularity as the session score.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MemgasOptions {
@@ -101,6 +106,28 @@ pub struct MemgasOptions {
     pub turn_routing: TurnRouting,
     /// How a session's score is read off its nodes' PageRank mass.
     pub session_score: SessionAggregate,
+    /// Edges between a session's own units added to the association graph for PageRank.
+    pub structure: SessionStructure,
+    /// Shape of the seed (reset) mass: 0 keeps the paper's linear node scores; τ > 0 gives each
+    /// kept seed `exp((score − best) / τ)`, so the best matches carry most of the mass.
+    pub seed_temperature: f64,
+    /// Weight of an association-graph edge in PageRank relative to the weight 1 of a
+    /// [`SessionStructure`] edge (1: every edge alike, the paper's unweighted walk).
+    pub association_weight: f64,
+}
+
+/// Edges inside a session that join the association graph (which only links units of different
+/// sessions) for PageRank, so mass found on one unit reaches the rest of its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionStructure {
+    /// None (the paper's graph).
+    #[default]
+    None,
+    /// The session node ↔ each of its other units.
+    SessionToUnits,
+    /// The session node ↔ each of its other units, and each turn ↔ the next turn.
+    SessionAndAdjacentTurns,
 }
 
 /// How MemGAS turns node mass into a session score.
@@ -114,6 +141,10 @@ pub enum SessionAggregate {
     /// The session's single heaviest node.
     #[default]
     Max,
+    /// The session node's mass plus the mass of the session's heaviest other node: the session
+    /// as a whole (which, with [`SessionStructure`] edges, collects mass from all its turns) and
+    /// its best single unit.
+    SessionPlusBest,
     /// The mean mass of the session's nodes.
     Mean,
     /// The sum of its nodes' mass (the research code, with one node per granularity; with one
@@ -132,6 +163,9 @@ impl MemgasOptions {
             damping: 0.1,
             turn_routing: TurnRouting::BestPerSession,
             session_score: SessionAggregate::Sum,
+            structure: SessionStructure::None,
+            seed_temperature: 0.0,
+            association_weight: 1.0,
         }
     }
 }
@@ -139,12 +173,15 @@ impl MemgasOptions {
 impl Default for MemgasOptions {
     fn default() -> Self {
         Self {
-            router: RouterFormula::InverseEntropy,
+            router: RouterFormula::NormalizedEntropy,
             temperature: 0.05,
-            n_seeds: 15,
-            damping: 0.1,
+            n_seeds: 30,
+            damping: 0.7,
             turn_routing: TurnRouting::BestPerSession,
-            session_score: SessionAggregate::Max,
+            session_score: SessionAggregate::RoutedMax,
+            structure: SessionStructure::SessionAndAdjacentTurns,
+            seed_temperature: 0.05,
+            association_weight: 0.05,
         }
     }
 }

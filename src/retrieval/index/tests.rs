@@ -219,7 +219,8 @@ fn memgas_session_scores_do_not_grow_with_session_size() {
         let ranking = index.rank(Method::Memgas, "", &query).unwrap();
         assert_eq!(session_order(&ranking, &index)[0], "D2", "{aggregate:?}");
     }
-    options.memgas.session_score = SessionAggregate::Sum;
+    // The paper's linear seeds summed per session: the long session wins by size.
+    options.memgas = MemgasOptions::paper();
     options.memgas.n_seeds = 100;
     index.set_query_options(&options);
     let summed = index.rank(Method::Memgas, "", &query).unwrap();
@@ -304,4 +305,58 @@ fn soft_word_matching_lifts_turns_that_name_an_instance_of_the_question_word() {
     // (which also says "playing", not "play") no longer leads by the word channel alone.
     let without = index.rank(Method::Fusion, question, &query).unwrap();
     assert_ne!(without.turns, ranking.turns);
+
+#[test]
+fn session_structure_links_a_session_to_its_units_and_turns_in_order() {
+    let index = index();
+    // Four sessions of a session node and two turns each; too few nodes for association edges.
+    assert_eq!(index.graph().n_edges(), 0);
+    let sorted = |list: &[(u32, f64)]| {
+        let mut ids: Vec<u32> = list.iter().map(|(v, _)| *v).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut options = MemgasOptions::paper();
+    let plain = index.weighted_graph(&options);
+    assert!(plain.iter().all(Vec::is_empty));
+    options.structure = SessionStructure::SessionToUnits;
+    let hub = index.weighted_graph(&options);
+    assert_eq!(sorted(&hub[3]), [4, 5]);
+    assert_eq!(hub[4], [(3, 1.0)]);
+    options.structure = SessionStructure::SessionAndAdjacentTurns;
+    let adjacent = index.weighted_graph(&options);
+    assert_eq!(sorted(&adjacent[4]), [3, 5]);
+    assert_eq!(sorted(&adjacent[5]), [3, 4]);
+    // No edge leaves its session.
+    for (node, list) in adjacent.iter().enumerate() {
+        assert!(list.iter().all(|(v, w)| (*v as usize) / 3 == node / 3 && *w == 1.0));
+    }
+}
+
+#[test]
+fn session_edges_carry_a_matching_turn_s_mass_to_its_session() {
+    let mut options = IndexOptions::default();
+    options.memgas.n_seeds = 1;
+    options.memgas.router = crate::retrieval::router::RouterFormula::Uniform;
+    options.memgas.damping = 0.5;
+    options.memgas.session_score = SessionAggregate::SessionPlusBest;
+    let mut index = index();
+    let query = vector(1.54, 0.1);
+    let run = |index: &mut MemoryIndex, options: &IndexOptions| {
+        index.set_query_options(options);
+        index.rank(Method::Memgas, "", &query).unwrap()
+    };
+    // One seed (D4:1, the best turn) and no edges: only D4 scores.
+    let alone = run(&mut index, &options);
+    assert_eq!(session_order(&alone, &index)[0], "D4");
+    assert!(alone.sessions[1].score == 0.0);
+    // With session edges the seed's session node and its other turn receive mass too.
+    options.memgas.structure = SessionStructure::SessionToUnits;
+    let linked = run(&mut index, &options);
+    assert_eq!(session_order(&linked, &index)[0], "D4");
+    let turns = linked.turns.as_ref().unwrap();
+    assert_eq!(index.turn_id(turns[0].index), "D4:1");
+    assert_eq!(index.turn_id(turns[1].index), "D4:2");
+    assert!(turns[1].score > 0.0 && turns[2].score == 0.0, "{turns:?}");
+    assert!(linked.sessions[1].score == 0.0);
 }
