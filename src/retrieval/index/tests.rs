@@ -305,6 +305,7 @@ fn soft_word_matching_lifts_turns_that_name_an_instance_of_the_question_word() {
     // (which also says "playing", not "play") no longer leads by the word channel alone.
     let without = index.rank(Method::Fusion, question, &query).unwrap();
     assert_ne!(without.turns, ranking.turns);
+}
 
 #[test]
 fn session_structure_links_a_session_to_its_units_and_turns_in_order() {
