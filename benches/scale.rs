@@ -191,8 +191,7 @@ fn build(config: &Config, size: usize) -> anyhow::Result<(MemoryIndex, ExactTop,
     let mut generator = Generator::new(config);
     let queries: Vec<Vec<f32>> = (0..config.queries).map(|_| generator.vector()).collect();
     let mut exact = ExactTop { best: vec![Vec::new(); queries.len()], queries };
-    let mut options = IndexOptions::default();
-    options.ann = ann_options(config);
+    let options = IndexOptions { ann: ann_options(config), ..IndexOptions::default() };
     let needs =
         IndexNeeds { vectors: VectorNeeds { turns: true, ..VectorNeeds::NONE }, graph: false };
     let mut index = MemoryIndex::with_needs(options, needs);
@@ -238,7 +237,7 @@ fn measure(config: &Config, size: usize) -> anyhow::Result<()> {
     }
     let mut turn_rows = Vec::new();
     for base in bases {
-        let mut options = index.options().clone();
+        let mut options = *index.options();
         options.ann.candidates = base;
         index.set_query_options(&options);
         let (p50, p99, recall) = turn_queries(&index, &exact)?;
