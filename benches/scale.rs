@@ -236,7 +236,7 @@ fn measure(config: &Config, size: usize) -> anyhow::Result<()> {
         bases.push(index.options().ann.candidates);
     }
     let mut turn_rows = Vec::new();
-    for base in bases {
+    for &base in &bases {
         let mut options = *index.options();
         options.ann.candidates = base;
         index.set_query_options(&options);
@@ -255,6 +255,10 @@ fn measure(config: &Config, size: usize) -> anyhow::Result<()> {
         };
         turn_rows.push((label, p50, p99, recall));
     }
+    // The lexical and fusion queries below run with the first (default) candidate count.
+    let mut options = *index.options();
+    options.ann.candidates = bases[0];
+    index.set_query_options(&options);
     // Before the exact scan below allocates its own flat copy.
     let (rss, peak) = memory_mib();
     let scan_ms = exact_scan_ms(config, size, &exact.queries[..exact.queries.len().min(20)]);
