@@ -17,12 +17,18 @@
 //! `AnnOptions::threshold`, 50,000 turns, unless `threshold=` says otherwise); `bm25` and
 //! `fusion` query p50 (whole-memory lexical scoring); resident memory after the build (`VmRSS`)
 //! and its peak (`VmHWM`).
+//!
+//! The approximate index's settings can be overridden: `connectivity=`, `expansion_add=`,
+//! `quantization=` (`f32`, `bf16`, `i8`) and `candidates=` (`AnnOptions::candidates`, the count
+//! at the threshold; a list such as `candidates=100,150` measures the turn queries once per
+//! value over the same graph, one row each).
 
 #![allow(clippy::print_stdout)] // a benchmark reports on stdout
 
 use std::time::Instant;
 
 use anyhow::Context;
+use mragent::retrieval::ann::{AnnOptions, AnnQuantization};
 use mragent::retrieval::vector::dot;
 use mragent::retrieval::{
     IndexNeeds, IndexOptions, MemoryIndex, Method, SessionUnits, SessionVectors, TurnUnit,
@@ -41,6 +47,10 @@ struct Config {
     queries: usize,
     rank: usize,
     threshold: Option<usize>,
+    candidates: Vec<usize>,
+    connectivity: Option<usize>,
+    expansion_add: Option<usize>,
+    quantization: Option<AnnQuantization>,
     seed: u64,
 }
 
@@ -50,6 +60,10 @@ fn parse(args: &[String]) -> anyhow::Result<(Config, Option<usize>)> {
         queries: 200,
         rank: 32,
         threshold: None,
+        candidates: Vec::new(),
+        connectivity: None,
+        expansion_add: None,
+        quantization: None,
         seed: 7,
     };
     let mut child = None;
@@ -63,6 +77,14 @@ fn parse(args: &[String]) -> anyhow::Result<(Config, Option<usize>)> {
             "queries" => config.queries = value.parse()?,
             "rank" => config.rank = value.parse()?,
             "threshold" => config.threshold = Some(value.parse()?),
+            "candidates" => {
+                config.candidates = value.split(',').map(str::parse).collect::<Result<_, _>>()?;
+            }
+            "connectivity" => config.connectivity = Some(value.parse()?),
+            "expansion_add" => config.expansion_add = Some(value.parse()?),
+            "quantization" => {
+                config.quantization = Some(serde_json::from_value(value.into())?);
+            }
             "seed" => config.seed = value.parse()?,
             "child" => child = Some(value.parse()?),
             _ => anyhow::bail!("unknown option {key}"),
@@ -154,18 +176,27 @@ impl ExactTop {
     }
 }
 
+/// The default [`AnnOptions`] with the command line's overrides.
+fn ann_options(config: &Config) -> AnnOptions {
+    let mut ann = AnnOptions::default();
+    ann.threshold = config.threshold.unwrap_or(ann.threshold);
+    ann.candidates = config.candidates.first().copied().unwrap_or(ann.candidates);
+    ann.connectivity = config.connectivity.unwrap_or(ann.connectivity);
+    ann.expansion_add = config.expansion_add.unwrap_or(ann.expansion_add);
+    ann.quantization = config.quantization.unwrap_or(ann.quantization);
+    ann
+}
+
 fn build(config: &Config, size: usize) -> anyhow::Result<(MemoryIndex, ExactTop, f64)> {
     let mut generator = Generator::new(config);
     let queries: Vec<Vec<f32>> = (0..config.queries).map(|_| generator.vector()).collect();
     let mut exact = ExactTop { best: vec![Vec::new(); queries.len()], queries };
-    let mut options = IndexOptions::default();
-    if let Some(threshold) = config.threshold {
-        options.ann.threshold = threshold;
-    }
+    let options = IndexOptions { ann: ann_options(config), ..IndexOptions::default() };
+    // Turn vectors and the memory's words (fusion's soft word matching); no graph.
     let needs = IndexNeeds {
         vectors: VectorNeeds { turns: true, ..VectorNeeds::NONE },
         graph: false,
-        words: false,
+        words: true,
     };
     let mut index = MemoryIndex::with_needs(options, needs);
     let mut build_seconds = 0.0;
@@ -198,22 +229,46 @@ fn build(config: &Config, size: usize) -> anyhow::Result<(MemoryIndex, ExactTop,
         )?;
         build_seconds += started.elapsed().as_secs_f64();
     }
+    // The words' vectors are stored like the turns' (seeded, never embedded).
+    let words = index.words_without_vectors();
+    let vectors = words.iter().map(|_| generator.vector()).collect();
+    let started = Instant::now();
+    index.set_word_vectors(&words, vectors);
+    build_seconds += started.elapsed().as_secs_f64();
     Ok((index, exact, build_seconds))
 }
 
 fn measure(config: &Config, size: usize) -> anyhow::Result<()> {
-    let (index, exact, build_seconds) = build(config, size)?;
-    let mut turn_ms = Vec::new();
-    let mut recall = 0.0;
-    for (query, truth) in exact.queries.iter().zip(&exact.best) {
-        let started = Instant::now();
-        let ranking = index.rank(Method::Turn, "", query)?;
-        turn_ms.push(started.elapsed().as_secs_f64() * 1e3);
-        let top: Vec<usize> =
-            ranking.turns.unwrap_or_default().iter().take(10).map(|t| t.index).collect();
-        recall += truth.iter().filter(|(_, i)| top.contains(i)).count() as f64 / truth.len() as f64;
+    let (mut index, exact, build_seconds) = build(config, size)?;
+    // One graph, several candidate counts (a query-time setting).
+    let mut bases = config.candidates.clone();
+    if bases.is_empty() {
+        bases.push(index.options().ann.candidates);
     }
-    recall /= exact.queries.len() as f64;
+    let mut turn_rows = Vec::new();
+    for &base in &bases {
+        let mut options = *index.options();
+        options.ann.candidates = base;
+        index.set_query_options(&options);
+        let (p50, p99, recall) = turn_queries(&index, &exact)?;
+        let label = if index.is_approximate() {
+            let ann = options.ann;
+            format!(
+                "approximate ({:?}, M {}, ef_add {}, {} candidates)",
+                ann.quantization,
+                ann.connectivity,
+                ann.expansion_add,
+                ann.candidates_for(size)
+            )
+        } else {
+            "exact".to_string()
+        };
+        turn_rows.push((label, p50, p99, recall));
+    }
+    // The lexical and fusion queries below run with the first (default) candidate count.
+    let mut options = *index.options();
+    options.ann.candidates = bases[0];
+    index.set_query_options(&options);
     // Before the exact scan below allocates its own flat copy.
     let (rss, peak) = memory_mib();
     let scan_ms = exact_scan_ms(config, size, &exact.queries[..exact.queries.len().min(20)]);
@@ -227,15 +282,29 @@ fn measure(config: &Config, size: usize) -> anyhow::Result<()> {
         Ok(percentile(&mut times, 0.5))
     };
     let (bm25, fusion) = (lexical(Method::Bm25)?, lexical(Method::Fusion)?);
-    println!(
-        "| {size} | {} | {build_seconds:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {recall:.3} | {bm25:.1} | {fusion:.1} | {rss:.0} | {peak:.0} |",
-        if index.is_approximate() { "approximate" } else { "exact" },
-        percentile(&mut turn_ms.clone(), 0.5),
-        percentile(&mut turn_ms, 0.99),
-        scan_ms.0,
-        scan_ms.1,
-    );
+    for (label, p50, p99, recall) in turn_rows {
+        println!(
+            "| {size} | {label} | {build_seconds:.1} | {p50:.2} | {p99:.2} | {:.2} | {:.2} | {recall:.3} | {bm25:.1} | {fusion:.1} | {rss:.0} | {peak:.0} |",
+            scan_ms.0, scan_ms.1,
+        );
+    }
     Ok(())
+}
+
+/// `turn` query p50 and p99 (ms) and mean recall@10 against the exact top 10.
+fn turn_queries(index: &MemoryIndex, exact: &ExactTop) -> anyhow::Result<(f64, f64, f64)> {
+    let mut turn_ms = Vec::new();
+    let mut recall = 0.0;
+    for (query, truth) in exact.queries.iter().zip(&exact.best) {
+        let started = Instant::now();
+        let ranking = index.rank(Method::Turn, "", query)?;
+        turn_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        let top: Vec<usize> =
+            ranking.turns.unwrap_or_default().iter().take(10).map(|t| t.index).collect();
+        recall += truth.iter().filter(|(_, i)| top.contains(i)).count() as f64 / truth.len() as f64;
+    }
+    recall /= exact.queries.len() as f64;
+    Ok((percentile(&mut turn_ms.clone(), 0.5), percentile(&mut turn_ms, 0.99), recall))
 }
 
 /// p50 and p99 of an exact scan over regenerated vectors (the index keeps its own private

@@ -21,7 +21,7 @@ use super::units::SessionUnits;
 use crate::llm::Embedder;
 
 /// Bumped when the file layout or the index's serialised form changes.
-const FORMAT: &str = "memgas-index-3";
+const FORMAT: &str = "memgas-index-4";
 
 /// Where a conversation's index comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

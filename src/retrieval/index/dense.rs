@@ -1,7 +1,7 @@
 //! Dense ranking: similarity of the query vector to each session's units.
 //!
 //! Turn similarities are exact below [`AnnOptions::threshold`] turns. From there on an
-//! approximate index ([`AnnIndex`]) proposes [`AnnOptions::candidates`] turns, which are scored
+//! approximate index ([`AnnIndex`]) proposes [`AnnOptions::candidates_for`] turns, which are scored
 //! exactly; every other turn scores −∞ (so it ranks last and normalises to 0 in fusion), and the
 //! `turn` method ranks the candidates only.
 
@@ -72,7 +72,7 @@ impl MemoryIndex {
     /// a native error can cause: dimensions are checked on insertion) falls back to exact scoring.
     fn turn_candidates(&self, query: &[f32]) -> Option<Vec<usize>> {
         let ann = self.turn_ann.as_ref()?;
-        match ann.search(query, self.options.ann.candidates) {
+        match ann.search(query, self.options.ann.candidates_for(ann.len())) {
             Ok(candidates) => Some(candidates),
             Err(error) => {
                 tracing::warn!(%error, "approximate turn search failed; scoring every turn");

@@ -115,10 +115,12 @@ impl MemoryIndex {
         &self.options
     }
 
-    /// Replace the query-time options (method, MemGAS, fusion, BM25 k1/b) and keep what was
-    /// built (units, graph, lexical postings): a sweep ranks one index under many settings.
+    /// Replace the query-time options (method, MemGAS, fusion, BM25 k1/b, the approximate
+    /// index's candidates per query) and keep what was built (units, graph, lexical postings,
+    /// the approximate graph): a sweep ranks one index under many settings.
     pub fn set_query_options(&mut self, options: &IndexOptions) {
         self.options.query_method = options.query_method;
+        self.options.ann.candidates = options.ann.candidates;
         self.options.memgas = options.memgas;
         self.options.fusion = options.fusion;
         self.options.bm25 = options.bm25;

@@ -152,7 +152,8 @@ mod tests {
             let query = [angle.cos(), angle.sin(), 0.0, 0.0];
             let ranking = index.rank(Method::Turn, "", &query).unwrap();
             let turns = ranking.turns.clone().unwrap();
-            assert_eq!(turns.len(), options.ann.candidates, "only the candidates are ranked");
+            let candidates = options.ann.candidates_for(600);
+            assert_eq!(turns.len(), candidates, "only the candidates are ranked");
             let top: Vec<usize> = turns.iter().take(10).map(|t| t.index).collect();
             let exact_top: Vec<usize> = exact
                 .rank(Method::Turn, "", &query)
