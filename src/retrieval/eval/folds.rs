@@ -165,7 +165,13 @@ impl Prepared {
             .iter()
             .map(|(text, v, _, _)| index.query_channels(&weights, text, v, words))
             .collect();
-        self.fusion_channels = channels.ok().map(|channels| (key, channels));
+        self.fusion_channels = match channels {
+            Ok(channels) => Some((key, channels)),
+            Err(error) => {
+                tracing::warn!(%error, "fusion channels not cached; every question ranks alone");
+                None
+            }
+        };
     }
 }
 
