@@ -197,14 +197,7 @@ impl<E: Embedder> QueryEmbedder for E {
     }
 }
 
-/// `vector` scaled to length 1 (unchanged when it is zero).
-pub(super) fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
-    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        vector.iter_mut().for_each(|x| *x /= norm);
-    }
-    vector
-}
+pub(super) use crate::retrieval::vector::unit_length;
 
 #[cfg(test)]
 mod tests;

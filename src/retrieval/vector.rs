@@ -11,6 +11,15 @@ pub fn dot_f64(a: &[f32], b: &[f32]) -> f64 {
     f64::from(dot(a, b))
 }
 
+/// `vector` scaled to length 1 (unchanged when it is zero).
+pub fn unit_length(mut vector: Vec<f32>) -> Vec<f32> {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+    vector
+}
+
 /// Indices of the `k` best-scoring items, best first; equal scores keep input order.
 pub fn top_k(scores: &[f32], k: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scores.len()).collect();

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::retrieval::vector::dot;
+use crate::retrieval::vector::{dot, unit_length as unit};
 
 /// Words too common (or too short) to be evidence. Not BM25's list: this one also drops the
 /// fillers of chat ("yeah", "thanks", "wow") that every other turn holds.
@@ -307,15 +307,6 @@ pub(crate) fn test_word_vector(word: &str) -> Vec<f32> {
     });
     let mut vector = vec![0.0; 64];
     vector[(hash % 64) as usize] = 1.0;
-    vector
-}
-
-/// `vector` scaled to length 1 (a zero vector stays zero).
-fn unit(mut vector: Vec<f32>) -> Vec<f32> {
-    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        vector.iter_mut().for_each(|x| *x /= norm);
-    }
     vector
 }
 
