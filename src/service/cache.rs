@@ -66,23 +66,34 @@ impl Cached {
         Ok((entry, rebuilt))
     }
 
+    /// The memory words the index has no vector for yet (sorted). Fusion refuses to rank until
+    /// every one has its vector.
+    pub(super) fn words_without_vectors(&self) -> Vec<String> {
+        self.index.words_without_vectors()
+    }
+
+    /// Gives memory words their vectors. Called before the entry is shared, so the index is
+    /// not copied.
+    pub(super) fn set_word_vectors(&mut self, words: Vec<(String, Vec<f32>)>) {
+        let (words, vectors): (Vec<String>, Vec<Vec<f32>>) = words.into_iter().unzip();
+        Arc::make_mut(&mut self.index).set_word_vectors(&words, vectors);
+    }
+
     /// The memory graph and stage-3 vectors, built on first use.
     pub(super) fn ask_memory(&self, embedder: &str) -> &AskMemory {
         self.ask_memory.get_or_init(|| build_ask_memory(&self.stored, embedder))
     }
 }
 
-/// Own-data conversations keep no word vectors in the store (yet), so their index ranks with
-/// fusion without its soft word channel (README: "Your own data").
+/// The index of an own conversation: every method's units, and the memory's words for fusion's
+/// soft word matching (their vectors live in the store's `word_vectors`; see
+/// [`Cached::set_word_vectors`]).
 fn own_index_options() -> IndexOptions {
-    let mut options = IndexOptions::default();
-    options.fusion.word_match = 0.0;
-    options
+    IndexOptions::default()
 }
 
-/// Everything but the memory's words (see [`own_index_options`]).
 fn own_index_needs() -> IndexNeeds {
-    IndexNeeds { words: false, ..IndexNeeds::ALL }
+    IndexNeeds::ALL
 }
 
 fn build_ask_memory(stored: &StoredConversation, embedder: &str) -> AskMemory {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 use serde::Serialize;
 
+use crate::agent::QueryEmbedder as _;
 use crate::embedding::LocalEmbedder;
 use crate::llm::{EmbedClient, Embedder, Embeddings};
 use crate::store::{Store, StoreError};
@@ -200,9 +201,39 @@ where
             tokio::task::spawn_blocking(move || cache::Cached::update(stored, previous.as_deref()))
                 .await
                 .map_err(|error| anyhow::anyhow!("index task failed: {error}"))?;
-        let (entry, rebuilt) =
+        let (mut entry, rebuilt) =
             updated.map_err(|error| anyhow::anyhow!("indexing the stored vectors: {error}"))?;
+        self.complete_word_vectors(id, &mut entry).await?;
         Ok(self.cache.store(id, entry, rebuilt))
+    }
+
+    /// Gives every memory word of `entry` its vector: from the store when it has one, else
+    /// embedded now and stored (so the next process does not embed it again). A failed
+    /// embedding fails the query: fusion never ranks over a memory whose words lack vectors.
+    async fn complete_word_vectors(
+        &self,
+        id: &str,
+        entry: &mut cache::Cached,
+    ) -> Result<(), ServiceError> {
+        let missing = entry.words_without_vectors();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let (store, owned) = (self.store.clone(), id.to_string());
+        let stored = blocking(move || store.word_vectors(&owned, &missing)).await?;
+        entry.set_word_vectors(stored);
+        let missing = entry.words_without_vectors();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let vectors = self.embedder.embed_words(&missing).await.map_err(|error| {
+            anyhow::anyhow!("embedding {} words of the memory: {error}", missing.len())
+        })?;
+        let words: Vec<(String, Vec<f32>)> = missing.into_iter().zip(vectors).collect();
+        let (store, owned, to_save) = (self.store.clone(), id.to_string(), words.clone());
+        blocking(move || store.save_word_vectors(&owned, &to_save)).await?;
+        entry.set_word_vectors(words);
+        Ok(())
     }
 }
 

@@ -79,9 +79,17 @@ where
             .embed_query(query.trim())
             .await
             .map_err(|error| anyhow::anyhow!("embedding the query: {error}"))?;
+        let missing = entry.index.query_words_missing(query.trim());
+        let words = self
+            .embedder
+            .embed_words(&missing)
+            .await
+            .map_err(|error| anyhow::anyhow!("embedding the query's words: {error}"))?;
+        let words = missing.into_iter().zip(words).collect();
+        let method = entry.index.options().query_method;
         let hits = entry
             .index
-            .query(query.trim(), &vector, k.max(1))
+            .query_with(method, query.trim(), &vector, &words, k.max(1))
             .map_err(|error| anyhow::anyhow!("searching: {error}"))?;
         let stored = &entry.stored;
         Ok(hits.turns.iter().filter_map(|turn| hit(stored, &turn.dia_id, turn.score)).collect())

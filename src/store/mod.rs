@@ -20,6 +20,7 @@
 
 mod read;
 mod schema;
+mod words;
 mod write;
 
 use std::path::{Path, PathBuf};

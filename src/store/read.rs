@@ -301,7 +301,7 @@ pub(super) fn encode_vectors<'a>(
     Ok(bytes)
 }
 
-fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>> {
+pub(super) fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>> {
     if dims == 0 || !bytes.len().is_multiple_of(4 * dims) {
         return (bytes.is_empty()).then(Vec::new);
     }

@@ -53,6 +53,16 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;
     INSERT INTO counters VALUES ('revision', 0);
     ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;",
+    // 4: the vector of every distinct content word of a conversation's messages, for fusion's
+    // soft word matching. Derived from the messages (like `session_outputs.units`), written on
+    // a conversation's first query after its words changed; not part of the revision.
+    "CREATE TABLE word_vectors (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        word TEXT NOT NULL,
+        dims INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, word)
+    ) STRICT;",
 ];
 
 /// The version this code reads and writes.

@@ -172,3 +172,34 @@ fn revisions_change_with_every_write_and_are_never_reused() {
     assert!(store.revision("c1").unwrap() > store.revision("c2").unwrap());
     assert!(store.revision("c2").unwrap() > second);
 }
+
+#[test]
+fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them() {
+    let (_dir, store) = store();
+    let messages = parse(WEEK_ONE).unwrap();
+    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c2", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    let revision = store.revision("c1").unwrap();
+    let words = |names: &[&str]| names.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+    assert!(store.word_vectors("c1", &words(&["bike"])).unwrap().is_empty());
+
+    let first = vec![("bike".to_string(), vec![1.0, 0.0]), ("red".to_string(), vec![0.0, 1.0])];
+    assert!(store.save_word_vectors("c1", &first).unwrap());
+    // A word stored already keeps its first vector (two queries may race to store it).
+    assert!(store.save_word_vectors("c1", &[("bike".to_string(), vec![0.5, 0.5])]).unwrap());
+    let found = store.word_vectors("c1", &words(&["red", "work", "bike"])).unwrap();
+    assert_eq!(found, vec![first[1].clone(), first[0].clone()]);
+    assert!(store.word_vectors("c2", &words(&["bike"])).unwrap().is_empty());
+    assert_eq!(store.revision("c1").unwrap(), revision, "derived data: the revision stays");
+
+    assert!(matches!(
+        store.save_word_vectors("c1", &[("empty".to_string(), Vec::new())]),
+        Err(StoreError::Corrupt(_))
+    ));
+    store.forget("c1").unwrap();
+    assert!(!store.save_word_vectors("c1", &first).unwrap(), "a forgotten conversation");
+    let connection = Connection::open(store.path()).unwrap();
+    let left: i64 =
+        connection.query_row("SELECT COUNT(*) FROM word_vectors", [], |row| row.get(0)).unwrap();
+    assert_eq!(left, 0);
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use mragent::convo::{Message, parse};
 use mragent::llm::build_chat_model;
-use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
+use mragent::llm::scripted::{
+    HASH_EMBEDDING_DIM, RecordedRequest, ScriptedReply, ScriptedServer, hashed_embedding,
+};
 use mragent::service::{IndexStats, MemoryService, OwnEmbedder, ServiceSettings};
 use mragent::store::Store;
 use serde_json::{Value, json};
@@ -350,4 +352,116 @@ async fn queries_reuse_the_cached_index_which_adds_extend_and_forget_drops() {
     let again = service.search("c", "Project1", 3).await.unwrap();
     assert!(again.iter().all(|hit| hit.text.contains("Project1")), "{again:?}");
     assert_eq!(service.index_stats(), IndexStats { hits: 2, builds: 2, extensions: 2 });
+}
+
+/// Rows of the store's `word_vectors` for `conversation`.
+fn stored_words(root: &Path, conversation: &str) -> Vec<String> {
+    let connection = rusqlite::Connection::open(Store::default_path(root)).unwrap();
+    let mut statement = connection
+        .prepare("SELECT word FROM word_vectors WHERE conversation_id = ?1 ORDER BY word")
+        .unwrap();
+    let words = statement.query_map([conversation], |row| row.get::<_, String>(0)).unwrap();
+    words.map(Result::unwrap).collect()
+}
+
+/// The single-word texts of every embeddings request so far, request by request.
+fn embedded_word_batches(server: &ScriptedServer) -> Vec<Vec<String>> {
+    server
+        .requests()
+        .iter()
+        .filter(|request| request.is_embeddings())
+        .map(RecordedRequest::embedding_inputs)
+        .filter(|inputs| inputs.iter().all(|text| !text.contains(' ')))
+        .collect()
+}
+
+#[tokio::test]
+async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
+    // Hashed bag-of-words embeddings (a word's vector is one of 64 signed buckets; "cello" and
+    // "trumpets" share theirs with no other word here), except that the bare word "instruments"
+    // gets the vector of "cello" (the endpoint plays an embedder that knows they are related) and the query
+    // text itself a zero vector, as far from every line as from any other (so the dense
+    // channels cannot rank, and the test shows what the words do).
+    let respond = support::build_and_answer(|_| None);
+    let server = ScriptedServer::with_responder(move |request: &RecordedRequest| {
+        if !request.is_embeddings() {
+            return respond(request);
+        }
+        let vectors = request
+            .embedding_inputs()
+            .iter()
+            .map(|text| match text.as_str() {
+                "which instruments" | "which trumpets" => vec![0.0; HASH_EMBEDDING_DIM],
+                "instruments" => hashed_embedding("cello", HASH_EMBEDDING_DIM),
+                other => hashed_embedding(other, HASH_EMBEDDING_DIM),
+            })
+            .collect();
+        ScriptedReply::Embeddings(vectors)
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&server, dir.path());
+    let lines = [
+        "I spent the evening playing my cello after dinner.",
+        "We drove to the coast and ate fish by the harbour.",
+        "Work was busy: three meetings and a long report.",
+        "The garden needs rain; the tomatoes look tired.",
+        "My sister called about the wedding plans again.",
+        "We watched a film about sailors and whales.",
+    ];
+    let messages: Vec<Value> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            json!({
+                "speaker": if i % 2 == 0 { "Ann" } else { "Bob" },
+                "timestamp": format!("2024-03-01T10:0{i}:00Z"),
+                "text": text,
+            })
+        })
+        .collect();
+    service.add("c", parse(&Value::Array(messages).to_string()).unwrap()).await.unwrap();
+    assert!(stored_words(dir.path(), "c").is_empty(), "an add embeds no words");
+
+    // BM25 cannot match "instruments" (nor "trumpets", which no line relates to); the word
+    // channel credits the cello line through its vector, and only that line.
+    let scores = |hits: &[mragent::service::SearchHit]| -> Vec<(String, f64)> {
+        let mut scores: Vec<_> = hits.iter().map(|hit| (hit.text.clone(), hit.score)).collect();
+        scores.sort_by(|a, b| a.0.cmp(&b.0));
+        scores
+    };
+    let hits = service.search("c", "which instruments", 10).await.unwrap();
+    let control = service.search("c", "which trumpets", 10).await.unwrap();
+    assert_eq!(hits.len(), lines.len());
+    for ((text, with), (_, without)) in scores(&hits).into_iter().zip(scores(&control)) {
+        if text.contains("cello") {
+            assert!(with > without + 0.4, "{text}: {with} vs {without}");
+        } else {
+            assert!((with - without).abs() < 1e-9, "{text}: {with} vs {without}");
+        }
+    }
+    let words = stored_words(dir.path(), "c");
+    for word in ["cello", "harbour", "tomatoes", "wedding", "whales"] {
+        assert!(words.contains(&word.to_string()), "{word} not stored: {words:?}");
+    }
+    assert!(!words.contains(&"instruments".to_string()), "query words are not memory words");
+    let memory_batches = embedded_word_batches(&server);
+    assert!(memory_batches.iter().any(|batch| batch.len() == words.len()), "{memory_batches:?}");
+
+    // Another service (another process) reads the words from the store: it embeds only the
+    // query and the query's own missing word, and ranks the same.
+    let before = server.requests().len();
+    let other = self::service(&server, dir.path());
+    assert_eq!(other.search("c", "which instruments", 10).await.unwrap(), hits);
+    let inputs: Vec<Vec<String>> = server.requests()[before..]
+        .iter()
+        .filter(|request| request.is_embeddings())
+        .map(RecordedRequest::embedding_inputs)
+        .collect();
+    assert_eq!(inputs, vec![vec!["which instruments".to_string()], vec!["instruments".into()]]);
+
+    // Forget deletes them with the conversation.
+    other.forget("c").await.unwrap();
+    assert!(stored_words(dir.path(), "c").is_empty());
 }
