@@ -157,6 +157,15 @@ pub trait QueryEmbedder: Send + Sync {
         &'a self,
         words: &'a [String],
     ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, crate::llm::Error>>;
+
+    /// [`QueryEmbedder::embed_query`] and [`QueryEmbedder::embed_words`] in one request: the
+    /// query text first, then its words, so a tool call or search waits for one embedding
+    /// round trip, not two.
+    fn embed_query_and_words<'a>(
+        &'a self,
+        text: &'a str,
+        words: &'a [String],
+    ) -> BoxFuture<'a, Result<(Vec<f32>, Vec<Vec<f32>>), crate::llm::Error>>;
 }
 
 impl<E: Embedder> QueryEmbedder for E {
@@ -168,17 +177,23 @@ impl<E: Embedder> QueryEmbedder for E {
             if words.is_empty() {
                 return Ok(Vec::new());
             }
-            let embedded = self.embed(words).await?;
-            if embedded.vectors.len() != words.len() {
-                return Err(crate::llm::Error::Decode {
-                    message: format!(
-                        "the embedder returned {} vectors for {} words",
-                        embedded.vectors.len(),
-                        words.len()
-                    ),
-                });
-            }
-            Ok(embedded.vectors.into_iter().map(unit_length).collect())
+            unit_vectors(self, words, "words").await
+        })
+    }
+
+    fn embed_query_and_words<'a>(
+        &'a self,
+        text: &'a str,
+        words: &'a [String],
+    ) -> BoxFuture<'a, Result<(Vec<f32>, Vec<Vec<f32>>), crate::llm::Error>> {
+        Box::pin(async move {
+            let texts: Vec<String> =
+                std::iter::once(text.to_string()).chain(words.to_vec()).collect();
+            let mut vectors = unit_vectors(self, &texts, "texts").await?.into_iter();
+            let query = vectors.next().ok_or_else(|| crate::llm::Error::Decode {
+                message: "the embedder returned no vector".to_string(),
+            })?;
+            Ok((query, vectors.collect()))
         })
     }
 
@@ -195,6 +210,25 @@ impl<E: Embedder> QueryEmbedder for E {
             Ok(unit_length(vector))
         })
     }
+}
+
+/// One unit-length vector per text, or a decode error naming `what` when the count is off.
+async fn unit_vectors<E: Embedder>(
+    embedder: &E,
+    texts: &[String],
+    what: &str,
+) -> Result<Vec<Vec<f32>>, crate::llm::Error> {
+    let embedded = embedder.embed(texts).await?;
+    if embedded.vectors.len() != texts.len() {
+        return Err(crate::llm::Error::Decode {
+            message: format!(
+                "the embedder returned {} vectors for {} {what}",
+                embedded.vectors.len(),
+                texts.len()
+            ),
+        });
+    }
+    Ok(embedded.vectors.into_iter().map(unit_length).collect())
 }
 
 pub(super) use crate::retrieval::vector::unit_length;

@@ -307,18 +307,11 @@ async fn memgas(tools: &QuestionTools<'_>, query: &str, k: usize) -> String {
                 .to_tool_result();
         }
     };
-    let vector = match memgas.embedder.embed_query(query).await {
-        Ok(vector) => vector,
+    let missing = memgas.index.query_words_missing(query);
+    let (vector, words) = match memgas.embedder.embed_query_and_words(query, &missing).await {
+        Ok((vector, words)) => (vector, missing.into_iter().zip(words).collect()),
         Err(error) => {
             return ToolError::NotFound(format!("embedding the query failed: {error}"))
-                .to_tool_result();
-        }
-    };
-    let missing = memgas.index.query_words_missing(query);
-    let words = match memgas.embedder.embed_words(&missing).await {
-        Ok(vectors) => missing.into_iter().zip(vectors).collect(),
-        Err(error) => {
-            return ToolError::NotFound(format!("embedding the query's words failed: {error}"))
                 .to_tool_result();
         }
     };

@@ -74,17 +74,12 @@ where
             return Err(ServiceError::invalid("query", "empty query"));
         }
         let entry = self.cached(conversation).await?;
-        let vector = self
+        let missing = entry.index.query_words_missing(query.trim());
+        let (vector, words) = self
             .embedder
-            .embed_query(query.trim())
+            .embed_query_and_words(query.trim(), &missing)
             .await
             .map_err(|error| anyhow::anyhow!("embedding the query: {error}"))?;
-        let missing = entry.index.query_words_missing(query.trim());
-        let words = self
-            .embedder
-            .embed_words(&missing)
-            .await
-            .map_err(|error| anyhow::anyhow!("embedding the query's words: {error}"))?;
         let words = missing.into_iter().zip(words).collect();
         let method = entry.index.options().query_method;
         let hits = entry

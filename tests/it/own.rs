@@ -450,7 +450,7 @@ async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
     assert!(memory_batches.iter().any(|batch| batch.len() == words.len()), "{memory_batches:?}");
 
     // Another service (another process) reads the words from the store: it embeds only the
-    // query and the query's own missing word, and ranks the same.
+    // query and the query's own missing word (one request), and ranks the same.
     let before = server.requests().len();
     let other = self::service(&server, dir.path());
     assert_eq!(other.search("c", "which instruments", 10).await.unwrap(), hits);
@@ -459,7 +459,7 @@ async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
         .filter(|request| request.is_embeddings())
         .map(RecordedRequest::embedding_inputs)
         .collect();
-    assert_eq!(inputs, vec![vec!["which instruments".to_string()], vec!["instruments".into()]]);
+    assert_eq!(inputs, vec![vec!["which instruments".to_string(), "instruments".into()]]);
 
     // Forget deletes them with the conversation.
     other.forget("c").await.unwrap();
