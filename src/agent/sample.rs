@@ -141,6 +141,9 @@ impl std::fmt::Debug for MemgasMemory {
     }
 }
 
+/// A query's vector and its words' vectors, in order.
+pub type QueryAndWords = (Vec<f32>, Vec<Vec<f32>>);
+
 /// Embeds one query text. Implemented for every [`Embedder`]; it exists so that a
 /// [`SampleMemory`] can carry its MemGAS embedder without a type parameter (`Embedder` itself
 /// returns `impl Future` and cannot be a trait object).
@@ -165,7 +168,7 @@ pub trait QueryEmbedder: Send + Sync {
         &'a self,
         text: &'a str,
         words: &'a [String],
-    ) -> BoxFuture<'a, Result<(Vec<f32>, Vec<Vec<f32>>), crate::llm::Error>>;
+    ) -> BoxFuture<'a, Result<QueryAndWords, crate::llm::Error>>;
 }
 
 impl<E: Embedder> QueryEmbedder for E {
@@ -185,7 +188,7 @@ impl<E: Embedder> QueryEmbedder for E {
         &'a self,
         text: &'a str,
         words: &'a [String],
-    ) -> BoxFuture<'a, Result<(Vec<f32>, Vec<Vec<f32>>), crate::llm::Error>> {
+    ) -> BoxFuture<'a, Result<QueryAndWords, crate::llm::Error>> {
         Box::pin(async move {
             let texts: Vec<String> =
                 std::iter::once(text.to_string()).chain(words.to_vec()).collect();
