@@ -51,6 +51,7 @@ pub mod trace;
 
 pub use self::pool::{PendingSample, RunSummary, SampleFeed, answer_all, answer_stream};
 pub use self::sample::{
-    LoadedMemgas, MemgasMemory, MemgasSource, MemoryStatus, QueryEmbedder, SampleMemory,
+    LoadedMemgas, MemgasMemory, MemgasSource, MemoryStatus, QueryAndWords, QueryEmbedder,
+    SampleMemory,
 };
 pub use self::settings::{AnswerSettings, answer_prompts_version};
