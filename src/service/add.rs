@@ -1,5 +1,6 @@
 //! `add`: store messages, then build the sessions that have no outputs for their content.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use futures::StreamExt as _;
@@ -11,6 +12,7 @@ use crate::dataset::Conversation;
 use crate::ingest::{SessionError, build_session};
 use crate::llm::{ChatModel, Embedder};
 use crate::retrieval::IndexOptions;
+use crate::retrieval::index::content_words;
 use crate::retrieval::units::{SessionUnits, UnitVectors};
 
 /// A session the stages could not build; the next add retries it.
@@ -179,7 +181,8 @@ where
             .iter()
             .find(|session| session.index == number)
             .ok_or(SessionError::NoSuchSession(number))?;
-        let units = self.unit_vectors(SessionUnits::from_session(session)).await?;
+        let units =
+            self.embed_units(&conversation.sample_id, SessionUnits::from_session(session)).await?;
         let hash = hashes
             .iter()
             .find(|(n, _)| *n == number)
@@ -201,18 +204,52 @@ where
         Ok(calls)
     }
 
-    /// The MemGAS unit vectors of one session, with the index's default text options.
-    async fn unit_vectors(&self, units: SessionUnits) -> Result<UnitVectors, SessionError> {
-        let options = IndexOptions::default().units;
-        let texts = units.texts_to_embed(&options);
+    /// The MemGAS unit vectors of one session (with the index's default text options), embedded
+    /// in one request with the session's content words that the conversation has no vector for
+    /// yet (fusion's soft word matching); the word vectors are stored here, so queries find them
+    /// in the store. Sessions built side by side may embed a shared word twice; the store keeps
+    /// the first.
+    async fn embed_units(
+        &self,
+        conversation: &str,
+        units: SessionUnits,
+    ) -> Result<UnitVectors, SessionError> {
         let failed = |error: String| SessionError::Stage {
             stage: crate::ingest::Stage::Embeddings,
             error: format!("MemGAS units: {error}"),
         };
-        let embedded = self.embedder.embed(&texts).await.map_err(|e| failed(e.to_string()))?;
+        let words: Vec<String> = units
+            .turns
+            .iter()
+            .flat_map(|turn| content_words(turn.text_without_speaker()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let (store, id, asked) = (self.store.clone(), conversation.to_string(), words.clone());
+        let known = blocking(move || store.word_vectors(&id, &asked))
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+        let known: BTreeSet<&String> = known.iter().map(|(word, _)| word).collect();
+        let missing: Vec<String> = words.iter().filter(|w| !known.contains(w)).cloned().collect();
+
+        let options = IndexOptions::default().units;
+        let mut texts = units.texts_to_embed(&options);
+        let n_units = texts.len();
+        texts.extend(missing.iter().cloned());
+        let mut vectors =
+            self.embedder.embed(&texts).await.map_err(|e| failed(e.to_string()))?.vectors;
+        if vectors.len() != texts.len() {
+            return Err(failed(format!("{} vectors for {} texts", vectors.len(), texts.len())));
+        }
+        let word_vectors = vectors.split_off(n_units);
+        if !missing.is_empty() {
+            let pairs: Vec<(String, Vec<f32>)> = missing.into_iter().zip(word_vectors).collect();
+            let (store, id) = (self.store.clone(), conversation.to_string());
+            blocking(move || store.save_word_vectors(&id, &pairs))
+                .await
+                .map_err(|error| failed(format!("storing the words: {error}")))?;
+        }
         // As `retrieval::build_index` does for `run`: the embedder's vectors as they come.
-        units
-            .assemble(&options, embedded.vectors)
-            .ok_or_else(|| failed("wrong number of vectors".into()))
+        units.assemble(&options, vectors).ok_or_else(|| failed("wrong number of vectors".into()))
     }
 }

@@ -66,7 +66,8 @@ impl Cached {
         Ok((entry, rebuilt))
     }
 
-    /// The memory words the index has no vector for yet (sorted). Fusion refuses to rank until
+    /// The memory words the index has no vector for yet, in the order it met them (a function
+    /// of the sessions' content). Fusion refuses to rank until
     /// every one has its vector.
     pub(super) fn words_without_vectors(&self) -> Vec<String> {
         self.index.words_without_vectors()

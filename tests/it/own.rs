@@ -364,17 +364,6 @@ fn stored_words(root: &Path, conversation: &str) -> Vec<String> {
     words.map(Result::unwrap).collect()
 }
 
-/// The single-word texts of every embeddings request so far, request by request.
-fn embedded_word_batches(server: &ScriptedServer) -> Vec<Vec<String>> {
-    server
-        .requests()
-        .iter()
-        .filter(|request| request.is_embeddings())
-        .map(RecordedRequest::embedding_inputs)
-        .filter(|inputs| inputs.iter().all(|text| !text.contains(' ')))
-        .collect()
-}
-
 #[tokio::test]
 async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
     // Hashed bag-of-words embeddings (a word's vector is one of 64 signed buckets; "cello" and
@@ -422,7 +411,19 @@ async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
         })
         .collect();
     service.add("c", parse(&Value::Array(messages).to_string()).unwrap()).await.unwrap();
-    assert!(stored_words(dir.path(), "c").is_empty(), "an add embeds no words");
+    // The add embedded the memory's words with the session's units and stored them.
+    let words = stored_words(dir.path(), "c");
+    for word in ["cello", "harbour", "tomatoes", "wedding", "whales"] {
+        assert!(words.contains(&word.to_string()), "{word} not stored: {words:?}");
+    }
+    let add_inputs: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|request| request.is_embeddings())
+        .flat_map(RecordedRequest::embedding_inputs)
+        .collect();
+    assert!(words.iter().all(|word| add_inputs.contains(word)), "{add_inputs:?}");
+    let after_add = server.requests().len();
 
     // BM25 cannot match "instruments" (nor "trumpets", which no line relates to); the word
     // channel credits the cello line through its vector, and only that line.
@@ -441,25 +442,39 @@ async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
             assert!((with - without).abs() < 1e-9, "{text}: {with} vs {without}");
         }
     }
-    let words = stored_words(dir.path(), "c");
-    for word in ["cello", "harbour", "tomatoes", "wedding", "whales"] {
-        assert!(words.contains(&word.to_string()), "{word} not stored: {words:?}");
-    }
-    assert!(!words.contains(&"instruments".to_string()), "query words are not memory words");
-    let memory_batches = embedded_word_batches(&server);
-    assert!(memory_batches.iter().any(|batch| batch.len() == words.len()), "{memory_batches:?}");
+    // Searches read the words from the store: each embeds only its query and the query's own
+    // missing word (one request), and query words are not stored as memory words.
+    let embedded_since = |start: usize| -> Vec<Vec<String>> {
+        server.requests()[start..]
+            .iter()
+            .filter(|request| request.is_embeddings())
+            .map(RecordedRequest::embedding_inputs)
+            .collect()
+    };
+    let query = |text: &str| vec![text.to_string(), text.split(' ').nth(1).unwrap().to_string()];
+    assert_eq!(
+        embedded_since(after_add),
+        vec![query("which instruments"), query("which trumpets")]
+    );
+    assert_eq!(stored_words(dir.path(), "c"), words);
 
-    // Another service (another process) reads the words from the store: it embeds only the
-    // query and the query's own missing word (one request), and ranks the same.
+    // Another service (another process) ranks the same from the stored words.
     let before = server.requests().len();
     let other = self::service(&server, dir.path());
     assert_eq!(other.search("c", "which instruments", 10).await.unwrap(), hits);
-    let inputs: Vec<Vec<String>> = server.requests()[before..]
-        .iter()
-        .filter(|request| request.is_embeddings())
-        .map(RecordedRequest::embedding_inputs)
-        .collect();
-    assert_eq!(inputs, vec![vec!["which instruments".to_string(), "instruments".into()]]);
+    assert_eq!(embedded_since(before), vec![query("which instruments")]);
+
+    // A store whose words were never kept (made before schema 4, then migrated): the first
+    // query embeds them all in one request, stores them and ranks the same.
+    let connection = rusqlite::Connection::open(Store::default_path(dir.path())).unwrap();
+    connection.execute("DELETE FROM word_vectors", []).unwrap();
+    let before = server.requests().len();
+    let migrated = self::service(&server, dir.path());
+    assert_eq!(migrated.search("c", "which instruments", 10).await.unwrap(), hits);
+    let mut embedded = embedded_since(before);
+    embedded[0].sort();
+    assert_eq!(embedded, vec![words.clone(), query("which instruments")]);
+    assert_eq!(stored_words(dir.path(), "c"), words);
 
     // Forget deletes them with the conversation.
     other.forget("c").await.unwrap();
