@@ -54,8 +54,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     INSERT INTO counters VALUES ('revision', 0);
     ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;",
     // 4: the vector of every distinct content word of a conversation's messages, for fusion's
-    // soft word matching. Derived from the messages (like `session_outputs.units`), written on
-    // a conversation's first query after its words changed; not part of the revision.
+    // soft word matching. Derived from the messages (like `session_outputs.units`), written by
+    // the add that builds a session (or by the first query, for conversations stored before
+    // this table); not part of the revision.
     "CREATE TABLE word_vectors (
         conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
         word TEXT NOT NULL,
