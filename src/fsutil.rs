@@ -26,7 +26,15 @@ pub fn safe_name(name: &str, replacement: char) -> String {
 /// over the target. A crash leaves either the old file or the new one, never a torn one. The
 /// file is readable by others (mode 0644 on Unix), as a plain `File::create` would make it.
 pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    let bytes = bytes.as_ref();
+    write_atomic_with(path, |file| Ok(file.write_all(bytes.as_ref())?))
+}
+
+/// [`write_atomic`] for content produced by `write` into a buffered writer, so a large file
+/// (a serialised index) never exists whole in memory.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut builder = tempfile::Builder::new();
@@ -38,7 +46,11 @@ pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> 
     let mut temp = builder
         .tempfile_in(dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    temp.write_all(bytes).with_context(|| format!("writing {}", temp.path().display()))?;
+    let written = {
+        let mut writer = std::io::BufWriter::new(temp.as_file_mut());
+        write(&mut writer).and_then(|()| Ok(writer.flush()?))
+    };
+    written.with_context(|| format!("writing {}", temp.path().display()))?;
     temp.as_file().sync_all().with_context(|| format!("flushing {}", temp.path().display()))?;
     temp.persist(path)
         .map_err(|error| error.error)
@@ -85,6 +97,22 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o644);
         }
+    }
+
+    #[test]
+    fn a_streamed_write_that_fails_leaves_the_old_file_and_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.json");
+        write_atomic_with(&path, |file| Ok(serde_json::to_writer(file, &vec![1.5f32; 3])?))
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[1.5,1.5,1.5]");
+        let failed = write_atomic_with(&path, |file| {
+            file.write_all(b"[2.0,")?;
+            anyhow::bail!("serialising failed halfway")
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[1.5,1.5,1.5]");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[tokio::test]

@@ -77,9 +77,17 @@ impl IndexCache {
             return Ok((index, IndexSource::Loaded));
         }
         let index = build_index(sessions, embedder, Some((vectors, bucket)), options).await?;
+        // Streamed to the file: the JSON of the word vectors alone is several MB, and a whole
+        // in-memory copy of it raised the run's peak RSS.
         let stored = StoredIndex { key, index };
-        let bytes = serde_json::to_vec(&stored).context("serialising a MemGAS index")?;
-        crate::fsutil::write_atomic_async(path, bytes).await?;
+        let stored = tokio::task::spawn_blocking(move || {
+            crate::fsutil::write_atomic_with(&path, |file| {
+                serde_json::to_writer(file, &stored).context("serialising a MemGAS index")
+            })?;
+            anyhow::Ok(stored)
+        })
+        .await
+        .context("writing a MemGAS index")??;
         Ok((stored.index, IndexSource::Built))
     }
 }
