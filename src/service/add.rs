@@ -12,8 +12,7 @@ use crate::dataset::Conversation;
 use crate::ingest::{SessionError, build_session};
 use crate::llm::{ChatModel, Embedder};
 use crate::retrieval::IndexOptions;
-use crate::retrieval::index::content_words;
-use crate::retrieval::units::{SessionUnits, UnitVectors};
+use crate::retrieval::units::{SessionUnits, TurnUnit, UnitVectors};
 
 /// A session the stages could not build; the next add retries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -221,7 +220,7 @@ where
         let words: Vec<String> = units
             .turns
             .iter()
-            .flat_map(|turn| content_words(turn.text_without_speaker()))
+            .flat_map(TurnUnit::content_words)
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();

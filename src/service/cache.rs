@@ -57,7 +57,9 @@ impl Cached {
         let reusable = previous.filter(|previous| indexed.starts_with(&previous.indexed));
         let (mut index, skip, rebuilt) = match reusable {
             Some(previous) => ((*previous.index).clone(), previous.indexed.len(), false),
-            None => (MemoryIndex::with_needs(own_index_options(), own_index_needs()), 0, true),
+            // Every method's units, and the memory's words for fusion's soft word matching
+            // (their vectors come from the store; see `set_word_vectors`).
+            None => (MemoryIndex::with_needs(IndexOptions::default(), IndexNeeds::ALL), 0, true),
         };
         for (session, vectors) in units.into_iter().skip(skip) {
             index.add_session(session, vectors)?;
@@ -67,8 +69,7 @@ impl Cached {
     }
 
     /// The memory words the index has no vector for yet, in the order it met them (a function
-    /// of the sessions' content). Fusion refuses to rank until
-    /// every one has its vector.
+    /// of the sessions' content). Fusion refuses to rank until every one has its vector.
     pub(super) fn words_without_vectors(&self) -> Vec<String> {
         self.index.words_without_vectors()
     }
@@ -84,17 +85,6 @@ impl Cached {
     pub(super) fn ask_memory(&self, embedder: &str) -> &AskMemory {
         self.ask_memory.get_or_init(|| build_ask_memory(&self.stored, embedder))
     }
-}
-
-/// The index of an own conversation: every method's units, and the memory's words for fusion's
-/// soft word matching (their vectors live in the store's `word_vectors`; see
-/// [`Cached::set_word_vectors`]).
-fn own_index_options() -> IndexOptions {
-    IndexOptions::default()
-}
-
-fn own_index_needs() -> IndexNeeds {
-    IndexNeeds::ALL
 }
 
 fn build_ask_memory(stored: &StoredConversation, embedder: &str) -> AskMemory {

@@ -181,7 +181,7 @@ impl MemoryIndex {
         self.index_lexical(&units);
         if self.needs.words {
             for turn in &units.turns {
-                self.words.add_turn(turn.text_without_speaker());
+                self.words.add_turn(turn.content_words());
             }
         }
         self.sessions.push(SessionEntry { units, turns: first_turn..self.turns.len(), hybrid });

@@ -201,9 +201,9 @@ pub struct WordIndex {
 }
 
 impl WordIndex {
-    /// Add the next turn (its text without the speaker's name prefix).
-    pub fn add_turn(&mut self, text: &str) {
-        let mut ids: Vec<u32> = content_words(text)
+    /// Add the next turn by its content words ([`crate::retrieval::units::TurnUnit::content_words`]).
+    pub fn add_turn(&mut self, words: Vec<String>) {
+        let mut ids: Vec<u32> = words
             .into_iter()
             .map(|word| match self.ids.get(&word) {
                 Some(&id) => id,
@@ -328,7 +328,7 @@ mod tests {
     fn index_with(turns: &[&str], angles: &[(&str, f32)]) -> WordIndex {
         let mut index = WordIndex::default();
         for turn in turns {
-            index.add_turn(turn);
+            index.add_turn(content_words(turn));
         }
         let words: Vec<String> = angles.iter().map(|(w, _)| w.to_string()).collect();
         let vectors = angles.iter().map(|(_, a)| vec![a.cos(), a.sin()]).collect();
@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn scores_refuse_a_memory_with_words_lacking_vectors() {
         let mut index = WordIndex::default();
-        index.add_turn("violin lessons");
+        index.add_turn(content_words("violin lessons"));
         assert_eq!(index.without_vectors(), vec!["lessons", "violin"]);
         index.set_vectors(&["violin".to_string()], vec![vec![1.0, 0.0]]);
         assert_eq!(
