@@ -94,12 +94,6 @@ impl TurnUnit {
             .and_then(|rest| rest.strip_prefix(": "))
             .unwrap_or(&self.text)
     }
-
-    /// The turn's words for fusion's soft word matching: the distinct content words of its text
-    /// without the speaker, sorted ([`crate::retrieval::index::content_words`]).
-    pub fn content_words(&self) -> Vec<String> {
-        crate::retrieval::index::content_words(self.text_without_speaker())
-    }
 }
 
 /// The units of one session, as text.

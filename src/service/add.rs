@@ -12,7 +12,8 @@ use crate::dataset::Conversation;
 use crate::ingest::{SessionError, build_session};
 use crate::llm::{ChatModel, Embedder};
 use crate::retrieval::IndexOptions;
-use crate::retrieval::units::{SessionUnits, TurnUnit, UnitVectors};
+use crate::retrieval::index::turn_words;
+use crate::retrieval::units::{SessionUnits, UnitVectors};
 
 /// A session the stages could not build; the next add retries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -217,13 +218,8 @@ where
             stage: crate::ingest::Stage::Embeddings,
             error: format!("MemGAS units: {error}"),
         };
-        let words: Vec<String> = units
-            .turns
-            .iter()
-            .flat_map(TurnUnit::content_words)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let words: Vec<String> =
+            units.turns.iter().flat_map(turn_words).collect::<BTreeSet<_>>().into_iter().collect();
         let (store, id, asked) = (self.store.clone(), conversation.to_string(), words.clone());
         let known = blocking(move || store.word_vectors(&id, &asked))
             .await

@@ -27,7 +27,7 @@ pub use options::{
     SessionStructure, TurnRouting,
 };
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
-pub use words::{QueryWords, WordError, WordIndex, content_words};
+pub use words::{QueryWords, WordError, WordIndex, content_words, turn_words};
 
 use serde::{Deserialize, Serialize};
 
@@ -181,7 +181,7 @@ impl MemoryIndex {
         self.index_lexical(&units);
         if self.needs.words {
             for turn in &units.turns {
-                self.words.add_turn(turn.content_words());
+                self.words.add_turn(turn_words(turn));
             }
         }
         self.sessions.push(SessionEntry { units, turns: first_turn..self.turns.len(), hybrid });

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::retrieval::units::TurnUnit;
 use crate::retrieval::vector::{dot, unit_length as unit};
 
 /// Words too common (or too short) to be evidence. Not BM25's list: this one also drops the
@@ -169,6 +170,12 @@ pub fn content_words(text: &str) -> Vec<String> {
     words
 }
 
+/// A turn's words for soft word matching: the content words of its text without the speaker.
+/// The one rule for what the index collects and what `memory add` embeds.
+pub fn turn_words(turn: &TurnUnit) -> Vec<String> {
+    content_words(turn.text_without_speaker())
+}
+
 /// Vectors of query words the memory lacks, by word (from the memory's embedder).
 pub type QueryWords = BTreeMap<String, Vec<f32>>;
 
@@ -201,7 +208,7 @@ pub struct WordIndex {
 }
 
 impl WordIndex {
-    /// Add the next turn by its content words ([`crate::retrieval::units::TurnUnit::content_words`]).
+    /// Add the next turn by its content words ([`turn_words`]).
     pub fn add_turn(&mut self, words: Vec<String>) {
         let mut ids: Vec<u32> = words
             .into_iter()
