@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! Modules are declared in data-flow order (a suggested reading order):
-//! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`settings`]: resolved settings; [`logging`]: tracing setup;
+//! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
+//!   one id rule and the shared input limits; [`settings`]: resolved settings; [`logging`]: tracing setup;
 //!   [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
@@ -25,6 +26,7 @@
 pub mod cli;
 pub mod fsutil;
 pub mod logging;
+pub mod names;
 pub mod prompts;
 pub mod settings;
 

@@ -241,7 +241,7 @@ impl RunSettings {
     /// Resolve run arguments.
     pub fn resolve(args: &RunArgs) -> anyhow::Result<Self> {
         let file = crate::fsutil::safe_name(&args.file, '-');
-        crate::results::check_path_component("--file tag", &file).map_err(anyhow::Error::msg)?;
+        crate::names::check_name(crate::names::NameKind::Tag, &file).context("--file")?;
         let shard = args.shard.as_deref().map(parse_shard).transpose()?;
         Ok(Self { file, workers: args.workers as usize, shard })
     }

@@ -63,8 +63,10 @@ pub fn select_shard(
 /// anything is written.
 fn check_sample_ids(data: &DataSettings, conversations: &[Conversation]) -> anyhow::Result<()> {
     for conversation in conversations {
-        crate::results::check_path_component("sample id", &conversation.sample_id)
-            .map_err(|message| anyhow::anyhow!("{}: {message}", data.file.display()))?;
+        crate::names::check_name(crate::names::NameKind::Sample, &conversation.sample_id)
+            .with_context(|| {
+                format!("{}: fix it in the input (nothing was written)", data.file.display())
+            })?;
     }
     Ok(())
 }

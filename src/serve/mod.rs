@@ -167,8 +167,8 @@ impl From<ServiceError> for ApiError {
                 "conversation",
                 message,
             ),
-            ServiceError::Store(StoreError::InvalidConversationId(_)) => {
-                ApiError::bad("conversation", message)
+            ServiceError::Store(StoreError::InvalidName(invalid)) => {
+                ApiError::bad(invalid.kind.field(), message)
             }
             ServiceError::Store(StoreError::EmbedderMismatch { .. }) => {
                 ApiError::new(StatusCode::CONFLICT, "embedder_mismatch", "conversation", message)

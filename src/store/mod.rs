@@ -42,9 +42,9 @@ pub enum StoreError {
     /// No conversation with this id.
     #[error("unknown conversation {0:?}; `mragent memory list` shows the stored ones")]
     UnknownConversation(String),
-    /// The conversation id is empty or too long.
-    #[error("invalid conversation id {0:?}: use 1 to 200 characters, no control characters")]
-    InvalidConversationId(String),
+    /// The conversation id breaks the one id rule ([`crate::names::check_name`]).
+    #[error(transparent)]
+    InvalidName(#[from] crate::names::InvalidName),
     /// The conversation was built with another embedder than the caller's.
     #[error(
         "conversation {conversation:?} is embedded with {stored:?}, not {requested:?}; use the same embedder or a new conversation"
@@ -227,13 +227,9 @@ pub fn content_id(text: &str) -> String {
     write::short_hash(text.as_bytes())
 }
 
-/// Checks a conversation id: 1–200 characters, no control characters.
+/// Checks a conversation id against the one id rule ([`crate::names::check_name`]).
 pub fn check_conversation_id(id: &str) -> Result<(), StoreError> {
-    let length = id.chars().count();
-    if length == 0 || length > 200 || id.chars().any(char::is_control) || id.trim() != id {
-        return Err(StoreError::InvalidConversationId(id.to_string()));
-    }
-    Ok(())
+    Ok(crate::names::check_name(crate::names::NameKind::Conversation, id)?)
 }
 
 #[cfg(test)]

@@ -105,7 +105,7 @@ fn unknown_conversations_bad_ids_and_other_embedders_are_errors() {
     let messages = parse(WEEK_ONE).unwrap();
     assert!(matches!(
         store.add_messages("", "local", &messages, DEFAULT_SESSION_GAP),
-        Err(StoreError::InvalidConversationId(_))
+        Err(StoreError::InvalidName(_))
     ));
     store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
     let error = store.add_messages("c1", "openai/x", &messages, DEFAULT_SESSION_GAP).unwrap_err();
