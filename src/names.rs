@@ -8,9 +8,10 @@ use std::path::{Component, Path, PathBuf};
 
 /// Longest id (conversation, user, sample) or tag, in characters.
 pub const MAX_NAME_CHARS: usize = 128;
-/// Largest text of one message, in bytes (UTF-8). A message this long is about 8,000 tokens,
-/// well inside any chat model's context together with the rewrite prompt.
-pub const MAX_MESSAGE_BYTES: usize = 32 * 1024;
+/// Longest text of one message, in characters (Unicode scalar values, as JSON Schema's
+/// `maxLength` counts them). 16,000 characters are at most about 16,000 tokens (about 4,000 in
+/// English), inside any chat model's context together with the rewrite prompt.
+pub const MAX_MESSAGE_CHARS: usize = 16_000;
 /// Most messages one add may carry.
 pub const MAX_MESSAGES_PER_ADD: usize = 10_000;
 
@@ -88,6 +89,11 @@ pub fn check_name(kind: NameKind, value: &str) -> Result<(), InvalidName> {
         None => Ok(()),
     }
 }
+
+/// [`check_name`]'s rule as a regular expression without look-around (for JSON Schema's
+/// `pattern`; the length is the schema's `maxLength`): a letter or digit, then allowed
+/// characters where every `.` is followed by something other than a `.` or ends the name.
+pub const NAME_PATTERN: &str = r"^[A-Za-z0-9]([A-Za-z0-9_:@+-]|\.[A-Za-z0-9_:@+-])*\.?$";
 
 fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '+')
@@ -184,6 +190,34 @@ mod tests {
         }
         let long = "a".repeat(MAX_NAME_CHARS + 1);
         assert_eq!(check_name(NameKind::User, &long).unwrap_err().reason, "it is too long");
+    }
+
+    #[test]
+    fn the_schema_pattern_is_the_same_rule() {
+        let pattern = regex::Regex::new(NAME_PATTERN).unwrap();
+        let names = [
+            "conv-26",
+            "a",
+            "a.",
+            "a.b",
+            "a..b",
+            "a...",
+            ".a",
+            "-a",
+            "a/b",
+            "a b",
+            "é",
+            "a.-b",
+            "a.:",
+            "1..",
+            "x_y:z@w+v",
+            "a.b.c",
+            "a\n",
+            "",
+        ];
+        for name in names {
+            assert_eq!(pattern.is_match(name), check_name(NameKind::Tag, name).is_ok(), "{name:?}");
+        }
     }
 
     #[test]
