@@ -167,7 +167,7 @@ where
         answer.loop_events = events;
         let trace = answer.trace_path(conversation, &question_id);
         let result_path = answer.result_path(conversation);
-        crate::agent::answer_all(
+        let summary = crate::agent::answer_all(
             &answer,
             std::slice::from_ref(&sample),
             &self.chat,
@@ -175,6 +175,11 @@ where
             std::future::pending::<()>(),
         )
         .await?;
+        if let Some(fatal) = summary.fatal {
+            // The endpoint refused the question for good (bad key, unknown model): no line was
+            // written, and the reason is the endpoint's.
+            return Err(anyhow::anyhow!("the endpoint refuses every request: {fatal}").into());
+        }
         let line = read_line(&result_path, &question_id)?;
         let supporting =
             line.prediction_context.iter().filter_map(|id| hit(stored, id, 0.0)).collect();
