@@ -21,9 +21,10 @@ if [[ "$(cargo fuzz --version 2> /dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION"
 fi
 
 export RUSTC_BOOTSTRAP=1
-# Release with debug assertions and overflow checks; the same flags for build and run, so
-# `run` reuses the build.
-flags=(--release --debug-assertions --sanitizer none)
+# Release with debug assertions and overflow checks; 16 codegen units (cargo-fuzz's default of 1
+# makes the build of every dependency several times slower, for somewhat faster runs). The same
+# flags for build and run, so `run` reuses the build.
+flags=(--release --debug-assertions --sanitizer none --codegen-units 16)
 targets=${FUZZ_TARGETS:-$(cargo fuzz list)}
 
 cargo fuzz build "${flags[@]}"
