@@ -54,7 +54,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(found) => assert!(!found.is_empty()),
         Err(message) => assert!(!message.is_empty()),
     }
-    assert_eq!(structured::extract_json(&text).ok(), candidates.ok().map(|mut found| found.remove(0)));
+    assert_eq!(
+        structured::extract_json(&text).ok(),
+        candidates.ok().map(|mut found| found.remove(0))
+    );
     for (schema, validator) in SCHEMAS.iter() {
         match structured::read_reply(&text, schema, validator) {
             Ok(value) => assert!(validator.is_valid(&value)),
