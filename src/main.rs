@@ -1,8 +1,9 @@
 //! The `mragent` binary: parse the command line, resolve settings, start tracing, dispatch,
-//! and turn the outcome into an exit code (0 success, 1 failure, 2 partial failure).
-
-// The binary is where user-facing output belongs (results, tables, resume hints).
-#![allow(clippy::print_stdout)]
+//! and turn the outcome into an exit code (0 success, 1 failure, 2 partial failure, 141 when
+//! the reader of standard output stopped early, as `mragent memory list | head` does).
+//!
+//! Results go to standard output through [`write_out`] only (`outln!`/`out!`): `println!`
+//! would panic on a closed pipe, and the `print_stdout` lint keeps it out.
 
 use std::process::ExitCode;
 
@@ -50,6 +51,37 @@ enum Outcome {
     Partial,
 }
 
+/// Standard output was closed by its reader (`| head`): not a failure of the command, so
+/// `main` ends quietly with [`BROKEN_PIPE_STATUS`].
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed")]
+struct StdoutClosed;
+
+/// The status a shell reports for a program stopped by SIGPIPE (128 + 13), as `yes | head`.
+const BROKEN_PIPE_STATUS: u8 = 141;
+
+/// Writes `text` to standard output and flushes it. A closed pipe gives [`StdoutClosed`];
+/// any other write error is a failure.
+fn write_out(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(error) => Err(anyhow::Error::new(error).context("writing to standard output")),
+    }
+}
+
+/// `println!` through [`write_out`]; use with `?`.
+macro_rules! outln {
+    ($($arg:tt)*) => { write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` through [`write_out`]; use with `?`.
+macro_rules! out {
+    ($($arg:tt)*) => { write_out(format_args!($($arg)*)) };
+}
+
 fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Ping(_) => "ping",
@@ -70,7 +102,7 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             let settings = ModelSettings::resolve(&args.model, env_var)?;
             settings.require_key()?;
             let report = mragent::commands::ping(&settings).await.context("ping failed")?;
-            println!("{report}");
+            outln!("{report}")?;
             Ok(Outcome::Success)
         }
         Command::Build(args) => build(&args, &paths, quiet).await,
@@ -90,10 +122,7 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
                 file: args.file.clone(),
                 max_chars: args.max_chars,
             };
-            print!(
-                "{}",
-                mragent::agent::render::render_trace(&paths.root, &args.target, &options)?
-            );
+            out!("{}", mragent::agent::render::render_trace(&paths.root, &args.target, &options)?)?;
             Ok(Outcome::Success)
         }
         Command::Retrieve(args) if args.folds => {
@@ -103,16 +132,16 @@ async fn dispatch(command: Command, paths: ProjectPaths, quiet: bool) -> anyhow:
             })
             .await
             .context("the retrieval task failed")??;
-            println!("{}", outcome.markdown);
-            println!("written to {}", outcome.markdown_path.display());
+            outln!("{}", outcome.markdown)?;
+            outln!("written to {}", outcome.markdown_path.display())?;
             Ok(Outcome::Success)
         }
         Command::Retrieve(args) => retrieve(args, paths, quiet).await,
         Command::Eval(args) => {
             let settings = ModelSettings::resolve(&args.model, env_var)?;
             let summary = mragent::commands::eval(&paths, &args, &settings).await?;
-            println!("{}", summary.table());
-            println!("written to {}", summary_dir(&paths, &summary).display());
+            outln!("{}", summary.table())?;
+            outln!("written to {}", summary_dir(&paths, &summary).display())?;
             Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
         }
     }
@@ -148,8 +177,8 @@ async fn retrieve(
     .await
     .context("the retrieval task failed")??;
     watcher.abort();
-    println!("{}", report.markdown);
-    println!("written to {}", report.markdown_path.display());
+    outln!("{}", report.markdown)?;
+    outln!("written to {}", report.markdown_path.display())?;
     if report.n_conversations < report.n_selected {
         eprintln!("stopped early: run the same command again to finish (embeddings are cached)");
         return Ok(Outcome::Partial);
@@ -180,28 +209,28 @@ async fn run(
     let (data, models, conversations) = load_job(paths, &args.data, &args.model)?;
     let outcome = mragent::commands::run(paths, &data, &models, args, quiet, conversations).await?;
     if let Some(build) = outcome.build.as_ref().filter(|_| !quiet) {
-        print_build_report(build);
+        print_build_report(build)?;
     }
     if let Some(summary) = &outcome.summary {
-        println!("{summary}");
+        outln!("{summary}")?;
         for file in &summary.result_files {
-            println!("  {}", file.display());
+            outln!("  {}", file.display())?;
         }
         if let Some(hint) = summary.resume_hint() {
             eprintln!("{hint}");
         }
     }
     for (client, totals) in &outcome.endpoint_usage {
-        println!(
+        outln!(
             "endpoint {client}: {} requests ({} failed, {} hedges), {} prompt + {} completion tokens",
             totals.requests,
             totals.failed_requests,
             totals.hedges,
             totals.usage.prompt_tokens,
             totals.usage.completion_tokens
-        );
+        )?;
     }
-    println!("manifest: {}", outcome.manifest.display());
+    outln!("manifest: {}", outcome.manifest.display())?;
     match (outcome.error, outcome.exit_code) {
         (Some(error), _) => Err(anyhow::anyhow!(error)),
         (None, 0) => Ok(Outcome::Success),
@@ -229,7 +258,7 @@ async fn build(
             return Ok(Outcome::Partial);
         }
     };
-    print_build_report(&summary);
+    print_build_report(&summary)?;
     let mut complete = summary.is_complete();
     if args.granules {
         let granules = mragent::commands::build_granules(
@@ -241,7 +270,7 @@ async fn build(
             &conversations,
         )
         .await?;
-        println!("{granules}");
+        outln!("{granules}")?;
         complete &= granules.is_complete();
     }
     if complete {
@@ -257,30 +286,30 @@ async fn build(
 /// The report of a build, as `build` prints it and `run` (unless `-q`) before its own summary:
 /// conversations, sessions and tokens, repairs (turns rewritten, salvaged or kept verbatim,
 /// re-asked units), the per-conversation table, empty sessions and failed units.
-fn print_build_report(summary: &mragent::ingest::BuildSummary) {
-    println!("{summary}");
+fn print_build_report(summary: &mragent::ingest::BuildSummary) -> anyhow::Result<()> {
+    outln!("{summary}")
 }
 
 /// `mragent ask`: the answer, its supporting lines and the trace path.
 async fn ask(args: &mragent::cli::AskArgs, paths: &ProjectPaths) -> anyhow::Result<Outcome> {
     let report = mragent::commands::own::ask(paths, args, env_var).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        println!("{}", if report.ok { &report.answer } else { "(no answer)" });
+        outln!("{}", if report.ok { &report.answer } else { "(no answer)" })?;
         for line in &report.supporting {
             let date = line.date.as_deref().unwrap_or("?");
-            println!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text);
+            outln!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text)?;
         }
         for missing in &report.missing_sessions {
             let why = missing.error.as_deref().unwrap_or("never built; run the add again");
-            println!(
+            outln!(
                 "note: answered without session {} ({} messages not built: {why})",
                 missing.session, missing.messages
-            );
+            )?;
         }
-        println!("question: {}", report.question_id);
-        println!("trace: {}", report.trace.display());
+        outln!("question: {}", report.question_id)?;
+        outln!("trace: {}", report.trace.display())?;
     }
     match &report.error {
         Some(error) => Err(anyhow::anyhow!("the question failed: {error}")),
@@ -295,33 +324,37 @@ async fn memory(command: MemoryCommand, paths: &ProjectPaths) -> anyhow::Result<
         MemoryCommand::Add(args) => {
             let report = own::memory_add(paths, &args, env_var).await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?)?;
             } else {
-                println!("{report}");
+                outln!("{report}")?;
             }
             Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
         }
         MemoryCommand::Search(args) => {
             let hits = own::memory_search(paths, &args, env_var).await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&hits)?);
+                outln!("{}", serde_json::to_string_pretty(&hits)?)?;
             }
             for hit in hits.iter().filter(|_| !args.json) {
                 let when = hit.timestamp.as_deref().or(hit.date.as_deref()).unwrap_or("?");
-                println!(
+                outln!(
                     "{:.3}  [{}] {when} {}: {}  ({})",
-                    hit.score, hit.dia_id, hit.speaker, hit.text, hit.id
-                );
+                    hit.score,
+                    hit.dia_id,
+                    hit.speaker,
+                    hit.text,
+                    hit.id
+                )?;
             }
             Ok(Outcome::Success)
         }
         MemoryCommand::List(args) => {
             let conversations = own::open_store(paths)?.list()?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&conversations)?);
+                outln!("{}", serde_json::to_string_pretty(&conversations)?)?;
             }
             for info in conversations.iter().filter(|_| !args.json) {
-                println!(
+                outln!(
                     "{}  {} messages, {} sessions ({} built), {} to {}, embedder {}",
                     info.id,
                     info.messages,
@@ -330,31 +363,31 @@ async fn memory(command: MemoryCommand, paths: &ProjectPaths) -> anyhow::Result<
                     info.first_message.as_deref().unwrap_or("?"),
                     info.last_message.as_deref().unwrap_or("?"),
                     info.embedder
-                );
+                )?;
             }
             Ok(Outcome::Success)
         }
         MemoryCommand::Show(args) => {
             let stored = own::open_store(paths)?.load(&args.conversation)?;
-            print!("{}", own::render_conversation(&stored, args.json)?);
+            out!("{}", own::render_conversation(&stored, args.json)?)?;
             Ok(Outcome::Success)
         }
         MemoryCommand::Forget(args) => match own::memory_forget(paths, &args, env_var).await? {
             own::Forgotten::Conversation(info) => {
-                println!(
+                outln!(
                     "forgot {}: {} messages, {} sessions",
                     info.id, info.messages, info.sessions
-                );
+                )?;
                 Ok(Outcome::Success)
             }
             own::Forgotten::Message(forgotten, report) => {
                 let removed =
                     if forgotten.session_removed { ", now empty and removed" } else { "" };
-                println!(
+                outln!(
                     "forgot message {} of {} (session {}{removed})",
                     forgotten.message, forgotten.conversation, forgotten.session
-                );
-                println!("{report}");
+                )?;
+                outln!("{report}")?;
                 Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
             }
         },
@@ -370,6 +403,9 @@ fn env_var(name: &str) -> Option<String> {
 }
 
 fn report(error: anyhow::Error) -> ExitCode {
+    if error.chain().any(|cause| cause.is::<StdoutClosed>()) {
+        return ExitCode::from(BROKEN_PIPE_STATUS);
+    }
     eprintln!("error: {error:#}");
     ExitCode::FAILURE
 }

@@ -15,7 +15,7 @@
 mod split;
 
 use crate::dataset::json_kind as kind;
-use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike as _, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
@@ -69,7 +69,15 @@ pub enum Timestamp {
 
 impl Timestamp {
     /// Parses RFC 3339, `YYYY-MM-DD HH:MM[:SS]` / `YYYY-MM-DDTHH:MM[:SS]` (UTC) or `YYYY-MM-DD`.
+    /// Only years 0000 to 9999 (in UTC), the range of RFC 3339: the [`canonical`] text, which
+    /// the store keeps, must read back.
+    ///
+    /// [`canonical`]: Timestamp::canonical
     pub fn parse(text: &str) -> Option<Timestamp> {
+        Self::parse_any_year(text).filter(|stamp| (0..=9999).contains(&stamp.date().year()))
+    }
+
+    fn parse_any_year(text: &str) -> Option<Timestamp> {
         let text = text.trim();
         if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
             return Some(Timestamp::Instant(instant.with_timezone(&Utc)));
@@ -271,7 +279,7 @@ fn parse_message(map: Map<String, Value>, location: &str) -> Result<Message, Err
         Some((key, Value::String(text))) => Some(Timestamp::parse(text).ok_or_else(|| {
             field_error(
                 key,
-                format!("malformed timestamp {text:?}: expected RFC 3339 (2024-05-03T14:00:00Z) or a date (2024-05-03)"),
+                format!("malformed timestamp {text:?}: expected RFC 3339 (2024-05-03T14:00:00Z) or a date (2024-05-03), years 0000 to 9999"),
             )
         })?),
         Some((key, other)) => {

@@ -88,7 +88,7 @@ pub fn place_messages(
     for (time, position) in timed {
         let closest = ranges
             .iter_mut()
-            .filter(|(_, first, last)| time >= *first - gap && time <= *last + gap)
+            .filter(|(_, first, last)| within_gap(time, *first, *last, gap))
             .min_by_key(|(_, first, last)| distance(time, *first, *last));
         let placement = match closest {
             Some((placement, first, last)) => {
@@ -116,6 +116,18 @@ pub fn place_messages(
     }
     let placements = placements.into_iter().map(|p| p.unwrap_or(Placement::New(0))).collect();
     (placements, new_sessions)
+}
+
+/// Whether `time` lies in `[first - gap, last + gap]`; a bound past the representable times
+/// (a huge gap) is no bound.
+fn within_gap(
+    time: DateTime<Utc>,
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+    gap: TimeDelta,
+) -> bool {
+    first.checked_sub_signed(gap).is_none_or(|start| time >= start)
+        && last.checked_add_signed(gap).is_none_or(|end| time <= end)
 }
 
 /// How far `time` lies outside `[first, last]` (zero inside).

@@ -155,3 +155,32 @@ fn gaps_parse_with_units() {
     assert!(parse_gap("4").is_err());
     assert!(parse_gap("h").is_err());
 }
+
+/// Found by fuzzing (fuzz/corpus/convo_parse/crash-negative-year): a year outside RFC 3339's
+/// 0000-9999 parsed, and its canonical text (`-0012-…`), which the store keeps, did not read back.
+#[test]
+fn timestamps_outside_years_0000_to_9999_are_refused() {
+    for text in ["-012-05-03 14:05", "+12345-01-01", "0000-01-01T00:30:00+01:00", "10000-01-01"] {
+        assert_eq!(Timestamp::parse(text), None, "{text}");
+    }
+    for text in ["0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "0000-01-01", "9999-12-31"] {
+        let stamp = Timestamp::parse(text).unwrap();
+        assert_eq!(Timestamp::parse(&stamp.canonical()), Some(stamp), "{text}");
+    }
+    let error = parse(r#"{"speaker": "Ann", "text": "hi", "date": "-012-05-03"}"#).unwrap_err();
+    assert!(error.to_string().contains("years 0000 to 9999"), "{error}");
+}
+
+/// A gap reaching past the representable times (`--session-gap 100000000d`) is no bound
+/// instead of an overflow panic.
+#[test]
+fn a_gap_past_the_representable_times_puts_every_timed_message_in_one_session() {
+    let gap = parse_gap("100000000d").unwrap();
+    let messages = vec![
+        message("Ann", "a", Some("0001-01-01T00:00:00Z"), None),
+        message("Bob", "b", Some("9999-12-31T00:00:00Z"), None),
+    ];
+    let (placements, new_sessions) = place_messages(&[], &messages, gap);
+    assert_eq!(placements, vec![Placement::New(0), Placement::New(0)]);
+    assert_eq!(new_sessions, vec![None]);
+}

@@ -174,7 +174,7 @@ where
     if let Some(failure) = seed.failure {
         return Err(failure);
     }
-    outcome.map_err(|source| Error::Json { file: file.to_path_buf(), source })
+    outcome.map_err(|error| Error::Json { file: file.to_path_buf(), error })
 }
 
 /// Hand-written serde seed because serde_json has no callback-per-element API for arrays; the

@@ -175,20 +175,21 @@ pub struct Question {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The file could not be read.
-    #[error("reading {}: {source}", file.display())]
+    #[error("reading {}: {error}", file.display())]
     Io {
         /// The file.
         file: PathBuf,
-        /// The IO error.
-        source: std::io::Error,
+        /// The IO error (part of the message, so not also the error's `source`).
+        error: std::io::Error,
     },
     /// The file is not valid JSON, or its top level is not an array of samples.
-    #[error("{}: invalid json: {source}", file.display())]
+    #[error("{}: invalid json: {error}", file.display())]
     Json {
         /// The file.
         file: PathBuf,
-        /// The parser's error (with line and column).
-        source: serde_json::Error,
+        /// The parser's error (with line and column; part of the message, so not also the
+        /// error's `source`).
+        error: serde_json::Error,
     },
     /// A field of a sample is missing or has the wrong shape.
     #[error("{}: {}{field}: {problem}", file.display(), sample_prefix(sample.as_deref()))]
@@ -342,5 +343,5 @@ fn speakers_of(sessions: &[Session]) -> Vec<String> {
 
 /// Reads a whole file, mapping the failure to [`Error::Io`].
 fn read_file(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io { file: path.to_path_buf(), source })
+    std::fs::read_to_string(path).map_err(|error| Error::Io { file: path.to_path_buf(), error })
 }

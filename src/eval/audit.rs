@@ -59,20 +59,20 @@ pub type Audit = BTreeMap<String, AuditEntry>;
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
     /// The file could not be read.
-    #[error("reading the audit file {}: {source} (pass --no-audit to score without it)", path.display())]
+    #[error("reading the audit file {}: {error} (pass --no-audit to score without it)", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The IO error.
-        source: std::io::Error,
+        /// The IO error (part of the message, so not also the error's `source`).
+        error: std::io::Error,
     },
     /// The file is not the expected JSON.
-    #[error("invalid audit file {}: {source}", path.display())]
+    #[error("invalid audit file {}: {error}", path.display())]
     Json {
         /// The file.
         path: PathBuf,
-        /// The parser's error.
-        source: serde_json::Error,
+        /// The parser's error (part of the message, so not also the error's `source`).
+        error: serde_json::Error,
     },
     /// Two entries name the same question.
     #[error("audit file {}: question {question_id} is listed twice", path.display())]
@@ -92,14 +92,14 @@ struct AuditFile {
 /// Read and parse an audit file.
 pub fn load_audit(path: &Path) -> Result<Audit, AuditError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|source| AuditError::Io { path: path.to_path_buf(), source })?;
+        .map_err(|error| AuditError::Io { path: path.to_path_buf(), error })?;
     parse_audit(path, &text)
 }
 
 /// Parse audit JSON; `path` is only used in error messages.
 pub fn parse_audit(path: &Path, text: &str) -> Result<Audit, AuditError> {
     let file: AuditFile = serde_json::from_str(text)
-        .map_err(|source| AuditError::Json { path: path.to_path_buf(), source })?;
+        .map_err(|error| AuditError::Json { path: path.to_path_buf(), error })?;
     let mut audit = Audit::new();
     for entry in file.items {
         let question_id = entry.question_id.clone();

@@ -185,8 +185,7 @@ pub fn load_expected(selection: &Selection<'_>) -> anyhow::Result<Vec<ExpectedQu
         question_type: selection.question_type,
         drop_assistant_turns: false,
     };
-    let conversations = crate::dataset::load(selection.dataset, selection.file, &options)
-        .with_context(|| format!("loading {}", selection.file.display()))?;
+    let conversations = crate::dataset::load(selection.dataset, selection.file, &options)?;
     let mut expected = Vec::new();
     for conversation in conversations {
         for (qa_index, question) in conversation.questions.into_iter().enumerate() {

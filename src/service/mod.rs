@@ -93,9 +93,16 @@ pub enum ServiceError {
         "conversation {0:?} has no built session yet; run the same add again to build the sessions that failed"
     )]
     NotBuilt(String),
-    /// Anything else (the endpoint refusing every request, a failed task, IO).
+    /// Anything else (the endpoint refusing every request, a failed task, IO). The message
+    /// holds the whole chain of causes, so they are not also the error's `source`.
     #[error("{0:#}")]
-    Other(#[from] anyhow::Error),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for ServiceError {
+    fn from(error: anyhow::Error) -> Self {
+        ServiceError::Other(error)
+    }
 }
 
 impl ServiceError {

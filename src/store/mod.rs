@@ -79,15 +79,28 @@ pub enum StoreError {
         /// Ours.
         supported: u32,
     },
-    /// SQLite failed.
+    /// SQLite failed (the cause is part of the message, so not also the error's `source`).
     #[error("store database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// The store directory or a lock file could not be used.
+    Sqlite(rusqlite::Error),
+    /// The store directory or a lock file could not be used (the cause is part of the
+    /// message, so not also the error's `source`).
     #[error("store files: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// A stored record did not decode (a bug or a damaged database).
     #[error("store record: {0}")]
     Corrupt(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::Sqlite(error)
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(error: std::io::Error) -> Self {
+        StoreError::Io(error)
+    }
 }
 
 /// One conversation in the listing.

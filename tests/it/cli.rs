@@ -384,5 +384,7 @@ async fn env_example_copied_to_dot_env_parses() {
     assert!(stderr.contains("OPENROUTER_API_KEY"), "{stderr}");
 }
 
+mod errors;
+mod output;
 mod pipeline;
 mod safety;

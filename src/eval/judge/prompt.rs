@@ -50,12 +50,12 @@ pub struct CustomPrompt {
 #[derive(Debug, thiserror::Error)]
 pub enum CustomPromptError {
     /// The file could not be read.
-    #[error("reading the judge prompt {}: {source}", path.display())]
+    #[error("reading the judge prompt {}: {error}", path.display())]
     Io {
         /// The file.
         path: std::path::PathBuf,
-        /// The IO error.
-        source: std::io::Error,
+        /// The IO error (part of the message, so not also the error's `source`).
+        error: std::io::Error,
     },
     /// A required slot is missing or an unknown one is present.
     #[error("judge prompt {}: {problem} (slots: {{{{question}}}}, {{{{gold}}}}, {{{{prediction}}}})", path.display())]
@@ -74,7 +74,7 @@ impl CustomPrompt {
     /// Read a prompt file and check its slots.
     pub fn load(path: &Path) -> Result<Self, CustomPromptError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|source| CustomPromptError::Io { path: path.to_path_buf(), source })?;
+            .map_err(|error| CustomPromptError::Io { path: path.to_path_buf(), error })?;
         let found = crate::prompts::slots_in(&text);
         let missing: Vec<&str> =
             JUDGE_SLOTS.iter().copied().filter(|slot| !found.contains(slot)).collect();

@@ -198,8 +198,7 @@ pub fn run_retrieval_eval_until(
         question_type: settings.question_type,
         drop_assistant_turns: settings.drop_assistant_turns,
     };
-    let conversations = dataset::load(settings.dataset, &settings.data_path, &options)
-        .with_context(|| format!("loading {}", settings.data_path.display()))?;
+    let conversations = dataset::load(settings.dataset, &settings.data_path, &options)?;
     let llm_units = read_llm_units(settings)?;
     let needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
     tracing::info!(

@@ -55,8 +55,7 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
         settings.dataset,
         &settings.data_path,
         &LoadOptions { samples: settings.samples.clone(), ..LoadOptions::default() },
-    )
-    .with_context(|| format!("loading {}", settings.data_path.display()))?;
+    )?;
     anyhow::ensure!(conversations.len() >= 2, "--folds needs at least two conversations");
     let llm_units = read_llm_units(settings)?;
     let mut timings = Timings::default();
