@@ -388,17 +388,11 @@ pub enum MemoryCommand {
     Forget(MemoryForgetArgs),
 }
 
-/// A `--conversation` value, checked by the one id rule before anything else runs.
-fn conversation_id(value: &str) -> Result<String, crate::names::InvalidName> {
-    crate::names::check_name(crate::names::NameKind::Conversation, value)?;
-    Ok(value.to_string())
-}
-
 /// `mragent memory add`.
 #[derive(Debug, Args)]
 pub struct MemoryAddArgs {
     /// Conversation id (created on first add): 1-128 ASCII letters, digits and . _ - : @ +.
-    #[arg(long, value_parser = conversation_id)]
+    #[arg(long, value_parser = crate::names::conversation_id)]
     pub conversation: String,
     /// The messages: a JSON or JSONL file, or `-` for stdin (format: data/examples/README.md).
     pub file: PathBuf,
@@ -419,7 +413,7 @@ pub struct MemoryAddArgs {
 #[derive(Debug, Args)]
 pub struct MemorySearchArgs {
     /// Conversation id.
-    #[arg(long, value_parser = conversation_id)]
+    #[arg(long, value_parser = crate::names::conversation_id)]
     pub conversation: String,
     /// What to look for.
     pub query: String,
@@ -445,7 +439,7 @@ pub struct MemoryListArgs {
 #[derive(Debug, Args)]
 pub struct MemoryShowArgs {
     /// Conversation id.
-    #[arg(long, value_parser = conversation_id)]
+    #[arg(long, value_parser = crate::names::conversation_id)]
     pub conversation: String,
     /// Print JSON.
     #[arg(long)]
@@ -456,7 +450,7 @@ pub struct MemoryShowArgs {
 #[derive(Debug, Args)]
 pub struct MemoryForgetArgs {
     /// Conversation id.
-    #[arg(long, value_parser = conversation_id)]
+    #[arg(long, value_parser = crate::names::conversation_id)]
     pub conversation: String,
     /// Forget only this message (its id, as `memory show` lists it); its session is rebuilt
     /// with the model, so this needs the endpoint.
@@ -470,7 +464,7 @@ pub struct MemoryForgetArgs {
 #[derive(Debug, Args)]
 pub struct AskArgs {
     /// Conversation id.
-    #[arg(long, value_parser = conversation_id)]
+    #[arg(long, value_parser = crate::names::conversation_id)]
     pub conversation: String,
     /// The question.
     pub question: String,

@@ -95,6 +95,13 @@ pub fn check_name(kind: NameKind, value: &str) -> Result<(), InvalidName> {
 /// characters where every `.` is followed by something other than a `.` or ends the name.
 pub const NAME_PATTERN: &str = r"^[A-Za-z0-9]([A-Za-z0-9_:@+-]|\.[A-Za-z0-9_:@+-])*\.?$";
 
+/// A conversation id given on the command line (clap's value parser for `--conversation`),
+/// checked by [`check_name`] before anything else runs.
+pub fn conversation_id(value: &str) -> Result<String, InvalidName> {
+    check_name(NameKind::Conversation, value)?;
+    Ok(value.to_string())
+}
+
 fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '+')
 }

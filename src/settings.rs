@@ -241,7 +241,8 @@ impl RunSettings {
     /// Resolve run arguments.
     pub fn resolve(args: &RunArgs) -> anyhow::Result<Self> {
         let file = crate::fsutil::safe_name(&args.file, '-');
-        crate::names::check_name(crate::names::NameKind::Tag, &file).context("--file")?;
+        crate::names::check_name(crate::names::NameKind::Tag, &file)
+            .map_err(|error| anyhow::anyhow!("--file: {error}"))?;
         let shard = args.shard.as_deref().map(parse_shard).transpose()?;
         Ok(Self { file, workers: args.workers as usize, shard })
     }

@@ -133,10 +133,16 @@ where
             .map_err(|error| ServiceError::invalid("conversation", error.to_string()))?;
         check_limits(&messages)?;
         let (store, id) = (self.store.clone(), conversation.to_string());
-        let lock = blocking(move || store.lock_conversation(&id)).await?;
-        let (store, id) = (self.store.clone(), conversation.to_string());
         let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
-        let added = blocking(move || store.add_messages(&id, &embedder, &messages, gap)).await?;
+        // The lock is taken and the messages written by one blocking task: if the caller is
+        // dropped meanwhile (an HTTP client gave up), the write still happens under the lock,
+        // never after it was released (a forget in between would be undone).
+        let (lock, added) = blocking(move || {
+            let lock = store.lock_conversation(&id)?;
+            let added = store.add_messages(&id, &embedder, &messages, gap)?;
+            Ok((lock, added))
+        })
+        .await?;
         let mut report = AddReport {
             conversation: conversation.to_string(),
             created: added.created,
@@ -162,10 +168,14 @@ where
         message: &str,
     ) -> Result<(ForgottenMessage, AddReport), ServiceError> {
         let started = Instant::now();
-        let (store, id) = (self.store.clone(), conversation.to_string());
-        let lock = blocking(move || store.lock_conversation(&id)).await?;
         let (store, id, hash) = (self.store.clone(), conversation.to_string(), message.to_string());
-        let forgotten = blocking(move || store.forget_message(&id, &hash)).await?;
+        // Lock and write in one blocking task, as in `add`.
+        let (lock, forgotten) = blocking(move || {
+            let lock = store.lock_conversation(&id)?;
+            let forgotten = store.forget_message(&id, &hash)?;
+            Ok((lock, forgotten))
+        })
+        .await?;
         let mut report = AddReport {
             conversation: conversation.to_string(),
             created: false,

@@ -1,5 +1,5 @@
-//! Edits beside adding: recording why a session could not be built, and forgetting one
-//! message.
+//! Edits beside adding: recording why a session could not be built (read back with the
+//! session as `read::SessionFailure`), and forgetting one message.
 
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
@@ -7,17 +7,6 @@ use serde::Serialize;
 use super::read::session_messages;
 use super::write::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
-
-/// Why a session has no outputs: its last build failure, for its current content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SessionFailure {
-    /// What went wrong the last time.
-    pub error: String,
-    /// Failed builds of this content so far (each add retries once).
-    pub attempts: u32,
-    /// When the last one failed (RFC 3339).
-    pub failed_at: String,
-}
 
 /// What forgetting one message changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -102,22 +91,4 @@ impl Store {
             session_removed,
         })
     }
-}
-
-/// The failure recorded for session `number`, if it is for `content_hash`.
-pub(super) fn session_failure(
-    connection: &rusqlite::Connection,
-    conversation: &str,
-    number: u32,
-    content_hash: &str,
-) -> Result<Option<SessionFailure>, StoreError> {
-    Ok(connection
-        .prepare_cached(
-            "SELECT error, attempts, failed_at FROM session_failures
-             WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
-        )?
-        .query_row(params![conversation, number, content_hash], |row| {
-            Ok(SessionFailure { error: row.get(0)?, attempts: row.get(1)?, failed_at: row.get(2)? })
-        })
-        .optional()?)
 }

@@ -30,8 +30,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use serde::Serialize;
 
-pub use edit::{ForgottenMessage, SessionFailure};
-pub use read::{StoredConversation, StoredMessage, StoredOutputs, StoredSession};
+pub use edit::ForgottenMessage;
+pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
 pub use write::Added;
 

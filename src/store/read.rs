@@ -5,7 +5,6 @@ use chrono::{DateTime, NaiveDate};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
-use super::edit::{SessionFailure, session_failure};
 use super::{
     ConversationInfo, INFO_QUERY, Store, StoreError, check_conversation_id, content_id, info_of_row,
 };
@@ -13,6 +12,17 @@ use crate::dataset::{Conversation, DatasetKind, Session, Turn};
 use crate::ingest::keywords::KeywordRecord;
 use crate::memory::input::SessionRewrite;
 use crate::retrieval::units::{SessionUnits, UnitVectors};
+
+/// Why a session has no outputs: its last build failure, for its current content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionFailure {
+    /// What went wrong the last time.
+    pub error: String,
+    /// Failed builds of this content so far (each add retries once).
+    pub attempts: u32,
+    /// When the last one failed (RFC 3339).
+    pub failed_at: String,
+}
 
 /// One stored message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -321,4 +331,22 @@ pub(super) fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>>
         .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
         .collect();
     Some(values.chunks(dims).map(<[f32]>::to_vec).collect())
+}
+
+/// The failure recorded for session `number`, if it is for `content_hash`.
+fn session_failure(
+    connection: &rusqlite::Connection,
+    conversation: &str,
+    number: u32,
+    content_hash: &str,
+) -> Result<Option<SessionFailure>, StoreError> {
+    Ok(connection
+        .prepare_cached(
+            "SELECT error, attempts, failed_at FROM session_failures
+             WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
+        )?
+        .query_row(params![conversation, number, content_hash], |row| {
+            Ok(SessionFailure { error: row.get(0)?, attempts: row.get(1)?, failed_at: row.get(2)? })
+        })
+        .optional()?)
 }
