@@ -16,7 +16,7 @@ use crate::retrieval::index::turn_words;
 use crate::retrieval::units::{SessionUnits, UnitVectors};
 
 /// A session the stages could not build; the next add retries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FailedSession {
     /// `D<number>`.
     pub session: String,
@@ -25,7 +25,7 @@ pub struct FailedSession {
 }
 
 /// What an add did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AddReport {
     /// Conversation id.
     pub conversation: String,

@@ -79,7 +79,7 @@ pub enum StoreError {
 }
 
 /// One conversation in the listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ConversationInfo {
     /// Its id.
     pub id: String,

@@ -15,5 +15,6 @@ mod llm;
 mod memory;
 mod own;
 mod retrieval;
+mod schemathesis;
 mod serve;
 mod support;
