@@ -383,15 +383,22 @@ pub enum MemoryCommand {
     List(MemoryListArgs),
     /// One conversation's sessions and messages.
     Show(MemoryShowArgs),
-    /// Delete a conversation and everything stored for it.
+    /// Delete a conversation and everything stored for it, or (`--message ID`) one message,
+    /// whose session is then rebuilt from the messages left.
     Forget(MemoryForgetArgs),
+}
+
+/// A `--conversation` value, checked by the one id rule before anything else runs.
+fn conversation_id(value: &str) -> Result<String, crate::names::InvalidName> {
+    crate::names::check_name(crate::names::NameKind::Conversation, value)?;
+    Ok(value.to_string())
 }
 
 /// `mragent memory add`.
 #[derive(Debug, Args)]
 pub struct MemoryAddArgs {
-    /// Conversation id (created on first add).
-    #[arg(long)]
+    /// Conversation id (created on first add): 1-128 ASCII letters, digits and . _ - : @ +.
+    #[arg(long, value_parser = conversation_id)]
     pub conversation: String,
     /// The messages: a JSON or JSONL file, or `-` for stdin (format: data/examples/README.md).
     pub file: PathBuf,
@@ -412,7 +419,7 @@ pub struct MemoryAddArgs {
 #[derive(Debug, Args)]
 pub struct MemorySearchArgs {
     /// Conversation id.
-    #[arg(long)]
+    #[arg(long, value_parser = conversation_id)]
     pub conversation: String,
     /// What to look for.
     pub query: String,
@@ -438,7 +445,7 @@ pub struct MemoryListArgs {
 #[derive(Debug, Args)]
 pub struct MemoryShowArgs {
     /// Conversation id.
-    #[arg(long)]
+    #[arg(long, value_parser = conversation_id)]
     pub conversation: String,
     /// Print JSON.
     #[arg(long)]
@@ -449,15 +456,21 @@ pub struct MemoryShowArgs {
 #[derive(Debug, Args)]
 pub struct MemoryForgetArgs {
     /// Conversation id.
-    #[arg(long)]
+    #[arg(long, value_parser = conversation_id)]
     pub conversation: String,
+    /// Forget only this message (its id, as `memory show` lists it); its session is rebuilt
+    /// with the model, so this needs the endpoint.
+    #[arg(long)]
+    pub message: Option<String>,
+    #[command(flatten)]
+    pub models: StoreModelArgs,
 }
 
 /// `mragent ask`.
 #[derive(Debug, Args)]
 pub struct AskArgs {
     /// Conversation id.
-    #[arg(long)]
+    #[arg(long, value_parser = conversation_id)]
     pub conversation: String,
     /// The question.
     pub question: String,

@@ -272,6 +272,14 @@ async fn ask(args: &mragent::cli::AskArgs, paths: &ProjectPaths) -> anyhow::Resu
             let date = line.date.as_deref().unwrap_or("?");
             println!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text);
         }
+        for missing in &report.missing_sessions {
+            let why = missing.error.as_deref().unwrap_or("never built; run the add again");
+            println!(
+                "note: answered without session {} ({} messages not built: {why})",
+                missing.session, missing.messages
+            );
+        }
+        println!("question: {}", report.question_id);
         println!("trace: {}", report.trace.display());
     }
     match &report.error {
@@ -331,12 +339,25 @@ async fn memory(command: MemoryCommand, paths: &ProjectPaths) -> anyhow::Result<
             print!("{}", own::render_conversation(&stored, args.json)?);
             Ok(Outcome::Success)
         }
-        MemoryCommand::Forget(args) => {
-            let store = own::open_store(paths)?;
-            let info = store.forget(&args.conversation)?;
-            println!("forgot {}: {} messages, {} sessions", info.id, info.messages, info.sessions);
-            Ok(Outcome::Success)
-        }
+        MemoryCommand::Forget(args) => match own::memory_forget(paths, &args, env_var).await? {
+            own::Forgotten::Conversation(info) => {
+                println!(
+                    "forgot {}: {} messages, {} sessions",
+                    info.id, info.messages, info.sessions
+                );
+                Ok(Outcome::Success)
+            }
+            own::Forgotten::Message(forgotten, report) => {
+                let removed =
+                    if forgotten.session_removed { ", now empty and removed" } else { "" };
+                println!(
+                    "forgot message {} of {} (session {}{removed})",
+                    forgotten.message, forgotten.conversation, forgotten.session
+                );
+                println!("{report}");
+                Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
+            }
+        },
     }
 }
 

@@ -256,7 +256,13 @@ fn questions_of<S: Borrow<SampleMemory> + Clone>(
     progress: &Progress,
     sample: anyhow::Result<S>,
 ) -> Vec<anyhow::Result<(S, usize)>> {
-    let sample = match sample {
+    // The sample id becomes result and trace file names: checked before anything is read or
+    // written for it.
+    let checked = sample.and_then(|sample| {
+        settings.checked_result_path(&sample.borrow().conversation.sample_id)?;
+        Ok(sample)
+    });
+    let sample = match checked {
         Ok(sample) => sample,
         Err(error) => return vec![Err(error)],
     };
@@ -316,7 +322,7 @@ impl Output<'_> {
                     continue;
                 }
             }
-            writer.append(&self.settings.result_path(&line.sample), &line)?;
+            writer.append(&self.settings.checked_result_path(&line.sample)?, &line)?;
             tally.add(&line);
             self.progress.update(
                 tally.errors,

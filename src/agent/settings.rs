@@ -79,6 +79,15 @@ impl AnswerSettings {
         result_path(&self.root, self.dataset.as_str(), sample_id, &self.model_name, &self.file)
     }
 
+    /// [`AnswerSettings::result_path`] for a writer: the sample id passes the one id rule and the
+    /// resolved path stays under the root, whatever the id.
+    pub fn checked_result_path(&self, sample_id: &str) -> anyhow::Result<PathBuf> {
+        crate::names::check_name(crate::names::NameKind::Sample, sample_id)?;
+        let path = self.result_path(sample_id);
+        crate::names::check_inside(&self.root, &path)?;
+        Ok(path)
+    }
+
     /// The trace file of a question.
     pub fn trace_path(&self, sample_id: &str, question_id: &str) -> PathBuf {
         trace_path(&self.root, self.dataset.as_str(), &self.file, sample_id, question_id)

@@ -5,7 +5,9 @@ use std::io::Read as _;
 
 use anyhow::Context as _;
 
-use crate::cli::{AskArgs, MemoryAddArgs, MemorySearchArgs, ServeArgs, StoreEmbedArgs};
+use crate::cli::{
+    AskArgs, MemoryAddArgs, MemoryForgetArgs, MemorySearchArgs, ServeArgs, StoreEmbedArgs,
+};
 use crate::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use crate::llm::Client;
 use crate::service::{
@@ -82,6 +84,8 @@ pub async fn memory_add(
     let messages = crate::convo::parse(&text)
         .with_context(|| format!("{} is not a usable conversation", args.file.display()))?;
     crate::store::check_conversation_id(&args.conversation)?;
+    crate::service::check_limits(&messages)
+        .with_context(|| format!("{} cannot be added", args.file.display()))?;
     let models = ModelSettings::resolve(&args.models.model, env)?;
     models.require_key()?;
     let spec = match open_store(paths)?.info(&args.conversation)? {
@@ -92,6 +96,35 @@ pub async fn memory_add(
     service.settings_mut().session_gap = args.session_gap;
     service.settings_mut().workers = args.workers as usize;
     Ok(service.add(&args.conversation, messages).await?)
+}
+
+/// What `memory forget` removed.
+#[derive(Debug)]
+pub enum Forgotten {
+    /// A whole conversation.
+    Conversation(crate::store::ConversationInfo),
+    /// One message, and the rebuild of its session.
+    Message(crate::store::ForgottenMessage, AddReport),
+}
+
+/// `memory forget`: a conversation (no model needed), or one message (its session is rebuilt,
+/// which needs the model).
+pub async fn memory_forget(
+    paths: &ProjectPaths,
+    args: &MemoryForgetArgs,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Forgotten> {
+    let Some(message) = &args.message else {
+        let store = open_store(paths)?;
+        let _lock = store.lock_conversation(&args.conversation)?;
+        return Ok(Forgotten::Conversation(store.forget(&args.conversation)?));
+    };
+    let spec = recorded_embedder(paths, &args.conversation)?;
+    let models = ModelSettings::resolve(&args.models.model, env)?;
+    models.require_key()?;
+    let service = service(paths, &models, &spec, &args.models.embed).await?;
+    let (forgotten, report) = service.forget_message(&args.conversation, message).await?;
+    Ok(Forgotten::Message(forgotten, report))
 }
 
 /// `memory search`.
@@ -168,6 +201,7 @@ pub fn render_conversation(
                 "key": session.key,
                 "date": session.to_session().date_time,
                 "built": session.outputs.is_some(),
+                "failure": session.failure,
                 "messages": session.messages,
             })
         })
@@ -186,15 +220,23 @@ pub fn render_conversation(
     );
     for session in &stored.sessions {
         let date = session.to_session().date_time.unwrap_or_else(|| "no date".into());
-        let built = if session.outputs.is_some() { "" } else { " (not built yet)" };
+        let built = match (&session.outputs, &session.failure) {
+            (Some(_), _) => String::new(),
+            (None, Some(failure)) => format!(
+                " (not built: failed {} time(s), last: {}; the next add retries it)",
+                failure.attempts, failure.error
+            ),
+            (None, None) => " (not built yet; the next add builds it)".to_string(),
+        };
         out.push_str(&format!("D{} {date}{built}\n", session.number));
         for (position, message) in session.messages.iter().enumerate() {
             out.push_str(&format!(
-                "  D{}:{} {}: {}\n",
+                "  D{}:{} {}: {}  [id {}]\n",
                 session.number,
                 position + 1,
                 message.speaker,
-                message.text
+                message.text,
+                message.id
             ));
         }
     }

@@ -66,6 +66,36 @@ pub enum Error {
     Tokenizer(String),
 }
 
+/// Which of `gemm`'s matrix kernels the encoder's products run on, on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatrixKernels {
+    /// AVX-512F kernels (`gemm`'s `x86-v4` feature, which this crate enables).
+    Avx512,
+    /// AVX2/FMA kernels.
+    Fma,
+    /// Portable kernels (no FMA, or not x86).
+    Scalar,
+}
+
+/// The kernels `gemm` 0.19 selects at run time: its dispatch (`gemm-common`, `init_gemm_fn`)
+/// takes AVX-512F when detected and built with `x86-v4`, else FMA when detected, else scalar,
+/// with the same `is_x86_feature_detected!` checks used here. Tests use this report to prove
+/// which kernels ran instead of comparing floating-point bits, which also depend on the host's
+/// cache sizes (`gemm-common` sizes its blocking from them).
+pub fn matrix_kernels() -> MatrixKernels {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return MatrixKernels::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            return MatrixKernels::Fma;
+        }
+    }
+    MatrixKernels::Scalar
+}
+
 /// How the local embedder runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalEmbedderOptions {

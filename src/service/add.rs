@@ -11,9 +11,11 @@ use crate::convo::Message;
 use crate::dataset::Conversation;
 use crate::ingest::{SessionError, build_session};
 use crate::llm::{ChatModel, Embedder};
+use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD};
 use crate::retrieval::IndexOptions;
 use crate::retrieval::index::turn_words;
 use crate::retrieval::units::{SessionUnits, UnitVectors};
+use crate::store::ForgottenMessage;
 
 /// A session the stages could not build; the next add retries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -75,6 +77,46 @@ impl std::fmt::Display for AddReport {
     }
 }
 
+/// Refuses an add over the limits that the CLI and the HTTP API share ([`crate::names`]): no
+/// messages, more than [`MAX_MESSAGES_PER_ADD`], or a text over [`MAX_MESSAGE_CHARS`]
+/// characters. Each error names the field and the limit.
+pub fn check_limits(messages: &[Message]) -> Result<(), ServiceError> {
+    if messages.is_empty() {
+        return Err(ServiceError::invalid("messages", "no messages"));
+    }
+    if messages.len() > MAX_MESSAGES_PER_ADD {
+        return Err(ServiceError::invalid(
+            "messages",
+            format!(
+                "{} messages in one add; the limit is {MAX_MESSAGES_PER_ADD} (split the input)",
+                messages.len()
+            ),
+        ));
+    }
+    for (index, message) in messages.iter().enumerate() {
+        let length = message.text.chars().count();
+        if length > MAX_MESSAGE_CHARS {
+            return Err(ServiceError::invalid(
+                &format!("messages[{index}].text"),
+                format!(
+                    "{length} characters; the limit is {MAX_MESSAGE_CHARS} characters per message"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The content hash recorded for session `number` when the build started.
+fn content_hash(hashes: &[(u32, String)], number: u32) -> String {
+    hashes.iter().find(|(n, _)| *n == number).map(|(_, hash)| hash.clone()).unwrap_or_default()
+}
+
+/// `D12` → 12, for ordering sessions by number rather than as text.
+fn session_number(session: &str) -> u32 {
+    session.trim_start_matches('D').parse().unwrap_or(u32::MAX)
+}
+
 impl<M, E> MemoryService<M, E>
 where
     M: ChatModel,
@@ -89,31 +131,12 @@ where
         let started = Instant::now();
         crate::store::check_conversation_id(conversation)
             .map_err(|error| ServiceError::invalid("conversation", error.to_string()))?;
-        if messages.is_empty() {
-            return Err(ServiceError::invalid("messages", "no messages"));
-        }
+        check_limits(&messages)?;
         let (store, id) = (self.store.clone(), conversation.to_string());
         let lock = blocking(move || store.lock_conversation(&id)).await?;
         let (store, id) = (self.store.clone(), conversation.to_string());
         let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
         let added = blocking(move || store.add_messages(&id, &embedder, &messages, gap)).await?;
-        let stored = self.load_checked(conversation).await?;
-        let pending = stored.pending();
-        let dialogue = stored.to_conversation();
-        tracing::info!(conversation, new = added.new_messages, pending = pending.len(), "adding");
-
-        let hashes: Vec<(u32, String)> = stored
-            .sessions
-            .iter()
-            .map(|session| (session.number, session.content_hash.clone()))
-            .collect();
-        let dialogue_ref = &dialogue;
-        let hashes_ref = &hashes;
-        let mut results = futures::stream::iter(pending)
-            .map(|number| async move {
-                (number, self.build_one(dialogue_ref, number, hashes_ref).await)
-            })
-            .buffer_unordered(self.settings.workers.max(1));
         let mut report = AddReport {
             conversation: conversation.to_string(),
             created: added.created,
@@ -121,10 +144,66 @@ where
             duplicates: added.duplicates,
             built_sessions: Vec::new(),
             failed_sessions: Vec::new(),
-            sessions: stored.sessions.len(),
+            sessions: 0,
             chat_calls: 0,
             elapsed_ms: 0,
         };
+        self.build_pending(&mut report).await?;
+        drop(lock);
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
+    }
+
+    /// Forgets one message of `conversation` (its id as `memory show` lists it), then rebuilds
+    /// the session it was in from the messages left, as an add would.
+    pub async fn forget_message(
+        &self,
+        conversation: &str,
+        message: &str,
+    ) -> Result<(ForgottenMessage, AddReport), ServiceError> {
+        let started = Instant::now();
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let lock = blocking(move || store.lock_conversation(&id)).await?;
+        let (store, id, hash) = (self.store.clone(), conversation.to_string(), message.to_string());
+        let forgotten = blocking(move || store.forget_message(&id, &hash)).await?;
+        let mut report = AddReport {
+            conversation: conversation.to_string(),
+            created: false,
+            new_messages: 0,
+            duplicates: 0,
+            built_sessions: Vec::new(),
+            failed_sessions: Vec::new(),
+            sessions: 0,
+            chat_calls: 0,
+            elapsed_ms: 0,
+        };
+        self.build_pending(&mut report).await?;
+        drop(lock);
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok((forgotten, report))
+    }
+
+    /// Builds every session of `report.conversation` without outputs for its content (the
+    /// caller holds the conversation's lock), recording each failure in the store so that
+    /// `memory show` and `ask` can say which sessions are missing and why.
+    async fn build_pending(&self, report: &mut AddReport) -> Result<(), ServiceError> {
+        let conversation = report.conversation.as_str();
+        let stored = self.load_checked(conversation).await?;
+        let pending = stored.pending();
+        let dialogue = stored.to_conversation();
+        tracing::info!(conversation, new = report.new_messages, pending = pending.len(), "adding");
+        report.sessions = stored.sessions.len();
+        let hashes: Vec<(u32, String)> = stored
+            .sessions
+            .iter()
+            .map(|session| (session.number, session.content_hash.clone()))
+            .collect();
+        let (dialogue_ref, hashes_ref) = (&dialogue, &hashes);
+        let mut results = futures::stream::iter(pending)
+            .map(|number| async move {
+                (number, self.build_one(dialogue_ref, number, hashes_ref).await)
+            })
+            .buffer_unordered(self.settings.workers.max(1));
         let mut built = Vec::new();
         while let Some((number, result)) = results.next().await {
             match result {
@@ -137,17 +216,22 @@ where
                         anyhow::anyhow!("the endpoint refuses every request: {error}").into()
                     );
                 }
-                Err(error) => report.failed_sessions.push(FailedSession {
-                    session: format!("D{number}"),
-                    error: error.to_string(),
-                }),
+                Err(error) => {
+                    let error = error.to_string();
+                    let hash = content_hash(hashes_ref, number);
+                    let (store, id, why) =
+                        (self.store.clone(), conversation.to_string(), error.clone());
+                    blocking(move || store.record_failure(&id, number, &hash, &why)).await?;
+                    report
+                        .failed_sessions
+                        .push(FailedSession { session: format!("D{number}"), error });
+                }
             }
         }
         drop(results);
-        drop(lock);
         built.sort_unstable();
         report.built_sessions = built.into_iter().map(|number| format!("D{number}")).collect();
-        report.failed_sessions.sort_by(|a, b| a.session.cmp(&b.session));
+        report.failed_sessions.sort_by_key(|failed| session_number(&failed.session));
         if self.cache.contains(conversation) {
             // Bring the cached index up to date now (only the new sessions are indexed), so the
             // next query finds it current. A failure here is the next query's to report.
@@ -155,8 +239,7 @@ where
                 tracing::warn!(conversation, %error, "updating the cached index");
             }
         }
-        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Ok(report)
+        Ok(())
     }
 
     /// Builds and stores one session; the chat calls it made.
@@ -183,11 +266,7 @@ where
             .ok_or(SessionError::NoSuchSession(number))?;
         let units =
             self.embed_units(&conversation.sample_id, SessionUnits::from_session(session)).await?;
-        let hash = hashes
-            .iter()
-            .find(|(n, _)| *n == number)
-            .map(|(_, hash)| hash.clone())
-            .unwrap_or_default();
+        let hash = content_hash(hashes, number);
         let (store, id, model) =
             (self.store.clone(), conversation.sample_id.clone(), settings.model.clone());
         let calls = outputs.chat_calls;

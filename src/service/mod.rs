@@ -29,9 +29,9 @@ use crate::embedding::LocalEmbedder;
 use crate::llm::{EmbedClient, Embedder, Embeddings};
 use crate::store::{Store, StoreError};
 
-pub use add::{AddReport, FailedSession};
+pub use add::{AddReport, FailedSession, check_limits};
 pub use cache::IndexStats;
-pub use query::{AskReport, SearchHit};
+pub use query::{AskReport, MissingSession, SearchHit};
 
 /// The embedder name recorded for conversations embedded locally.
 pub const LOCAL_EMBEDDER: &str = "local";

@@ -34,11 +34,27 @@ pub struct SearchHit {
     pub score: f64,
 }
 
+/// A session `ask` answered without, because it has no outputs for its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MissingSession {
+    /// `D<number>`.
+    pub session: String,
+    /// Its messages (none of them was seen by the answer).
+    pub messages: usize,
+    /// Its last build failure, if one was recorded (else it was never built: an add was
+    /// interrupted).
+    pub error: Option<String>,
+    /// Failed builds of its current content so far.
+    pub attempts: u32,
+}
+
 /// What `ask` answered.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AskReport {
     /// Conversation id.
     pub conversation: String,
+    /// The question's id (`mragent trace <id>` renders its trace).
+    pub question_id: String,
     /// The question.
     pub question: String,
     /// The answer (empty when the loop failed).
@@ -52,6 +68,8 @@ pub struct AskReport {
     /// The question's trace (`mragent trace <path>` renders it).
     #[schema(value_type = String)]
     pub trace: PathBuf,
+    /// Sessions the answer could not see (not built); empty when the memory is complete.
+    pub missing_sessions: Vec<MissingSession>,
     /// Model rounds and tool calls.
     pub rounds: u32,
     /// Tool calls.
@@ -150,7 +168,7 @@ where
         answer.loop_events = events;
         let trace = answer.trace_path(conversation, &question_id);
         let result_path = answer.result_path(conversation);
-        crate::agent::answer_all(
+        let summary = crate::agent::answer_all(
             &answer,
             std::slice::from_ref(&sample),
             &self.chat,
@@ -158,11 +176,18 @@ where
             std::future::pending::<()>(),
         )
         .await?;
+        if let Some(fatal) = summary.fatal {
+            // The endpoint refused the question for good (bad key, unknown model): no line was
+            // written, and the reason is the endpoint's.
+            return Err(anyhow::anyhow!("the endpoint refuses every request: {fatal}").into());
+        }
         let line = read_line(&result_path, &question_id)?;
         let supporting =
             line.prediction_context.iter().filter_map(|id| hit(stored, id, 0.0)).collect();
         Ok(AskReport {
             conversation: conversation.to_string(),
+            question_id,
+            missing_sessions: missing_sessions(stored),
             question: question.to_string(),
             ok: line.status == Status::Ok,
             answer: line.prediction,
@@ -186,7 +211,6 @@ where
             .await
             .map_err(|error| anyhow::anyhow!("graph task failed: {error}"))?;
         let (graph, embeddings) = memory.map_err(|error| anyhow::anyhow!(error))?;
-        let stored = &entry.stored;
         Ok(SampleMemory {
             conversation: dialogue,
             graph,
@@ -195,19 +219,32 @@ where
                 index: Arc::clone(&entry.index),
                 embedder: Arc::new(self.embedder.clone()),
             })),
-            // Sessions without stored outputs (their build failed) keep every question of the
-            // conversation pending, as in `run`.
+            // Unlike `run`, which leaves a question pending while a session is missing, `ask`
+            // answers from the sessions that are built and names the missing ones in its report
+            // (`AskReport::missing_sessions`).
             memory: crate::agent::MemoryStatus {
-                missing_sessions: stored
-                    .sessions
-                    .iter()
-                    .filter(|session| session.outputs.is_none())
-                    .map(|session| session.number)
-                    .collect(),
+                missing_sessions: Vec::new(),
                 fingerprint: String::new(),
             },
         })
     }
+}
+
+/// The sessions without outputs, with their recorded failures.
+fn missing_sessions(stored: &StoredConversation) -> Vec<MissingSession> {
+    let mut missing: Vec<MissingSession> = stored
+        .sessions
+        .iter()
+        .filter(|session| session.outputs.is_none())
+        .map(|session| MissingSession {
+            session: format!("D{}", session.number),
+            messages: session.messages.len(),
+            error: session.failure.as_ref().map(|failure| failure.error.clone()),
+            attempts: session.failure.as_ref().map_or(0, |failure| failure.attempts),
+        })
+        .collect();
+    missing.sort_by_key(|session| session.session.trim_start_matches('D').parse::<u32>().ok());
+    missing
 }
 
 /// The hit for a dia_id, if it names a stored message.

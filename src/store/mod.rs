@@ -18,6 +18,7 @@
 //! Synchronous by design: callers in async code run it in `spawn_blocking`. Each call opens its
 //! own connection (cheap for SQLite), so the store is `Clone + Send + Sync` without a pool.
 
+mod edit;
 mod read;
 mod schema;
 mod words;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use serde::Serialize;
 
+pub use edit::{ForgottenMessage, SessionFailure};
 pub use read::{StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
 pub use write::Added;
@@ -56,6 +58,16 @@ pub enum StoreError {
         stored: String,
         /// The embedder asked for.
         requested: String,
+    },
+    /// No message with this id in the conversation.
+    #[error(
+        "conversation {conversation:?} has no message {message:?}; `mragent memory show --conversation {conversation}` lists the message ids"
+    )]
+    UnknownMessage {
+        /// Conversation id.
+        conversation: String,
+        /// The message id asked for.
+        message: String,
     },
     /// The database file was written by a newer mragent.
     #[error("{path}: schema version {found} is newer than this mragent's {supported}")]
@@ -118,6 +130,10 @@ impl Store {
         if let Some(parent) = store.path.parent() {
             std::fs::create_dir_all(parent)?;
         }
+        // Processes opening one new store at once: SQLite does not wait (busy timeout) for the
+        // switch of a new database to WAL, so the first connection and the migrations run under
+        // an OS file lock beside the database, released when this returns or the process dies.
+        let _opening = lock_file(&store.path.with_extension("open.lock"))?;
         let mut connection = store.connect()?;
         let found = schema::version(&connection)?;
         if found > SCHEMA_VERSION {
@@ -128,8 +144,8 @@ impl Store {
             });
         }
         if found < SCHEMA_VERSION {
-            // Another process may be migrating at the same moment; the immediate transaction
-            // of each step serialises them, and a finished step is skipped by the re-read.
+            // Another process may be migrating at the same moment: each step takes the write
+            // lock before it re-reads the version (`migrate_to`), so steps never run twice.
             schema::migrate_to(&mut connection, SCHEMA_VERSION)?;
         }
         Ok(store)
@@ -158,16 +174,11 @@ impl Store {
     /// serialises adds across processes and is released when the process dies. Held by the
     /// returned file until it is dropped.
     pub fn lock_conversation(&self, conversation: &str) -> Result<std::fs::File, StoreError> {
+        check_conversation_id(conversation)?;
         let dir = self.path.with_extension("locks");
         std::fs::create_dir_all(&dir)?;
         let name = format!("{}.lock", write::short_hash(conversation.as_bytes()));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(name))?;
-        file.lock()?;
-        Ok(file)
+        lock_file(&dir.join(name))
     }
 
     /// Every conversation, by id.
@@ -180,6 +191,7 @@ impl Store {
 
     /// One conversation's summary, if it exists.
     pub fn info(&self, id: &str) -> Result<Option<ConversationInfo>, StoreError> {
+        check_conversation_id(id)?;
         let connection = self.connect()?;
         Ok(connection
             .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
@@ -188,6 +200,7 @@ impl Store {
 
     /// Deletes a conversation with everything stored for it. Errors when it does not exist.
     pub fn forget(&self, id: &str) -> Result<ConversationInfo, StoreError> {
+        check_conversation_id(id)?;
         let mut connection = self.connect()?;
         let transaction =
             connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -220,6 +233,14 @@ fn info_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationInfo> {
         first_message: row.get(6)?,
         last_message: row.get(7)?,
     })
+}
+
+/// The exclusive OS lock of the file at `path` (created if needed), blocking until it is free;
+/// held until the returned file is dropped.
+fn lock_file(path: &Path) -> Result<std::fs::File, StoreError> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+    file.lock()?;
+    Ok(file)
 }
 
 /// A short stable id of some text (the first 16 bytes of its SHA-256, hex).

@@ -5,7 +5,10 @@ use chrono::{DateTime, NaiveDate};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
-use super::{ConversationInfo, INFO_QUERY, Store, StoreError, content_id, info_of_row};
+use super::edit::{SessionFailure, session_failure};
+use super::{
+    ConversationInfo, INFO_QUERY, Store, StoreError, check_conversation_id, content_id, info_of_row,
+};
 use crate::dataset::{Conversation, DatasetKind, Session, Turn};
 use crate::ingest::keywords::KeywordRecord;
 use crate::memory::input::SessionRewrite;
@@ -57,6 +60,8 @@ pub struct StoredSession {
     pub content_hash: String,
     /// Outputs made from exactly this content, if any.
     pub outputs: Option<StoredOutputs>,
+    /// Without outputs: the last build failure of exactly this content, if one was recorded.
+    pub failure: Option<SessionFailure>,
 }
 
 impl StoredSession {
@@ -163,6 +168,7 @@ impl StoredConversation {
 impl Store {
     /// Loads a conversation; [`StoreError::UnknownConversation`] when it does not exist.
     pub fn load(&self, id: &str) -> Result<StoredConversation, StoreError> {
+        check_conversation_id(id)?;
         let mut connection = self.connect()?;
         // One read transaction: a consistent snapshot even while an add commits.
         let transaction = connection.transaction()?;
@@ -182,7 +188,11 @@ impl Store {
         for (number, key) in numbers {
             let (messages, content_hash) = session_messages(&transaction, id, number)?;
             let outputs = session_outputs(&transaction, id, number, &content_hash, &messages)?;
-            sessions.push(StoredSession { number, key, messages, content_hash, outputs });
+            let failure = match outputs {
+                Some(_) => None,
+                None => session_failure(&transaction, id, number, &content_hash)?,
+            };
+            sessions.push(StoredSession { number, key, messages, content_hash, outputs, failure });
         }
         sessions.sort_by(|a, b| {
             let start = |session: &StoredSession| {
@@ -197,6 +207,7 @@ impl Store {
     /// (new messages, new session outputs) and is never reused, so equal revisions mean equal
     /// content. [`StoreError::UnknownConversation`] when it does not exist.
     pub fn revision(&self, id: &str) -> Result<i64, StoreError> {
+        check_conversation_id(id)?;
         revision_of(&self.connect()?, id)
     }
 }

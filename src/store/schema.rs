@@ -2,7 +2,7 @@
 //! version N-1 to version N, inside one transaction, so a crash mid-migration leaves the old
 //! version intact. Never edit a released migration; append a new one.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 
 /// Migrations in order; index i holds the SQL taking version i to version i+1.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -64,6 +64,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         vector BLOB NOT NULL,
         PRIMARY KEY (conversation_id, word)
     ) STRICT;",
+    // 5: why a session has no outputs: the last build failure for its current content, so that
+    // `memory show` and `ask` can say which sessions are missing and why. Cleared when the
+    // session's outputs are stored.
+    "CREATE TABLE session_failures (
+        conversation_id TEXT NOT NULL,
+        session_number INTEGER NOT NULL,
+        content_hash TEXT NOT NULL,
+        error TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        failed_at TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, session_number),
+        FOREIGN KEY (conversation_id, session_number)
+            REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
+    ) STRICT;",
 ];
 
 /// The version this code reads and writes.
@@ -76,14 +90,20 @@ pub(crate) fn version(connection: &Connection) -> rusqlite::Result<u32> {
 
 /// Applies the migrations after the database's version, up to `target`, each in its own
 /// transaction. Returns the version reached.
+///
+/// Safe when several processes open one new store at once: each step takes the write lock
+/// first (`BEGIN IMMEDIATE`, waiting up to the connection's busy timeout) and only then reads
+/// the version, so a step another process has applied meanwhile is seen and skipped, never run
+/// twice.
 pub(crate) fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<u32> {
-    let mut current = version(connection)?;
-    while current < target {
-        let transaction = connection.transaction()?;
+    loop {
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let current = version(&transaction)?;
+        if current >= target {
+            return Ok(current);
+        }
         transaction.execute_batch(MIGRATIONS[current as usize])?;
         transaction.pragma_update(None, "user_version", current + 1)?;
         transaction.commit()?;
-        current += 1;
     }
-    Ok(current)
 }

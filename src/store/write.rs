@@ -76,6 +76,7 @@ impl Store {
         outputs: &SessionOutputs,
         units: &UnitVectors,
     ) -> Result<bool, StoreError> {
+        check_conversation_id(conversation)?;
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let (_, current) = session_messages(&transaction, conversation, number)?;
@@ -98,6 +99,10 @@ impl Store {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![conversation, number, content_hash, model, rewrite, keywords, dims as i64, vectors, unit_vectors],
         )?;
+        transaction.execute(
+            "DELETE FROM session_failures WHERE conversation_id = ?1 AND session_number = ?2",
+            params![conversation, number],
+        )?;
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;
         Ok(true)
@@ -105,7 +110,7 @@ impl Store {
 }
 
 /// Gives `conversation` the next store-wide revision (see schema migration 3).
-fn bump_revision(
+pub(super) fn bump_revision(
     transaction: &rusqlite::Transaction<'_>,
     conversation: &str,
 ) -> Result<(), StoreError> {

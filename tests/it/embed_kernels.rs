@@ -2,6 +2,13 @@
 //! AVX-512 (the `x86-v4` feature, chosen at run time by CPU detection), its AVX2/FMA kernels
 //! everywhere else, and the same vectors either way.
 //!
+//! Which kernels ran is proven by what the kernel selection reports
+//! (`mragent::embedding::matrix_kernels`), never by exact bits against another host: `gemm` sizes
+//! its blocking from the host's cache sizes (user-mode QEMU passes the host's
+//! `/sys/devices/system/cpu` through), so the last bits of a vector follow the host's caches.
+//! Vectors are compared within cosine 0.999999; bits are compared only between two computations
+//! on the same host.
+//!
 //! `tests/fixtures/embedding/fma_kernels.json` holds the vectors of the AVX2/FMA kernels (the
 //! only ones before `x86-v4` was enabled). To regenerate it, run the child body on a CPU without
 //! AVX-512, e.g. under user-mode QEMU:
@@ -13,15 +20,20 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
+use mragent::embedding::{MatrixKernels, matrix_kernels};
+
 use crate::retrieval::embedder;
 
 /// Where [`write_kernel_vectors`] writes its result.
 const OUT_ENV: &str = "MRAGENT_KERNEL_VECTORS_OUT";
 
-/// Vectors of the fixture texts and whether the CPU that computed them reported AVX-512F.
+/// Vectors of the fixture texts, whether the CPU that computed them reported AVX-512F and which
+/// matrix kernels the selection reported (absent in the fixture, which predates the report).
 #[derive(Serialize, Deserialize)]
 struct KernelVectors {
     avx512f: bool,
+    #[serde(default)]
+    kernels: Option<MatrixKernels>,
     texts: Vec<String>,
     vectors: Vec<Vec<f32>>,
 }
@@ -69,7 +81,7 @@ fn has_avx512f() -> bool {
 fn compute() -> KernelVectors {
     let texts = texts();
     let vectors = embedder().embed_blocking(&texts).unwrap();
-    KernelVectors { avx512f: has_avx512f(), texts, vectors }
+    KernelVectors { avx512f: has_avx512f(), kernels: Some(matrix_kernels()), texts, vectors }
 }
 
 fn read(path: &Path) -> KernelVectors {
@@ -108,11 +120,8 @@ fn vectors_stay_within_cosine_0_999999_of_the_fma_kernels() {
     assert!(!fixture.avx512f, "the fixture must come from the AVX2/FMA kernels");
     let now = compute();
     assert_close(&now, &fixture, "this CPU against the FMA-kernel fixture");
-    if now.avx512f {
-        // Different kernels sum in a different order, so some bits differ: proof that this build
-        // has gemm's AVX-512 kernels (feature `x86-v4`) and that this CPU runs them.
-        assert_ne!(now.vectors, fixture.vectors, "AVX-512 CPU but the FMA kernels' exact bits");
-    }
+    let expected = if now.avx512f { MatrixKernels::Avx512 } else { MatrixKernels::Fma };
+    assert_eq!(now.kernels, Some(expected), "kernel selection on this CPU");
 }
 
 /// `qemu-x86_64` on `PATH`, if installed (Debian package `qemu-user`; `.ci/run` installs it).
@@ -122,8 +131,11 @@ fn qemu() -> Option<PathBuf> {
 }
 
 /// Runs this test binary's [`write_kernel_vectors`] on an emulated Haswell (AVX2 and FMA, no
-/// AVX-512): the CPU detection there must report no AVX-512F, and the vectors must be those of
-/// the FMA kernels — bit for bit the fixture, and within cosine 0.999999 of this CPU's.
+/// AVX-512): the CPU detection there must report no AVX-512F and the FMA kernels, and the vectors
+/// must be within cosine 0.999999 of the FMA-kernel fixture and of this CPU's. On an AVX-512
+/// host, the emulated vectors must also differ in some bits from the native ones computed on the
+/// same host: different kernels sum in a different order, which proves that this build has
+/// gemm's AVX-512 kernels (feature `x86-v4`) and that the host runs them.
 #[test]
 fn cpu_without_avx512_falls_back_to_the_fma_kernels() {
     let Some(qemu) = qemu() else {
@@ -150,7 +162,18 @@ fn cpu_without_avx512_falls_back_to_the_fma_kernels() {
     );
     let emulated = read(&out);
     assert!(!emulated.avx512f, "the emulated Haswell must not report AVX-512F");
+    assert_eq!(
+        emulated.kernels,
+        Some(MatrixKernels::Fma),
+        "the fallback must select the FMA kernels"
+    );
     let fixture = read(&fixture_path());
-    assert_eq!(emulated.vectors, fixture.vectors, "fallback is not the FMA kernels' exact result");
+    assert_close(&emulated, &fixture, "emulated Haswell against the FMA-kernel fixture");
     assert_close(&emulated, &native, "emulated Haswell against this CPU");
+    if native.kernels == Some(MatrixKernels::Avx512) {
+        assert_ne!(
+            emulated.vectors, native.vectors,
+            "AVX-512 host but the FMA kernels' exact bits"
+        );
+    }
 }

@@ -10,6 +10,7 @@ mod dataset;
 mod embed_kernels;
 mod eval;
 mod granules;
+mod hardening;
 mod ingest;
 mod llm;
 mod memory;

@@ -35,13 +35,16 @@ pub struct RenderOptions {
     pub max_chars: usize,
 }
 
-/// Renders the trace of a question id, or of every question of a result file, under the project
-/// `root`.
+/// Renders the trace of a question id, of a trace file (as `ask` prints it), or of every
+/// question of a result file, under the project `root`.
 pub fn render_trace(root: &Path, target: &str, options: &RenderOptions) -> anyhow::Result<String> {
     let as_path = PathBuf::from(target);
     let candidates = [as_path.clone(), root.join(&as_path)];
     let traces = match candidates.iter().find(|path| path.is_file()) {
-        Some(result_file) => traces_of_result_file(root, result_file, options)?,
+        Some(file) => match trace_question(file) {
+            Some(question_id) => vec![(question_id, Some(file.clone()))],
+            None => traces_of_result_file(root, file, options)?,
+        },
         None => vec![(target.to_string(), find_question_trace(root, target, options)?)],
     };
     if options.json {
@@ -115,6 +118,17 @@ pub fn escape_control(text: &str) -> String {
         }
     }
     out
+}
+
+/// The question id of `file` when it is a trace file (its first record the `start` of an
+/// attempt), `None` otherwise (a result file, say).
+fn trace_question(file: &Path) -> Option<String> {
+    let text = fs::read_to_string(file).ok()?;
+    let first = text.lines().find(|line| !line.trim().is_empty())?;
+    match serde_json::from_str::<TraceRecord>(first).ok()?.event {
+        TraceEvent::Start { question_id, .. } => Some(question_id),
+        _ => None,
+    }
 }
 
 /// Every trace file of `question_id` under `log/`, newest last.

@@ -1,0 +1,123 @@
+//! Edits beside adding: recording why a session could not be built, and forgetting one
+//! message.
+
+use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use serde::Serialize;
+
+use super::read::session_messages;
+use super::write::bump_revision;
+use super::{Store, StoreError, check_conversation_id};
+
+/// Why a session has no outputs: its last build failure, for its current content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionFailure {
+    /// What went wrong the last time.
+    pub error: String,
+    /// Failed builds of this content so far (each add retries once).
+    pub attempts: u32,
+    /// When the last one failed (RFC 3339).
+    pub failed_at: String,
+}
+
+/// What forgetting one message changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForgottenMessage {
+    /// Conversation id.
+    pub conversation: String,
+    /// The message id (its content hash).
+    pub message: String,
+    /// The session it was in (`D<n>`).
+    pub session: String,
+    /// The session held no other message and is gone too.
+    pub session_removed: bool,
+}
+
+impl Store {
+    /// Records that session `number` failed to build from content `content_hash`: the
+    /// attempts count up while the content stays the same and restart at 1 when it changed.
+    pub fn record_failure(
+        &self,
+        conversation: &str,
+        number: u32,
+        content_hash: &str,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        check_conversation_id(conversation)?;
+        let connection = self.connect()?;
+        connection.execute(
+            "INSERT INTO session_failures
+               (conversation_id, session_number, content_hash, error, attempts, failed_at)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5)
+             ON CONFLICT (conversation_id, session_number) DO UPDATE SET
+               attempts = CASE WHEN content_hash = excluded.content_hash THEN attempts + 1 ELSE 1 END,
+               content_hash = excluded.content_hash,
+               error = excluded.error,
+               failed_at = excluded.failed_at",
+            params![conversation, number, content_hash, error, chrono::Utc::now().to_rfc3339()],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes message `message` (its id, the content hash) of `conversation`; the session it
+    /// was in loses its outputs (they were made with the message) and is deleted when it holds
+    /// nothing else. Errors when the conversation or the message does not exist.
+    pub fn forget_message(
+        &self,
+        conversation: &str,
+        message: &str,
+    ) -> Result<ForgottenMessage, StoreError> {
+        check_conversation_id(conversation)?;
+        crate::names::check_name(crate::names::NameKind::Message, message)?;
+        let mut connection = self.connect()?;
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let number: u32 = transaction
+            .query_row(
+                "SELECT session_number FROM messages WHERE conversation_id = ?1 AND hash = ?2",
+                params![conversation, message],
+                |row| row.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::UnknownMessage {
+                conversation: conversation.to_string(),
+                message: message.to_string(),
+            })?;
+        transaction.execute(
+            "DELETE FROM messages WHERE conversation_id = ?1 AND hash = ?2",
+            params![conversation, message],
+        )?;
+        let (left, _) = session_messages(&transaction, conversation, number)?;
+        let session_removed = left.is_empty();
+        if session_removed {
+            transaction.execute(
+                "DELETE FROM sessions WHERE conversation_id = ?1 AND number = ?2",
+                params![conversation, number],
+            )?;
+        }
+        bump_revision(&transaction, conversation)?;
+        transaction.commit()?;
+        Ok(ForgottenMessage {
+            conversation: conversation.to_string(),
+            message: message.to_string(),
+            session: format!("D{number}"),
+            session_removed,
+        })
+    }
+}
+
+/// The failure recorded for session `number`, if it is for `content_hash`.
+pub(super) fn session_failure(
+    connection: &rusqlite::Connection,
+    conversation: &str,
+    number: u32,
+    content_hash: &str,
+) -> Result<Option<SessionFailure>, StoreError> {
+    Ok(connection
+        .prepare_cached(
+            "SELECT error, attempts, failed_at FROM session_failures
+             WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
+        )?
+        .query_row(params![conversation, number, content_hash], |row| {
+            Ok(SessionFailure { error: row.get(0)?, attempts: row.get(1)?, failed_at: row.get(2)? })
+        })
+        .optional()?)
+}
