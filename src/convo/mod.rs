@@ -15,7 +15,7 @@
 mod split;
 
 use crate::dataset::json_kind as kind;
-use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{Datelike as _, DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
@@ -69,10 +69,13 @@ pub enum Timestamp {
 
 impl Timestamp {
     /// Parses RFC 3339, `YYYY-MM-DD HH:MM[:SS]` / `YYYY-MM-DDTHH:MM[:SS]` (UTC) or `YYYY-MM-DD`.
+    /// An RFC 3339 time whose offset moves it out of the years 0000 to 9999 in UTC is refused:
+    /// its canonical form would have no four-digit year and would not parse back.
     pub fn parse(text: &str) -> Option<Timestamp> {
         let text = text.trim();
         if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
-            return Some(Timestamp::Instant(instant.with_timezone(&Utc)));
+            let instant = instant.with_timezone(&Utc);
+            return (0..=9999).contains(&instant.year()).then_some(Timestamp::Instant(instant));
         }
         for format in ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M"]
         {

@@ -28,25 +28,45 @@ pub(crate) const DEFAULT_K: u64 = 10;
 /// ECMA 262, Python and Rust regular expressions read it alike (their `\s` differ).
 pub(crate) const NON_BLANK_PATTERN: &str = "[^\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]";
 
-/// A calendar date `YYYY-MM-DD` that exists (leap years included).
+/// A calendar date `YYYY-MM-DD` that exists (leap years included), its year matching `$year`
+/// and, on 29 February, its century year (`YY00`, leap when `YY` is a multiple of 4) `$century`.
 macro_rules! date_pattern {
-    () => {
+    ($year:literal, $century:literal) => {
         concat!(
-            "(?:[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])",
+            "(?:",
+            $year,
+            "-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])",
             "|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)",
-            "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+            "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|",
+            $century,
+            "00)-02-29)"
         )
     };
 }
 
+/// Hours, minutes, seconds and an optional fraction.
+macro_rules! time_pattern {
+    () => {
+        "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?"
+    };
+}
+
 /// A message timestamp `convo::Timestamp::parse` takes: a date; a date and `HH:MM[:SS]` (`T` or
-/// a space between, UTC); or RFC 3339 with seconds, optional fraction and an offset.
+/// a space between, UTC); RFC 3339 with seconds, optional fraction and `Z`; or RFC 3339 with an
+/// offset, in the years 0001 to 9998 only (in 0000 or 9999 an offset can move the time out of
+/// the four-digit years, which the service refuses).
 pub(crate) const TIMESTAMP_PATTERN: &str = concat!(
-    "^",
-    date_pattern!(),
-    "(?:[T ](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9])?",
-    "|T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?",
-    "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))?$"
+    "^(?:",
+    date_pattern!("[0-9]{4}", "(?:[02468][048]|[13579][26])"),
+    "(?:[T ](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9])?|",
+    time_pattern!(),
+    "Z)?|",
+    date_pattern!(
+        "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])",
+        "(?:0[48]|[2468][048]|[13579][26])"
+    ),
+    time_pattern!(),
+    "[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
 );
 
 fn string(description: &str) -> ObjectBuilder {

@@ -35,7 +35,7 @@ pub struct SearchHit {
 }
 
 /// A session `ask` answered without, because it has no outputs for its content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct MissingSession {
     /// `D<number>`.
     pub session: String,

@@ -9,7 +9,7 @@ use super::write::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 
 /// Why a session has no outputs: its last build failure, for its current content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SessionFailure {
     /// What went wrong the last time.
     pub error: String,
@@ -20,7 +20,7 @@ pub struct SessionFailure {
 }
 
 /// What forgetting one message changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ForgottenMessage {
     /// Conversation id.
     pub conversation: String,
