@@ -15,7 +15,7 @@
 mod split;
 
 use crate::dataset::json_kind as kind;
-use chrono::{Datelike as _, DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike as _, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 

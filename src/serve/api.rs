@@ -15,8 +15,8 @@ use utoipa::openapi::schema::{
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NAME_PATTERN};
-use crate::service::SearchHit;
-use crate::store::ConversationInfo;
+use crate::service::{AddReport, SearchHit};
+use crate::store::{ConversationInfo, ForgottenMessage};
 
 /// Largest `k` a search may ask for.
 pub(crate) const MAX_K: u64 = 100;
@@ -217,26 +217,51 @@ impl ToSchema for AskRequest {}
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConversationId;
 
+/// A path parameter holding a name ([`crate::names::check_name`]'s rule).
+fn name_parameter(name: &str, description: &str) -> Parameter {
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME_CHARS))
+        .pattern(Some(NAME_PATTERN));
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(utoipa::openapi::Required::True)
+        .description(Some(format!(
+            "{description}: ASCII letters, digits and . _ - : @ +, starting with a letter or \
+             digit, no `..`"
+        )))
+        .schema(Some(schema))
+        .build()
+}
+
 impl IntoParams for ConversationId {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        let schema = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .min_length(Some(1))
-            .max_length(Some(MAX_NAME_CHARS))
-            .pattern(Some(NAME_PATTERN));
+        vec![name_parameter("id", "conversation id")]
+    }
+}
+
+/// The `{id}` and `{message}` path parameters: a conversation id and one of its message ids.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MessagePath;
+
+impl IntoParams for MessagePath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
         vec![
-            ParameterBuilder::new()
-                .name("id")
-                .parameter_in(ParameterIn::Path)
-                .required(utoipa::openapi::Required::True)
-                .description(Some(
-                    "conversation id: ASCII letters, digits and . _ - : @ +, starting with a \
-                     letter or digit, no `..`",
-                ))
-                .schema(Some(schema))
-                .build(),
+            name_parameter("id", "conversation id"),
+            name_parameter("message", "message id (its content hash, as `memory show` lists it)"),
         ]
     }
+}
+
+/// `DELETE /v1/conversations/{id}/messages/{message}`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ForgetMessageReply {
+    /// The message forgotten and the session it was in.
+    pub(crate) forgotten: ForgottenMessage,
+    /// The rebuild of that session from the messages left.
+    pub(crate) rebuilt: AddReport,
 }
 
 /// `GET /v1/conversations`.
@@ -276,6 +301,8 @@ pub(crate) enum ErrorCode {
     NotFound,
     /// No such conversation (404).
     UnknownConversation,
+    /// No such message in the conversation (404).
+    UnknownMessage,
     /// The method is not one the path takes (405).
     MethodNotAllowed,
     /// The conversation has no built session yet (409).

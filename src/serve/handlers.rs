@@ -17,8 +17,8 @@ use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 
 use super::api::{
-    AddRequest, AskRequest, ConversationId, ConversationList, DEFAULT_K, Deleted, ErrorCode, MAX_K,
-    SearchReply, SearchRequest,
+    AddRequest, AskRequest, ConversationId, ConversationList, DEFAULT_K, Deleted, ErrorCode,
+    ForgetMessageReply, MAX_K, MessagePath, SearchReply, SearchRequest,
 };
 use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
 use super::{ApiError, AppState};
@@ -43,6 +43,25 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
         check_name(NameKind::Conversation, &id)
             .map_err(|error| ApiError::bad("conversation", error.to_string()))?;
         Ok(Id(id))
+    }
+}
+
+/// The `{id}` and `{message}` of the path, each checked against the id rule: 400 naming
+/// `conversation` or `message`.
+pub(super) struct MessageId(String, String);
+
+impl<S: Send + Sync> FromRequestParts<S> for MessageId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((id, message)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::bad("path", rejection.body_text()))?;
+        check_name(NameKind::Conversation, &id)
+            .map_err(|error| ApiError::bad("conversation", error.to_string()))?;
+        check_name(NameKind::Message, &message)
+            .map_err(|error| ApiError::bad("message", error.to_string()))?;
+        Ok(MessageId(id, message))
     }
 }
 
@@ -114,6 +133,23 @@ pub(super) async fn show(
 pub(super) async fn forget(State(state): Shared, Id(id): Id) -> Result<Json<Deleted>, ApiError> {
     let deleted = state.service.forget(&id).await?;
     Ok(Json(Deleted { deleted }))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/conversations/{id}/messages/{message}",
+    params(MessagePath),
+    responses(
+        (status = 200, description = "the message, now forgotten, and the rebuild of its session", body = ForgetMessageReply),
+        IdErrors
+    )
+)]
+pub(super) async fn forget_message(
+    State(state): Shared,
+    MessageId(id, message): MessageId,
+) -> Result<Json<ForgetMessageReply>, ApiError> {
+    let (forgotten, rebuilt) = state.service.forget_message(&id, &message).await?;
+    Ok(Json(ForgetMessageReply { forgotten, rebuilt }))
 }
 
 impl AddRequest {

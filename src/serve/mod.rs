@@ -4,6 +4,8 @@
 //! and their body types by utoipa, describes them with every constraint the handlers check):
 //! - `GET /v1/conversations`: list; `GET /v1/conversations/{id}`: one summary;
 //!   `DELETE /v1/conversations/{id}`: forget.
+//! - `DELETE /v1/conversations/{id}/messages/{message}`: forget one message (its session is
+//!   rebuilt from the messages left).
 //! - `POST /v1/conversations/{id}/messages` `{"messages": [...]}`: add (the `convo` format).
 //! - `POST /v1/conversations/{id}/search` `{"query": "...", "k": 10}`: search.
 //! - `POST /v1/conversations/{id}/ask` `{"question": "..."}`: ask; with `"stream": true` the
@@ -79,6 +81,7 @@ fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
         .routes(routes!(handlers::list))
         .routes(routes!(handlers::show, handlers::forget))
         .routes(routes!(handlers::add))
+        .routes(routes!(handlers::forget_message))
         .routes(routes!(handlers::search))
         .routes(routes!(handlers::ask))
         .split_for_parts()
@@ -193,6 +196,9 @@ impl From<ServiceError> for ApiError {
                 "conversation",
                 message,
             ),
+            ServiceError::Store(StoreError::UnknownMessage { .. }) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownMessage, "message", message)
+            }
             ServiceError::Store(StoreError::InvalidName(invalid)) => {
                 ApiError::bad(invalid.kind.field(), message)
             }

@@ -65,7 +65,7 @@ fn error_responses(codes: &[u16]) -> BTreeMap<String, RefOr<Response>> {
             let description = match status {
                 400 => "a field, the id or the body is unusable; `field` names it",
                 401 => "missing or wrong bearer token",
-                404 => "no such conversation",
+                404 => "no such conversation (or message)",
                 409 => "the conversation is not built yet, or has another embedder",
                 413 => "the body is over the size limit",
                 _ => "the service failed",

@@ -496,3 +496,49 @@ async fn path_and_method_errors_are_the_json_error_body() {
     assert_eq!(long_text.0, StatusCode::BAD_REQUEST, "{}", long_text.1);
     assert_eq!(api.get("/v1/conversations").await.1["conversations"], json!([]));
 }
+
+#[tokio::test]
+async fn forgetting_one_message_rebuilds_its_session_and_names_the_message_on_error() {
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&scripted, dir.path()).await;
+    let (status, _) = api
+        .post("/v1/conversations/forgetting/messages", json!({"messages": example_messages()}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let store =
+        mragent::store::Store::open(mragent::store::Store::default_path(dir.path())).unwrap();
+    let before = store.load("forgetting").unwrap();
+    let session = &before.sessions[0];
+    let message = session.messages[0].id.clone();
+    let path = format!("/v1/conversations/forgetting/messages/{message}");
+
+    let (status, reply) = api.call("DELETE", &path, None, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply["forgotten"]["message"], message.as_str(), "{reply}");
+    assert_eq!(reply["forgotten"]["session"], format!("D{}", session.number), "{reply}");
+    assert_eq!(reply["rebuilt"]["conversation"], "forgetting", "{reply}");
+    assert!(reply["rebuilt"]["failed_sessions"].as_array().unwrap().is_empty(), "{reply}");
+    let after = store.load("forgetting").unwrap();
+    let left: usize = after.sessions.iter().map(|session| session.messages.len()).sum();
+    let had: usize = before.sessions.iter().map(|session| session.messages.len()).sum();
+    assert_eq!(left, had - 1);
+    assert!(after.sessions.iter().flat_map(|s| &s.messages).all(|m| m.id != message));
+
+    let again = api.call("DELETE", &path, None, Some(TOKEN)).await;
+    assert_error(&again, StatusCode::NOT_FOUND, "message");
+    assert_eq!(again.1["error"]["code"], "unknown_message");
+    let bad =
+        api.call("DELETE", "/v1/conversations/forgetting/messages/..x", None, Some(TOKEN)).await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "message");
+    let bad = api
+        .call("DELETE", &format!("/v1/conversations/..x/messages/{message}"), None, Some(TOKEN))
+        .await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "conversation");
+    let unauthorized = api.call("DELETE", &path, None, None).await;
+    assert_error(&unauthorized, StatusCode::UNAUTHORIZED, "authorization");
+    let (_, document) = api.get("/openapi.json").await;
+    let operation = &document["paths"]["/v1/conversations/{id}/messages/{message}"]["delete"];
+    assert!(operation["responses"]["404"].is_object(), "{document}");
+    assert_eq!(store.load("forgetting").unwrap().sessions.len(), after.sessions.len());
+}

@@ -240,7 +240,10 @@ fn the_scripted_model_reads_any_speaker_without_panicking() {
     assert_eq!(rewrite["conversation_time"], "2024-05-03");
     assert!(mechanical_rewrite(&[], &turns)["conversation_time"].is_null());
     for prompt in ["", "[{\"id\": broken", "[{\"id\": 1, \"text\": 2}]", "no sentences"] {
-        assert!(matches!(parse_prompt(prompt), Ask::Keywords(items) if items.is_empty()), "{prompt}");
+        assert!(
+            matches!(parse_prompt(prompt), Ask::Keywords(items) if items.is_empty()),
+            "{prompt}"
+        );
     }
     let Ask::Keywords(items) = parse_prompt("x\n[{\"id\": \"s:1\", \"text\": \"A: B\"}]\n") else {
         panic!("a sentence list is a keyword request");
