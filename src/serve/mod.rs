@@ -89,13 +89,13 @@ fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
 
 /// The OpenAPI document of the API (what `GET /openapi.json` answers).
 pub fn document() -> serde_json::Value {
-    serde_json::to_value(routes().1).unwrap_or_default()
+    openapi::to_json(routes().1).unwrap_or_default()
 }
 
 /// The API's router.
 pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, SchemaError> {
     let (routes, document) = routes();
-    let document = serde_json::to_value(document).map_err(SchemaError::document)?;
+    let document = openapi::to_json(document).map_err(SchemaError::document)?;
     let validators = openapi::Validators::new(&document)?;
     let state = Arc::new(AppState { service, token: options.token.clone(), document, validators });
     Ok(routes

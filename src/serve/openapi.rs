@@ -57,6 +57,30 @@ pub(super) async fn document(State(state): State<Arc<AppState>>) -> Json<Value> 
     Json(state.document.clone())
 }
 
+/// The document as JSON, with ask's event stream declared event by event: OpenAPI 3.2's
+/// `itemSchema` (which utoipa cannot write) holds each event as clients read it, an object
+/// with its `event` name and its `data` (a JSON text).
+pub(super) fn to_json(document: OpenApi) -> Result<Value, serde_json::Error> {
+    let mut document = serde_json::to_value(document)?;
+    let stream =
+        "/paths/~1v1~1conversations~1{id}~1ask/post/responses/200/content/text~1event-stream";
+    if let Some(Value::Object(media)) = document.pointer_mut(stream) {
+        media.remove("schema");
+        media.insert(
+            "itemSchema".into(),
+            json!({
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"enum": ["started", "round", "answer", "error"]},
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                },
+            }),
+        );
+    }
+    Ok(document)
+}
+
 /// The error responses of `codes`, every one the JSON `ErrorBody`.
 fn error_responses(codes: &[u16]) -> BTreeMap<String, RefOr<Response>> {
     codes

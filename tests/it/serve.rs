@@ -354,6 +354,7 @@ async fn the_document_declares_every_route_constraint_and_error() {
         ("/v1/conversations", vec!["get"]),
         ("/v1/conversations/{id}", vec!["delete", "get"]),
         ("/v1/conversations/{id}/messages", vec!["post"]),
+        ("/v1/conversations/{id}/messages/{message}", vec!["delete"]),
         ("/v1/conversations/{id}/search", vec!["post"]),
         ("/v1/conversations/{id}/ask", vec!["post"]),
     ];
@@ -374,7 +375,7 @@ async fn the_document_declares_every_route_constraint_and_error() {
     // Every documented operation is served (neither the 404 fallback nor 405).
     for (path, methods) in &want {
         for method in methods {
-            let concrete = path.replace("{id}", "nobody");
+            let concrete = path.replace("{id}", "nobody").replace("{message}", "m1");
             let body = (method == "post").then(|| json!({}));
             let (status, reply) =
                 api.call(&method.to_uppercase(), &concrete, body, Some(TOKEN)).await;
@@ -385,7 +386,9 @@ async fn the_document_declares_every_route_constraint_and_error() {
 
     let ask = &document["paths"]["/v1/conversations/{id}/ask"]["post"];
     let content = ask["responses"]["200"]["content"].as_object().unwrap();
-    assert!(content.contains_key("text/event-stream"), "the SSE reply is declared: {ask}");
+    let events = &content["text/event-stream"]["itemSchema"];
+    assert_eq!(events["required"], json!(["event", "data"]), "the SSE reply is declared: {ask}");
+    assert_eq!(events["properties"]["event"]["enum"][3], "error", "{ask}");
     assert!(content.contains_key("application/json"), "{ask}");
     for (path, item) in document["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
