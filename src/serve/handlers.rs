@@ -1,5 +1,6 @@
-//! Request handlers: check the body field by field (errors name the field), call the service,
-//! answer JSON.
+//! Request handlers: check the body field by field (errors name the field), then against its
+//! schema in the OpenAPI document, call the service, answer JSON. Each handler's
+//! `#[utoipa::path]` is its entry in the document.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -7,30 +8,72 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 
+use super::api::{
+    AddRequest, AskRequest, ConversationId, ConversationList, DEFAULT_K, Deleted, ErrorCode,
+    ForgetMessageReply, MAX_K, MessagePath, SearchReply, SearchRequest,
+};
+use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
 use super::{ApiError, AppState};
 use crate::agent::events::LoopEvents;
-use crate::service::ServiceError;
-
-/// Largest `k` a search may ask for.
-const MAX_K: u64 = 100;
+use crate::names::{NameKind, check_name};
+use crate::service::{AddReport, AskReport, ServiceError};
+use crate::store::ConversationInfo;
 
 type Shared = State<Arc<AppState>>;
+
+/// The `{id}` of the path, checked against the id rule: 400 naming `conversation` when it is
+/// not UTF-8 or breaks the rule (axum's own rejection would be a `text/plain` body).
+pub(super) struct Id(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Id {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::bad("conversation", rejection.body_text()))?;
+        check_name(NameKind::Conversation, &id)
+            .map_err(|error| ApiError::bad("conversation", error.to_string()))?;
+        Ok(Id(id))
+    }
+}
+
+/// The `{id}` and `{message}` of the path, each checked against the id rule: 400 naming
+/// `conversation` or `message`.
+pub(super) struct MessageId(String, String);
+
+impl<S: Send + Sync> FromRequestParts<S> for MessageId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((id, message)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::bad("path", rejection.body_text()))?;
+        check_name(NameKind::Conversation, &id)
+            .map_err(|error| ApiError::bad("conversation", error.to_string()))?;
+        check_name(NameKind::Message, &message)
+            .map_err(|error| ApiError::bad("message", error.to_string()))?;
+        Ok(MessageId(id, message))
+    }
+}
 
 /// The body as a JSON object; 413 when over the limit, 400 when not a JSON object.
 fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
     let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(rejection.status(), "too_large", "body", rejection.body_text())
+        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorCode::TooLarge
         } else {
-            ApiError::new(rejection.status(), "invalid", "body", rejection.body_text())
-        }
+            ErrorCode::Invalid
+        };
+        ApiError::new(rejection.status(), code, "body", rejection.body_text())
     })?;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
@@ -39,7 +82,7 @@ fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, Api
     }
 }
 
-/// A required non-empty string field.
+/// A required string field with a non-whitespace character.
 fn string_field(map: &Map<String, Value>, field: &str) -> Result<String, ApiError> {
     match map.get(field) {
         Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
@@ -49,85 +92,174 @@ fn string_field(map: &Map<String, Value>, field: &str) -> Result<String, ApiErro
     }
 }
 
-pub(super) async fn list(State(state): Shared) -> Result<Response, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/v1/conversations",
+    responses((status = 200, description = "every conversation", body = ConversationList), AuthErrors)
+)]
+pub(super) async fn list(State(state): Shared) -> Result<Json<ConversationList>, ApiError> {
     let conversations = state.service.list().await?;
-    Ok(Json(json!({ "conversations": conversations })).into_response())
+    Ok(Json(ConversationList { conversations }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/conversations/{id}",
+    params(ConversationId),
+    responses((status = 200, description = "the conversation's summary", body = ConversationInfo), IdErrors)
+)]
 pub(super) async fn show(
     State(state): Shared,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Id(id): Id,
+) -> Result<Json<ConversationInfo>, ApiError> {
     let store = state.service.store().clone();
     let lookup = id.clone();
     let info = tokio::task::spawn_blocking(move || store.info(&lookup))
         .await
-        .map_err(|error| ApiError::from(crate::service::ServiceError::Other(error.into())))?
-        .map_err(|error| ApiError::from(crate::service::ServiceError::Store(error)))?;
+        .map_err(|error| ApiError::from(ServiceError::Other(error.into())))?
+        .map_err(|error| ApiError::from(ServiceError::Store(error)))?;
     match info {
-        Some(info) => Ok(Json(info).into_response()),
-        None => Err(crate::service::ServiceError::Store(
-            crate::store::StoreError::UnknownConversation(id),
-        )
-        .into()),
+        Some(info) => Ok(Json(info)),
+        None => Err(ServiceError::Store(crate::store::StoreError::UnknownConversation(id)).into()),
     }
 }
 
-pub(super) async fn forget(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let info = state.service.forget(&id).await?;
-    Ok(Json(json!({ "deleted": info })).into_response())
+#[utoipa::path(
+    delete,
+    path = "/v1/conversations/{id}",
+    params(ConversationId),
+    responses((status = 200, description = "the conversation, now forgotten", body = Deleted), IdErrors)
+)]
+pub(super) async fn forget(State(state): Shared, Id(id): Id) -> Result<Json<Deleted>, ApiError> {
+    let deleted = state.service.forget(&id).await?;
+    Ok(Json(Deleted { deleted }))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/conversations/{id}/messages/{message}",
+    params(MessagePath),
+    responses(
+        (status = 200, description = "the message, now forgotten, and the rebuild of its session", body = ForgetMessageReply),
+        IdErrors
+    )
+)]
+pub(super) async fn forget_message(
+    State(state): Shared,
+    MessageId(id, message): MessageId,
+) -> Result<Json<ForgetMessageReply>, ApiError> {
+    let (forgotten, rebuilt) = state.service.forget_message(&id, &message).await?;
+    Ok(Json(ForgetMessageReply { forgotten, rebuilt }))
+}
+
+impl AddRequest {
+    fn parse(mut map: Map<String, Value>) -> Result<Self, ApiError> {
+        let items = match map.remove("messages") {
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(ApiError::bad("messages", "expected an array of messages")),
+            None => return Err(ApiError::bad("messages", "missing")),
+        };
+        let messages = crate::convo::parse_values(items)
+            .map_err(|error| ApiError::bad(error.field(), error.to_string()))?;
+        Ok(Self { messages })
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/conversations/{id}/messages",
+    params(ConversationId),
+    request_body = AddRequest,
+    responses(
+        (status = 200, description = "what the add stored and built (idempotent: only new sessions are built)", body = AddReport),
+        AddErrors
+    )
+)]
 pub(super) async fn add(
     State(state): Shared,
-    Path(id): Path<String>,
+    Id(id): Id,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let mut map = object(body)?;
-    let items = match map.remove("messages") {
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(ApiError::bad("messages", "expected an array of messages")),
-        None => return Err(ApiError::bad("messages", "missing")),
-    };
-    let messages = crate::convo::parse_values(items)
-        .map_err(|error| ApiError::bad(error.field(), error.to_string()))?;
-    let report = state.service.add(&id, messages).await?;
-    Ok(Json(report).into_response())
+) -> Result<Json<AddReport>, ApiError> {
+    let map = object(body)?;
+    let whole = Value::Object(map.clone());
+    let request = AddRequest::parse(map)?;
+    state.validators.add(&whole)?;
+    Ok(Json(state.service.add(&id, request.messages).await?))
 }
 
+impl SearchRequest {
+    fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
+        let query = string_field(map, "query")?;
+        let k = match map.get("k") {
+            None | Some(Value::Null) => DEFAULT_K,
+            // JSON Schema's `integer` counts 5.0 as an integer; so does this.
+            Some(Value::Number(number)) => number
+                .as_u64()
+                .or_else(|| {
+                    number.as_f64().filter(|k| k.fract() == 0.0 && *k >= 1.0).map(|k| k as u64)
+                })
+                .filter(|k| (1..=MAX_K).contains(k))
+                .ok_or_else(|| {
+                    ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}"))
+                })?,
+            Some(_) => {
+                return Err(ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}")));
+            }
+        };
+        Ok(Self { query, k })
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/conversations/{id}/search",
+    params(ConversationId),
+    request_body = SearchRequest,
+    responses((status = 200, description = "ranked memory lines (no chat model)", body = SearchReply), QueryErrors)
+)]
 pub(super) async fn search(
     State(state): Shared,
-    Path(id): Path<String>,
+    Id(id): Id,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<SearchReply>, ApiError> {
     let map = object(body)?;
-    let query = string_field(&map, "query")?;
-    let k = match map.get("k") {
-        None | Some(Value::Null) => 10,
-        Some(value) => value
-            .as_u64()
-            .filter(|k| (1..=MAX_K).contains(k))
-            .ok_or_else(|| ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}")))?,
-    };
-    let hits = state.service.search(&id, &query, k as usize).await?;
-    Ok(Json(json!({ "conversation": id, "query": query, "hits": hits })).into_response())
+    let request = SearchRequest::parse(&map)?;
+    state.validators.search(&Value::Object(map))?;
+    let hits = state.service.search(&id, &request.query, request.k as usize).await?;
+    Ok(Json(SearchReply { conversation: id, query: request.query, hits }))
 }
 
+impl AskRequest {
+    fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
+        let question = string_field(map, "question")?;
+        let stream = match map.get("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(stream)) => *stream,
+            Some(_) => return Err(ApiError::bad("stream", "expected a boolean")),
+        };
+        Ok(Self { question, stream })
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/conversations/{id}/ask",
+    params(ConversationId),
+    request_body = AskRequest,
+    responses(
+        (status = 200, description = "the answer, its supporting lines and trace path; with `stream: true`, server-sent events: `started` (`{conversation, question}`), one `round` per loop step (kind `model`: the round's tool calls; kind `tools`: their results, summarised), then `answer` (the same report) or `error` (the error's `code`, `field`, `message`)",
+            content((AskReport = "application/json"), (String = "text/event-stream"))),
+        QueryErrors
+    )
+)]
 pub(super) async fn ask(
     State(state): Shared,
-    Path(id): Path<String>,
+    Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let map = object(body)?;
-    let question = string_field(&map, "question")?;
-    let stream = match map.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(stream)) => *stream,
-        Some(_) => return Err(ApiError::bad("stream", "expected a boolean")),
-    };
+    let AskRequest { question, stream } = AskRequest::parse(&map)?;
+    state.validators.ask(&Value::Object(map))?;
     if !stream {
         let report = state.service.ask(&id, &question).await?;
         return Ok(Json(report).into_response());
@@ -161,11 +293,23 @@ pub(super) async fn ask(
 }
 
 fn error_event(error: ApiError) -> Result<Event, axum::Error> {
-    Event::default()
-        .event("error")
-        .json_data(json!({"code": error.code, "field": error.field, "message": error.message}))
+    Event::default().event("error").json_data(error.detail)
 }
 
 pub(super) async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "path", "no such endpoint; see /openapi.json")
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "path",
+        "no such endpoint; see /openapi.json",
+    )
+}
+
+pub(super) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::MethodNotAllowed,
+        "method",
+        "the path does not take this method; see /openapi.json",
+    )
 }

@@ -1,8 +1,11 @@
 //! `mragent serve`: the memory service as a JSON HTTP API (axum).
 //!
-//! Endpoints (all JSON; the OpenAPI document at `GET /openapi.json` describes them):
+//! Endpoints (all JSON; the OpenAPI document at `GET /openapi.json`, generated from the handlers
+//! and their body types by utoipa, describes them with every constraint the handlers check):
 //! - `GET /v1/conversations`: list; `GET /v1/conversations/{id}`: one summary;
 //!   `DELETE /v1/conversations/{id}`: forget.
+//! - `DELETE /v1/conversations/{id}/messages/{message}`: forget one message (its session is
+//!   rebuilt from the messages left).
 //! - `POST /v1/conversations/{id}/messages` `{"messages": [...]}`: add (the `convo` format).
 //! - `POST /v1/conversations/{id}/search` `{"query": "...", "k": 10}`: search.
 //! - `POST /v1/conversations/{id}/ask` `{"question": "..."}`: ask; with `"stream": true` the
@@ -11,9 +14,11 @@
 //! Guards, outermost first: the concurrency limit (tower's `ConcurrencyLimitLayer`: requests
 //! beyond it wait), the bearer token (when `MRAGENT_SERVE_TOKEN` is set, a request without it
 //! gets 401), the body size limit (axum's `DefaultBodyLimit`: 413). Every error is
-//! `{"error": {"code", "field", "message"}}` with a 4xx status for bad input, so a client can
-//! tell which field to fix; bad input never reaches the store.
+//! `{"error": {"code", "field", "message"}}` (`api::ErrorBody`), whatever the route or the cause
+//! (unknown route, wrong method, an id that is not UTF-8), with a 4xx status for bad input, so a
+//! client can tell which field to fix; bad input never reaches the store.
 
+mod api;
 mod handlers;
 mod openapi;
 
@@ -24,9 +29,13 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde_json::json;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+pub use openapi::SchemaError;
+
+use self::api::{ErrorBody, ErrorCode, ErrorDetail};
 use crate::llm::Client;
 use crate::service::{MemoryService, OwnEmbedder, ServiceError};
 use crate::store::StoreError;
@@ -58,23 +67,44 @@ impl Default for ServeOptions {
 struct AppState {
     service: Arc<Service>,
     token: Option<String>,
+    /// The OpenAPI document as served.
+    document: serde_json::Value,
+    /// The request body schemas of `document`, compiled.
+    validators: openapi::Validators,
+}
+
+/// The routes, each with its documentation: `routes!` adds a handler and its
+/// `#[utoipa::path]` together.
+fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(openapi::Base::openapi())
+        .routes(routes!(openapi::document))
+        .routes(routes!(handlers::list))
+        .routes(routes!(handlers::show, handlers::forget))
+        .routes(routes!(handlers::add))
+        .routes(routes!(handlers::forget_message))
+        .routes(routes!(handlers::search))
+        .routes(routes!(handlers::ask))
+        .split_for_parts()
+}
+
+/// The OpenAPI document of the API (what `GET /openapi.json` answers).
+pub fn document() -> serde_json::Value {
+    openapi::to_json(routes().1).unwrap_or_default()
 }
 
 /// The API's router.
-pub fn router(service: Arc<Service>, options: &ServeOptions) -> Router {
-    let state = Arc::new(AppState { service, token: options.token.clone() });
-    Router::new()
-        .route("/openapi.json", get(openapi::document))
-        .route("/v1/conversations", get(handlers::list))
-        .route("/v1/conversations/{id}", get(handlers::show).delete(handlers::forget))
-        .route("/v1/conversations/{id}/messages", post(handlers::add))
-        .route("/v1/conversations/{id}/search", post(handlers::search))
-        .route("/v1/conversations/{id}/ask", post(handlers::ask))
+pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, SchemaError> {
+    let (routes, document) = routes();
+    let document = openapi::to_json(document).map_err(SchemaError::document)?;
+    let validators = openapi::Validators::new(&document)?;
+    let state = Arc::new(AppState { service, token: options.token.clone(), document, validators });
+    Ok(routes
         .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authorize))
         .layer(tower::limit::ConcurrencyLimitLayer::new(options.max_concurrency.max(1)))
-        .with_state(state)
+        .with_state(state))
 }
 
 /// Serves `service` on `listener` until `shutdown` resolves.
@@ -84,7 +114,7 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(service, &options))
+    axum::serve(listener, router(service, &options)?)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|error| anyhow::anyhow!("the server failed: {error}"))
@@ -101,7 +131,7 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
         if !given.is_some_and(|given| same_secret(given.as_bytes(), token.as_bytes())) {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ErrorCode::Unauthorized,
                 "authorization",
                 "missing or wrong bearer token (Authorization: Bearer <MRAGENT_SERVE_TOKEN>)",
             )
@@ -125,31 +155,30 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
-    code: &'static str,
-    field: String,
-    message: String,
+    detail: ErrorDetail,
 }
 
 impl ApiError {
     pub(crate) fn new(
         status: StatusCode,
-        code: &'static str,
+        code: ErrorCode,
         field: &str,
         message: impl Into<String>,
     ) -> Self {
-        Self { status, code, field: field.to_string(), message: message.into() }
+        Self {
+            status,
+            detail: ErrorDetail { code, field: field.to_string(), message: message.into() },
+        }
     }
 
     pub(crate) fn bad(field: &str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid", field, message)
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::Invalid, field, message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "field": self.field, "message": self.message}});
-        (self.status, axum::Json(body)).into_response()
+        (self.status, axum::Json(ErrorBody { error: self.detail })).into_response()
     }
 }
 
@@ -159,24 +188,33 @@ impl From<ServiceError> for ApiError {
         match error {
             ServiceError::Invalid { field, .. } => ApiError::bad(&field, message),
             ServiceError::NotBuilt(_) => {
-                ApiError::new(StatusCode::CONFLICT, "not_built", "conversation", message)
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::NotBuilt, "conversation", message)
             }
             ServiceError::Store(StoreError::UnknownConversation(_)) => ApiError::new(
                 StatusCode::NOT_FOUND,
-                "unknown_conversation",
+                ErrorCode::UnknownConversation,
                 "conversation",
                 message,
             ),
+            ServiceError::Store(StoreError::UnknownMessage { .. }) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownMessage, "message", message)
+            }
             ServiceError::Store(StoreError::InvalidName(invalid)) => {
                 ApiError::bad(invalid.kind.field(), message)
             }
-            ServiceError::Store(StoreError::EmbedderMismatch { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, "embedder_mismatch", "conversation", message)
-            }
+            ServiceError::Store(StoreError::EmbedderMismatch { .. }) => ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::EmbedderMismatch,
+                "conversation",
+                message,
+            ),
             ServiceError::Store(_) | ServiceError::Other(_) => {
                 tracing::warn!(error = %message, "request failed");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "", message)
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal, "", message)
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

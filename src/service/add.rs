@@ -18,7 +18,7 @@ use crate::retrieval::units::{SessionUnits, UnitVectors};
 use crate::store::ForgottenMessage;
 
 /// A session the stages could not build; the next add retries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FailedSession {
     /// `D<number>`.
     pub session: String,
@@ -27,7 +27,7 @@ pub struct FailedSession {
 }
 
 /// What an add did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AddReport {
     /// Conversation id.
     pub conversation: String,

@@ -16,7 +16,7 @@ use crate::results::{ResultLine, Status};
 use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SearchHit {
     /// The message id (its content hash).
     pub id: String,
@@ -35,7 +35,7 @@ pub struct SearchHit {
 }
 
 /// A session `ask` answered without, because it has no outputs for its content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct MissingSession {
     /// `D<number>`.
     pub session: String,
@@ -49,7 +49,7 @@ pub struct MissingSession {
 }
 
 /// What `ask` answered.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AskReport {
     /// Conversation id.
     pub conversation: String,
@@ -66,6 +66,7 @@ pub struct AskReport {
     /// The lines the answer rests on.
     pub supporting: Vec<SearchHit>,
     /// The question's trace (`mragent trace <path>` renders it).
+    #[schema(value_type = String)]
     pub trace: PathBuf,
     /// Sessions the answer could not see (not built); empty when the memory is complete.
     pub missing_sessions: Vec<MissingSession>,

@@ -9,7 +9,7 @@ use super::write::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 
 /// What forgetting one message changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ForgottenMessage {
     /// Conversation id.
     pub conversation: String,

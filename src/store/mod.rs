@@ -104,7 +104,7 @@ impl From<std::io::Error> for StoreError {
 }
 
 /// One conversation in the listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ConversationInfo {
     /// Its id.
     pub id: String,

@@ -16,5 +16,6 @@ mod llm;
 mod memory;
 mod own;
 mod retrieval;
+mod schemathesis;
 mod serve;
 mod support;

@@ -329,3 +329,219 @@ async fn every_error_is_a_4xx_naming_the_field_and_leaves_the_store_unchanged() 
     assert_eq!(api.get("/v1/conversations").await, before, "the store is unchanged");
     assert_eq!(scripted.request_count(), requests_before, "bad input reached no model");
 }
+
+/// The OpenAPI document says what the service does: every route with its methods, the SSE reply
+/// of ask, the constraints from `names`, and the JSON error body for every error.
+#[tokio::test]
+async fn the_document_declares_every_route_constraint_and_error() {
+    use mragent::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NAME_PATTERN};
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&scripted, dir.path()).await;
+    let (status, document) = api.get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(document, mragent::serve::document(), "served as generated");
+    assert_eq!(document["openapi"].as_str().map(|v| v.starts_with("3.1")), Some(true));
+
+    let routes: Vec<(String, Vec<String>)> = document["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(path, item)| (path.clone(), item.as_object().unwrap().keys().cloned().collect()))
+        .collect();
+    let expected = [
+        ("/openapi.json", vec!["get"]),
+        ("/v1/conversations", vec!["get"]),
+        ("/v1/conversations/{id}", vec!["delete", "get"]),
+        ("/v1/conversations/{id}/messages", vec!["post"]),
+        ("/v1/conversations/{id}/messages/{message}", vec!["delete"]),
+        ("/v1/conversations/{id}/search", vec!["post"]),
+        ("/v1/conversations/{id}/ask", vec!["post"]),
+    ];
+    let mut sorted: Vec<(String, Vec<String>)> = routes
+        .into_iter()
+        .map(|(path, mut methods)| {
+            methods.sort();
+            (path, methods)
+        })
+        .collect();
+    sorted.sort();
+    let mut want: Vec<(String, Vec<String>)> = expected
+        .iter()
+        .map(|(path, methods)| (path.to_string(), methods.iter().map(|m| m.to_string()).collect()))
+        .collect();
+    want.sort();
+    assert_eq!(sorted, want, "every route of the router is documented, and only those");
+    // Every documented operation is served (neither the 404 fallback nor 405).
+    for (path, methods) in &want {
+        for method in methods {
+            let concrete = path.replace("{id}", "nobody").replace("{message}", "m1");
+            let body = (method == "post").then(|| json!({}));
+            let (status, reply) =
+                api.call(&method.to_uppercase(), &concrete, body, Some(TOKEN)).await;
+            assert!(reply["error"]["code"] != "not_found", "{method} {path}: {reply}");
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        }
+    }
+
+    let ask = &document["paths"]["/v1/conversations/{id}/ask"]["post"];
+    let content = ask["responses"]["200"]["content"].as_object().unwrap();
+    let events = &content["text/event-stream"]["itemSchema"];
+    assert_eq!(events["required"], json!(["event", "data"]), "the SSE reply is declared: {ask}");
+    assert_eq!(events["properties"]["event"]["enum"][3], "error", "{ask}");
+    assert!(content.contains_key("application/json"), "{ask}");
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let responses = operation["responses"].as_object().unwrap();
+            assert!(responses.contains_key("401"), "{method} {path}");
+            for (status, response) in responses.iter().filter(|(status, _)| *status != "200") {
+                assert_eq!(
+                    response["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path} {status}"
+                );
+            }
+        }
+    }
+    let id = &document["paths"]["/v1/conversations/{id}"]["get"]["parameters"][0]["schema"];
+    assert_eq!(
+        (id["pattern"].as_str(), id["maxLength"].as_u64()),
+        (Some(NAME_PATTERN), Some(MAX_NAME_CHARS as u64))
+    );
+    let schemas = &document["components"]["schemas"];
+    let messages = &schemas["AddRequest"]["properties"]["messages"];
+    assert_eq!(
+        (messages["minItems"].as_u64(), messages["maxItems"].as_u64()),
+        (Some(1), Some(MAX_MESSAGES_PER_ADD as u64))
+    );
+    let text = &messages["items"]["allOf"][0]["properties"]["text"]["anyOf"][0];
+    assert_eq!(text["maxLength"].as_u64(), Some(MAX_MESSAGE_CHARS as u64), "{text}");
+    for (schema, field) in [("SearchRequest", "query"), ("AskRequest", "question")] {
+        let property = &schemas[schema]["properties"][field];
+        assert_eq!(property["minLength"], 1, "{schema}.{field}");
+        assert!(property["pattern"].is_string(), "{schema}.{field}: whitespace is refused");
+        assert_eq!(schemas[schema]["required"], json!([field]));
+    }
+    for report in ["AddReport", "AskReport", "SearchHit", "ConversationInfo", "ErrorBody"] {
+        assert!(schemas[report]["properties"].is_object(), "{report} has its full schema");
+    }
+}
+
+/// Errors that axum itself would answer in plain text are the JSON error body too.
+#[tokio::test]
+async fn path_and_method_errors_are_the_json_error_body() {
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&scripted, dir.path()).await;
+    let not_utf8 = api.post("/v1/conversations/%FF/search", json!({"query": "x"})).await;
+    assert_error(&not_utf8, StatusCode::BAD_REQUEST, "conversation");
+    assert_eq!(not_utf8.1["error"]["code"], "invalid");
+    assert_error(&api.get("/v1/conversations/%FF").await, StatusCode::BAD_REQUEST, "conversation");
+    assert_error(
+        &api.get(&format!("/v1/conversations/{}", "a".repeat(mragent::names::MAX_NAME_CHARS + 1)))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "conversation",
+    );
+    for (method, path) in [
+        (reqwest::Method::PUT, "/v1/conversations"),
+        (reqwest::Method::PATCH, "/v1/conversations/demo"),
+        (reqwest::Method::GET, "/v1/conversations/demo/ask"),
+        (reqwest::Method::DELETE, "/openapi.json"),
+    ] {
+        let response = api
+            .client
+            .request(method.clone(), format!("{}{path}", api.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        assert!(response.headers().contains_key("allow"), "{method} {path}");
+        let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
+        assert_eq!(content_type, "application/json", "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+        assert_eq!(body["error"]["field"], "method", "{body}");
+    }
+    // Bad JSON and a body over the limit: JSON bodies as well.
+    let bad_json = api
+        .client
+        .post(format!("{}/v1/conversations/demo/ask", api.base))
+        .bearer_auth(TOKEN)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_json.status(), StatusCode::BAD_REQUEST);
+    let body: Value = bad_json.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "body", "{body}");
+    // Schema-only rules: a whitespace-only question by Unicode's rule, k as 5.0, an impossible date.
+    assert_error(
+        &api.post("/v1/conversations/demo/ask", json!({"question": "\u{3000}\u{2003}"})).await,
+        StatusCode::BAD_REQUEST,
+        "question",
+    );
+    assert_error(
+        &api.post("/v1/conversations/nobody/search", json!({"query": "x", "k": 5.0})).await,
+        StatusCode::NOT_FOUND,
+        "conversation",
+    );
+    let impossible =
+        json!({"messages": [{"speaker": "A", "text": "x", "timestamp": "2023-02-29"}]});
+    assert_error(
+        &api.post("/v1/conversations/demo/messages", impossible).await,
+        StatusCode::BAD_REQUEST,
+        "timestamp",
+    );
+    let long = json!({"messages": [{"speaker": "A", "text": "x".repeat(mragent::names::MAX_MESSAGE_CHARS + 1)}]});
+    let long_text = api.post("/v1/conversations/demo/messages", long).await;
+    assert_eq!(long_text.0, StatusCode::BAD_REQUEST, "{}", long_text.1);
+    assert_eq!(api.get("/v1/conversations").await.1["conversations"], json!([]));
+}
+
+#[tokio::test]
+async fn forgetting_one_message_rebuilds_its_session_and_names_the_message_on_error() {
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&scripted, dir.path()).await;
+    let (status, _) = api
+        .post("/v1/conversations/forgetting/messages", json!({"messages": example_messages()}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let store =
+        mragent::store::Store::open(mragent::store::Store::default_path(dir.path())).unwrap();
+    let before = store.load("forgetting").unwrap();
+    let session = &before.sessions[0];
+    let message = session.messages[0].id.clone();
+    let path = format!("/v1/conversations/forgetting/messages/{message}");
+
+    let (status, reply) = api.call("DELETE", &path, None, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply["forgotten"]["message"], message.as_str(), "{reply}");
+    assert_eq!(reply["forgotten"]["session"], format!("D{}", session.number), "{reply}");
+    assert_eq!(reply["rebuilt"]["conversation"], "forgetting", "{reply}");
+    assert!(reply["rebuilt"]["failed_sessions"].as_array().unwrap().is_empty(), "{reply}");
+    let after = store.load("forgetting").unwrap();
+    let left: usize = after.sessions.iter().map(|session| session.messages.len()).sum();
+    let had: usize = before.sessions.iter().map(|session| session.messages.len()).sum();
+    assert_eq!(left, had - 1);
+    assert!(after.sessions.iter().flat_map(|s| &s.messages).all(|m| m.id != message));
+
+    let again = api.call("DELETE", &path, None, Some(TOKEN)).await;
+    assert_error(&again, StatusCode::NOT_FOUND, "message");
+    assert_eq!(again.1["error"]["code"], "unknown_message");
+    let bad =
+        api.call("DELETE", "/v1/conversations/forgetting/messages/..x", None, Some(TOKEN)).await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "message");
+    let bad = api
+        .call("DELETE", &format!("/v1/conversations/..x/messages/{message}"), None, Some(TOKEN))
+        .await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "conversation");
+    let unauthorized = api.call("DELETE", &path, None, None).await;
+    assert_error(&unauthorized, StatusCode::UNAUTHORIZED, "authorization");
+    let (_, document) = api.get("/openapi.json").await;
+    let operation = &document["paths"]["/v1/conversations/{id}/messages/{message}"]["delete"];
+    assert!(operation["responses"]["404"].is_object(), "{document}");
+    assert_eq!(store.load("forgetting").unwrap().sessions.len(), after.sessions.len());
+}

@@ -37,34 +37,47 @@ enum Ask {
 
 /// Parse the first user message of a chat request.
 fn parse_ask(request: &RecordedRequest) -> Ask {
-    let prompt = request.messages()[0]["content"].as_str().unwrap().to_string();
-    let turn = Regex::new(r"(?m)^\[(D\d+:\d+)\] ([^:]+): (.*)$").unwrap();
+    let prompt = request
+        .messages()
+        .first()
+        .and_then(|message| message["content"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    parse_prompt(&prompt)
+}
+
+/// Parse a prompt as a model would, never failing: a turn line is `[D<n>:<m>] speaker: text`,
+/// split at the first `: ` (a speaker holding `: ` is cut there; a line without one is all
+/// speaker); a prompt with no turn line is a keyword request, its sentences those of the first
+/// line that parses as a JSON list of `{id, text}` (none when there is no such line).
+fn parse_prompt(prompt: &str) -> Ask {
+    let turn = Regex::new(r"(?m)^\[(D\d+:\d+)\] (.*)$").unwrap();
     let session =
         Regex::new(r"(?m)^Session D(\d+), date: .*?(?:\((\d{4}-\d{2}-\d{2})\))?$").unwrap();
     let turns: Vec<(String, String, String)> = turn
-        .captures_iter(&prompt)
-        .map(|c| (c[1].to_string(), c[2].to_string(), c[3].to_string()))
+        .captures_iter(prompt)
+        .map(|c| {
+            let (speaker, text) = c[2].split_once(": ").unwrap_or((&c[2], ""));
+            (c[1].to_string(), speaker.to_string(), text.to_string())
+        })
         .collect();
     if !turns.is_empty() {
         let sessions = session
-            .captures_iter(&prompt)
-            .map(|c| (c[1].parse().unwrap(), c.get(2).map(|m| m.as_str().to_string())))
+            .captures_iter(prompt)
+            .filter_map(|c| Some((c[1].parse().ok()?, c.get(2).map(|m| m.as_str().to_string()))))
             .collect();
         return Ask::Rewrite { sessions, turns };
     }
-    let line = prompt
+    let items = prompt
         .lines()
-        .find(|line| line.starts_with("[{\"id\""))
-        .expect("keyword prompt lists sentences");
-    let items: Vec<Value> = serde_json::from_str(line).unwrap();
+        .filter(|line| line.starts_with("[{\"id\""))
+        .find_map(|line| serde_json::from_str::<Vec<Value>>(line).ok())
+        .unwrap_or_default();
     Ask::Keywords(
         items
             .iter()
-            .map(|item| {
-                (
-                    item["id"].as_str().unwrap().to_string(),
-                    item["text"].as_str().unwrap().to_string(),
-                )
+            .filter_map(|item| {
+                Some((item["id"].as_str()?.to_string(), item["text"].as_str()?.to_string()))
             })
             .collect(),
     )
@@ -76,12 +89,13 @@ fn mechanical_rewrite(
     sessions: &[(u32, Option<String>)],
     turns: &[(String, String, String)],
 ) -> Value {
+    // `D<n>:<m>` (the turn pattern) gives `n`.
+    let number = |dia_id: &str| -> Option<u32> { dia_id.get(1..)?.split(':').next()?.parse().ok() };
     let date_of = |dia_id: &str| {
-        let number: u32 = dia_id[1..dia_id.find(':').unwrap()].parse().unwrap();
+        let number = number(dia_id)?;
         sessions.iter().find(|(index, _)| *index == number).and_then(|(_, date)| date.clone())
     };
-    let topic_of =
-        |dia_id: &str| format!("t{}", dia_id[1..dia_id.find(':').unwrap()].parse::<u32>().unwrap());
+    let topic_of = |dia_id: &str| format!("t{}", number(dia_id).unwrap_or(0));
     let sentences: Vec<Value> = turns
         .iter()
         .map(|(dia_id, speaker, text)| {
@@ -106,7 +120,7 @@ fn mechanical_rewrite(
             json!({"id": format!("p{}", n + 1), "person": speaker, "tag": "Talk", "text": format!("{speaker} likes to talk"), "origin": dia_id})
         })
         .collect();
-    json!({"conversation_time": sessions[0].1, "sentence": sentences, "topics": topics, "personal_sentences": personal})
+    json!({"conversation_time": sessions.first().and_then(|(_, date)| date.clone()), "sentence": sentences, "topics": topics, "personal_sentences": personal})
 }
 
 /// Keywords for sentences: the capitalised words of each text.
@@ -207,6 +221,34 @@ fn rewrites_per_session(requests: &[RecordedRequest]) -> BTreeMap<u32, usize> {
         }
     }
     counts
+}
+
+#[test]
+fn the_scripted_model_reads_any_speaker_without_panicking() {
+    let prompt = "Session D1, date: 2024-05-03 (2024-05-03)\n[D1:1] a:b: hi: there\n\
+        [D1:2] x: y: z\n[D1:3] ]:[{\"id\": \n[D1:4] no separator\n[D1:5] \u{1F600}\u{0}: \u{202E}text\n\
+        Session D99999999999, date: unknown\n[D99999999999:1] big: session\n";
+    let Ask::Rewrite { sessions, turns } = parse_prompt(prompt) else {
+        panic!("a prompt with turn lines is a rewrite request");
+    };
+    let speakers: Vec<&str> = turns.iter().map(|(_, speaker, _)| speaker.as_str()).collect();
+    assert_eq!(speakers, ["a:b", "x", "]:[{\"id\"", "no separator", "\u{1F600}\u{0}", "big"]);
+    assert_eq!(turns[0].2, "hi: there");
+    assert_eq!(sessions, [(1, Some("2024-05-03".to_string()))], "D99999999999 is no u32");
+    let rewrite = mechanical_rewrite(&sessions, &turns);
+    assert_eq!(rewrite["sentence"].as_array().unwrap().len(), 6, "{rewrite}");
+    assert_eq!(rewrite["conversation_time"], "2024-05-03");
+    assert!(mechanical_rewrite(&[], &turns)["conversation_time"].is_null());
+    for prompt in ["", "[{\"id\": broken", "[{\"id\": 1, \"text\": 2}]", "no sentences"] {
+        assert!(
+            matches!(parse_prompt(prompt), Ask::Keywords(items) if items.is_empty()),
+            "{prompt}"
+        );
+    }
+    let Ask::Keywords(items) = parse_prompt("x\n[{\"id\": \"s:1\", \"text\": \"A: B\"}]\n") else {
+        panic!("a sentence list is a keyword request");
+    };
+    assert_eq!(items, [("s:1".to_string(), "A: B".to_string())]);
 }
 
 #[tokio::test]

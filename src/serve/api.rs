@@ -1,0 +1,335 @@
+//! The bodies the API takes and gives, and the schemas the OpenAPI document declares for them.
+//!
+//! Response bodies derive their schemas (`utoipa::ToSchema`); request bodies and the `{id}`
+//! parameter write theirs out with utoipa's builders, because their constraints come from the
+//! shared limits in [`crate::names`] and must use those constants. The handlers check a body
+//! field by field first (errors name the field), then against the very schema published here
+//! (`openapi::Validators`), so the document and the checks cannot disagree.
+
+use serde::Serialize;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{
+    AllOfBuilder, AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type,
+};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+
+use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NAME_PATTERN};
+use crate::service::{AddReport, SearchHit};
+use crate::store::{ConversationInfo, ForgottenMessage};
+
+/// Largest `k` a search may ask for.
+pub(crate) const MAX_K: u64 = 100;
+/// `k` when a search does not give one.
+pub(crate) const DEFAULT_K: u64 = 10;
+
+/// A string that is not all whitespace: one character outside Rust's `char::is_whitespace` (the
+/// Unicode `White_Space` set, which `str::trim` removes). Spelled as `\uXXXX` escapes so that
+/// ECMA 262, Python and Rust regular expressions read it alike (their `\s` differ).
+pub(crate) const NON_BLANK_PATTERN: &str = "[^\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]";
+
+/// A calendar date `YYYY-MM-DD` that exists (leap years included), its year matching `$year`
+/// and, on 29 February, its century year (`YY00`, leap when `YY` is a multiple of 4) `$century`.
+macro_rules! date_pattern {
+    ($year:literal, $century:literal) => {
+        concat!(
+            "(?:",
+            $year,
+            "-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])",
+            "|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)",
+            "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|",
+            $century,
+            "00)-02-29)"
+        )
+    };
+}
+
+/// Hours, minutes, seconds and an optional fraction.
+macro_rules! time_pattern {
+    () => {
+        "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?"
+    };
+}
+
+/// A message timestamp `convo::Timestamp::parse` takes: a date; a date and `HH:MM[:SS]` (`T` or
+/// a space between, UTC); RFC 3339 with seconds, optional fraction and `Z`; or RFC 3339 with an
+/// offset, in the years 0001 to 9998 only (in 0000 or 9999 an offset can move the time out of
+/// the four-digit years, which the service refuses).
+pub(crate) const TIMESTAMP_PATTERN: &str = concat!(
+    "^(?:",
+    date_pattern!("[0-9]{4}", "(?:[02468][048]|[13579][26])"),
+    "(?:[T ](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9])?|",
+    time_pattern!(),
+    "Z)?|",
+    date_pattern!(
+        "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])",
+        "(?:0[48]|[2468][048]|[13579][26])"
+    ),
+    time_pattern!(),
+    "[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+);
+
+fn string(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String).description(Some(description))
+}
+
+/// A string with a non-whitespace character.
+fn non_blank(description: &str) -> ObjectBuilder {
+    string(description).min_length(Some(1)).pattern(Some(NON_BLANK_PATTERN))
+}
+
+fn message_text() -> RefOr<Schema> {
+    let text = || non_blank("what was said").max_length(Some(MAX_MESSAGE_CHARS));
+    let part = ObjectBuilder::new()
+        .description(Some("an OpenAI-style text content part"))
+        .property("type", string("`text`").enum_values(Some(["text"])))
+        .property("text", text())
+        .required("text");
+    let parts = ArrayBuilder::new()
+        .description(Some("OpenAI-style content parts: one text part"))
+        .items(part)
+        .min_items(Some(1))
+        .max_items(Some(1));
+    AnyOfBuilder::new().item(text()).item(parts).into()
+}
+
+fn one_of_required(keys: &[&str]) -> RefOr<Schema> {
+    keys.iter()
+        .fold(AnyOfBuilder::new(), |any, key| any.item(ObjectBuilder::new().required(*key)))
+        .into()
+}
+
+/// One message of an add (the `convo` format: see `data/examples/README.md`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Message;
+
+impl PartialSchema for Message {
+    fn schema() -> RefOr<Schema> {
+        let speaker = || non_blank("who said it");
+        let timestamp = || {
+            string("RFC 3339 (2024-05-03T14:00:00Z), YYYY-MM-DD HH:MM[:SS] (UTC) or YYYY-MM-DD")
+                .pattern(Some(TIMESTAMP_PATTERN))
+        };
+        let session = || {
+            AnyOfBuilder::new()
+                .description(Some("the caller's session id"))
+                .item(non_blank("a session id"))
+                .item(ObjectBuilder::new().schema_type(Type::Number))
+        };
+        let fields = ObjectBuilder::new()
+            .property("speaker", speaker())
+            .property("name", speaker())
+            .property("role", speaker())
+            .property("text", message_text())
+            .property("content", message_text())
+            .property("timestamp", timestamp())
+            .property("time", timestamp())
+            .property("date", timestamp())
+            .property("created_at", timestamp())
+            .property("session", session())
+            .property("session_id", session());
+        AllOfBuilder::new()
+            .description(Some(
+                "a speaker (`speaker`, `name` or `role`), a text (`text` or `content`), \
+                 optionally a timestamp (`timestamp`, `time`, `date` or `created_at`) and a \
+                 session id (`session` or `session_id`); where two names are given the first \
+                 listed is used",
+            ))
+            .item(fields)
+            .item(one_of_required(&["speaker", "name", "role"]))
+            .item(one_of_required(&["text", "content"]))
+            .into()
+    }
+}
+
+impl ToSchema for Message {}
+
+/// `POST /v1/conversations/{id}/messages`.
+#[derive(Debug, Clone)]
+pub(crate) struct AddRequest {
+    /// The messages, parsed.
+    pub(crate) messages: Vec<crate::convo::Message>,
+}
+
+impl PartialSchema for AddRequest {
+    fn schema() -> RefOr<Schema> {
+        let messages = ArrayBuilder::new()
+            .items(Message::schema())
+            .min_items(Some(1))
+            .max_items(Some(MAX_MESSAGES_PER_ADD));
+        ObjectBuilder::new().property("messages", messages).required("messages").into()
+    }
+}
+
+impl ToSchema for AddRequest {}
+
+/// `POST /v1/conversations/{id}/search`.
+#[derive(Debug, Clone)]
+pub(crate) struct SearchRequest {
+    /// What to look for.
+    pub(crate) query: String,
+    /// How many lines.
+    pub(crate) k: u64,
+}
+
+impl PartialSchema for SearchRequest {
+    fn schema() -> RefOr<Schema> {
+        let k = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+            .description(Some(format!("how many lines (default {DEFAULT_K})")))
+            .minimum(Some(1))
+            .maximum(Some(MAX_K));
+        ObjectBuilder::new()
+            .property("query", non_blank("what to look for"))
+            .property("k", k)
+            .required("query")
+            .into()
+    }
+}
+
+impl ToSchema for SearchRequest {}
+
+/// `POST /v1/conversations/{id}/ask`.
+#[derive(Debug, Clone)]
+pub(crate) struct AskRequest {
+    /// The question.
+    pub(crate) question: String,
+    /// Answer as server-sent events.
+    pub(crate) stream: bool,
+}
+
+impl PartialSchema for AskRequest {
+    fn schema() -> RefOr<Schema> {
+        let stream = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+            .description(Some("answer as server-sent events (default false)"));
+        ObjectBuilder::new()
+            .property("question", non_blank("the question"))
+            .property("stream", stream)
+            .required("question")
+            .into()
+    }
+}
+
+impl ToSchema for AskRequest {}
+
+/// The `{id}` path parameter: a conversation id ([`crate::names::check_name`]'s rule).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConversationId;
+
+/// A path parameter holding a name ([`crate::names::check_name`]'s rule).
+fn name_parameter(name: &str, description: &str) -> Parameter {
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME_CHARS))
+        .pattern(Some(NAME_PATTERN));
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(utoipa::openapi::Required::True)
+        .description(Some(format!(
+            "{description}: ASCII letters, digits and . _ - : @ +, starting with a letter or \
+             digit, no `..`"
+        )))
+        .schema(Some(schema))
+        .build()
+}
+
+impl IntoParams for ConversationId {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![name_parameter("id", "conversation id")]
+    }
+}
+
+/// The `{id}` and `{message}` path parameters: a conversation id and one of its message ids.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MessagePath;
+
+impl IntoParams for MessagePath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            name_parameter("id", "conversation id"),
+            name_parameter("message", "message id (its content hash, as `memory show` lists it)"),
+        ]
+    }
+}
+
+/// `DELETE /v1/conversations/{id}/messages/{message}`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ForgetMessageReply {
+    /// The message forgotten and the session it was in.
+    pub(crate) forgotten: ForgottenMessage,
+    /// The rebuild of that session from the messages left.
+    pub(crate) rebuilt: AddReport,
+}
+
+/// `GET /v1/conversations`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ConversationList {
+    /// Every conversation, by id.
+    pub(crate) conversations: Vec<ConversationInfo>,
+}
+
+/// `DELETE /v1/conversations/{id}`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    /// The conversation as it was.
+    pub(crate) deleted: ConversationInfo,
+}
+
+/// `POST /v1/conversations/{id}/search`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct SearchReply {
+    /// The conversation id.
+    pub(crate) conversation: String,
+    /// The query as given.
+    pub(crate) query: String,
+    /// The lines found, best first.
+    pub(crate) hits: Vec<SearchHit>,
+}
+
+/// What went wrong, for a client to act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ErrorCode {
+    /// A field, the path or the body is unusable (400).
+    Invalid,
+    /// Missing or wrong bearer token (401).
+    Unauthorized,
+    /// No such endpoint (404).
+    NotFound,
+    /// No such conversation (404).
+    UnknownConversation,
+    /// No such message in the conversation (404).
+    UnknownMessage,
+    /// The method is not one the path takes (405).
+    MethodNotAllowed,
+    /// The conversation has no built session yet (409).
+    NotBuilt,
+    /// The conversation was embedded with another embedder (409).
+    EmbedderMismatch,
+    /// The body is over the size limit (413).
+    TooLarge,
+    /// The service failed (500).
+    Internal,
+}
+
+/// The error's details.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ErrorDetail {
+    /// What went wrong.
+    pub(crate) code: ErrorCode,
+    /// What to fix: a body field, `conversation`, `path`, `method`, `body` or `authorization`;
+    /// empty for internal errors.
+    pub(crate) field: String,
+    /// For a person.
+    pub(crate) message: String,
+}
+
+/// Every error the API answers, whatever the route or the cause.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    /// The error.
+    pub(crate) error: ErrorDetail,
+}

@@ -1,0 +1,88 @@
+//! The schema patterns against the rules they stand for, in every regular-expression dialect the
+//! document meets (Rust's `regex`, the `jsonschema` crate the handlers validate with).
+
+use chrono::NaiveDate;
+use serde_json::json;
+
+use super::api::{NON_BLANK_PATTERN, TIMESTAMP_PATTERN};
+use crate::convo::Timestamp;
+
+#[test]
+fn non_blank_is_exactly_not_all_whitespace_as_trim_sees_it() {
+    let pattern = regex::Regex::new(NON_BLANK_PATTERN).unwrap();
+    for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+        assert_eq!(pattern.is_match(c.encode_utf8(&mut [0; 4])), !c.is_whitespace(), "{c:?}");
+    }
+    let validator = jsonschema::validator_for(&json!({"pattern": NON_BLANK_PATTERN})).unwrap();
+    for (text, valid) in [("x", true), ("\u{1c}", true), ("\u{feff}", true), ("", false)] {
+        assert_eq!(validator.is_valid(&json!(text)), valid, "{text:?}");
+    }
+    for blank in [" \t\n", "\u{3000}\u{2003}", "\u{85}\u{a0}\u{2028}"] {
+        assert!(!validator.is_valid(&json!(blank)), "{blank:?}");
+    }
+}
+
+#[test]
+fn a_timestamp_the_schema_takes_is_one_the_service_parses() {
+    let pattern = regex::Regex::new(TIMESTAMP_PATTERN).unwrap();
+    let validator = jsonschema::validator_for(&json!({"pattern": TIMESTAMP_PATTERN})).unwrap();
+    for year in [0, 1, 100, 400, 1900, 1999, 2000, 2023, 2024, 2100, 9996, 9999] {
+        for month in 0..=13 {
+            for day in 0..=32 {
+                let date = format!("{year:04}-{month:02}-{day:02}");
+                let exists = NaiveDate::from_ymd_opt(year, month, day).is_some();
+                assert_eq!(pattern.is_match(&date), exists, "{date}");
+                assert_eq!(validator.is_valid(&json!(date)), exists, "{date}");
+                if exists {
+                    assert!(Timestamp::parse(&date).is_some(), "{date}");
+                }
+            }
+        }
+    }
+    let good = [
+        "2024-05-03 14:00",
+        "2024-05-03T14:00",
+        "2024-05-03 23:59:59",
+        "2024-05-03T00:00:00Z",
+        "2024-05-03T14:00:00.123456789+23:59",
+        "0000-01-01T00:00:00Z",
+        "9999-12-31T23:59:59Z",
+        "0001-01-01T00:00:00+23:59",
+        "9998-12-31T23:59:59-23:59",
+        "0400-02-29T00:00:00+01:00",
+    ];
+    for text in good {
+        assert!(pattern.is_match(text) && validator.is_valid(&json!(text)), "{text}");
+        let parsed = Timestamp::parse(text).unwrap_or_else(|| panic!("{text} parses"));
+        assert!(Timestamp::parse(&parsed.canonical()).is_some(), "{text} round-trips");
+    }
+    let bad = [
+        "last week",
+        "2024-5-3",
+        " 2024-05-03",
+        "2024-05-03\n",
+        "2024-05-03T24:00",
+        "2024-05-03 14:00Z",
+        "2024-05-03T14:00:60Z",
+        "2024-05-03T14:00:00.Z",
+        "2024-05-03T14:00:00+24:00",
+        "+2024-05-03",
+        "0000-02-29T00:00:00+00:00",
+        "0000-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59-23:59",
+    ];
+    for text in bad {
+        assert!(!pattern.is_match(text) && !validator.is_valid(&json!(text)), "{text}");
+    }
+    // Outside the four-digit years in UTC: refused by the service too, naming `timestamp`.
+    for text in ["0000-01-01T00:00:00+01:00", "9999-12-31T23:59:59-23:59"] {
+        assert!(Timestamp::parse(text).is_none(), "{text}");
+    }
+}
+
+#[test]
+fn the_document_compiles_into_the_request_validators() {
+    let document = super::document();
+    assert!(super::openapi::Validators::new(&document).is_ok());
+    assert!(document["components"]["schemas"]["AddRequest"].is_object(), "{document}");
+}
