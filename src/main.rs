@@ -305,7 +305,8 @@ async fn ask(args: &mragent::cli::AskArgs, paths: &ProjectPaths) -> anyhow::Resu
             let why = missing.error.as_deref().unwrap_or("never built; run the add again");
             outln!(
                 "note: answered without session {} ({} messages not built: {why})",
-                missing.session, missing.messages
+                missing.session,
+                missing.messages
             )?;
         }
         outln!("question: {}", report.question_id)?;
@@ -376,7 +377,9 @@ async fn memory(command: MemoryCommand, paths: &ProjectPaths) -> anyhow::Result<
             own::Forgotten::Conversation(info) => {
                 outln!(
                     "forgot {}: {} messages, {} sessions",
-                    info.id, info.messages, info.sessions
+                    info.id,
+                    info.messages,
+                    info.sessions
                 )?;
                 Ok(Outcome::Success)
             }
@@ -385,7 +388,9 @@ async fn memory(command: MemoryCommand, paths: &ProjectPaths) -> anyhow::Result<
                     if forgotten.session_removed { ", now empty and removed" } else { "" };
                 outln!(
                     "forgot message {} of {} (session {}{removed})",
-                    forgotten.message, forgotten.conversation, forgotten.session
+                    forgotten.message,
+                    forgotten.conversation,
+                    forgotten.session
                 )?;
                 outln!("{report}")?;
                 Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
