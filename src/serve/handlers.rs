@@ -183,6 +183,9 @@ pub(super) async fn add(
     let map = object(body)?;
     let whole = Value::Object(map.clone());
     let request = AddRequest::parse(map)?;
+    // The limits first, with the service's own message (the same the CLI gives), then the
+    // whole body against the published schema.
+    crate::service::check_limits(&request.messages)?;
     state.validators.add(&whole)?;
     Ok(Json(state.service.add(&id, request.messages).await?))
 }

@@ -188,6 +188,9 @@ impl Validators {
     }
 }
 
+/// Longest validator message an error quotes, in characters.
+const MAX_REASON_CHARS: usize = 300;
+
 /// 400 naming the innermost object field of the first violation (`body` for the body itself).
 fn check(validator: &jsonschema::Validator, body: &Value) -> Result<(), ApiError> {
     let Some(error) = validator.iter_errors(body).next() else {
@@ -199,5 +202,10 @@ fn check(validator: &jsonschema::Validator, body: &Value) -> Result<(), ApiError
         .find(|segment| !segment.is_empty() && !segment.bytes().all(|byte| byte.is_ascii_digit()))
         .unwrap_or("body");
     let location = if path.is_empty() { String::new() } else { format!(" at {path}") };
-    Err(ApiError::bad(field, format!("does not match the API's schema{location}: {error}")))
+    // The validator's message quotes the offending value, which may be megabytes long.
+    let mut reason = error.to_string();
+    if reason.chars().count() > MAX_REASON_CHARS {
+        reason = reason.chars().take(MAX_REASON_CHARS).chain("…".chars()).collect();
+    }
+    Err(ApiError::bad(field, format!("does not match the API's schema{location}: {reason}")))
 }
