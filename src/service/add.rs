@@ -50,6 +50,26 @@ pub struct AddReport {
 }
 
 impl AddReport {
+    /// The report of a write to `conversation` before its sessions are built.
+    fn before_build(
+        conversation: &str,
+        created: bool,
+        new_messages: usize,
+        duplicates: usize,
+    ) -> Self {
+        AddReport {
+            conversation: conversation.to_string(),
+            created,
+            new_messages,
+            duplicates,
+            built_sessions: Vec::new(),
+            failed_sessions: Vec::new(),
+            sessions: 0,
+            chat_calls: 0,
+            elapsed_ms: 0,
+        }
+    }
+
     /// Whether every session of the conversation is built.
     pub fn is_complete(&self) -> bool {
         self.failed_sessions.is_empty()
@@ -143,17 +163,12 @@ where
             Ok((lock, added))
         })
         .await?;
-        let mut report = AddReport {
-            conversation: conversation.to_string(),
-            created: added.created,
-            new_messages: added.new_messages,
-            duplicates: added.duplicates,
-            built_sessions: Vec::new(),
-            failed_sessions: Vec::new(),
-            sessions: 0,
-            chat_calls: 0,
-            elapsed_ms: 0,
-        };
+        let mut report = AddReport::before_build(
+            conversation,
+            added.created,
+            added.new_messages,
+            added.duplicates,
+        );
         self.build_pending(&mut report).await?;
         drop(lock);
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -176,17 +191,7 @@ where
             Ok((lock, forgotten))
         })
         .await?;
-        let mut report = AddReport {
-            conversation: conversation.to_string(),
-            created: false,
-            new_messages: 0,
-            duplicates: 0,
-            built_sessions: Vec::new(),
-            failed_sessions: Vec::new(),
-            sessions: 0,
-            chat_calls: 0,
-            elapsed_ms: 0,
-        };
+        let mut report = AddReport::before_build(conversation, false, 0, 0);
         self.build_pending(&mut report).await?;
         drop(lock);
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
