@@ -343,3 +343,20 @@ async fn trace_accepts_the_question_id_and_the_trace_path_that_ask_prints() {
         assert!(shown.contains(&question), "trace {target}: {shown}");
     }
 }
+
+#[tokio::test]
+async fn a_conversation_deleted_over_http_is_gone_whatever_its_id_characters() {
+    let scripted = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _stop) = start_api(&scripted, dir.path()).await;
+    let body =
+        json!({"messages": [{"speaker": "A", "text": "hello there", "timestamp": "5585-01-31"}]});
+    let (status, reply) = post(&base, "/v1/conversations/u.%40.w.o/messages", &body).await;
+    assert_eq!(status, 200, "{reply}");
+    let client = reqwest::Client::new();
+    let url = format!("{base}/v1/conversations/u.%40.w.o");
+    assert_eq!(client.get(&url).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(client.delete(&url).send().await.unwrap().status().as_u16(), 200);
+    let after = client.get(&url).send().await.unwrap();
+    assert_eq!(after.status().as_u16(), 404, "{}", after.text().await.unwrap());
+}
