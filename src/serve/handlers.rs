@@ -193,6 +193,7 @@ pub(super) async fn add(
 impl SearchRequest {
     fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
         let query = string_field(map, "query")?;
+        let bad_k = || ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}"));
         let k = match map.get("k") {
             None | Some(Value::Null) => DEFAULT_K,
             // JSON Schema's `integer` counts 5.0 as an integer; so does this.
@@ -202,12 +203,8 @@ impl SearchRequest {
                     number.as_f64().filter(|k| k.fract() == 0.0 && *k >= 1.0).map(|k| k as u64)
                 })
                 .filter(|k| (1..=MAX_K).contains(k))
-                .ok_or_else(|| {
-                    ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}"))
-                })?,
-            Some(_) => {
-                return Err(ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}")));
-            }
+                .ok_or_else(bad_k)?,
+            Some(_) => return Err(bad_k()),
         };
         Ok(Self { query, k })
     }
