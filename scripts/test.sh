@@ -10,3 +10,4 @@ cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --release --all-targets --locked -- -D warnings
 cargo test --release --locked
+cargo test --release --locked --test it -- --ignored --nocapture schemathesis
