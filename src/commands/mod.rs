@@ -246,11 +246,8 @@ pub fn retrieve(
     args: &RetrieveArgs,
     quiet: bool,
     stop: &std::sync::atomic::AtomicBool,
-) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
-    crate::retrieval::eval::run_retrieval_eval_until(
-        &retrieve_settings(paths, data, args, quiet)?,
-        stop,
-    )
+) -> anyhow::Result<crate::tune::RetrieveReport> {
+    crate::tune::run_retrieval_eval_until(&retrieve_settings(paths, data, args, quiet)?, stop)
 }
 
 /// `retrieve --folds`: leave-one-conversation-out tuning and held-out scores.
@@ -259,8 +256,8 @@ pub fn retrieve_folds(
     data: &DataSettings,
     args: &RetrieveArgs,
     quiet: bool,
-) -> anyhow::Result<crate::retrieval::eval::FoldsOutcome> {
-    crate::retrieval::eval::run_retrieval_folds(&retrieve_settings(paths, data, args, quiet)?)
+) -> anyhow::Result<crate::tune::FoldsOutcome> {
+    crate::tune::run_retrieval_folds(&retrieve_settings(paths, data, args, quiet)?)
 }
 
 /// The settings of `retrieve` from its arguments.
@@ -269,9 +266,9 @@ fn retrieve_settings(
     data: &DataSettings,
     args: &RetrieveArgs,
     quiet: bool,
-) -> anyhow::Result<crate::retrieval::eval::RetrieveSettings> {
+) -> anyhow::Result<crate::tune::RetrieveSettings> {
     use crate::retrieval::Method;
-    let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
+    let mut settings = crate::tune::RetrieveSettings::new(&paths.root, data.kind);
     settings.data_path = data.file.clone();
     settings.samples = data.sample.iter().cloned().collect();
     retrieve_selection(data, &mut settings)?;
@@ -304,7 +301,7 @@ fn retrieve_settings(
 /// retrieval, refused with the reason where they do not (never silently ignored).
 fn retrieve_selection(
     data: &DataSettings,
-    settings: &mut crate::retrieval::eval::RetrieveSettings,
+    settings: &mut crate::tune::RetrieveSettings,
 ) -> anyhow::Result<()> {
     if data.lm_batch != 1 {
         anyhow::bail!(
