@@ -4,7 +4,8 @@
 //! Modules are declared in data-flow order (a suggested reading order):
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
 //!   one id rule and the shared input limits; [`settings`]: resolved settings; [`logging`]: tracing setup;
-//!   [`prompts`]: every prompt, compiled in.
+//!   [`prompts`]: every prompt, compiled in; [`text`]: words, stop words, the Porter stemmer and
+//!   the short content hash every stage shares.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
 //! - [`llm`]: the only module that talks to model endpoints (its `fatal` latch also stops a
@@ -31,6 +32,7 @@ pub mod logging;
 pub mod names;
 pub mod prompts;
 pub mod settings;
+pub mod text;
 
 pub mod convo;
 pub mod dataset;

@@ -101,8 +101,7 @@ pub fn check_ping_reply(reply: &str) -> Result<(), String> {
     if prompt_words.iter().any(|word| lower.contains(word)) {
         return Err(format!("the reply {reply:?} repeats the prompt instead of answering it"));
     }
-    let words: Vec<&str> =
-        reply.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).collect();
+    let words: Vec<&str> = crate::text::alphanumeric_runs(reply).collect();
     if words.len() > MAX_WORDS || !words.contains(&PING_ANSWER) {
         return Err(format!("expected the reply {PING_ANSWER:?}, got {reply:?}"));
     }

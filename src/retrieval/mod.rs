@@ -42,7 +42,7 @@ pub use cache::EmbeddingCache;
 pub use index::{
     FusionOptions, IndexError, IndexNeeds, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex,
     Method, Normalisation, QueryWords, Ranking, Scored, SessionAggregate, SessionHit,
-    SessionStructure, TurnHit, TurnRouting, WordError, content_words,
+    SessionStructure, TurnHit, TurnRouting, WordError,
 };
 pub use router::RouterFormula;
 pub use stored::{IndexCache, IndexSource};
