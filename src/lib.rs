@@ -2,10 +2,11 @@
 //!
 //! # Layout
 //! Modules are declared in data-flow order (a suggested reading order):
+//! - [`text`]: words, stop words, the Porter stemmer and the short content hash every stage
+//!   shares; a leaf that imports nothing from the crate.
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
 //!   one id rule and the shared input limits; [`settings`]: resolved settings; [`logging`]: tracing setup;
-//!   [`prompts`]: every prompt, compiled in; [`text`]: words, stop words, the Porter stemmer and
-//!   the short content hash every stage shares.
+//!   [`prompts`]: every prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
 //! - [`llm`]: the only module that talks to model endpoints (its `fatal` latch also stops a
@@ -26,13 +27,14 @@
 //!   with retrieval metrics, their settings tuned by folds.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
 
+pub mod text;
+
 pub mod cli;
 pub mod fsutil;
 pub mod logging;
 pub mod names;
 pub mod prompts;
 pub mod settings;
-pub mod text;
 
 pub mod convo;
 pub mod dataset;
