@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use mragent::dataset::DatasetKind;
 use mragent::embedding::MODEL_DIR_ENV;
-use mragent::retrieval::{Method, RetrieveSettings, run_retrieval_eval};
+use mragent::retrieval::Method;
+use mragent::tune::{RetrieveSettings, run_retrieval_eval};
 
 fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! Modules are declared in data-flow order (a suggested reading order):
+//! - [`text`]: words, stop words, the Porter stemmer and the short content hash every stage
+//!   shares; a leaf that imports nothing from the crate.
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
 //!   one id rule and the shared input limits; [`settings`]: resolved settings; [`logging`]: tracing setup;
 //!   [`prompts`]: every prompt, compiled in.
@@ -13,7 +15,7 @@
 //! - [`ingest`]: the write path, the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
 //! - [`retrieval`]: MemGAS multi-granularity retrieval (GMM association graph, entropy router,
-//!   personalized PageRank), BM25 and dense baselines, retrieval metrics.
+//!   personalized PageRank), BM25 and dense baselines; the library only.
 //! - [`agent`]: the answer engine: pre-loop retrieval, the tool loop, resumable runs, traces.
 //! - [`agent`]: the answer engine: pre-loop retrieval, graph tools, the tool-calling loop,
 //!   resumable concurrent runs, traces.
@@ -21,7 +23,11 @@
 //!   search and ask over it; [`serve`]: the HTTP API.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
+//! - [`tune`]: the `retrieve` benchmark harness: retrieval methods run over a dataset, scored
+//!   with retrieval metrics, their settings tuned by folds.
 //! - [`commands`]: what each CLI subcommand does, given resolved settings.
+
+pub mod text;
 
 pub mod cli;
 pub mod fsutil;
@@ -49,6 +55,8 @@ pub mod service;
 pub mod results;
 
 pub mod eval;
+
+pub mod tune;
 
 pub mod serve;
 

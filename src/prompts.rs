@@ -7,8 +7,6 @@
 
 use std::collections::BTreeSet;
 
-use sha2::{Digest as _, Sha256};
-
 /// A prompt template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prompt {
@@ -42,8 +40,7 @@ pub enum PromptError {
 impl Prompt {
     /// First 12 hex digits of the SHA-256 of the text.
     pub fn version(&self) -> String {
-        let digest = Sha256::digest(self.text.as_bytes());
-        digest.iter().take(6).map(|byte| format!("{byte:02x}")).collect()
+        crate::text::short_hash(self.text.as_bytes(), 6)
     }
 
     /// Placeholder names used in the template, sorted.

@@ -101,8 +101,7 @@ pub fn check_ping_reply(reply: &str) -> Result<(), String> {
     if prompt_words.iter().any(|word| lower.contains(word)) {
         return Err(format!("the reply {reply:?} repeats the prompt instead of answering it"));
     }
-    let words: Vec<&str> =
-        reply.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).collect();
+    let words: Vec<&str> = crate::text::alphanumeric_runs(reply).collect();
     if words.len() > MAX_WORDS || !words.contains(&PING_ANSWER) {
         return Err(format!("expected the reply {PING_ANSWER:?}, got {reply:?}"));
     }
@@ -246,11 +245,8 @@ pub fn retrieve(
     args: &RetrieveArgs,
     quiet: bool,
     stop: &std::sync::atomic::AtomicBool,
-) -> anyhow::Result<crate::retrieval::eval::RetrieveReport> {
-    crate::retrieval::eval::run_retrieval_eval_until(
-        &retrieve_settings(paths, data, args, quiet)?,
-        stop,
-    )
+) -> anyhow::Result<crate::tune::RetrieveReport> {
+    crate::tune::run_retrieval_eval_until(&retrieve_settings(paths, data, args, quiet)?, stop)
 }
 
 /// `retrieve --folds`: leave-one-conversation-out tuning and held-out scores.
@@ -259,8 +255,8 @@ pub fn retrieve_folds(
     data: &DataSettings,
     args: &RetrieveArgs,
     quiet: bool,
-) -> anyhow::Result<crate::retrieval::eval::FoldsOutcome> {
-    crate::retrieval::eval::run_retrieval_folds(&retrieve_settings(paths, data, args, quiet)?)
+) -> anyhow::Result<crate::tune::FoldsOutcome> {
+    crate::tune::run_retrieval_folds(&retrieve_settings(paths, data, args, quiet)?)
 }
 
 /// The settings of `retrieve` from its arguments.
@@ -269,9 +265,9 @@ fn retrieve_settings(
     data: &DataSettings,
     args: &RetrieveArgs,
     quiet: bool,
-) -> anyhow::Result<crate::retrieval::eval::RetrieveSettings> {
+) -> anyhow::Result<crate::tune::RetrieveSettings> {
     use crate::retrieval::Method;
-    let mut settings = crate::retrieval::eval::RetrieveSettings::new(&paths.root, data.kind);
+    let mut settings = crate::tune::RetrieveSettings::new(&paths.root, data.kind);
     settings.data_path = data.file.clone();
     settings.samples = data.sample.iter().cloned().collect();
     retrieve_selection(data, &mut settings)?;
@@ -304,7 +300,7 @@ fn retrieve_settings(
 /// retrieval, refused with the reason where they do not (never silently ignored).
 fn retrieve_selection(
     data: &DataSettings,
-    settings: &mut crate::retrieval::eval::RetrieveSettings,
+    settings: &mut crate::tune::RetrieveSettings,
 ) -> anyhow::Result<()> {
     if data.lm_batch != 1 {
         anyhow::bail!(

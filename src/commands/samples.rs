@@ -151,8 +151,7 @@ impl MemgasSource for ConversationMemgas {
             let conversation = &self.conversation;
             let local = run.local().await?;
             let granules = crate::ingest::load_granules(&run.build, conversation)?;
-            let units =
-                crate::retrieval::eval::session_units(conversation, None, granules.as_ref());
+            let units = crate::tune::session_units(conversation, None, granules.as_ref());
             let options = crate::retrieval::IndexOptions::default();
             let (index, source) = run
                 .indexes

@@ -17,7 +17,6 @@ mod split;
 use crate::dataset::json_kind as kind;
 use chrono::{DateTime, Datelike as _, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
-use sha2::{Digest as _, Sha256};
 
 pub(crate) use split::effective_times;
 pub use split::{DEFAULT_SESSION_GAP, NewSession, Placement, SessionSpan, place_messages};
@@ -138,8 +137,7 @@ impl Message {
             self.session,
             occurrence
         ]);
-        let digest = Sha256::digest(canonical.to_string().as_bytes());
-        digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+        crate::text::short_hash(canonical.to_string().as_bytes(), 16)
     }
 }
 

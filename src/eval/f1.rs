@@ -7,7 +7,8 @@
 //! semantics (`str.lower`, `str.split`, the regex `\b`), the Python behaviour is reproduced and
 //! the comment says how.
 
-use super::porter;
+use crate::text::porter;
+use crate::text::stop_words::LOCOMO_ARTICLES;
 
 /// Score of one answer under the LoCoMo rules.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -223,10 +224,12 @@ fn remove_articles(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The article pattern; compiled once. It is a constant valid pattern, so `None` (a failed
-/// compile) cannot happen; the scorer would then leave articles in place rather than panic.
-static ARTICLES: std::sync::LazyLock<Option<regex::Regex>> =
-    std::sync::LazyLock::new(|| regex::Regex::new(r"\b(?:a|an|the|and)\b").ok());
+/// The article pattern, `\b(?:a|an|the|and)\b` from [`LOCOMO_ARTICLES`]; compiled once. The
+/// words are plain letters, so the pattern is always valid and `None` (a failed compile) cannot
+/// happen; the scorer would then leave articles in place rather than panic.
+static ARTICLES: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(&format!(r"\b(?:{})\b", LOCOMO_ARTICLES.join("|"))).ok()
+});
 
 /// Python's `str.split()` / `str.strip()` whitespace: Unicode White_Space plus the ASCII
 /// information separators U+001C–U+001F, which Python also splits on.

@@ -6,14 +6,13 @@
 //! SVG plots.
 //!
 //! `eval` reads result files and the dataset only; it never imports `agent`. The scorer (`f1`,
-//! `porter`) and the aggregation (`report`) are pure; only [`evaluate`] does IO and only `judge`
-//! calls a model.
+//! stemming with `text::porter`) and the aggregation (`report`) are pure; only [`evaluate`] does
+//! IO and only `judge` calls a model.
 
 pub mod audit;
 pub mod f1;
 pub mod input;
 pub mod judge;
-pub mod porter;
 pub mod recall;
 pub mod report;
 mod run;

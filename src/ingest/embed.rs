@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::Question;
 use crate::ingest::cache::{FORMAT, PlannedUnit, Provenance, mismatch};
-use crate::ingest::unit::short_hash;
+use crate::ingest::unit::INPUT_HASH_BYTES;
 use crate::llm::{self, Embedder, Usage};
 use crate::memory::input::SessionRewrite;
+use crate::text::short_hash;
 
 /// File magic; the trailing digit is the layout version.
 const MAGIC: &[u8; 8] = b"MRAGEMB1";
@@ -84,7 +85,7 @@ pub(crate) fn question_texts(questions: &[Question]) -> (Vec<String>, Vec<String
 
 fn hash_of(value: &impl Serialize) -> String {
     // Serialising plain vectors of strings cannot fail; an empty hash would only force a rebuild.
-    short_hash(&serde_json::to_vec(value).unwrap_or_default())
+    short_hash(&serde_json::to_vec(value).unwrap_or_default(), INPUT_HASH_BYTES)
 }
 
 /// Line breaks become spaces; surrounding whitespace goes.

@@ -35,12 +35,13 @@ use super::cache::{PlannedUnit, Provenance, StageCache};
 use super::progress::human_count;
 use super::run::{Ledger, Pool, Tally, run_all, settle};
 use super::summary::{RunSummary, SampleFailures};
-use super::unit::{Unit, plan_units, short_hash};
+use super::unit::{INPUT_HASH_BYTES, Unit, plan_units};
 use super::{BuildSettings, FailedUnit, Stage};
 use crate::dataset::{Conversation, DatasetKind};
 use crate::fsutil::safe_name;
 use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
 use crate::prompts::{self, PromptError};
+use crate::text::short_hash;
 
 /// Longest summary accepted, in characters; a longer one is re-asked. The reference caps the
 /// answer at 500 tokens, about this many characters.
@@ -235,7 +236,7 @@ fn plan_sessions(conversation: &Conversation) -> Result<Vec<PlannedSession<'_>>,
             let planned = PlannedUnit {
                 key: unit.key.clone(),
                 first_session: unit.first_session,
-                input_hash: short_hash(prompt.as_bytes()),
+                input_hash: short_hash(prompt.as_bytes(), INPUT_HASH_BYTES),
             };
             Ok(PlannedSession { unit, planned, prompt })
         })

@@ -15,11 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::ingest::repair::{Repair, Salvage, items_of, string_list};
-use crate::ingest::unit::short_hash;
+use crate::ingest::unit::INPUT_HASH_BYTES;
 use crate::llm::JsonSchemaSpec;
 use crate::memory::input::{RewrittenSentence, SentenceKeywords, SessionKeywords};
 use crate::memory::{normalize_key, tokens};
 use crate::prompts::{self, PromptError};
+use crate::text::short_hash;
 
 /// Keywords of one unit's sentences: what the keyword cache stores.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,7 +47,7 @@ fn input_json(sentences: &[RewrittenSentence]) -> String {
 
 /// Hash of the stage input; cached keywords are reused only for identical sentences.
 pub(crate) fn input_hash(sentences: &[RewrittenSentence]) -> String {
-    short_hash(input_json(sentences).as_bytes())
+    short_hash(input_json(sentences).as_bytes(), INPUT_HASH_BYTES)
 }
 
 /// The keyword prompt filled with the sentences.

@@ -9,9 +9,9 @@
 use std::collections::BTreeSet;
 
 use chrono::NaiveDate;
-use sha2::{Digest as _, Sha256};
 
 use crate::dataset::{Conversation, Session, Turn};
+use crate::text::short_hash;
 
 /// One rewrite call's worth of dialogue.
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ impl Unit<'_> {
 
     /// Hash of the rewrite input; a cached rewrite is reused only for identical input.
     pub(crate) fn input_hash(&self) -> String {
-        short_hash(self.dialogue.as_bytes())
+        short_hash(self.dialogue.as_bytes(), INPUT_HASH_BYTES)
     }
 }
 
@@ -144,11 +144,10 @@ pub(crate) fn turn_line(turn: &Turn) -> String {
     turn.display().replace(['\r', '\n'], " ").trim().to_string()
 }
 
-/// First 16 hex digits of the SHA-256 of `bytes`: enough to tell inputs apart in a cache.
-pub(crate) fn short_hash(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
-}
+/// Bytes of SHA-256 a stage input hash keeps ([`short_hash`], 16 hex digits): enough to tell
+/// inputs apart in a cache. Every stage cache records hashes of this length, so changing it
+/// makes them all stale.
+pub(crate) const INPUT_HASH_BYTES: usize = 8;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -9,16 +9,11 @@
 
 use std::collections::BTreeSet;
 
+use crate::text::apostrophe_words;
+use crate::text::stop_words::KEY_STOP_WORDS;
+
 /// Jaccard similarity of token sets at or above which two phrases match (reference value).
 pub const JACCARD_THRESHOLD: f64 = 0.6;
-
-/// Words ignored when comparing token sets. Hand-written because the list is small and must
-/// stay fixed: changing it changes which keys match.
-const STOP_WORDS: &[&str] = &[
-    "a", "about", "an", "and", "are", "as", "at", "be", "by", "for", "from", "her", "his", "i",
-    "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "that", "the", "their",
-    "them", "they", "this", "to", "was", "we", "were", "with", "you", "your", "he", "him", "s",
-];
 
 /// Words ending in `s` that are not plurals, and that the folding rules would damage.
 const NOT_PLURAL: &[&str] = &[
@@ -65,8 +60,7 @@ pub fn normalize_key(text: &str) -> String {
 pub fn clean_key(text: &str) -> String {
     let lower = text.to_lowercase().replace(['\u{2019}', '`'], "'");
     let mut words: Vec<String> = Vec::new();
-    for raw in lower.split(|c: char| !(c.is_alphanumeric() || c == '\'')) {
-        let word = raw.trim_matches('\'');
+    for word in apostrophe_words(&lower) {
         let word = word.strip_suffix("'s").unwrap_or(word);
         let word: String = word.chars().filter(|c| c.is_alphanumeric()).collect();
         if !word.is_empty() {
@@ -122,12 +116,12 @@ fn fold_plural(word: &str) -> String {
     folded
 }
 
-/// The content tokens of a normalised phrase: its words without stop words (all its words if
-/// only stop words are left).
+/// The content tokens of a normalised phrase: its words without [`KEY_STOP_WORDS`] (all its
+/// words if only stop words are left).
 pub fn tokens(normalized: &str) -> BTreeSet<&str> {
     let all: BTreeSet<&str> = normalized.split(' ').filter(|word| !word.is_empty()).collect();
     let content: BTreeSet<&str> =
-        all.iter().copied().filter(|word| !STOP_WORDS.contains(word)).collect();
+        all.iter().copied().filter(|word| !KEY_STOP_WORDS.contains(word)).collect();
     if content.is_empty() { all } else { content }
 }
 

@@ -3,20 +3,24 @@
 //! Hand-written rather than taken from the `bm25` crate: we need an index that grows one session
 //! at a time alongside the association graph, dense scores for every unit (for rank fusion), and
 //! exact control of tokenisation; the scoring itself is a dozen lines. Tokens are lowercased
-//! alphanumeric runs, minus a short English stop-word list, reduced by NLTK's Porter stemmer
-//! ([`crate::eval::porter`], the one the LoCoMo scorer uses), so "painted" matches "paint".
+//! alphanumeric runs ([`crate::text::words`]), minus a short English stop-word list
+//! ([`ENGLISH_STOP_WORDS`]), reduced by NLTK's Porter stemmer ([`crate::text::porter`], the one
+//! the LoCoMo scorer uses), so "painted" matches "paint".
 //!
 //! `score(t, d) = idf(t) · tf·(k1 + 1) / (tf + k1·(1 − b + b·|d|/avgdl))` with the always-positive
 //! `idf(t) = ln(1 + (N − n_t + 0.5)/(n_t + 0.5))`, summed over the distinct query terms; k1 and b
 //! come from [`Bm25Params`] (k1 = 1.2; b = 0.3 by default, lighter than the usual 0.75: long turns
 //! that carry their context are not penalised as much). Queries may also drop question
-//! boilerplate ([`QUESTION_WORDS`]: "kind", "likely", ...), which names what is asked rather than
-//! what the evidence says. Pure and deterministic.
+//! boilerplate ([`BM25_QUESTION_WORDS`]: "kind", "likely", ...), which names what is asked
+//! rather than what the evidence says. Pure and deterministic.
 
 use std::collections::HashMap;
 
-use crate::eval::porter::stem;
 use serde::{Deserialize, Serialize};
+
+use crate::text::porter::stem;
+use crate::text::stop_words::{BM25_QUESTION_WORDS, ENGLISH_STOP_WORDS};
+use crate::text::words;
 
 /// BM25 parameters and query processing.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -25,7 +29,7 @@ pub struct Bm25Params {
     pub k1: f64,
     /// Length normalisation strength (0: none, 1: full).
     pub b: f64,
-    /// Drop [`QUESTION_WORDS`] from queries (documents keep them).
+    /// Drop [`BM25_QUESTION_WORDS`] from queries (documents keep them).
     pub drop_question_words: bool,
 }
 
@@ -34,42 +38,6 @@ impl Default for Bm25Params {
         Self { k1: 1.2, b: 0.3, drop_question_words: false }
     }
 }
-
-/// Words that frame a question ("What kind of ...", "Would X likely ...") without naming its
-/// content; removed from queries when [`Bm25Params::drop_question_words`] is set.
-pub const QUESTION_WORDS: &[&str] = &[
-    "kind",
-    "type",
-    "types",
-    "sort",
-    "likely",
-    "might",
-    "many",
-    "much",
-    "ever",
-    "also",
-    "something",
-    "anything",
-    "thing",
-    "things",
-    "still",
-    "yet",
-    "whose",
-    "does",
-    "one",
-];
-
-/// Words too common in dialogue and questions to carry evidence.
-const STOP_WORDS: &[&str] = &[
-    "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
-    "been", "before", "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing",
-    "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him",
-    "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me",
-    "my", "myself", "of", "on", "or", "our", "ours", "she", "so", "some", "than", "that", "the",
-    "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "to", "too",
-    "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will",
-    "with", "would", "you", "your", "yours", "s", "t", "m", "re", "ve", "ll", "d",
-];
 
 /// Turns text into index terms.
 #[derive(Debug, Clone, Copy, Default)]
@@ -83,11 +51,10 @@ impl Analyzer {
 
     /// Index terms of `text` without the words of `extra_stop_words` (lowercase).
     pub fn terms_without(&self, text: &str, extra_stop_words: &[&str]) -> Vec<String> {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|word| !word.is_empty())
-            .map(str::to_lowercase)
+        words(text)
             .filter(|word| {
-                !STOP_WORDS.contains(&word.as_str()) && !extra_stop_words.contains(&word.as_str())
+                !ENGLISH_STOP_WORDS.contains(&word.as_str())
+                    && !extra_stop_words.contains(&word.as_str())
             })
             .map(|word| stem(&word))
             .collect()
@@ -162,7 +129,8 @@ impl Bm25Index {
     /// some document, in term order, each with its idf and the documents containing it
     /// (ascending).
     pub fn query_terms(&self, query: &str) -> Vec<(f64, Vec<u32>)> {
-        let extra: &[&str] = if self.params.drop_question_words { QUESTION_WORDS } else { &[] };
+        let extra: &[&str] =
+            if self.params.drop_question_words { BM25_QUESTION_WORDS } else { &[] };
         let mut terms = self.analyzer.terms_without(query, extra);
         terms.sort();
         terms.dedup();
@@ -184,7 +152,8 @@ impl Bm25Index {
         if self.lengths.is_empty() {
             return scores;
         }
-        let extra: &[&str] = if self.params.drop_question_words { QUESTION_WORDS } else { &[] };
+        let extra: &[&str] =
+            if self.params.drop_question_words { BM25_QUESTION_WORDS } else { &[] };
         let mut terms = self.analyzer.terms_without(query, extra);
         let Bm25Params { k1, b, .. } = self.params;
         terms.sort();

@@ -33,14 +33,6 @@ pub struct MonthMention {
     pub month: u32,
 }
 
-/// Words of `text`, lowercased, split on anything that is not a letter or digit.
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
-}
-
 /// The month a whole word names: a full name or its first three letters ("aug"), so "marching"
 /// is not March.
 fn month_of(word: &str) -> Option<u32> {
@@ -61,7 +53,7 @@ fn year_of(word: &str) -> Option<i32> {
 /// Months named in `text`, in order. "May" counts only next to a day number or a year ("8 May",
 /// "May 2023"), since it is also a verb ("may I ask").
 pub fn month_mentions(text: &str) -> Vec<MonthMention> {
-    let words = words(text);
+    let words: Vec<String> = crate::text::words(text).collect();
     let mut mentions = Vec::new();
     for (i, word) in words.iter().enumerate() {
         let Some(month) = month_of(word) else { continue };

@@ -1,4 +1,4 @@
-//! MemGAS multi-granularity retrieval (memgas.md §3–§5, §7).
+//! MemGAS multi-granularity retrieval (memgas.md §3–§5), the library only.
 //!
 //! A conversation's sessions become units at several granularities ([`units`]): the session, its
 //! turns, and — when an LLM has written them — a summary and keywords. Units are embedded by the
@@ -8,30 +8,28 @@
 //! methods: plain dense or lexical ranking per granularity, MemGAS (entropy [`router`], seed
 //! selection, personalized PageRank [`ppr`]), or a weighted fusion of normalised lexical and
 //! dense scores with session↔turn propagation (the best offline method), optionally boosting
-//! sessions dated in a month the question names ([`dates`]). [`eval`] runs the
-//! methods over a dataset and scores them with the metrics of [`metrics`]; [`cache`] keeps
-//! embeddings on disk.
+//! sessions dated in a month the question names ([`dates`]). [`cache`] keeps embeddings on disk
+//! and [`stored`] built indexes. Running the methods over a dataset and scoring them is
+//! `tune`'s job (the `retrieve` command); nothing here imports it.
 //!
-//! Tuned settings are chosen honestly by `retrieve --folds` ([`eval::folds`]):
+//! Tuned settings are chosen honestly by `retrieve --folds` (`tune::folds`):
 //! leave-one-conversation-out, each fold's coordinate ascent starting from the settings fixed
 //! before (the conv-26/conv-30 dev split for fusion, [`FusionOptions::dev_split`]; the paper's
 //! for MemGAS, [`MemgasOptions::paper`]). The built-in defaults take the values most folds chose.
 //! Kept as options but off, since they did not help on dev or did not carry over: z-score
 //! normalisation, dropping question words from BM25 queries, other k1 values.
 //!
-//! `gmm`, `ppr`, `router`, `metrics`, `bm25`, `dates`, `graph` and `index` are synchronous, pure
-//! and deterministic; only `cache` and `eval` touch the filesystem.
+//! `gmm`, `ppr`, `router`, `bm25`, `dates`, `graph` and `index` are synchronous, pure and
+//! deterministic; only `cache` and `stored` touch the filesystem.
 
 pub mod ann;
 pub mod bm25;
 pub mod build;
 pub mod cache;
 pub mod dates;
-pub mod eval;
 pub mod gmm;
 pub mod graph;
 pub mod index;
-pub mod metrics;
 pub mod ppr;
 pub mod router;
 pub mod stored;
@@ -41,14 +39,10 @@ pub mod vector;
 pub use bm25::Bm25Params;
 pub use build::build_index;
 pub use cache::EmbeddingCache;
-pub use eval::{
-    MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval,
-    run_retrieval_eval_until,
-};
 pub use index::{
     FusionOptions, IndexError, IndexNeeds, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex,
     Method, Normalisation, QueryWords, Ranking, Scored, SessionAggregate, SessionHit,
-    SessionStructure, TurnHit, TurnRouting, WordError, content_words,
+    SessionStructure, TurnHit, TurnRouting, WordError,
 };
 pub use router::RouterFormula;
 pub use stored::{IndexCache, IndexSource};

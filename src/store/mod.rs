@@ -190,7 +190,7 @@ impl Store {
         check_conversation_id(conversation)?;
         let dir = self.path.with_extension("locks");
         std::fs::create_dir_all(&dir)?;
-        let name = format!("{}.lock", write::short_hash(conversation.as_bytes()));
+        let name = format!("{}.lock", content_id(conversation));
         lock_file(&dir.join(name))
     }
 
@@ -258,7 +258,7 @@ fn lock_file(path: &Path) -> Result<std::fs::File, StoreError> {
 
 /// A short stable id of some text (the first 16 bytes of its SHA-256, hex).
 pub fn content_id(text: &str) -> String {
-    write::short_hash(text.as_bytes())
+    crate::text::short_hash(text.as_bytes(), 16)
 }
 
 /// Checks a conversation id against the one id rule ([`crate::names::check_name`]).

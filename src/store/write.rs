@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use chrono::{SecondsFormat, TimeDelta};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
-use sha2::{Digest as _, Sha256};
 
 use super::read::{encode_vectors, session_messages};
 use super::{Store, StoreError, check_conversation_id};
@@ -27,11 +26,6 @@ pub struct Added {
     pub new_sessions: Vec<u32>,
     /// Existing sessions that received messages (their outputs are now stale).
     pub changed_sessions: Vec<u32>,
-}
-
-/// First 16 bytes of SHA-256, hex.
-pub(crate) fn short_hash(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().take(16).map(|byte| format!("{byte:02x}")).collect()
 }
 
 impl Store {

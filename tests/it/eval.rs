@@ -14,12 +14,13 @@ use mragent::dataset::{Category, DatasetKind};
 use mragent::eval::audit::{AuditAction, load_audit};
 use mragent::eval::judge::JudgeProtocol;
 use mragent::eval::report::Prices;
-use mragent::eval::{EvalSettings, EvalSummary, ItemScore, evaluate, f1, porter};
+use mragent::eval::{EvalSettings, EvalSummary, ItemScore, evaluate, f1};
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::secret::Secret;
 use mragent::llm::stack::{Client, LlmConfig, build_chat_model};
 use mragent::llm::{ChatModel, ChatRequest, ChatResponse};
 use mragent::results::{ResultLine, Status};
+use mragent::text::porter;
 use serde_json::{Value, json};
 
 fn fixture(relative: &str) -> PathBuf {

@@ -15,7 +15,8 @@ use mragent::embedding::ModelSource;
 use mragent::ingest::{BuildSettings, GranuleSummary, Stage, build_granules, load_granules};
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{Client, build_chat_model};
-use mragent::retrieval::{Granularity, Method, RetrieveSettings, run_retrieval_eval};
+use mragent::retrieval::{Granularity, Method};
+use mragent::tune::{RetrieveSettings, run_retrieval_eval};
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -464,7 +465,7 @@ async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
     let report = evaluate(settings.clone()).await;
     assert_eq!(report.granularities, [Granularity::Session, Granularity::Turn]);
     assert!(report.notes.iter().any(|n| n.contains("no LLM granules in")), "{:?}", report.notes);
-    let memgas_of = |report: &mragent::retrieval::RetrieveReport| {
+    let memgas_of = |report: &mragent::tune::RetrieveReport| {
         report.methods.iter().find(|m| m.method == Method::Memgas).unwrap().overall.clone()
     };
     let without_granules = memgas_of(&report);
@@ -501,7 +502,7 @@ async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
     // its router weighs all four granularities, differently from question to question.
     let with_granules = memgas_of(&report);
     for k in [1, 3, 5] {
-        let at = |table: &mragent::retrieval::metrics::MetricTable| {
+        let at = |table: &mragent::tune::metrics::MetricTable| {
             table.session_at("recall_all", k).unwrap()
         };
         assert!(at(&with_granules) >= at(&without_granules), "@{k}: {with_granules:?}");

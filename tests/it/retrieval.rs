@@ -11,9 +11,9 @@ use mragent::dataset::DatasetKind;
 use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use mragent::llm::Embedder;
 use mragent::retrieval::{
-    Granularity, IndexOptions, Method, QueryWords, RetrieveSettings, SessionUnits, build_index,
-    run_retrieval_eval,
+    Granularity, IndexOptions, Method, QueryWords, SessionUnits, build_index,
 };
+use mragent::tune::{RetrieveSettings, run_retrieval_eval};
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -155,7 +155,7 @@ fn retrieve_eval_scores_every_method_and_reuses_cached_embeddings() {
 
     let again = run_retrieval_eval(&settings).unwrap();
     assert_eq!(again.timings.texts_embedded, 0, "second run reads every vector from the cache");
-    let overall = |report: &mragent::retrieval::RetrieveReport| {
+    let overall = |report: &mragent::tune::RetrieveReport| {
         report.methods.iter().map(|m| (m.method, m.overall.clone())).collect::<Vec<_>>()
     };
     assert_eq!(overall(&again), overall(&report), "cached vectors give identical scores");

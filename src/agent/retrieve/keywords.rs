@@ -20,14 +20,7 @@ use crate::llm::{ChatModel, JsonSchemaSpec, Usage};
 use crate::memory::normalize_key;
 use crate::memory::query::{self, KeywordMatches, QueryKeyword};
 use crate::prompts;
-
-/// Question words that carry no content (the memory keys' stop words are dropped as well).
-const QUESTION_WORDS: &[&str] = &[
-    "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "did", "do", "does",
-    "doe", "has", "have", "had", "would", "could", "should", "will", "can", "been", "being",
-    "many", "much", "some", "any", "ever", "kind", "there", "not", "but", "if", "so", "than",
-    "then", "into", "after", "before", "during", "also", "all", "one", "like", "likely",
-];
+use crate::text::stop_words::KEYWORD_QUESTION_WORDS;
 
 fn keywords_schema() -> JsonSchemaSpec {
     let text = json!({ "type": ["string", "number"] });
@@ -168,7 +161,8 @@ fn scalar_text(value: &Value) -> Option<String> {
 }
 
 /// Deterministic keywords (no model): the question's words normalised like the memory keys,
-/// without stop words and question words, in question order, each once.
+/// without stop words and question words ([`KEYWORD_QUESTION_WORDS`]), in question order, each
+/// once.
 pub fn fallback_keywords(question: &str) -> Vec<QueryKeyword> {
     let asked = question.split_once('?').map_or(question, |(head, _)| head);
     let normalized = normalize_key(asked);
@@ -179,7 +173,7 @@ pub fn fallback_keywords(question: &str) -> Vec<QueryKeyword> {
         .filter(|word| {
             word.chars().count() > 1
                 && content.contains(word)
-                && !QUESTION_WORDS.contains(word)
+                && !KEYWORD_QUESTION_WORDS.contains(word)
                 && seen.insert(*word)
         })
         .map(|word| QueryKeyword { id: word.to_string(), alternatives: Vec::new() })

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::loop_reply::loop_reply;
 use super::words::{
-    content_words, event_id_of, message_text, overlap, question_words, quoted_question,
+    cue_words, event_id_of, message_text, overlap, question_words, quoted_question,
 };
 use crate::llm::scripted::{RecordedRequest, ScriptedReply};
 use crate::prompts;
@@ -142,7 +142,7 @@ fn respond(
 pub(super) fn keywords_reply(question: &str) -> Value {
     // The question as asked, without the category instructions appended to it.
     let asked = question.split_once('?').map_or(question, |(head, _)| head);
-    let keywords: Vec<Value> = content_words(asked)
+    let keywords: Vec<Value> = cue_words(asked)
         .into_iter()
         .map(|word| {
             let alternative =
@@ -152,8 +152,7 @@ pub(super) fn keywords_reply(question: &str) -> Value {
         .collect();
     // "in May 2023" → the whole month.
     let lower = asked.to_lowercase();
-    let words: Vec<&str> =
-        lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> = crate::text::alphanumeric_runs(&lower).collect();
     let mut question_time = String::new();
     for pair in words.windows(2) {
         if let Some(month) = MONTHS.iter().position(|name| *name == pair[0])

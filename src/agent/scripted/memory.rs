@@ -2,7 +2,7 @@
 
 use indexmap::IndexMap;
 
-use super::words::content_words;
+use super::words::cue_words;
 use crate::agent::sample::SampleMemory;
 use crate::dataset::Conversation;
 use crate::ingest::SampleEmbeddings;
@@ -32,7 +32,7 @@ pub fn mechanical_memory(
         let mut session_words = Vec::new();
         for (index, turn) in session.turns.iter().enumerate() {
             let text = turn.display();
-            let words = content_words(&text);
+            let words = cue_words(&text);
             let tag = tag_of(&words);
             let sentence_id = format!("{}-1", turn.dia_id);
             embeddings.sentences.insert(sentence_id.clone(), hashed_embedding(&text, dims));

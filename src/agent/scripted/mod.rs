@@ -24,4 +24,4 @@ mod words;
 
 pub use self::agent::{AgentScript, Fault, is_answer_request, plausible_agent};
 pub use self::memory::mechanical_memory;
-pub use self::words::content_words;
+pub use self::words::cue_words;

@@ -1,10 +1,10 @@
 use super::agent::keywords_reply;
-use super::words::{capitalised_name, content_words, event_id_of, quoted_question};
+use super::words::{capitalised_name, cue_words, event_id_of, quoted_question};
 
 #[test]
 fn helpers() {
     assert_eq!(
-        content_words("Lena adopted a grey kitten called Pixel, the kitten!"),
+        cue_words("Lena adopted a grey kitten called Pixel, the kitten!"),
         ["lena", "adopted", "grey", "kitten", "called", "pixel"]
     );
     assert_eq!(event_id_of("Time:2023-05-06 D1:2-1:Lena: hi"), "D1:2-1");

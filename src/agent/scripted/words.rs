@@ -1,94 +1,20 @@
-//! Text helpers of the scripted agent: content words, stems, ids in lines, request texts.
+//! Text helpers of the scripted agent: cue words, stems, ids in lines, request texts.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use crate::llm::scripted::RecordedRequest;
+use crate::text::stop_words::SCRIPTED_STOP_WORDS;
+use crate::text::words;
 
-/// Words never used as keywords or tags by the mechanical memory and the scripted agent.
-const STOP_WORDS: &[&str] = &[
-    "about",
-    "after",
-    "also",
-    "been",
-    "being",
-    "could",
-    "did",
-    "does",
-    "doing",
-    "from",
-    "have",
-    "into",
-    "just",
-    "like",
-    "more",
-    "much",
-    "that",
-    "their",
-    "them",
-    "then",
-    "there",
-    "they",
-    "this",
-    "what",
-    "when",
-    "where",
-    "which",
-    "while",
-    "will",
-    "with",
-    "would",
-    "your",
-    "yours",
-    "were",
-    "with",
-    "who",
-    "whom",
-    "whose",
-    "how",
-    "why",
-    "the",
-    "and",
-    "for",
-    "you",
-    "are",
-    "was",
-    "she",
-    "her",
-    "his",
-    "him",
-    "our",
-    "its",
-    "not",
-    "but",
-    "has",
-    "had",
-    "any",
-    "all",
-    "can",
-    "one",
-    "too",
-    "very",
-    "some",
-    "said",
-    "answer",
-    "choose",
-    "these",
-    "those",
-    "mentioned",
-    "conversation",
-    "likely",
-    "enjoy",
-];
-
-/// The content words of a text: lowercase alphanumeric words of at least four characters that
-/// are not stop words, in order, without repeats.
-pub fn content_words(text: &str) -> Vec<String> {
+/// The cue words of a text, what the scripted agent uses as keywords and tags: its lowercase
+/// alphanumeric words ([`words`]) of at least four characters that are not
+/// [`SCRIPTED_STOP_WORDS`], in order, without repeats.
+pub fn cue_words(text: &str) -> Vec<String> {
     let mut seen = BTreeSet::new();
-    text.split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .filter(|word| word.chars().count() >= 4 && !STOP_WORDS.contains(&word.as_str()))
+    words(text)
+        .filter(|word| word.chars().count() >= 4 && !SCRIPTED_STOP_WORDS.contains(&word.as_str()))
         .filter(|word| seen.insert(word.clone()))
         .collect()
 }
@@ -96,7 +22,7 @@ pub fn content_words(text: &str) -> Vec<String> {
 /// Word overlap between the question and a line, comparing five-letter stems (so `adopt` meets
 /// `adopted` and `kitten` meets `kittens`).
 pub(super) fn overlap(question_stems: &BTreeSet<String>, line: &str) -> usize {
-    let line_stems: BTreeSet<String> = content_words(line).iter().map(|word| stem(word)).collect();
+    let line_stems: BTreeSet<String> = cue_words(line).iter().map(|word| stem(word)).collect();
     line_stems.intersection(question_stems).count()
 }
 
@@ -107,7 +33,7 @@ fn stem(word: &str) -> String {
 /// Stems of the question as asked (the category instructions after the `?` left out).
 pub(super) fn question_words(question: &str) -> BTreeSet<String> {
     let asked = question.split_once('?').map_or(question, |(head, _)| head);
-    content_words(asked).iter().map(|word| stem(word)).collect()
+    cue_words(asked).iter().map(|word| stem(word)).collect()
 }
 
 /// `D1:2-1` from `D1:2-1:Speaker: text` or `Time:2023-05-06 D1:2-1:Speaker: text`.

@@ -220,8 +220,7 @@ fn estimate_tokens(chars: usize) -> u64 {
 /// cosine similarity; an empty text gives the zero vector.
 pub fn hashed_embedding(text: &str, dim: usize) -> Vec<f32> {
     let mut vector = vec![0.0f32; dim.max(1)];
-    let words = text.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty());
-    for word in words {
+    for word in crate::text::alphanumeric_runs(text) {
         let digest = Sha256::digest(word.to_lowercase().as_bytes());
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(&digest[..8]);

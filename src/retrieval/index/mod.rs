@@ -27,7 +27,7 @@ pub use options::{
     SessionStructure, TurnRouting,
 };
 pub use ranking::{IndexError, MemgasHits, Ranking, Scored, SessionHit, TurnHit};
-pub use words::{QueryWords, WordError, WordIndex, content_words, turn_words};
+pub use words::{QueryWords, WordError, WordIndex, turn_words};
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +36,7 @@ use super::bm25::Bm25Index;
 use super::graph::AssociationGraph;
 use super::router::rank_descending;
 use super::units::{Granularity, SessionUnits, SessionVectors, UnitVectors};
+use crate::text::content_words;
 
 /// What a graph node stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,15 +12,12 @@ use super::MemoryIndex;
 
 /// Lowercase alphanumeric words of `text`.
 fn words(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
+    crate::text::words(text).collect()
 }
 
 /// The first word of a speaker's name, lowercase (`None` for an empty name).
 fn first_name(speaker: &str) -> Option<String> {
-    speaker.split(|c: char| !c.is_alphanumeric()).find(|w| !w.is_empty()).map(str::to_lowercase)
+    crate::text::words(speaker).next()
 }
 
 impl MemoryIndex {

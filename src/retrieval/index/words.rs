@@ -1,4 +1,5 @@
-//! Soft word matching: a lexical channel that also counts near-synonyms.
+//! Soft word matching: a lexical channel that also counts near-synonyms. Its words are the
+//! content words of [`crate::text::content_words`].
 //!
 //! BM25 counts a question word only where it occurs verbatim, and a turn's dense vector carries
 //! its whole text (and its context), so a word mentioned in passing ("running, reading, or
@@ -24,151 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::retrieval::units::TurnUnit;
 use crate::retrieval::vector::{dot, unit_length as unit};
-
-/// Words too common (or too short) to be evidence. Not BM25's list: this one also drops the
-/// fillers of chat ("yeah", "thanks", "wow") that every other turn holds.
-const STOP_WORDS: &[&str] = &[
-    "about",
-    "above",
-    "after",
-    "again",
-    "against",
-    "all",
-    "also",
-    "and",
-    "any",
-    "are",
-    "because",
-    "been",
-    "before",
-    "being",
-    "below",
-    "between",
-    "both",
-    "but",
-    "can",
-    "could",
-    "did",
-    "does",
-    "doing",
-    "down",
-    "during",
-    "each",
-    "ever",
-    "few",
-    "for",
-    "from",
-    "further",
-    "get",
-    "going",
-    "gonna",
-    "got",
-    "had",
-    "has",
-    "have",
-    "having",
-    "her",
-    "here",
-    "hers",
-    "herself",
-    "hey",
-    "him",
-    "himself",
-    "his",
-    "how",
-    "into",
-    "its",
-    "itself",
-    "just",
-    "like",
-    "lot",
-    "many",
-    "more",
-    "most",
-    "much",
-    "myself",
-    "nor",
-    "not",
-    "now",
-    "off",
-    "once",
-    "one",
-    "only",
-    "other",
-    "our",
-    "ours",
-    "ourselves",
-    "out",
-    "over",
-    "own",
-    "really",
-    "same",
-    "she",
-    "should",
-    "some",
-    "such",
-    "than",
-    "thank",
-    "thanks",
-    "that",
-    "the",
-    "their",
-    "theirs",
-    "them",
-    "themselves",
-    "then",
-    "there",
-    "these",
-    "they",
-    "thing",
-    "things",
-    "this",
-    "those",
-    "through",
-    "too",
-    "two",
-    "under",
-    "until",
-    "very",
-    "was",
-    "were",
-    "what",
-    "when",
-    "where",
-    "which",
-    "while",
-    "who",
-    "whom",
-    "why",
-    "will",
-    "with",
-    "wow",
-    "would",
-    "yeah",
-    "yes",
-    "you",
-    "your",
-    "yours",
-    "yourself",
-    "yourselves",
-];
-
-/// The distinct content words of `text`, sorted: lowercase runs of letters, digits and inner
-/// apostrophes, at least three characters with a letter, minus [`STOP_WORDS`].
-pub fn content_words(text: &str) -> Vec<String> {
-    let mut words: Vec<String> = text
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .map(|word| word.trim_matches('\'').to_lowercase())
-        .filter(|word| {
-            word.chars().count() >= 3
-                && word.chars().any(char::is_alphabetic)
-                && !STOP_WORDS.contains(&word.as_str())
-        })
-        .collect();
-    words.sort_unstable();
-    words.dedup();
-    words
-}
+use crate::text::content_words;
 
 /// A turn's words for soft word matching: the content words of its text without the speaker.
 /// The one rule for what the index collects and what `memory add` embeds.
@@ -321,15 +178,6 @@ pub(crate) fn test_word_vector(word: &str) -> Vec<f32> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn content_words_are_lowercase_distinct_and_skip_fillers_and_numbers() {
-        assert_eq!(
-            content_words("Yeah, I play VIOLIN & violin; Mel's 2 cats, 2023!"),
-            vec!["cats", "mel's", "play", "violin"]
-        );
-        assert!(content_words("wow, thanks so much").is_empty());
-    }
 
     /// 2-D word vectors at the given angles (radians).
     fn index_with(turns: &[&str], angles: &[(&str, f32)]) -> WordIndex {

@@ -1,16 +1,21 @@
-//! `mragent retrieve`: run retrieval methods over a dataset and score them (memgas.md §7.1).
+//! `mragent retrieve`: the retrieval benchmark harness. It runs the methods of
+//! [`crate::retrieval`] over a dataset and scores them (memgas.md §7.1); `retrieval` is the
+//! library it measures and never imports this module.
 //!
 //! For every conversation the units are embedded with the local embedder (through the on-disk
-//! [`EmbeddingCache`], so reruns embed nothing), a [`MemoryIndex`] is grown session by session,
-//! and every question is ranked by every requested method. Results go to
+//! [`EmbeddingCache`](crate::retrieval::EmbeddingCache), so reruns embed nothing), a
+//! [`MemoryIndex`](crate::retrieval::MemoryIndex) is grown session by session, and every question
+//! is ranked by every requested method and scored with [`metrics`]. Results go to
 //! `eval/<dataset>/retrieve/`: `summary.md` (the tables), `summary.json` (all aggregates) and
-//! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
+//! `<method>.jsonl` (per question: top ids and metrics). Offline, no key. [`folds`] tunes the
+//! methods' settings honestly, leave-one-conversation-out (`retrieve --folds`).
 
 mod embed;
 pub mod folds;
 mod markdown;
+pub mod metrics;
 mod progress;
-mod run;
+mod steps;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,16 +28,16 @@ use serde::{Deserialize, Serialize};
 
 pub use folds::{FoldsOutcome, run_retrieval_folds};
 pub use markdown::render_markdown;
-pub use run::session_units;
+pub use steps::session_units;
 
-use super::index::{IndexNeeds, IndexOptions, Method};
-use super::metrics::MetricTable;
-use super::units::Granularity;
+use self::metrics::MetricTable;
 use crate::dataset::{self, DatasetKind, LoadOptions, LongMemEvalType};
 use crate::embedding::LOCAL_EMBEDDER_NAME;
 use crate::ingest::BuildSettings;
+use crate::retrieval::index::{IndexNeeds, IndexOptions, Method};
+use crate::retrieval::units::Granularity;
 use embed::Embedding;
-use run::{Tally, read_llm_units};
+use steps::{Scoreboard, read_llm_units};
 
 /// Resolved settings of a retrieval evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,13 +221,13 @@ pub fn run_retrieval_eval_until(
     let output_dir = settings.output_dir();
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("creating {}", output_dir.display()))?;
-    let mut tally = Tally::new(settings.methods.len());
+    let mut board = Scoreboard::new(settings.methods.len());
 
     for conversation in &conversations {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let granules = tally.granules(settings, conversation)?;
+        let granules = board.granules(settings, conversation)?;
         let units =
             session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
         let Some(index) = embedding.index(conversation, &units, &mut timings)? else { break };
@@ -231,52 +236,52 @@ pub fn run_retrieval_eval_until(
         else {
             break;
         };
-        tally.record_index(&index, conversation);
+        board.record_index(&index, conversation);
         for (slot, &method) in settings.methods.iter().enumerate() {
             let questions = (&question_vectors[..], &query_words);
-            tally.rank_questions(slot, method, &index, conversation, questions)?;
+            board.rank_questions(slot, method, &index, conversation, questions)?;
         }
         tracing::debug!(sample = %conversation.sample_id, "retrieve: conversation done");
     }
     embedding.finish();
-    write_report(settings, needs, tally, timings, started, conversations.len())
+    write_report(settings, needs, board, timings, started, conversations.len())
 }
 
 /// Aggregate, render and write `summary.md`, `summary.json` and the per-method files.
 fn write_report(
     settings: &RetrieveSettings,
     needs: IndexNeeds,
-    mut tally: Tally,
+    mut board: Scoreboard,
     mut timings: Timings,
     started: Instant,
     n_selected: usize,
 ) -> anyhow::Result<RetrieveReport> {
     let output_dir = settings.output_dir();
-    if tally.n_conversations < n_selected {
-        tally.notes.insert(
+    if board.n_conversations < n_selected {
+        board.notes.insert(
             0,
             format!(
                 "PARTIAL: stopped after {} of {n_selected} conversations; these tables cover those only. The same command resumes (embeddings are cached).",
-                tally.n_conversations
+                board.n_conversations
             ),
         );
     }
-    let methods = tally.method_reports(settings, &output_dir)?;
-    let granularities = tally.granularities.take().unwrap_or_default();
-    tally.final_notes(settings, &granularities);
+    let methods = board.method_reports(settings, &output_dir)?;
+    let granularities = board.granularities.take().unwrap_or_default();
+    board.final_notes(settings, &granularities);
     timings.total_seconds = started.elapsed().as_secs_f64();
     let mut report = RetrieveReport {
         dataset: settings.dataset.as_str().to_string(),
         embedder: LOCAL_EMBEDDER_NAME.to_string(),
-        n_conversations: tally.n_conversations,
+        n_conversations: board.n_conversations,
         n_selected,
         built: needs,
-        n_questions: tally.n_questions,
+        n_questions: board.n_questions,
         granularities,
-        graph_nodes: tally.graph_nodes,
-        graph_edges: tally.graph_edges,
+        graph_nodes: board.graph_nodes,
+        graph_edges: board.graph_edges,
         methods,
-        notes: tally.notes,
+        notes: board.notes,
         timings,
         settings: settings.clone(),
         markdown: String::new(),

@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::{FoldsReport, Prepared, axes, evaluate, run_folds};
 use crate::dataset::{self, LoadOptions};
-use crate::retrieval::eval::embed::Embedding;
-use crate::retrieval::eval::run::{Tally, read_llm_units};
-use crate::retrieval::eval::{RetrieveSettings, Timings, session_units};
 use crate::retrieval::index::{IndexNeeds, Method};
-use crate::retrieval::metrics::{Evidence, MetricTable};
 use crate::retrieval::units::Granularity;
+use crate::tune::embed::Embedding;
+use crate::tune::metrics::{Evidence, MetricTable};
+use crate::tune::steps::{Scoreboard, read_llm_units};
+use crate::tune::{RetrieveSettings, Timings, session_units};
 
 /// An untuned method scored with its defaults on every conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,10 +65,10 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
     // Folds have no stop of their own (they run from the cache in about a minute).
     let never = std::sync::atomic::AtomicBool::new(false);
     let mut embedding = Embedding::new(settings, needs, &conversations, &never);
-    let mut tally = Tally::new(0);
+    let mut board = Scoreboard::new(0);
     let mut prepared = Vec::new();
     for conversation in &conversations {
-        let granules = tally.granules(settings, conversation)?;
+        let granules = board.granules(settings, conversation)?;
         let units =
             session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
         let stopped = || anyhow::anyhow!("embedding stopped");

@@ -1,5 +1,6 @@
 //! Porter stemming exactly as NLTK's `PorterStemmer()` does it in its default mode
-//! (`NLTK_EXTENSIONS`), which is what the official LoCoMo scorer applies to every token.
+//! (`NLTK_EXTENSIONS`), which is what the official LoCoMo scorer applies to every token
+//! (`eval::f1`); BM25's terms (`retrieval::bm25`) are stemmed the same way.
 //!
 //! The work is done by the `nltk-porter` crate, a port of NLTK's stemmer. Other crates were
 //! checked against 6,707 words stemmed by nltk 3.9.1 and do not match: `rust-stemmers` implements
@@ -9,8 +10,8 @@
 //!
 //! One NLTK quirk is out of this module's domain: NLTK looks its irregular-forms table up with
 //! the word *before* lowercasing, so `Skies` stems to `ski` while `skies` stems to `sky`; the
-//! crate looks the table up after lowercasing. The LoCoMo normaliser lowercases before it
-//! stems, so only lowercase tokens ever reach [`stem`] and the two agree on all of them.
+//! crate looks the table up after lowercasing. The LoCoMo normaliser and BM25 lowercase before
+//! they stem, so only lowercase tokens ever reach [`stem`] and the two agree on all of them.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -22,8 +22,8 @@ use crate::retrieval::index::{
     FusionOptions, IndexOptions, MemgasOptions, MemoryIndex, Method, QueryChannels, QueryWords,
     SessionAggregate, SessionStructure, ranking_ids,
 };
-use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
 use crate::retrieval::router::RouterFormula;
+use crate::tune::metrics::{Evidence, MetricTable, QuestionMetrics};
 
 mod report;
 
@@ -382,9 +382,9 @@ pub fn run_folds(
     FoldsReport {
         method,
         held_out: MetricTable::average(pooled.iter().map(|(_, m)| m)),
-        held_out_by_category: super::run::by_category(&pooled),
+        held_out_by_category: super::steps::by_category(&pooled),
         defaults: MetricTable::average(all_defaults.iter().map(|(_, m)| m)),
-        defaults_by_category: super::run::by_category(&all_defaults),
+        defaults_by_category: super::steps::by_category(&all_defaults),
         folds,
         settings_evaluated: sweep.memo.len(),
     }

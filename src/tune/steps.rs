@@ -13,8 +13,8 @@ use super::{LlmUnit, LlmUnits, MethodReport, RetrieveSettings};
 use crate::dataset::{Category, Conversation};
 use crate::ingest::{ConversationGranules, load_granules};
 use crate::retrieval::index::{IndexError, MemoryIndex, Method, QueryWords, ranking_ids};
-use crate::retrieval::metrics::{Evidence, MetricTable, QuestionMetrics};
 use crate::retrieval::units::{Granularity, SessionUnits};
+use crate::tune::metrics::{Evidence, MetricTable, QuestionMetrics};
 
 /// One question's line in `<method>.jsonl`.
 #[derive(Serialize)]
@@ -44,7 +44,7 @@ pub(super) fn read_llm_units(settings: &RetrieveSettings) -> anyhow::Result<LlmU
 
 /// What the run has gathered so far; per-method vectors are indexed by the method's position
 /// in [`RetrieveSettings::methods`].
-pub(super) struct Tally {
+pub(super) struct Scoreboard {
     method_lines: Vec<Vec<u8>>,
     per_question: Vec<Vec<(Category, QuestionMetrics)>>,
     skipped: Vec<Option<String>>,
@@ -59,7 +59,7 @@ pub(super) struct Tally {
     all_sessions: usize,
 }
 
-impl Tally {
+impl Scoreboard {
     /// Nothing gathered yet, for `n_methods` methods.
     pub(super) fn new(n_methods: usize) -> Self {
         Self {

@@ -12,8 +12,9 @@ use super::{RetrieveSettings, Timings};
 use crate::dataset::Conversation;
 use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, ModelSource};
 use crate::retrieval::cache::{Batching, EmbeddingCache};
-use crate::retrieval::index::{IndexNeeds, MemoryIndex, QueryWords, content_words};
+use crate::retrieval::index::{IndexNeeds, MemoryIndex, QueryWords};
 use crate::retrieval::units::SessionUnits;
+use crate::text::content_words;
 
 /// Texts per embedder call: big enough to keep both cores busy, small enough for a fresh ETA.
 const BATCH: usize = 256;

@@ -1,7 +1,7 @@
 //! `summary.md` of a retrieval evaluation: session-level, turn-level and per-category tables.
 
 use super::{MethodReport, RetrieveReport};
-use crate::retrieval::metrics::{CUTOFFS, MetricTable};
+use crate::tune::metrics::{CUTOFFS, MetricTable};
 
 /// The tables of `summary.md`.
 pub fn render_markdown(report: &RetrieveReport) -> String {
