@@ -17,6 +17,7 @@
 mod add;
 mod cache;
 mod query;
+mod sink;
 
 use std::path::PathBuf;
 use std::sync::Arc;
