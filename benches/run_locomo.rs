@@ -18,11 +18,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mragent::agent::scripted::{AgentScript, mechanical_memory, plausible_agent};
-use mragent::agent::{AnswerSettings, SampleMemory, answer_all};
+use mragent::agent::{AnswerSettings, answer_all};
 use mragent::dataset::{DatasetKind, load_locomo};
 use mragent::llm::scripted::ScriptedServer;
 use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
 use mragent::results::{ResultLine, Status};
+use mragent::snapshot::Snapshot;
 
 fn knob(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
@@ -37,7 +38,7 @@ fn main() {
 
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
     let conversations = load_locomo(&path).unwrap();
-    let samples: Vec<SampleMemory> = conversations
+    let samples: Vec<Snapshot> = conversations
         .iter()
         .take(sample_count)
         .map(|conversation| mechanical_memory(conversation, true).unwrap())

@@ -16,7 +16,8 @@
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
 //! - [`retrieval`]: MemGAS multi-granularity retrieval (GMM association graph, entropy router,
 //!   personalized PageRank), BM25 and dense baselines; the library only.
-//! - [`agent`]: the answer engine: pre-loop retrieval, the tool loop, resumable runs, traces.
+//! - [`snapshot`]: a conversation ready to answer (memory graph, vectors, MemGAS index), assembled
+//!   only there, from the file caches of a run or from the store.
 //! - [`agent`]: the answer engine: pre-loop retrieval, graph tools, the tool-calling loop,
 //!   resumable concurrent runs, traces.
 //! - [`store`]: the SQLite store of own conversations (a source of truth); [`service`]: add,
@@ -47,6 +48,8 @@ pub mod memory;
 pub mod store;
 
 pub mod retrieval;
+
+pub mod snapshot;
 
 pub mod agent;
 

@@ -1,27 +1,76 @@
 //! Answering one question end to end: its trace, retrieval, the tool loop, and its result line.
-//! Never fails: a failure becomes a `status: "error"` line.
+//! Never fails: a failure becomes a `status: "error"` line. [`answer_question`] is what a run's
+//! pool does per question; [`answer_one`] does the same for one question alone, without a
+//! result file.
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
+
+use tracing::Instrument as _;
 
 use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
 use crate::agent::run::{AnswerRun, Outcome};
-use crate::agent::sample::{SampleMemory, unit_length};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::compact::mark_shown;
 use crate::agent::tools::{ToolContext, ToolState};
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::dataset::Question;
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
+use crate::names::{NameKind, check_name};
 use crate::results::{ResultLine, Status};
+use crate::retrieval::vector::unit_length;
+use crate::snapshot::Snapshot;
 
-/// Answers one question end to end; never fails (a failure is a `status: "error"` line).
+/// Answers `question` over `snapshot` and returns its result line, which is written nowhere:
+/// for a question that comes alone (`ask`, `serve`). Everything else is as in a run: the trace
+/// (when `settings.traces`), the loop's rounds reported to `settings.loop_events`, the model
+/// and the embedder sharing one fatal latch. A failed question is a `status: "error"` line;
+/// `Err` when the endpoint refuses every request (a refused key, an unknown model: a run stops
+/// there too), or when the sample id is no valid name (it names the trace file).
+pub async fn answer_one<M: ChatModel, E: Embedder>(
+    settings: &AnswerSettings,
+    snapshot: &Snapshot,
+    question: &Question,
+    model: &M,
+    embedder: &E,
+) -> anyhow::Result<ResultLine> {
+    check_name(NameKind::Sample, &snapshot.conversation.sample_id)?;
+    let latch = Arc::new(FatalLatch::default());
+    let key = &settings.key_variable;
+    let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
+    let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
+    let shared = Shared::new(settings, &model, &embedder);
+    let line = answer_question(&shared, snapshot, question).await;
+    if let Some(fatal) = latch.error() {
+        // Nothing of the question is kept, as a run leaves a question the fatal error failed
+        // for the rerun; the reason is the endpoint's.
+        anyhow::bail!("the endpoint refuses every request: {fatal}");
+    }
+    Ok(line)
+}
+
+/// Answers one question of a run end to end, in its own span, its line carrying the run's
+/// provenance; never fails (a failure is a `status: "error"` line).
 pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
-    sample: &SampleMemory,
+    sample: &Snapshot,
+    question: &Question,
+) -> ResultLine {
+    let span = tracing::info_span!("question", id = %question.id);
+    let mut line = answer_in_span(shared, sample, question).instrument(span).await;
+    line.provenance = shared.settings.provenance(sample);
+    line
+}
+
+/// [`answer_question`] inside its span.
+async fn answer_in_span<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    sample: &Snapshot,
     question: &Question,
 ) -> ResultLine {
     let settings = shared.settings;
@@ -112,7 +161,7 @@ fn open_trace(settings: &AnswerSettings, sample_id: &str, question_id: &str) -> 
 /// Retrieval then the loop. `usage` accumulates every call's tokens, failed attempts included.
 async fn solve<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
-    sample: &SampleMemory,
+    sample: &Snapshot,
     question: &Question,
     prepared: &PreparedQuestion,
     trace: &mut TraceWriter,
@@ -154,7 +203,7 @@ async fn solve<M: ChatModel, E: Embedder>(
 /// The question's embedding: from the build's cache, else embedded now.
 async fn question_vector<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
-    sample: &SampleMemory,
+    sample: &Snapshot,
     question: &Question,
     usage: &mut Usage,
 ) -> Result<Vec<f32>, String> {

@@ -1,24 +1,30 @@
 //! The answer engine: per-question retrieval, the tool-calling loop, and resumable concurrent
 //! runs over many conversations.
 //!
-//! Entry point: [`answer_all`]. It keeps `workers` questions in flight across all samples at once
+//! Entry points: [`answer_all`] for runs, [`answer_one`] for a question that comes alone (`ask`,
+//! `serve`). [`answer_all`] keeps `workers` questions in flight across all samples at once
 //! (not sample by sample), appends one result line per question as soon as it finishes, and
 //! resumes by question id: questions with a successful line are skipped, failed ones are answered
 //! again, a torn last line from a killed run is repaired (see `resume`). Each question also gets
 //! a JSONL trace (see `trace`), rendered by `mragent trace` (see `render`).
 //!
+//! [`answer_one`] answers one question over a snapshot and returns its result line, written
+//! nowhere; its trace is written as in a run.
+//!
+//! The answer side reads conversations as [`crate::snapshot::Snapshot`]s; it never assembles one.
+//!
 //! Layout (the `use crate::agent::…` graph has no cycles; `ids` is the leaf everything may use):
 //! - `pool`: [`answer_all`] and [`answer_stream`] (conversations joining the pool as their
 //!   memories become ready), the worker pool, result appending, progress, [`RunSummary`];
 //!   `scan` what the result files already hold;
-//! - `answer`: one question end to end (trace, retrieval, loop, result line);
+//! - `answer`: one question end to end (trace, retrieval, loop, result line), and
+//!   [`answer_one`];
 //! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS),
 //!   which reports each round to `events` when the caller asks for it;
 //! - `run`: the sans-IO loop state machine and the final-answer contract;
 //! - `tools`: the closed tool set (schemas, parsing, execution);
 //! - `retrieve`: pre-loop retrieval, one file per step;
-//! - `question` (category-aware question text), `settings` ([`AnswerSettings`]), `sample`
-//!   ([`SampleMemory`]), `ids` (evidence ids), `resume` (result files), `trace` and `render`
+//! - `question` (category-aware question text), `settings` ([`AnswerSettings`]), `ids` (evidence ids), `resume` (result files), `trace` and `render`
 //!   (traces), `scripted` (test support).
 //!
 //! Only `pool`, `answer`, `tool_loop` and `retrieve` await anything.
@@ -40,7 +46,6 @@ pub mod render;
 pub mod resume;
 pub mod retrieve;
 pub mod run;
-mod sample;
 mod scan;
 #[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
@@ -49,9 +54,6 @@ mod tool_loop;
 pub mod tools;
 pub mod trace;
 
+pub use self::answer::answer_one;
 pub use self::pool::{PendingSample, RunSummary, SampleFeed, answer_all, answer_stream};
-pub use self::sample::{
-    LoadedMemgas, MemgasMemory, MemgasSource, MemoryStatus, QueryAndWords, QueryEmbedder,
-    SampleMemory,
-};
 pub use self::settings::{AnswerSettings, answer_prompts_version};

@@ -11,18 +11,17 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt as _};
 use serde::Serialize;
-use tracing::Instrument as _;
 
 use crate::agent::answer::answer_question;
 use crate::agent::progress::Progress;
 use crate::agent::resume;
-use crate::agent::sample::SampleMemory;
 pub use crate::agent::scan::PendingSample;
 use crate::agent::scan::{Arrival, Scan};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
+use crate::snapshot::Snapshot;
 
 /// What a run did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -128,7 +127,7 @@ impl std::fmt::Display for RunSummary {
 /// Answers every question of `samples` that the result files do not hold yet.
 ///
 /// A question is answered only when its conversation's memory is complete
-/// ([`SampleMemory::memory`]); the others are counted as pending. `stop` resolves when the run
+/// ([`Snapshot::memory`]); the others are counted as pending. `stop` resolves when the run
 /// should wind down (Ctrl-C): no new question starts, the ones in flight finish and are
 /// written, and the summary says what is left. Per-question failures are written as
 /// `status: "error"` lines and never stop the run; a fatal endpoint error (a refused key, an
@@ -136,7 +135,7 @@ impl std::fmt::Display for RunSummary {
 /// [`RunSummary::fatal`] says why. Only IO errors on the result files fail the call.
 pub async fn answer_all<M: ChatModel, E: Embedder>(
     settings: &AnswerSettings,
-    samples: &[SampleMemory],
+    samples: &[Snapshot],
     model: &M,
     embedder: &E,
     stop: impl Future<Output = ()>,
@@ -168,7 +167,7 @@ pub struct SampleFeed<St> {
 /// being answered; the call returns when the feed has ended and every question is written.
 ///
 /// A conversation `S` is cloned once per question: pass a reference or an `Arc`, never an
-/// owned [`SampleMemory`].
+/// owned [`Snapshot`].
 pub async fn answer_stream<S, St, M, E>(
     settings: &AnswerSettings,
     feed: SampleFeed<St>,
@@ -177,7 +176,7 @@ pub async fn answer_stream<S, St, M, E>(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<RunSummary>
 where
-    S: Borrow<SampleMemory> + Clone + Send + Sync,
+    S: Borrow<Snapshot> + Clone + Send + Sync,
     St: Stream<Item = anyhow::Result<S>> + Send,
     M: ChatModel,
     E: Embedder,
@@ -207,12 +206,9 @@ where
     let finished = questions
         .map(move |item| async move {
             let (sample, index) = item?;
-            let sample: &SampleMemory = sample.borrow();
+            let sample: &Snapshot = sample.borrow();
             let question = &sample.conversation.questions[index];
-            let span = tracing::info_span!("question", id = %question.id);
-            let mut line = answer_question(shared_ref, sample, question).instrument(span).await;
-            line.provenance = settings.provenance(sample);
-            Ok(line)
+            Ok(answer_question(shared_ref, sample, question).await)
         })
         .buffer_unordered(settings.workers.max(1));
     let output = Output { settings, progress: &progress, latch: &latch };
@@ -250,7 +246,7 @@ where
 
 /// The questions of an arrived conversation still to answer, as `(sample, question index)`,
 /// after counting its resumed or pending ones in `scan` and on the progress bar.
-fn questions_of<S: Borrow<SampleMemory> + Clone>(
+fn questions_of<S: Borrow<Snapshot> + Clone>(
     settings: &AnswerSettings,
     scan: &Mutex<Scan>,
     progress: &Progress,

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::agent::resume;
-use crate::agent::sample::SampleMemory;
 use crate::agent::settings::AnswerSettings;
+use crate::snapshot::Snapshot;
 
 /// A conversation whose questions wait for its memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,7 +47,7 @@ impl Scan {
     pub(super) fn add(
         &mut self,
         settings: &AnswerSettings,
-        sample: &SampleMemory,
+        sample: &Snapshot,
     ) -> anyhow::Result<Arrival> {
         let conversation = &sample.conversation;
         let id = &conversation.sample_id;

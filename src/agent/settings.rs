@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use crate::agent::retrieve::{CallSettings, RetrievalSettings};
 use crate::agent::run::RunLimits;
-use crate::agent::sample::SampleMemory;
 use crate::agent::trace::trace_path;
 use crate::dataset::DatasetKind;
 use crate::results::{Provenance, result_path};
+use crate::snapshot::Snapshot;
 
 /// Resolved settings of an answer run (`mragent run`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,7 +95,7 @@ impl AnswerSettings {
 
     /// What a result line of `sample` answered now is made from: the sample's memory
     /// fingerprint, the answering model and the version of every answer-time prompt.
-    pub fn provenance(&self, sample: &SampleMemory) -> Provenance {
+    pub fn provenance(&self, sample: &Snapshot) -> Provenance {
         Provenance {
             memory: sample.memory.fingerprint.clone(),
             model: self.model.clone(),

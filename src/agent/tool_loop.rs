@@ -10,7 +10,6 @@ use crate::agent::events::{CallSummary, LoopEvent, ResultSummary};
 use crate::agent::question::PreparedQuestion;
 use crate::agent::retrieve::{closest_tags, score_keys_tags, tag_candidates, unshown_tags};
 use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
-use crate::agent::sample::SampleMemory;
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::tools::compact::compact_result;
 use crate::agent::tools::{
@@ -23,10 +22,11 @@ use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolCh
 use crate::memory::query::KeyTags;
 use crate::prompts;
 use crate::retrieval::vector::dot;
+use crate::snapshot::Snapshot;
 
 /// What one question's tool calls read and update.
 pub(super) struct QuestionTools<'a> {
-    pub sample: &'a SampleMemory,
+    pub sample: &'a Snapshot,
     pub prepared: &'a PreparedQuestion,
     pub context: ToolContext<'a>,
     pub state: ToolState,

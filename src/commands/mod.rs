@@ -13,12 +13,10 @@ use anyhow::Context as _;
 mod guard;
 mod manifest;
 mod run;
-mod samples;
 
 pub use self::guard::{LockHolder, RunLock, host_name};
 pub use self::manifest::{Manifest, endpoint_host, sha256_hex};
 pub use self::run::{RunOutcome, run, select_shard};
-pub use self::samples::memory_fingerprint;
 
 use crate::cli::{DataArg, EmbedArgs, EvalArgs, RetrieveArgs};
 use crate::dataset::Conversation;

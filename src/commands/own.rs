@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use crate::cli::{
     AskArgs, MemoryAddArgs, MemoryForgetArgs, MemorySearchArgs, ServeArgs, StoreEmbedArgs,
 };
-use crate::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use crate::embedding::load_local_async;
 use crate::llm::Client;
 use crate::service::{
     AddReport, AskReport, LOCAL_EMBEDDER, MemoryService, OwnEmbedder, SearchHit, ServiceSettings,
@@ -25,16 +25,8 @@ pub async fn service(
 ) -> anyhow::Result<MemoryService<Client, OwnEmbedder>> {
     let store = open_store(paths)?;
     let embedder = if spec == LOCAL_EMBEDDER {
-        let source = ModelSource {
-            explicit_dir: embed.embed_model_dir.clone(),
-            models_root: paths.root.join("data").join("models"),
-        };
-        let local = tokio::task::spawn_blocking(move || {
-            LocalEmbedder::from_source(&source, LocalEmbedderOptions::default())
-        })
-        .await
-        .context("loading the local embedder")??;
-        OwnEmbedder::Local(local)
+        let data_dir = paths.root.join("data");
+        OwnEmbedder::Local(load_local_async(embed.embed_model_dir.clone(), data_dir).await?)
     } else {
         let config = models.llm_config(&models.build_model);
         let embedder = crate::llm::EmbedderConfig { model: spec.to_string(), batch_size: 96 };

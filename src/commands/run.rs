@@ -13,7 +13,6 @@ use futures::{StreamExt as _, TryStreamExt as _};
 
 use super::guard::RunLock;
 use super::manifest::{Manifest, endpoint_host};
-use super::samples::{RunMemgas, SampleLoader};
 use super::{api_embedder, build_settings};
 use crate::agent::{AnswerSettings, RunSummary, SampleFeed};
 use crate::cli::RunCommandArgs;
@@ -22,6 +21,7 @@ use crate::ingest::BuildSummary;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{Client, EmbedClient, UsageTotals};
 use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
+use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
 
 /// How a run ended.
 #[derive(Debug)]
@@ -219,11 +219,11 @@ async fn phases(
     let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
         .context("building the model client")?;
     let settings = answer_settings(paths, data, models, args, run, quiet);
-    let loader = SampleLoader {
-        build: &build_settings,
-        embedder_name: crate::llm::Embedder::name(&embedder).to_string(),
-        memgas: RunMemgas::new(paths, data, &build_settings, args),
-    };
+    let memgas = (!args.no_memgas).then(|| {
+        let data_dir = paths.root.join("data");
+        MemgasCaches::new(&data_dir, data.kind, args.embed_model_dir.clone(), &build_settings)
+    });
+    let source = CacheSource::new(&build_settings, crate::llm::Embedder::name(&embedder), memgas);
     let bars = (!quiet).then(indicatif::MultiProgress::new);
 
     // The build announces each finished conversation on `ready`; the answer side loads it and
@@ -256,7 +256,7 @@ async fn phases(
     let feed = SampleFeed {
         // Shared, not cloned, by the questions of the conversation.
         samples: arrivals
-            .then(|index| loader.load(conversations[index].clone()))
+            .then(|index| Snapshot::from_caches(&source, conversations[index].clone()))
             .map_ok(Arc::new)
             .boxed(),
         questions: conversations.iter().map(|c| c.questions.len()).sum(),

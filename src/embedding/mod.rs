@@ -111,6 +111,33 @@ impl Default for LocalEmbedderOptions {
     }
 }
 
+/// Loads the local embedder, the one way every command does: the model files from
+/// `explicit_dir` (`--embed-model-dir`) when given, else from `<data_dir>/models`, installed
+/// there on first use. Blocking (it reads the weights); async callers use
+/// [`load_local_async`].
+pub fn load_local(
+    explicit_dir: Option<PathBuf>,
+    data_dir: &Path,
+    options: LocalEmbedderOptions,
+) -> Result<LocalEmbedder, Error> {
+    let source = ModelSource { explicit_dir, models_root: data_dir.join("models") };
+    LocalEmbedder::from_source(&source, options)
+}
+
+/// [`load_local`] with the default options, on a blocking thread.
+pub async fn load_local_async(
+    explicit_dir: Option<PathBuf>,
+    data_dir: PathBuf,
+) -> anyhow::Result<LocalEmbedder> {
+    use anyhow::Context as _;
+    let loaded = tokio::task::spawn_blocking(move || {
+        load_local(explicit_dir, &data_dir, LocalEmbedderOptions::default())
+    })
+    .await
+    .context("loading the local embedder")?;
+    Ok(loaded?)
+}
+
 /// all-MiniLM-L6-v2 sentence embeddings computed locally. Cheap to clone (shared state).
 #[derive(Clone)]
 pub struct LocalEmbedder {

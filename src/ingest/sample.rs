@@ -1,16 +1,26 @@
-//! The three stage caches of one conversation ([`SampleCaches`]) and what each stage's cache
-//! entry for a unit must match.
+//! The three stage caches of one conversation ([`SampleCaches`]), what each stage's cache
+//! entry for a unit must match, and the caches as the stage sequence's sink during a build
+//! ([`SampleRun`]: cached stages are skipped, each answer is settled into its cache, the
+//! tally and the progress bar).
+
+use std::sync::Mutex as StdMutex;
+
+use tokio::sync::Mutex;
 
 use crate::dataset::Conversation;
 use crate::ingest::cache::{PlannedUnit, Provenance, StageCache};
 use crate::ingest::embed::{EmbeddingCache, UnitTexts};
 use crate::ingest::keywords::{self, KeywordRecord};
+use crate::ingest::pipeline::{AskFailure, Asked, EmbedError, Embedded, StageSink};
+use crate::ingest::progress::Progress;
+use crate::ingest::repair::Repair;
 use crate::ingest::rewrite::RewriteRecord;
-use crate::ingest::summary::{RepairCounts, SampleSummary};
+use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, settle};
+use crate::ingest::summary::{RepairCounts, SampleSummary, Stage};
 use crate::ingest::unit::{Unit, plan_units};
 use crate::ingest::{BuildSettings, StageOutputs};
 use crate::memory::input::SessionRewrite;
-use crate::prompts;
+use crate::prompts::{self, PromptError};
 
 /// The three caches of one conversation.
 pub(super) struct SampleCaches {
@@ -113,6 +123,164 @@ impl SampleCaches {
     }
 }
 
+/// One conversation's build in progress, the sink of its units' stages: its caches behind
+/// async locks (held across the cache write, so writes of one file never interleave and the
+/// last write holds every unit), what this build spent and what failed, and the run's pool
+/// (progress bar, ask settings).
+pub(super) struct SampleRun<'c> {
+    pub(super) pool: &'c Pool,
+    pub(super) conversation: &'c Conversation,
+    pub(super) rewrite: Mutex<StageCache<RewriteRecord>>,
+    pub(super) keywords: Mutex<StageCache<KeywordRecord>>,
+    pub(super) embeddings: Mutex<EmbeddingCache>,
+    pub(super) tally: StdMutex<Tally>,
+}
+
+impl<'c> SampleRun<'c> {
+    /// The run of `conversation` over `caches`, nothing spent yet.
+    pub(super) fn new(
+        pool: &'c Pool,
+        conversation: &'c Conversation,
+        caches: SampleCaches,
+    ) -> Self {
+        Self {
+            pool,
+            conversation,
+            rewrite: Mutex::new(caches.rewrite),
+            keywords: Mutex::new(caches.keywords),
+            embeddings: Mutex::new(caches.embeddings),
+            tally: StdMutex::new(Tally::default()),
+        }
+    }
+
+    /// The caches and the tally, once every unit is settled.
+    pub(super) fn finish(self) -> (SampleCaches, Tally) {
+        let caches = SampleCaches {
+            rewrite: self.rewrite.into_inner(),
+            keywords: self.keywords.into_inner(),
+            embeddings: self.embeddings.into_inner(),
+            notices: Vec::new(),
+        };
+        (caches, Tally::take(self.tally))
+    }
+
+    pub(super) fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn ledger(&self) -> Ledger<'_> {
+        Ledger {
+            progress: &self.pool.progress,
+            conversation: self.conversation,
+            tally: &self.tally,
+        }
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.pool.progress
+    }
+
+    /// Show a unit's repair on the progress bar and in the log.
+    fn report_repair(&self, unit: &Unit<'_>, stage: Stage, repair: &Repair) {
+        if repair.is_clean() {
+            return;
+        }
+        self.progress().repaired(stage, repair);
+        tracing::warn!(sample = %self.conversation.sample_id, unit = %unit.key, %stage, reasks = repair.reasks, salvaged = repair.salvaged.len(), fallback = ?repair.fallback, "model answer repaired");
+    }
+}
+
+/// A build's stages skip what the caches hold and settle every answer into them. A failed stage
+/// is recorded (cache, tally, progress) and ends the unit; only what would fail every unit
+/// alike aborts the build.
+impl StageSink for SampleRun<'_> {
+    type Error = anyhow::Error;
+
+    fn prompt_failed(&self, _stage: Stage, error: PromptError) -> anyhow::Error {
+        error.into()
+    }
+
+    async fn kept_rewrite(&self, unit: &Unit<'_>) -> Option<SessionRewrite> {
+        let planned = rewrite_planned(unit);
+        self.rewrite.lock().await.done(&planned).map(|record| record.rewrite.clone())
+    }
+
+    async fn put_rewrite(
+        &self,
+        unit: &Unit<'_>,
+        asked: Result<Asked<RewriteRecord>, AskFailure>,
+    ) -> anyhow::Result<Option<SessionRewrite>> {
+        if let Ok(asked) = &asked {
+            self.report_repair(unit, Stage::Rewrite, &asked.value.repair);
+        }
+        let planned = rewrite_planned(unit);
+        let settled =
+            settle(self.ledger(), unit, Stage::Rewrite, &planned, asked, &self.rewrite).await?;
+        Ok(settled.map(|record| record.rewrite))
+    }
+
+    async fn kept_keywords(&self, unit: &Unit<'_>, rewrite: &SessionRewrite) -> bool {
+        let planned = keyword_planned(unit, rewrite);
+        self.keywords.lock().await.done(&planned).is_some()
+    }
+
+    async fn put_keywords(
+        &self,
+        unit: &Unit<'_>,
+        rewrite: &SessionRewrite,
+        asked: Result<Asked<KeywordRecord>, AskFailure>,
+    ) -> anyhow::Result<bool> {
+        if let Ok(asked) = &asked {
+            self.report_repair(unit, Stage::Keywords, &asked.value.repair);
+        }
+        let planned = keyword_planned(unit, rewrite);
+        let settled =
+            settle(self.ledger(), unit, Stage::Keywords, &planned, asked, &self.keywords).await?;
+        let Some(keywords) = settled else {
+            return Ok(false);
+        };
+        if !keywords.dropped_ids.is_empty() {
+            tracing::warn!(sample = %self.conversation.sample_id, unit = %unit.key, ids = ?keywords.dropped_ids, "keyword answer named unknown sentence ids; dropped them");
+        }
+        Ok(true)
+    }
+
+    async fn kept_embeddings(&self, unit: &Unit<'_>, texts: &UnitTexts) -> bool {
+        self.embeddings.lock().await.unit_done(&embedding_planned_of(unit, texts))
+    }
+
+    async fn put_embeddings(
+        &self,
+        unit: &Unit<'_>,
+        texts: &UnitTexts,
+        embedded: Result<Embedded, EmbedError>,
+    ) -> anyhow::Result<()> {
+        match embedded {
+            Ok(embedded) => {
+                self.progress().tokens(embedded.usage);
+                self.tally().usage += embedded.usage;
+                let planned = embedding_planned_of(unit, texts);
+                self.embeddings.lock().await.record_unit(&planned, texts, embedded).await?;
+            }
+            Err(error) => {
+                if let EmbedError::Llm(llm_error) = &error {
+                    abort_if_fatal(llm_error)?;
+                }
+                self.progress().failure();
+                tracing::warn!(sample = %self.conversation.sample_id, unit = %unit.key, error = %error, "embedding failed");
+                self.tally().failed.push(failed_unit(
+                    self.conversation,
+                    unit,
+                    Stage::Embeddings,
+                    error.to_string(),
+                    0,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 pub(super) fn rewrite_planned(unit: &Unit<'_>) -> PlannedUnit {
     PlannedUnit {
         key: unit.key.clone(),
@@ -134,12 +302,13 @@ pub(super) fn embedding_planned(
     record: &SessionRewrite,
 ) -> (PlannedUnit, UnitTexts) {
     let texts = UnitTexts::of(record);
-    (
-        PlannedUnit {
-            key: unit.key.clone(),
-            first_session: unit.first_session,
-            input_hash: texts.input_hash(),
-        },
-        texts,
-    )
+    (embedding_planned_of(unit, &texts), texts)
+}
+
+fn embedding_planned_of(unit: &Unit<'_>, texts: &UnitTexts) -> PlannedUnit {
+    PlannedUnit {
+        key: unit.key.clone(),
+        first_session: unit.first_session,
+        input_hash: texts.input_hash(),
+    }
 }

@@ -1,21 +1,15 @@
-//! One session through the three stages (rewrite → keywords → embeddings) without the stage
-//! caches: for the memory store (`crate::store`), which keeps every session's outputs in its own
-//! database and so asks this only for sessions it has no outputs for.
-//!
-//! The stage code is the build's own (`rewrite`, `keywords`, `embed`, `ask`): the same prompts,
-//! schemas, semantic checks and re-asks, so a stored session is what `mragent build` would have
-//! cached for it.
+//! What the stages make of one session of an own conversation ([`SessionOutputs`], which the
+//! store keeps), and why a session has none ([`SessionError`]). The store builds a session
+//! through the one stage sequence (`pipeline`) with itself as the sink (the service's store
+//! sink), without the file caches: it keeps every session's outputs in its own database and so
+//! builds only sessions it has no outputs for.
 
-use crate::dataset::Conversation;
 use crate::ingest::Stage;
-use crate::ingest::ask::AskSettings;
-use crate::ingest::embed::{UnitTexts, embed_texts};
-use crate::ingest::keywords::{self, KeywordRecord, KeywordSalvage};
-use crate::ingest::repair::ask_salvaging;
-use crate::ingest::rewrite::{self, RewriteSalvage};
+use crate::ingest::ask::AskFailure;
+use crate::ingest::embed::{EmbedError, Embedded, UnitTexts};
+use crate::ingest::keywords::KeywordRecord;
 use crate::ingest::run::is_fatal;
-use crate::ingest::unit::plan_units;
-use crate::llm::{self, ChatModel, Embedder, Usage};
+use crate::llm::{self, Usage};
 use crate::memory::input::SessionRewrite;
 
 /// Everything the stages made of one session.
@@ -55,62 +49,42 @@ pub enum SessionError {
     Fatal(llm::Error),
 }
 
-/// Runs the three stages for session `number` of `conversation` (one session per unit).
-pub async fn build_session<M: ChatModel, E: Embedder>(
-    chat: &M,
-    embedder: &E,
-    model: &str,
-    max_reasks: u32,
-    conversation: &Conversation,
-    number: u32,
-) -> Result<SessionOutputs, SessionError> {
-    let units = plan_units(conversation, 1);
-    let unit = units
-        .iter()
-        .find(|unit| unit.first_session == number)
-        .ok_or(SessionError::NoSuchSession(number))?;
-    let ask = AskSettings { model: model.to_string(), max_reasks };
-    let stage_error = |stage: Stage, error: String| SessionError::Stage { stage, error };
-
-    let prompt = rewrite::render_prompt(unit)
-        .map_err(|error| stage_error(Stage::Rewrite, error.to_string()))?;
-    let asked = ask_salvaging(chat, &ask, prompt, &rewrite::schema(), RewriteSalvage::new(unit))
-        .await
-        .map(|salvaged| salvaged.finish(RewriteSalvage::into_record, &unit.dia_ids))
-        .map_err(|failure| failed(Stage::Rewrite, failure))?;
-    let (rewrite, mut usage, mut chat_calls) = (asked.value.rewrite, asked.usage, asked.attempts);
-
-    let prompt = keywords::render_prompt(&rewrite.sentences)
-        .map_err(|error| stage_error(Stage::Keywords, error.to_string()))?;
-    let ids: Vec<String> = rewrite.sentences.iter().map(|sentence| sentence.id.clone()).collect();
-    let state = KeywordSalvage::new(&rewrite.session, &rewrite.sentences);
-    let asked = ask_salvaging(chat, &ask, prompt, &keywords::schema(), state)
-        .await
-        .map(|salvaged| salvaged.finish(KeywordSalvage::into_record, &ids))
-        .map_err(|failure| failed(Stage::Keywords, failure))?;
-    usage += asked.usage;
-    chat_calls += asked.attempts;
-    let keywords = asked.value;
-
-    let texts = UnitTexts::of(&rewrite);
-    let embedded = embed_texts(embedder, &texts.texts).await.map_err(|error| match error {
-        crate::ingest::embed::EmbedError::Llm(error) if is_fatal(&error) => {
-            SessionError::Fatal(error)
-        }
-        other => stage_error(Stage::Embeddings, other.to_string()),
-    })?;
-    usage += embedded.usage;
-    let dims = embedded.dims.max(1);
-    let mut rows = embedded.vectors.chunks(dims).map(<[f32]>::to_vec);
-    let sentence_vectors =
-        texts.sentence_ids.iter().cloned().zip(rows.by_ref()).collect::<Vec<_>>();
-    let topic_vectors = texts.topic_ids.iter().cloned().zip(rows).collect::<Vec<_>>();
-    Ok(SessionOutputs { rewrite, keywords, sentence_vectors, topic_vectors, usage, chat_calls })
+impl SessionOutputs {
+    /// The outputs of one session from its three stages: `embedded` holds one vector per text
+    /// of `texts` (sentences first, then topics); `usage` and `chat_calls` are those of the
+    /// two chat stages, to which the embedding's tokens are added.
+    pub(crate) fn assemble(
+        rewrite: SessionRewrite,
+        keywords: KeywordRecord,
+        texts: &UnitTexts,
+        embedded: Embedded,
+        usage: Usage,
+        chat_calls: u32,
+    ) -> Self {
+        let usage = usage + embedded.usage;
+        let dims = embedded.dims.max(1);
+        let mut rows = embedded.vectors.chunks(dims).map(<[f32]>::to_vec);
+        let sentence_vectors =
+            texts.sentence_ids.iter().cloned().zip(rows.by_ref()).collect::<Vec<_>>();
+        let topic_vectors = texts.topic_ids.iter().cloned().zip(rows).collect::<Vec<_>>();
+        SessionOutputs { rewrite, keywords, sentence_vectors, topic_vectors, usage, chat_calls }
+    }
 }
 
-fn failed(stage: Stage, failure: crate::ingest::ask::AskFailure) -> SessionError {
-    match failure.llm_error {
-        Some(error) if is_fatal(&error) => SessionError::Fatal(error),
-        _ => SessionError::Stage { stage, error: failure.error },
+impl SessionError {
+    /// Why a chat stage gave no output: the endpoint refuses everything, or this stage failed.
+    pub(crate) fn asking(stage: Stage, failure: AskFailure) -> Self {
+        match failure.llm_error {
+            Some(error) if is_fatal(&error) => SessionError::Fatal(error),
+            _ => SessionError::Stage { stage, error: failure.error },
+        }
+    }
+
+    /// Why the embedding stage gave no output.
+    pub(crate) fn embedding(error: EmbedError) -> Self {
+        match error {
+            EmbedError::Llm(error) if is_fatal(&error) => SessionError::Fatal(error),
+            other => SessionError::Stage { stage: Stage::Embeddings, error: other.to_string() },
+        }
     }
 }

@@ -1,20 +1,18 @@
 //! `add`: store messages, then build the sessions that have no outputs for their content.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use futures::StreamExt as _;
 use serde::Serialize;
 
+use super::sink::StoreSink;
 use super::{MemoryService, ServiceError, blocking};
 use crate::convo::Message;
 use crate::dataset::Conversation;
-use crate::ingest::{SessionError, build_session};
+use crate::ingest::SessionError;
+use crate::ingest::pipeline::{AskSettings, Models, run_stages, session_unit};
 use crate::llm::{ChatModel, Embedder};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD};
-use crate::retrieval::IndexOptions;
-use crate::retrieval::index::turn_words;
-use crate::retrieval::units::{SessionUnits, UnitVectors};
 use crate::store::ForgottenMessage;
 
 /// A session the stages could not build; the next add retries it.
@@ -257,88 +255,21 @@ where
         Ok(())
     }
 
-    /// Builds and stores one session; the chat calls it made.
+    /// Builds one session through the stage sequence into the store; the chat calls it made.
     async fn build_one(
         &self,
         conversation: &Conversation,
         number: u32,
         hashes: &[(u32, String)],
     ) -> Result<u32, SessionError> {
-        let settings = &self.settings;
-        let outputs = build_session(
-            &self.chat,
-            &self.embedder,
-            &settings.model,
-            settings.max_reasks,
-            conversation,
-            number,
-        )
-        .await?;
-        let session = conversation
-            .sessions
-            .iter()
-            .find(|session| session.index == number)
-            .ok_or(SessionError::NoSuchSession(number))?;
-        let units =
-            self.embed_units(&conversation.sample_id, SessionUnits::from_session(session)).await?;
-        let hash = content_hash(hashes, number);
-        let (store, id, model) =
-            (self.store.clone(), conversation.sample_id.clone(), settings.model.clone());
-        let calls = outputs.chat_calls;
-        let saved =
-            blocking(move || store.save_outputs(&id, number, &hash, &model, &outputs, &units))
-                .await
-                .map_err(|error| SessionError::Stage {
-                    stage: crate::ingest::Stage::Embeddings,
-                    error: format!("storing the outputs: {error}"),
-                })?;
-        if !saved {
-            tracing::warn!(session = number, "session changed while it was built; not stored");
-        }
-        Ok(calls)
-    }
-
-    /// The MemGAS unit vectors of one session (with the index's default text options), embedded
-    /// in one request with the session's content words that the conversation has no vector for
-    /// yet (fusion's soft word matching); the word vectors are stored here, so queries find them
-    /// in the store. Sessions built side by side may embed a shared word twice; the store keeps
-    /// the first.
-    async fn embed_units(
-        &self,
-        conversation: &str,
-        units: SessionUnits,
-    ) -> Result<UnitVectors, SessionError> {
-        let failed = |error: String| SessionError::Stage {
-            stage: crate::ingest::Stage::Embeddings,
-            error: format!("MemGAS units: {error}"),
+        let unit = session_unit(conversation, number).ok_or(SessionError::NoSuchSession(number))?;
+        let ask = AskSettings {
+            model: self.settings.model.clone(),
+            max_reasks: self.settings.max_reasks,
         };
-        let words: Vec<String> =
-            units.turns.iter().flat_map(turn_words).collect::<BTreeSet<_>>().into_iter().collect();
-        let (store, id, asked) = (self.store.clone(), conversation.to_string(), words.clone());
-        let known = blocking(move || store.word_vectors(&id, &asked))
-            .await
-            .map_err(|error| failed(error.to_string()))?;
-        let known: BTreeSet<&String> = known.iter().map(|(word, _)| word).collect();
-        let missing: Vec<String> = words.iter().filter(|w| !known.contains(w)).cloned().collect();
-
-        let options = IndexOptions::default().units;
-        let mut texts = units.texts_to_embed(&options);
-        let n_units = texts.len();
-        texts.extend(missing.iter().cloned());
-        let mut vectors =
-            self.embedder.embed(&texts).await.map_err(|e| failed(e.to_string()))?.vectors;
-        if vectors.len() != texts.len() {
-            return Err(failed(format!("{} vectors for {} texts", vectors.len(), texts.len())));
-        }
-        let word_vectors = vectors.split_off(n_units);
-        if !missing.is_empty() {
-            let pairs: Vec<(String, Vec<f32>)> = missing.into_iter().zip(word_vectors).collect();
-            let (store, id) = (self.store.clone(), conversation.to_string());
-            blocking(move || store.save_word_vectors(&id, &pairs))
-                .await
-                .map_err(|error| failed(format!("storing the words: {error}")))?;
-        }
-        // As `retrieval::build_index` does for `run`: the embedder's vectors as they come.
-        units.assemble(&options, vectors).ok_or_else(|| failed("wrong number of vectors".into()))
+        let models = Models { chat: &self.chat, embedder: &self.embedder, ask: &ask };
+        let sink = StoreSink::new(self, conversation, number, content_hash(hashes, number));
+        run_stages(&models, &sink, &unit).await?;
+        Ok(sink.chat_calls())
     }
 }

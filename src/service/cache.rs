@@ -1,5 +1,5 @@
 //! The service's per-conversation read cache: the stored conversation, its MemGAS index and
-//! (built on the first `ask`) its memory graph, kept between queries.
+//! (made on the first `ask`) its snapshot, kept between queries.
 //!
 //! A query first reads the conversation's revision from the store (one indexed row; the store
 //! gives every write a new, never reused revision). The same revision means the cached entry is
@@ -17,19 +17,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::ingest::SampleEmbeddings;
-use crate::memory::MemoryGraph;
+use crate::llm::Embedder;
 use crate::retrieval::{IndexError, IndexNeeds, IndexOptions, MemoryIndex};
-use crate::store::{StoredConversation, StoredOutputs};
+use crate::snapshot::Snapshot;
+use crate::store::StoredConversation;
 
-/// Vectors by id, in order.
-type IdVectors = Vec<(String, Vec<f32>)>;
-
-/// The memory graph and stage-3 vectors `ask` needs, or why the graph could not be built.
-pub(super) type AskMemory = Result<(MemoryGraph, SampleEmbeddings), String>;
+/// The snapshot `ask` answers over, or why its memory graph could not be built.
+pub(super) type AskSnapshot = Result<Arc<Snapshot>, String>;
 
 /// One conversation as the queries see it.
 pub(super) struct Cached {
@@ -37,7 +33,7 @@ pub(super) struct Cached {
     pub(super) index: Arc<MemoryIndex>,
     /// (session number, content hash) of the sessions in `index`, in index order.
     indexed: Vec<(u32, String)>,
-    ask_memory: OnceLock<AskMemory>,
+    snapshot: OnceLock<AskSnapshot>,
 }
 
 impl Cached {
@@ -64,7 +60,7 @@ impl Cached {
         for (session, vectors) in units.into_iter().skip(skip) {
             index.add_session(session, vectors)?;
         }
-        let entry = Cached { stored, index: Arc::new(index), indexed, ask_memory: OnceLock::new() };
+        let entry = Cached { stored, index: Arc::new(index), indexed, snapshot: OnceLock::new() };
         Ok((entry, rebuilt))
     }
 
@@ -81,31 +77,14 @@ impl Cached {
         Arc::make_mut(&mut self.index).set_word_vectors(&words, vectors);
     }
 
-    /// The memory graph and stage-3 vectors, built on first use.
-    pub(super) fn ask_memory(&self, embedder: &str) -> &AskMemory {
-        self.ask_memory.get_or_init(|| build_ask_memory(&self.stored, embedder))
+    /// The conversation ready to answer, with this entry's index queried through `embedder`;
+    /// made on first use (blocking work: the memory graph is built).
+    pub(super) fn snapshot<E: Embedder + Clone + 'static>(&self, embedder: &E) -> &AskSnapshot {
+        self.snapshot.get_or_init(|| {
+            Snapshot::from_store(&self.stored, Arc::clone(&self.index), embedder.clone())
+                .map(Arc::new)
+        })
     }
-}
-
-fn build_ask_memory(stored: &StoredConversation, embedder: &str) -> AskMemory {
-    let built: Vec<&StoredOutputs> =
-        stored.sessions.iter().filter_map(|session| session.outputs.as_ref()).collect();
-    let rewrites: Vec<_> = built.iter().map(|outputs| outputs.rewrite.clone()).collect();
-    let keywords: Vec<_> = built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
-    let graph = crate::memory::build_graph(&stored.to_conversation(), &rewrites, &keywords)
-        .map_err(|error| format!("building the memory graph: {error}"))?;
-    let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
-        built.iter().flat_map(|outputs| pick(outputs).iter().cloned()).collect::<IndexMap<_, _>>()
-    };
-    let sentences = vectors(|outputs| &outputs.sentence_vectors);
-    let embeddings = SampleEmbeddings {
-        embedder: embedder.to_string(),
-        dims: sentences.values().next().map_or(0, Vec::len),
-        sentences,
-        topics: vectors(|outputs| &outputs.topic_vectors),
-        questions: IndexMap::new(),
-    };
-    Ok((graph, embeddings))
 }
 
 /// How the cache has served queries since the service started.

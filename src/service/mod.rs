@@ -3,13 +3,14 @@
 //!
 //! - [`MemoryService::add`]: stores the messages (one transaction), then runs only the
 //!   sessions without outputs for their current content through the build stages
-//!   (`ingest::build_session`) and embeds their MemGAS units; each session's outputs are
+//!   (`ingest::pipeline`, with the store as the sink: `sink`) and embeds their MemGAS units; each session's outputs are
 //!   committed as soon as they exist, so an interrupted add loses at most the sessions in
 //!   flight and the same add finishes them. Adds to one conversation are serialised by the
 //!   store's conversation lock (across processes too).
 //! - [`MemoryService::search`]: MemGAS fusion over the stored unit vectors, no chat model.
-//! - [`MemoryService::ask`]: the `run` answer loop (`agent::answer_all`) over the memory graph
-//!   and MemGAS index made from the stored outputs (pure, in-memory; no model call).
+//! - [`MemoryService::ask`]: the `run` answer loop (`agent::answer_one`) over the conversation's
+//!   snapshot (`snapshot::Snapshot::from_store`: the memory graph and MemGAS index made from the
+//!   stored outputs; pure, in-memory, no model call), returning its result directly.
 //!
 //! Both read through the service's per-conversation cache (`cache`): the index is built on a
 //! conversation's first query, extended with the sessions an add built, and dropped on forget.
@@ -17,6 +18,7 @@
 mod add;
 mod cache;
 mod query;
+mod sink;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,9 +26,9 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 use serde::Serialize;
 
-use crate::agent::QueryEmbedder as _;
 use crate::embedding::LocalEmbedder;
 use crate::llm::{EmbedClient, Embedder, Embeddings};
+use crate::snapshot::QueryEmbedder as _;
 use crate::store::{Store, StoreError};
 
 pub use add::{AddReport, FailedSession, check_limits};

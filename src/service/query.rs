@@ -1,5 +1,5 @@
 //! `search` (MemGAS fusion over stored vectors, no chat model) and `ask` (the `run` answer loop
-//! over the memory rebuilt from the stored outputs).
+//! over the conversation's snapshot, made from the stored outputs, through `agent::answer_one`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,11 +8,12 @@ use serde::Serialize;
 
 use super::cache::Cached;
 use super::{MemoryService, ServiceError};
+use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
-use crate::agent::{AnswerSettings, LoadedMemgas, MemgasMemory, QueryEmbedder as _, SampleMemory};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder};
-use crate::results::{ResultLine, Status};
+use crate::results::Status;
+use crate::snapshot::{QueryEmbedder as _, Snapshot};
 use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
@@ -143,8 +144,7 @@ where
             now.format("%Y%m%dT%H%M%S%3f"),
             &crate::store::content_id(question)[..8]
         );
-        let mut dialogue = stored.to_conversation();
-        dialogue.questions = vec![Question {
+        let asked = Question {
             id: question_id.clone(),
             sample_id: conversation.to_string(),
             question: question.to_string(),
@@ -153,8 +153,8 @@ where
             category: Category::LongMemEval("own".into()),
             evidence: Vec::new(),
             question_date: Some(now.format("%Y-%m-%d %H:%M").to_string()),
-        }];
-        let sample = self.sample_memory(&entry, dialogue).await?;
+        };
+        let snapshot = self.snapshot(&entry).await?;
         let settings = &self.settings;
         let mut answer = AnswerSettings::new(
             &settings.root,
@@ -163,25 +163,12 @@ where
             &settings.answer_model,
             "ask",
         );
-        answer.workers = 1;
-        answer.progress = false;
         answer.loop_events = events;
         let trace = answer.trace_path(conversation, &question_id);
-        let result_path = answer.result_path(conversation);
-        let summary = crate::agent::answer_all(
-            &answer,
-            std::slice::from_ref(&sample),
-            &self.chat,
-            &self.embedder,
-            std::future::pending::<()>(),
-        )
-        .await?;
-        if let Some(fatal) = summary.fatal {
-            // The endpoint refused the question for good (bad key, unknown model): no line was
-            // written, and the reason is the endpoint's.
-            return Err(anyhow::anyhow!("the endpoint refuses every request: {fatal}").into());
-        }
-        let line = read_line(&result_path, &question_id)?;
+        // An endpoint that refuses the question for good (bad key, unknown model) is an error
+        // naming the endpoint's reason.
+        let line = crate::agent::answer_one(&answer, &snapshot, &asked, &self.chat, &self.embedder)
+            .await?;
         let supporting =
             line.prediction_context.iter().filter_map(|id| hit(stored, id, 0.0)).collect();
         Ok(AskReport {
@@ -200,33 +187,13 @@ where
         })
     }
 
-    /// The conversation's memory graph, stage-3 vectors and MemGAS index, from the cache.
-    async fn sample_memory(
-        &self,
-        entry: &Arc<Cached>,
-        dialogue: crate::dataset::Conversation,
-    ) -> Result<SampleMemory, ServiceError> {
-        let (shared, name) = (Arc::clone(entry), self.embedder.name().to_string());
-        let memory = tokio::task::spawn_blocking(move || shared.ask_memory(&name).clone())
+    /// The conversation ready to answer, from the cache (made on the first ask of this entry).
+    async fn snapshot(&self, entry: &Arc<Cached>) -> Result<Arc<Snapshot>, ServiceError> {
+        let (shared, embedder) = (Arc::clone(entry), self.embedder.clone());
+        let snapshot = tokio::task::spawn_blocking(move || shared.snapshot(&embedder).clone())
             .await
             .map_err(|error| anyhow::anyhow!("graph task failed: {error}"))?;
-        let (graph, embeddings) = memory.map_err(|error| anyhow::anyhow!(error))?;
-        Ok(SampleMemory {
-            conversation: dialogue,
-            graph,
-            embeddings,
-            memgas: Some(MemgasMemory::ready(LoadedMemgas {
-                index: Arc::clone(&entry.index),
-                embedder: Arc::new(self.embedder.clone()),
-            })),
-            // Unlike `run`, which leaves a question pending while a session is missing, `ask`
-            // answers from the sessions that are built and names the missing ones in its report
-            // (`AskReport::missing_sessions`).
-            memory: crate::agent::MemoryStatus {
-                missing_sessions: Vec::new(),
-                fingerprint: String::new(),
-            },
-        })
+        Ok(snapshot.map_err(|error| anyhow::anyhow!(error))?)
     }
 }
 
@@ -259,15 +226,4 @@ fn hit(stored: &StoredConversation, dia_id: &str, score: f64) -> Option<SearchHi
         text: message.text.clone(),
         score,
     })
-}
-
-/// The result line of `question_id` in `path`.
-fn read_line(path: &std::path::Path, question_id: &str) -> Result<ResultLine, ServiceError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?;
-    text.lines()
-        .rev()
-        .filter_map(|line| serde_json::from_str::<ResultLine>(line).ok())
-        .find(|line| line.question_id == question_id)
-        .ok_or_else(|| anyhow::anyhow!("no result line for {question_id}").into())
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use super::progress::EmbedProgress;
 use super::{RetrieveSettings, Timings};
 use crate::dataset::Conversation;
-use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, load_local};
 use crate::retrieval::cache::{Batching, EmbeddingCache};
 use crate::retrieval::index::{IndexNeeds, MemoryIndex, QueryWords};
 use crate::retrieval::units::SessionUnits;
@@ -218,15 +218,10 @@ fn load_embedder(
     timings: &mut Timings,
 ) -> anyhow::Result<LocalEmbedder> {
     let load_started = Instant::now();
-    let source = ModelSource {
-        explicit_dir: settings.embed_model_dir.clone(),
-        models_root: settings.data_dir.join("models"),
-    };
-    let embedder = LocalEmbedder::from_source(
-        &source,
-        LocalEmbedderOptions { threads: settings.embed_threads, ..LocalEmbedderOptions::default() },
-    )
-    .context("loading the local embedder")?;
+    let options =
+        LocalEmbedderOptions { threads: settings.embed_threads, ..LocalEmbedderOptions::default() };
+    let embedder = load_local(settings.embed_model_dir.clone(), &settings.data_dir, options)
+        .context("loading the local embedder")?;
     timings.model_load_seconds = load_started.elapsed().as_secs_f64();
     tracing::info!(seconds = timings.model_load_seconds, "loaded the local embedder");
     Ok(embedder)

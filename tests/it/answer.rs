@@ -14,7 +14,7 @@ use std::time::Duration;
 use mragent::agent::render::{RenderOptions, render_trace};
 use mragent::agent::scripted::{AgentScript, Fault, mechanical_memory, plausible_agent};
 use mragent::agent::trace::{TraceEvent, read_trace};
-use mragent::agent::{AnswerSettings, MemgasMemory, RunSummary, SampleMemory, answer_all};
+use mragent::agent::{AnswerSettings, RunSummary, answer_all};
 use mragent::dataset::{Conversation, DatasetKind};
 use mragent::ingest::build_memory;
 use mragent::llm::retry::RetryPolicy;
@@ -24,6 +24,7 @@ use mragent::llm::{
 };
 use mragent::results::{ResultLine, Status};
 use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
+use mragent::snapshot::{MemgasMemory, Snapshot};
 use serde_json::Value;
 
 use crate::support::{build_and_answer, load_fixture, locomo, read_lines};
@@ -96,7 +97,7 @@ impl Bench {
         &self.settings.root
     }
 
-    async fn run(&self, samples: &[SampleMemory]) -> RunSummary {
+    async fn run(&self, samples: &[Snapshot]) -> RunSummary {
         answer_all(&self.settings, samples, &self.chat, &self.embedder, std::future::pending())
             .await
             .unwrap()
@@ -188,7 +189,7 @@ fn evidence_hit_rate(lines: &[ResultLine]) -> f64 {
 }
 
 /// Attaches a MemGAS index of the conversation, built with the endpoint's embeddings.
-async fn with_memgas(mut memory: SampleMemory, embedder: &EmbedClient) -> SampleMemory {
+async fn with_memgas(mut memory: Snapshot, embedder: &EmbedClient) -> Snapshot {
     let sessions: Vec<SessionUnits> =
         memory.conversation.sessions.iter().map(SessionUnits::from_session).collect();
     let index = build_index(sessions, embedder, None, IndexOptions::default()).await.unwrap();
@@ -579,7 +580,7 @@ async fn builds_and_answers_a_whole_locomo_conversation() {
     let built =
         build_memory(&build_settings, &bench.chat, &bench.embedder, &conversation).await.unwrap();
     assert_eq!(built.summary.failed.len(), 0, "{:?}", built.summary);
-    let memory = SampleMemory::from_built(conversation.clone(), built);
+    let memory = Snapshot::from_built(conversation.clone(), built);
 
     let summary = bench.run(&[memory]).await;
     assert_eq!((summary.answered, summary.errors), (conversation.questions.len(), 0));

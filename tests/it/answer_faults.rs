@@ -153,7 +153,7 @@ async fn a_five_percent_fault_mix_over_conv_26_ends_with_no_error_row_and_no_idl
     assert!(built.summary.failed.is_empty(), "{:?}", built.summary);
     let build_wall = started.elapsed();
     let build_hangs = faults.count(InjectedFault::Hang);
-    let memory = SampleMemory::from_built(conversation.clone(), built);
+    let memory = Snapshot::from_built(conversation.clone(), built);
     let summary = bench.run(&[memory]).await;
     let wall = started.elapsed();
 
@@ -210,7 +210,7 @@ async fn a_build_that_skips_and_merges_turns_still_answers_every_question_over_f
     assert!(built.summary.failed.is_empty(), "{:?}", built.summary);
     let repairs = built.summary.repairs;
     assert!(repairs.salvaged_turns > 0 && repairs.salvaged_keyword_sentences > 0, "{repairs:?}");
-    let memory = SampleMemory::from_built(conversation.clone(), built);
+    let memory = Snapshot::from_built(conversation.clone(), built);
     for turn in conversation.sessions.iter().flat_map(|session| &session.turns) {
         assert!(memory.graph.episodes_of_turn(&turn.dia_id).next().is_some(), "{}", turn.dia_id);
     }

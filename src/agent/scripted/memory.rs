@@ -3,14 +3,14 @@
 use indexmap::IndexMap;
 
 use super::words::cue_words;
-use crate::agent::sample::SampleMemory;
 use crate::dataset::Conversation;
 use crate::ingest::SampleEmbeddings;
 use crate::llm::scripted::{HASH_EMBEDDING_DIM, hashed_embedding};
+use crate::memory;
 use crate::memory::input::{
     PersonalFact, RewrittenSentence, SentenceKeywords, SessionKeywords, SessionRewrite, TopicInput,
 };
-use crate::memory::{self, build_graph};
+use crate::snapshot::Snapshot;
 
 /// A memory for `conversation` built without any model (see the module doc). With
 /// `embed_questions`, question vectors are included; without, the pipeline embeds each question
@@ -18,7 +18,7 @@ use crate::memory::{self, build_graph};
 pub fn mechanical_memory(
     conversation: &Conversation,
     embed_questions: bool,
-) -> Result<SampleMemory, memory::Error> {
+) -> Result<Snapshot, memory::Error> {
     let dims = HASH_EMBEDDING_DIM;
     let mut rewrites = Vec::new();
     let mut keywords = Vec::new();
@@ -73,14 +73,7 @@ pub fn mechanical_memory(
             .collect();
         embeddings.questions = questions;
     }
-    let graph = build_graph(conversation, &rewrites, &keywords)?;
-    Ok(SampleMemory {
-        conversation: conversation.clone(),
-        graph,
-        embeddings,
-        memgas: None,
-        memory: Default::default(),
-    })
+    Snapshot::from_stage_outputs(conversation.clone(), &rewrites, &keywords, embeddings)
 }
 
 /// The longest content word, capitalised (first on ties); `Chat` when there is none.

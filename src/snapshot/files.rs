@@ -1,16 +1,17 @@
-//! A run's conversations as the answer side receives them: each one's memory read back from
-//! the build's caches, with its completeness, fingerprint and MemGAS index.
+//! A snapshot from the file caches of a dataset run: a conversation's memory read back from
+//! the build's caches once its build is done, with its completeness, fingerprint and a MemGAS
+//! index loaded on first use.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
 
-use crate::agent::{LoadedMemgas, MemgasMemory, MemgasSource, SampleMemory};
-use crate::cli::RunCommandArgs;
-use crate::dataset::Conversation;
+use super::{LoadedMemgas, MemgasMemory, MemgasSource, Snapshot};
+use crate::dataset::{Conversation, DatasetKind};
+use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, load_local_async};
 use crate::ingest::BuildSettings;
-use crate::settings::{DataSettings, ProjectPaths};
 
 /// Fingerprint of a sample's memory: SHA-256 over its three stage cache files (their names and
 /// bytes; the caches record model and prompt versions), shortened to 16 hex digits. Of the
@@ -43,22 +44,38 @@ pub fn memory_fingerprint(settings: &BuildSettings, embedder: &str, sample_id: &
     hasher.finalize().iter().take(8).map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Loads the conversations of a run once their builds are done.
-pub(super) struct SampleLoader<'a> {
-    pub(super) build: &'a BuildSettings,
+/// Where the snapshots of a run come from: the build's caches and, unless MemGAS is off, the
+/// run's MemGAS caches.
+pub struct CacheSource {
+    build: BuildSettings,
     /// The build's embedder.
-    pub(super) embedder_name: String,
+    embedder_name: String,
     /// Where MemGAS indexes come from (`None`: `--no-memgas`).
-    pub(super) memgas: Option<Arc<RunMemgas>>,
+    memgas: Option<Arc<MemgasCaches>>,
 }
 
-impl SampleLoader<'_> {
-    /// The memory of `conversation` from its finished build, with its completeness and
-    /// fingerprint, and a MemGAS index loaded on first use when the memory is complete and
+impl CacheSource {
+    /// The caches of the build made with `build` and the embedder `embedder_name`; MemGAS
+    /// indexes from `memgas` (none: no `query_memgas` tool).
+    pub fn new(build: &BuildSettings, embedder_name: &str, memgas: Option<MemgasCaches>) -> Self {
+        Self {
+            build: build.clone(),
+            embedder_name: embedder_name.to_string(),
+            memgas: memgas.map(Arc::new),
+        }
+    }
+}
+
+impl Snapshot {
+    /// The memory of `conversation` from its finished build in `source`, with its completeness
+    /// and fingerprint, and a MemGAS index loaded on first use when the memory is complete and
     /// MemGAS is on.
-    pub(super) async fn load(&self, conversation: Conversation) -> anyhow::Result<SampleMemory> {
-        let build = self.build.clone();
-        let name = self.embedder_name.clone();
+    pub async fn from_caches(
+        source: &CacheSource,
+        conversation: Conversation,
+    ) -> anyhow::Result<Snapshot> {
+        let build = source.build.clone();
+        let name = source.embedder_name.clone();
         // Reading the caches and building the graph is blocking work.
         let (conversation, memory, fingerprint) = tokio::task::spawn_blocking(move || {
             let memory = crate::ingest::load_memory(&build, &name, &conversation)
@@ -68,7 +85,7 @@ impl SampleLoader<'_> {
         })
         .await
         .context("loading a memory")??;
-        let memgas = match &self.memgas {
+        let memgas = match &source.memgas {
             Some(run) if memory.summary.failed.is_empty() => {
                 Some(MemgasMemory::lazy(ConversationMemgas {
                     run: run.clone(),
@@ -77,62 +94,51 @@ impl SampleLoader<'_> {
             }
             _ => None,
         };
-        let mut sample = SampleMemory::from_built(conversation, memory);
-        sample.memgas = memgas;
-        sample.memory.fingerprint = fingerprint;
-        Ok(sample)
+        let mut snapshot = Snapshot::from_built(conversation, memory);
+        snapshot.memgas = memgas;
+        snapshot.memory.fingerprint = fingerprint;
+        Ok(snapshot)
     }
 }
 
 /// What every conversation's MemGAS index of a run is made with: the local embedder (loaded
 /// once, when the first index is needed), the unit-vector and index caches, the granules.
-pub(super) struct RunMemgas {
-    source: crate::embedding::ModelSource,
-    local: tokio::sync::OnceCell<crate::embedding::LocalEmbedder>,
+pub struct MemgasCaches {
+    /// The project's `data/` directory.
+    data_dir: PathBuf,
+    /// `--embed-model-dir`, if given.
+    embed_model_dir: Option<PathBuf>,
+    local: tokio::sync::OnceCell<LocalEmbedder>,
     vectors: crate::retrieval::EmbeddingCache,
     indexes: crate::retrieval::IndexCache,
     build: BuildSettings,
 }
 
-impl RunMemgas {
-    /// Nothing is loaded yet; `None` with `--no-memgas`.
-    pub(super) fn new(
-        paths: &ProjectPaths,
-        data: &DataSettings,
+impl MemgasCaches {
+    /// The caches of `dataset` under `data_dir`, the model from `embed_model_dir` (else the
+    /// installed one); nothing is loaded yet.
+    pub fn new(
+        data_dir: &Path,
+        dataset: DatasetKind,
+        embed_model_dir: Option<PathBuf>,
         build: &BuildSettings,
-        args: &RunCommandArgs,
-    ) -> Option<Arc<Self>> {
-        if args.no_memgas {
-            return None;
-        }
-        let data_dir = paths.root.join("data");
-        let name = crate::embedding::LOCAL_EMBEDDER_NAME;
-        Some(Arc::new(Self {
-            source: crate::embedding::ModelSource {
-                explicit_dir: args.embed_model_dir.clone(),
-                models_root: data_dir.join("models"),
-            },
+    ) -> Self {
+        let name = LOCAL_EMBEDDER_NAME;
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            embed_model_dir,
             local: tokio::sync::OnceCell::new(),
-            vectors: crate::retrieval::EmbeddingCache::new(&data_dir, data.kind.as_str(), name),
-            indexes: crate::retrieval::IndexCache::new(&data_dir, data.kind.as_str(), name),
+            vectors: crate::retrieval::EmbeddingCache::new(data_dir, dataset.as_str(), name),
+            indexes: crate::retrieval::IndexCache::new(data_dir, dataset.as_str(), name),
             build: build.clone(),
-        }))
+        }
     }
 
     /// The local embedder, loaded by the first caller.
-    async fn local(&self) -> anyhow::Result<&crate::embedding::LocalEmbedder> {
+    async fn local(&self) -> anyhow::Result<&LocalEmbedder> {
         self.local
-            .get_or_try_init(|| async {
-                let source = self.source.clone();
-                tokio::task::spawn_blocking(move || {
-                    crate::embedding::LocalEmbedder::from_source(
-                        &source,
-                        crate::embedding::LocalEmbedderOptions::default(),
-                    )
-                })
-                .await
-                .context("loading the local embedder")?
-                .map_err(anyhow::Error::from)
+            .get_or_try_init(|| {
+                load_local_async(self.embed_model_dir.clone(), self.data_dir.clone())
             })
             .await
     }
@@ -140,7 +146,7 @@ impl RunMemgas {
 
 /// One conversation's MemGAS index, loaded (from the index cache, else built) on first use.
 struct ConversationMemgas {
-    run: Arc<RunMemgas>,
+    run: Arc<MemgasCaches>,
     conversation: Conversation,
 }
 

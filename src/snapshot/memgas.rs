@@ -1,65 +1,13 @@
-//! One conversation ready to be answered: its memory, embeddings and optional MemGAS index.
+//! What the MemGAS tool needs of a snapshot: the conversation's index and the embedder its
+//! queries must be embedded with ([`MemgasMemory`]), either ready or loaded on first use, and
+//! [`QueryEmbedder`], the object-safe query side of an [`Embedder`].
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::dataset::Conversation;
-use crate::ingest::{BuiltMemory, SampleEmbeddings};
 use crate::llm::Embedder;
-use crate::memory::MemoryGraph;
 use crate::retrieval::MemoryIndex;
-
-/// One conversation ready to be answered: its questions, memory graph and embeddings.
-#[derive(Debug, Clone)]
-pub struct SampleMemory {
-    /// The conversation and its questions.
-    pub conversation: Conversation,
-    /// Its memory graph.
-    pub graph: MemoryGraph,
-    /// Vectors of its sentences, topics and questions.
-    pub embeddings: SampleEmbeddings,
-    /// Its MemGAS index; when present, the loop offers the `query_memgas` tool.
-    pub memgas: Option<MemgasMemory>,
-    /// Whether the memory is whole, and its fingerprint.
-    pub memory: MemoryStatus,
-}
-
-/// Whether a conversation's memory holds every session, and what it was built from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MemoryStatus {
-    /// Sessions whose build did not finish; while any is missing, no question of the
-    /// conversation is answered (they stay pending until a rerun builds them).
-    pub missing_sessions: Vec<u32>,
-    /// Fingerprint of the stage caches the memory was loaded from (empty: unknown); recorded
-    /// in every result line so that a rerun over a changed memory answers again.
-    pub fingerprint: String,
-}
-
-impl MemoryStatus {
-    /// Every session is in memory.
-    pub fn is_complete(&self) -> bool {
-        self.missing_sessions.is_empty()
-    }
-}
-
-impl SampleMemory {
-    /// A conversation's memory from its finished build (`ingest::build_memory` or
-    /// `ingest::load_memory`), without a MemGAS index.
-    pub fn from_built(conversation: Conversation, built: BuiltMemory) -> Self {
-        let mut missing_sessions: Vec<u32> =
-            built.summary.failed.iter().flat_map(|unit| unit.sessions.iter().copied()).collect();
-        missing_sessions.sort_unstable();
-        missing_sessions.dedup();
-        Self {
-            conversation,
-            graph: built.graph,
-            embeddings: built.embeddings,
-            memgas: None,
-            memory: MemoryStatus { missing_sessions, fingerprint: String::new() },
-        }
-    }
-}
 
 /// A conversation's MemGAS index with the embedder it was built with (queries must be embedded
 /// by the same model). Either ready, or loaded on the first [`MemgasMemory::get`] from a
@@ -145,7 +93,7 @@ impl std::fmt::Debug for MemgasMemory {
 pub type QueryAndWords = (Vec<f32>, Vec<Vec<f32>>);
 
 /// Embeds one query text. Implemented for every [`Embedder`]; it exists so that a
-/// [`SampleMemory`] can carry its MemGAS embedder without a type parameter (`Embedder` itself
+/// [`Snapshot`](crate::snapshot::Snapshot) can carry its MemGAS embedder without a type parameter (`Embedder` itself
 /// returns `impl Future` and cannot be a trait object).
 pub trait QueryEmbedder: Send + Sync {
     /// The unit-length embedding of `text`.
@@ -234,7 +182,7 @@ async fn unit_vectors<E: Embedder>(
     Ok(embedded.vectors.into_iter().map(unit_length).collect())
 }
 
-pub(super) use crate::retrieval::vector::unit_length;
+use crate::retrieval::vector::unit_length;
 
 #[cfg(test)]
 mod tests;

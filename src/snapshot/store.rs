@@ -1,0 +1,56 @@
+//! A snapshot from the store of own conversations: the memory graph and stage-3 vectors made
+//! from the stored outputs of the built sessions, with the MemGAS index built from the same
+//! store (the service keeps it between queries and shares it, not a copy).
+
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use super::{LoadedMemgas, MemgasMemory, Snapshot};
+use crate::ingest::SampleEmbeddings;
+use crate::llm::Embedder;
+use crate::retrieval::MemoryIndex;
+use crate::store::{StoredConversation, StoredOutputs};
+
+/// Vectors by id, in order.
+type IdVectors = Vec<(String, Vec<f32>)>;
+
+impl Snapshot {
+    /// `stored` ready to answer, with `index` (its MemGAS index) queried through `embedder`
+    /// (the conversation's embedder). Sessions without outputs are left out and not counted as
+    /// missing: unlike `run`, which leaves a question pending while a session is missing, `ask`
+    /// answers from the sessions that are built and names the missing ones in its report. The
+    /// snapshot holds no questions (`ask` brings its own). `Err` says why the graph could not
+    /// be built.
+    pub fn from_store<E: Embedder + 'static>(
+        stored: &StoredConversation,
+        index: Arc<MemoryIndex>,
+        embedder: E,
+    ) -> Result<Self, String> {
+        let built: Vec<&StoredOutputs> =
+            stored.sessions.iter().filter_map(|session| session.outputs.as_ref()).collect();
+        let rewrites: Vec<_> = built.iter().map(|outputs| outputs.rewrite.clone()).collect();
+        let keywords: Vec<_> =
+            built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
+        let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
+            built
+                .iter()
+                .flat_map(|outputs| pick(outputs).iter().cloned())
+                .collect::<IndexMap<_, _>>()
+        };
+        let sentences = vectors(|outputs| &outputs.sentence_vectors);
+        let embeddings = SampleEmbeddings {
+            embedder: embedder.name().to_string(),
+            dims: sentences.values().next().map_or(0, Vec::len),
+            sentences,
+            topics: vectors(|outputs| &outputs.topic_vectors),
+            questions: IndexMap::new(),
+        };
+        let mut snapshot =
+            Self::from_stage_outputs(stored.to_conversation(), &rewrites, &keywords, embeddings)
+                .map_err(|error| format!("building the memory graph: {error}"))?;
+        let loaded = LoadedMemgas { index, embedder: Arc::new(embedder) };
+        snapshot.memgas = Some(MemgasMemory::ready(loaded));
+        Ok(snapshot)
+    }
+}
