@@ -47,8 +47,8 @@ pub async fn answer_one<M: ChatModel, E: Embedder>(
     let shared = Shared::new(settings, &model, &embedder);
     let line = answer_question(&shared, snapshot, question).await;
     if let Some(fatal) = latch.error() {
-        // Nothing of the question is kept, as a run leaves a question the fatal error failed
-        // for the rerun; the reason is the endpoint's.
+        // No line, as a run writes none for a question the fatal error failed (its trace is
+        // written all the same); the reason is the endpoint's.
         anyhow::bail!("the endpoint refuses every request: {fatal}");
     }
     Ok(line)

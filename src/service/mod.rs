@@ -41,8 +41,7 @@ pub const LOCAL_EMBEDDER: &str = "local";
 /// Settings of a service.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServiceSettings {
-    /// Project root: `ask` writes its result lines under `result/own/` and traces under
-    /// `log/own/ask/`.
+    /// Project root: `ask` writes its traces under `log/own/ask/` (and no result file).
     pub root: PathBuf,
     /// The embedder as recorded with each conversation: [`LOCAL_EMBEDDER`] or an API model id.
     pub embedder: String,

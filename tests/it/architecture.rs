@@ -1,7 +1,8 @@
 //! The invariants of ARCHITECTURE.md that the source itself can show, checked on the source
 //! tree: no import cycle between modules, only `llm` speaks HTTP to models, `memory` never calls
-//! a model, prompts are loaded only by `prompts.rs`, and result files are rewritten only by
-//! `agent::resume`.
+//! a model, prompts are loaded only by `prompts.rs`, result files are rewritten only by
+//! `agent::resume`, only `snapshot` assembles a conversation ready to answer, and there is one
+//! stage sequence (`ingest/pipeline.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -171,4 +172,91 @@ fn result_files_are_rewritten_only_by_resume() {
         }
     }
     assert!(writers > 5, "the scan found the file writers ({writers})");
+}
+
+/// Whether `code` calls `name` as a function or a constructor (`name(`), not defines it
+/// (`fn name(`).
+fn calls(code: &str, name: &str) -> bool {
+    code.match_indices(&format!("{name}(")).any(|(index, _)| {
+        let before = code[..index].trim_end();
+        let boundary =
+            code[..index].chars().last().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+        boundary && !before.ends_with("fn")
+    })
+}
+
+/// Whether `code` writes a `Snapshot { … }` struct literal (not its definition, an impl or a
+/// return type).
+fn constructs_snapshot(code: &str) -> bool {
+    code.match_indices("Snapshot {").any(|(index, _)| {
+        let before = code[..index].trim_end();
+        let word_start = code[..index].chars().last().is_none_or(|c| !c.is_alphanumeric());
+        word_start
+            && !before.ends_with("struct")
+            && !before.ends_with("impl")
+            && !before.ends_with("for")
+            && !before.ends_with("->")
+    })
+}
+
+#[test]
+fn only_snapshot_assembles_a_ready_memory() {
+    let mut assemblies = 0;
+    for (path, code) in sources() {
+        let in_snapshot = path.starts_with("snapshot");
+        // The memory graph of a snapshot comes from `ingest` (the graph of the memory a
+        // build returns, which `Snapshot::from_built` takes) or from `snapshot` itself.
+        let graph_builders =
+            in_snapshot || path.starts_with("ingest") || path.starts_with("memory");
+        let found = [
+            ("writes a Snapshot literal", constructs_snapshot(&code)),
+            ("adds Snapshot constructors", code.contains("impl Snapshot")),
+            (
+                "makes a MemgasMemory",
+                ["MemgasMemory::ready", "MemgasMemory::lazy", "MemgasMemory::new"]
+                    .iter()
+                    .any(|name| calls(&code, name)),
+            ),
+            ("reads a build back", calls(&code, "load_memory") && !path.starts_with("ingest")),
+            ("builds a memory graph", calls(&code, "build_graph") && !graph_builders),
+        ];
+        for (what, present) in found {
+            if in_snapshot {
+                assemblies += usize::from(present);
+            } else {
+                assert!(
+                    !present,
+                    "{} {what}: only `snapshot` assembles a ready memory",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(assemblies >= 4, "the scan found the snapshot's own assembly ({assemblies})");
+}
+
+#[test]
+fn one_stage_sequence() {
+    // What running each stage takes, whichever path names it.
+    let stages: [(&str, &[&str]); 3] = [
+        ("rewrite", &["RewriteSalvage", "rewrite::render_prompt"]),
+        ("keywords", &["KeywordSalvage", "keywords::render_prompt"]),
+        ("embeddings", &["UnitTexts::of(", "embed_texts("]),
+    ];
+    let mut sequences = Vec::new();
+    for (path, code) in sources() {
+        let run: Vec<&str> = stages
+            .iter()
+            .filter(|(_, marks)| marks.iter().any(|mark| code.contains(mark)))
+            .map(|(stage, _)| *stage)
+            .collect();
+        if run.len() > 1 {
+            sequences.push(format!("{} ({})", path.display(), run.join(", ")));
+        }
+    }
+    assert_eq!(
+        sequences,
+        ["ingest/pipeline.rs (rewrite, keywords, embeddings)"],
+        "only ingest/pipeline.rs runs the stages one after the other"
+    );
 }
