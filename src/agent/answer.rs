@@ -142,12 +142,14 @@ async fn solve<M: ChatModel, E: Embedder>(
         rerank_limit: settings.retrieval.k2,
         keep: settings.retrieval.k2,
         tag_max: settings.retrieval.tag_max,
-        memgas: sample.memgas.is_some(),
+        tag_limit: settings.retrieval.tag_limit,
+        question: &prepared.search_text,
+        memgas: sample.memgas.as_ref(),
     };
     let state = ToolState { seen_keys };
     let mut shown = BTreeSet::new();
     mark_shown(&payload, &mut shown);
-    let tools = QuestionTools { sample, prepared, context, state, shown };
+    let tools = QuestionTools { context, state, shown };
     Ok(tool_loop::drive(shared, run, tools, trace, usage).await)
 }
 

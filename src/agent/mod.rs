@@ -12,16 +12,17 @@
 //!   memories become ready), the worker pool, result appending, progress, [`RunSummary`];
 //!   `scan` what the result files already hold;
 //! - `answer`: one question end to end (trace, retrieval, loop, result line);
-//! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS),
+//! - `tool_loop`: the async driver of the loop (model calls, tool calls, the tools' async parts),
 //!   which reports each round to `events` when the caller asks for it;
 //! - `run`: the sans-IO loop state machine and the final-answer contract;
-//! - `tools`: the closed tool set (schemas, parsing, execution);
+//! - `tools`: the closed tool set, one file per tool (schema, parsing, execution, result);
 //! - `retrieve`: pre-loop retrieval, one file per step;
 //! - `question` (category-aware question text), `settings` ([`AnswerSettings`]), `sample`
 //!   ([`SampleMemory`]), `ids` (evidence ids), `resume` (result files), `trace` and `render`
 //!   (traces), `scripted` (test support).
 //!
-//! Only `pool`, `answer`, `tool_loop` and `retrieve` await anything.
+//! Only `pool`, `answer`, `tool_loop`, `retrieve` and two tools (the tag scoring of
+//! `query_event_keywords`, `query_memgas`) await anything.
 //!
 //! Concurrency: `futures::StreamExt::buffer_unordered(workers)` bounds the questions in flight;
 //! request rates are the `llm` stack's business. Within a question, the re-rank and the tag
