@@ -62,9 +62,8 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     if let Some(error) = &error {
         tracing::warn!(error = %error, "question failed");
     }
-    let (fallbacks, rejected, skipped) = (trace.fallbacks(), trace.rejected(), trace.skipped());
-    shared.count(fallbacks, rejected, skipped);
-    let calls = trace.calls();
+    let counts = trace.counts();
+    shared.count(counts);
     trace.record(TraceEvent::Finish {
         status,
         prediction: prediction.clone(),
@@ -74,11 +73,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
         tool_calls,
         usage,
         latency_ms,
-        fallbacks,
-        rejected,
-        skipped,
-        retries: calls.retries,
-        hedges: calls.hedges,
+        counts,
     });
     ResultLine {
         question_id: question.id.clone(),

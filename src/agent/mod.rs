@@ -9,8 +9,9 @@
 //!
 //! Layout (the `use crate::agent::…` graph has no cycles; `ids` is the leaf everything may use):
 //! - `pool`: [`answer_all`] and [`answer_stream`] (conversations joining the pool as their
-//!   memories become ready), the worker pool, result appending, progress, [`RunSummary`];
-//!   `scan` what the result files already hold;
+//!   memories become ready), the worker pool, result appending, progress, [`AnswerSummary`];
+//!   `scan` what the result files already hold; `counts` the one [`Counts`] struct (fallbacks,
+//!   rejected replies, skipped calls, retries, hedges) from trace writer to run summary;
 //! - `answer`: one question end to end (trace, retrieval, loop, result line);
 //! - `tool_loop`: the async driver of the loop (model calls, tool calls, the tools' async parts),
 //!   which reports each round to `events` when the caller asks for it;
@@ -32,6 +33,7 @@
 //! concurrently. Concurrent work records into trace branches merged in call order.
 
 mod answer;
+mod counts;
 pub mod events;
 pub mod ids;
 mod pool;
@@ -50,7 +52,8 @@ mod tool_loop;
 pub mod tools;
 pub mod trace;
 
-pub use self::pool::{PendingSample, RunSummary, SampleFeed, answer_all, answer_stream};
+pub use self::counts::Counts;
+pub use self::pool::{AnswerSummary, PendingSample, SampleFeed, answer_all, answer_stream};
 pub use self::sample::{
     LoadedMemgas, MemgasMemory, MemgasSource, MemoryStatus, QueryAndWords, QueryEmbedder,
     SampleMemory,

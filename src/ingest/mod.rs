@@ -52,13 +52,15 @@ use crate::ingest::keywords::{KeywordRecord, KeywordSalvage};
 pub use crate::ingest::repair::Repair;
 use crate::ingest::repair::ask_salvaging;
 use crate::ingest::rewrite::{RewriteRecord, RewriteSalvage};
-use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, run_all, settle};
+use crate::ingest::run::{
+    ConversationTally, Ledger, Pool, abort_if_fatal, failed_unit, run_all, settle,
+};
 use crate::ingest::sample::{SampleCaches, embedding_planned, keyword_planned, rewrite_planned};
 pub use crate::ingest::session::{SessionError, SessionOutputs, build_session};
 use crate::ingest::summary::summarise;
 pub use crate::ingest::summary::{
-    BuildSummary, BuiltMemory, FailedUnit, RepairCounts, RunSummary, SampleFailures, SampleSummary,
-    Stage, StageOutputs,
+    BuildSummary, BuiltMemory, FailedUnit, RepairCounts, SampleFailures, SampleSummary, Stage,
+    StageOutputs, UnitRunSummary,
 };
 use crate::ingest::unit::{Unit, plan_units};
 use crate::llm::{ChatModel, Embedder, Usage};
@@ -194,11 +196,11 @@ struct SampleRun<'c> {
     rewrite: Mutex<StageCache<RewriteRecord>>,
     keywords: Mutex<StageCache<KeywordRecord>>,
     embeddings: Mutex<EmbeddingCache>,
-    tally: StdMutex<Tally>,
+    tally: StdMutex<ConversationTally>,
 }
 
 impl SampleRun<'_> {
-    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+    fn tally(&self) -> std::sync::MutexGuard<'_, ConversationTally> {
         self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -230,7 +232,7 @@ async fn build_sample<M: ChatModel, E: Embedder>(
         rewrite: Mutex::new(caches.rewrite),
         keywords: Mutex::new(caches.keywords),
         embeddings: Mutex::new(caches.embeddings),
-        tally: StdMutex::new(Tally::default()),
+        tally: StdMutex::new(ConversationTally::default()),
     };
     // The questions wait for a worker beside the conversation's own units, not after them:
     // asked last, they would queue behind every other conversation's units (the permits are
@@ -243,7 +245,7 @@ async fn build_sample<M: ChatModel, E: Embedder>(
     let rewrite = run.rewrite.into_inner();
     let keywords = run.keywords.into_inner();
     let embeddings = run.embeddings.into_inner();
-    let tally = Tally::take(run.tally);
+    let tally = ConversationTally::take(run.tally);
     let caches = SampleCaches { rewrite, keywords, embeddings, notices: Vec::new() };
     let outputs = caches.outputs(&units);
     let mut failed = tally.failed;
