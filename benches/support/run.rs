@@ -141,9 +141,9 @@ pub(crate) fn retries_and_hedges(root: &Path) -> (u64, u64) {
     let (mut retries, mut hedges) = (0, 0);
     for trace in files(&root.join("log"), ".jsonl") {
         for record in read_trace(&trace).unwrap_or_default() {
-            if let TraceEvent::Finish { retries: r, hedges: h, .. } = record.event {
-                retries += u64::from(r);
-                hedges += u64::from(h);
+            if let TraceEvent::Finish { counts, .. } = record.event {
+                retries += counts.retries;
+                hedges += counts.hedges;
             }
         }
     }

@@ -111,9 +111,8 @@ async fn answer_in_span<M: ChatModel, E: Embedder>(
     if let Some(error) = &error {
         tracing::warn!(error = %error, "question failed");
     }
-    let (fallbacks, rejected, skipped) = (trace.fallbacks(), trace.rejected(), trace.skipped());
-    shared.count(fallbacks, rejected, skipped);
-    let calls = trace.calls();
+    let counts = trace.counts();
+    shared.count(counts);
     trace.record(TraceEvent::Finish {
         status,
         prediction: prediction.clone(),
@@ -123,11 +122,7 @@ async fn answer_in_span<M: ChatModel, E: Embedder>(
         tool_calls,
         usage,
         latency_ms,
-        fallbacks,
-        rejected,
-        skipped,
-        retries: calls.retries,
-        hedges: calls.hedges,
+        counts,
     });
     ResultLine {
         question_id: question.id.clone(),
@@ -191,12 +186,14 @@ async fn solve<M: ChatModel, E: Embedder>(
         rerank_limit: settings.retrieval.k2,
         keep: settings.retrieval.k2,
         tag_max: settings.retrieval.tag_max,
-        memgas: sample.memgas.is_some(),
+        tag_limit: settings.retrieval.tag_limit,
+        question: &prepared.search_text,
+        memgas: sample.memgas.as_ref(),
     };
     let state = ToolState { seen_keys };
     let mut shown = BTreeSet::new();
     mark_shown(&payload, &mut shown);
-    let tools = QuestionTools { sample, prepared, context, state, shown };
+    let tools = QuestionTools { context, state, shown };
     Ok(tool_loop::drive(shared, run, tools, trace, usage).await)
 }
 

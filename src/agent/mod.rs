@@ -15,19 +15,21 @@
 //!
 //! Layout (the `use crate::agent::…` graph has no cycles; `ids` is the leaf everything may use):
 //! - `pool`: [`answer_all`] and [`answer_stream`] (conversations joining the pool as their
-//!   memories become ready), the worker pool, result appending, progress, [`RunSummary`];
-//!   `scan` what the result files already hold;
+//!   memories become ready), the worker pool, result appending, progress, [`AnswerSummary`];
+//!   `scan` what the result files already hold; `counts` the one [`Counts`] struct (fallbacks,
+//!   rejected replies, skipped calls, retries, hedges) from trace writer to run summary;
 //! - `answer`: one question end to end (trace, retrieval, loop, result line), and
 //!   [`answer_one`];
-//! - `tool_loop`: the async driver of the loop (model calls, tool calls, tag scoring, MemGAS),
+//! - `tool_loop`: the async driver of the loop (model calls, tool calls, the tools' async parts),
 //!   which reports each round to `events` when the caller asks for it;
 //! - `run`: the sans-IO loop state machine and the final-answer contract;
-//! - `tools`: the closed tool set (schemas, parsing, execution);
+//! - `tools`: the closed tool set, one file per tool (schema, parsing, execution, result);
 //! - `retrieve`: pre-loop retrieval, one file per step;
 //! - `question` (category-aware question text), `settings` ([`AnswerSettings`]), `ids` (evidence ids), `resume` (result files), `trace` and `render`
 //!   (traces), `scripted` (test support).
 //!
-//! Only `pool`, `answer`, `tool_loop` and `retrieve` await anything.
+//! Only `pool`, `answer`, `tool_loop`, `retrieve` and two tools (the tag scoring of
+//! `query_event_keywords`, `query_memgas`) await anything.
 //!
 //! Concurrency: `futures::StreamExt::buffer_unordered(workers)` bounds the questions in flight;
 //! request rates are the `llm` stack's business. Within a question, the re-rank and the tag
@@ -37,6 +39,7 @@
 //! concurrently. Concurrent work records into trace branches merged in call order.
 
 mod answer;
+mod counts;
 pub mod events;
 pub mod ids;
 mod pool;
@@ -55,5 +58,6 @@ pub mod tools;
 pub mod trace;
 
 pub use self::answer::answer_one;
-pub use self::pool::{PendingSample, RunSummary, SampleFeed, answer_all, answer_stream};
+pub use self::counts::Counts;
+pub use self::pool::{AnswerSummary, PendingSample, SampleFeed, answer_all, answer_stream};
 pub use self::settings::{AnswerSettings, answer_prompts_version};

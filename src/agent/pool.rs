@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt as _};
 use serde::Serialize;
 
 use crate::agent::answer::answer_question;
+use crate::agent::counts::Counts;
 use crate::agent::progress::Progress;
 use crate::agent::resume;
 pub use crate::agent::scan::PendingSample;
@@ -23,9 +24,9 @@ use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
 use crate::snapshot::Snapshot;
 
-/// What a run did.
+/// What an answer run did (`run`, `ask`): the questions, tokens, counts and result files.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunSummary {
+pub struct AnswerSummary {
     /// Questions in scope.
     pub total: usize,
     /// Questions already answered by an earlier run (skipped).
@@ -49,16 +50,11 @@ pub struct RunSummary {
     /// Sessions left out of the memory because they have no turns, as `<sample> <field>`
     /// ([`Conversation::empty_sessions`](crate::dataset::Conversation::empty_sessions)).
     pub empty_sessions: Vec<String>,
-    /// Retrieval steps of this run that fell back to a deterministic substitute for the
-    /// model's reply (question keywords, re-rank, tag scoring); each is a `fallback` record in
-    /// its question's trace.
-    pub fallbacks: u64,
-    /// Model replies of this run that were rejected (re-asked, or replaced by a fallback once
-    /// the re-asks ran out); each is a `rejected` record in its question's trace.
-    pub rejected: u64,
-    /// Model calls this run did not need and did not make (tag scoring of keys whose unseen
-    /// tags are few); each is a `skipped` record in its question's trace.
-    pub skipped: u64,
+    /// What this run's questions counted (fallbacks, rejected replies, skipped calls, retries,
+    /// hedges), the sum of their traces' `finish` records; the manifest writes the first three
+    /// (see [`Counts::serialize_run`]).
+    #[serde(flatten, serialize_with = "Counts::serialize_run")]
+    pub counts: Counts,
     /// Estimated cost in USD of this run, when the model's price is known.
     pub cost_usd: Option<f64>,
     /// Wall time.
@@ -67,7 +63,7 @@ pub struct RunSummary {
     pub result_files: Vec<PathBuf>,
 }
 
-impl RunSummary {
+impl AnswerSummary {
     /// A hint on how to finish an interrupted, partly failed or incomplete run.
     pub fn resume_hint(&self) -> Option<String> {
         let mut hints = Vec::new();
@@ -88,7 +84,7 @@ impl RunSummary {
     }
 }
 
-impl std::fmt::Display for RunSummary {
+impl std::fmt::Display for AnswerSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -102,13 +98,7 @@ impl std::fmt::Display for RunSummary {
             self.usage.prompt_tokens,
             self.usage.completion_tokens
         )?;
-        write!(f, "; {} retrieval fallbacks", self.fallbacks)?;
-        if self.rejected > 0 {
-            write!(f, "; {} model replies rejected", self.rejected)?;
-        }
-        if self.skipped > 0 {
-            write!(f, "; {} model calls skipped", self.skipped)?;
-        }
+        f.write_str(&self.counts.run_line())?;
         if !self.empty_sessions.is_empty() {
             write!(
                 f,
@@ -132,14 +122,14 @@ impl std::fmt::Display for RunSummary {
 /// written, and the summary says what is left. Per-question failures are written as
 /// `status: "error"` lines and never stop the run; a fatal endpoint error (a refused key, an
 /// unknown model) does: no new question starts, the questions it failed are not written, and
-/// [`RunSummary::fatal`] says why. Only IO errors on the result files fail the call.
+/// [`AnswerSummary::fatal`] says why. Only IO errors on the result files fail the call.
 pub async fn answer_all<M: ChatModel, E: Embedder>(
     settings: &AnswerSettings,
     samples: &[Snapshot],
     model: &M,
     embedder: &E,
     stop: impl Future<Output = ()>,
-) -> anyhow::Result<RunSummary> {
+) -> anyhow::Result<AnswerSummary> {
     let feed = SampleFeed {
         questions: samples.iter().map(|sample| sample.conversation.questions.len()).sum(),
         // Boxed: the concrete closure types over references trip the compiler's higher-ranked
@@ -174,7 +164,7 @@ pub async fn answer_stream<S, St, M, E>(
     model: &M,
     embedder: &E,
     stop: impl Future<Output = ()>,
-) -> anyhow::Result<RunSummary>
+) -> anyhow::Result<AnswerSummary>
 where
     S: Borrow<Snapshot> + Clone + Send + Sync,
     St: Stream<Item = anyhow::Result<S>> + Send,
@@ -212,13 +202,13 @@ where
         })
         .buffer_unordered(settings.workers.max(1));
     let output = Output { settings, progress: &progress, latch: &latch };
-    let tally = output.write_lines(finished, stop, &stopped).await?;
+    let written = output.write_lines(finished, stop, &stopped).await?;
     progress.finish();
-    let Tally { answered, errors, usage } = tally;
+    let WrittenLines { answered, errors, usage } = written;
     let Scan { resumed, waiting, result_files, empty_sessions } =
         scan.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let pending = waiting.iter().map(|sample| sample.questions).sum::<usize>();
-    let summary = RunSummary {
+    let summary = AnswerSummary {
         total,
         resumed,
         answered,
@@ -230,9 +220,7 @@ where
         fatal: latch.error().map(ToString::to_string),
         usage,
         empty_sessions,
-        fallbacks: shared.fallbacks.load(Ordering::Relaxed),
-        rejected: shared.rejected.load(Ordering::Relaxed),
-        skipped: shared.skipped.load(Ordering::Relaxed),
+        counts: shared.counts(),
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
         result_files,
@@ -292,11 +280,11 @@ impl Output<'_> {
         finished: impl Stream<Item = anyhow::Result<ResultLine>>,
         stop: impl Future<Output = ()>,
         stopped: &AtomicBool,
-    ) -> anyhow::Result<Tally> {
+    ) -> anyhow::Result<WrittenLines> {
         let writer = resume::ResultWriter::new();
         let mut finished = std::pin::pin!(finished);
         let mut stop = std::pin::pin!(stop);
-        let mut tally = Tally::default();
+        let mut written = WrittenLines::default();
         loop {
             // Polled together so that an interrupt is acknowledged at once, even while every
             // worker is busy.
@@ -319,26 +307,26 @@ impl Output<'_> {
                 }
             }
             writer.append(&self.settings.checked_result_path(&line.sample)?, &line)?;
-            tally.add(&line);
+            written.add(&line);
             self.progress.update(
-                tally.errors,
-                tally.usage,
-                crate::llm::models::estimate_cost_usd(&self.settings.model, tally.usage),
+                written.errors,
+                written.usage,
+                crate::llm::models::estimate_cost_usd(&self.settings.model, written.usage),
             );
         }
-        Ok(tally)
+        Ok(written)
     }
 }
 
-/// Counts of the lines written by this run.
+/// The lines written by this run: how many, how many failed, and their tokens.
 #[derive(Default)]
-struct Tally {
+struct WrittenLines {
     answered: usize,
     errors: usize,
     usage: Usage,
 }
 
-impl Tally {
+impl WrittenLines {
     fn add(&mut self, line: &ResultLine) {
         self.answered += 1;
         if line.status == Status::Error {
@@ -346,5 +334,45 @@ impl Tally {
         }
         self.usage +=
             Usage { prompt_tokens: line.prompt_tokens, completion_tokens: line.completion_tokens };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_writes_its_fields_in_order_and_three_counts_even_when_zero() -> anyhow::Result<()>
+    {
+        let summary = AnswerSummary {
+            total: 3,
+            resumed: 1,
+            answered: 2,
+            errors: 0,
+            remaining: 0,
+            pending: 0,
+            pending_samples: Vec::new(),
+            interrupted: false,
+            fatal: None,
+            usage: Usage { prompt_tokens: 10, completion_tokens: 2 },
+            empty_sessions: Vec::new(),
+            counts: Counts { fallbacks: 4, retries: 5, hedges: 6, ..Counts::default() },
+            cost_usd: None,
+            elapsed: Duration::from_millis(1500),
+            result_files: vec![PathBuf::from("r.jsonl")],
+        };
+        let expected = concat!(
+            r#"{"total":3,"resumed":1,"answered":2,"errors":0,"remaining":0,"pending":0,"#,
+            r#""pending_samples":[],"interrupted":false,"fatal":null,"#,
+            r#""usage":{"prompt_tokens":10,"completion_tokens":2},"empty_sessions":[],"#,
+            r#""fallbacks":4,"rejected":0,"skipped":0,"cost_usd":null,"#,
+            r#""elapsed":{"secs":1,"nanos":500000000},"result_files":["r.jsonl"]}"#
+        );
+        assert_eq!(serde_json::to_string(&summary)?, expected);
+        assert_eq!(
+            summary.to_string(),
+            "3 questions: 2 answered now (0 failed), 1 from earlier runs, 0 not started, 0 pending an incomplete memory; 10 prompt + 2 completion tokens; 4 retrieval fallbacks in 1.5s"
+        );
+        Ok(())
     }
 }

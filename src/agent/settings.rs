@@ -1,10 +1,11 @@
 //! The resolved settings of an answer run, and what every question of a run borrows.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use serde::Serialize;
 
+use crate::agent::counts::Counts;
 use crate::agent::retrieve::{CallSettings, RetrievalSettings};
 use crate::agent::run::RunLimits;
 use crate::agent::trace::trace_path;
@@ -142,30 +143,22 @@ pub(super) struct Shared<'a, M, E> {
     pub settings: &'a AnswerSettings,
     pub model: &'a M,
     pub embedder: &'a E,
-    /// Retrieval steps that fell back, over the run (see `TraceEvent::Fallback`).
-    pub fallbacks: AtomicU64,
-    /// Model replies rejected, over the run (see `TraceEvent::Rejected`).
-    pub rejected: AtomicU64,
-    /// Model calls not needed and not made, over the run (see `TraceEvent::Skipped`).
-    pub skipped: AtomicU64,
+    /// What the questions of the run counted so far (each adds its own once finished).
+    counts: Mutex<Counts>,
 }
 
 impl<'a, M, E> Shared<'a, M, E> {
     pub(super) fn new(settings: &'a AnswerSettings, model: &'a M, embedder: &'a E) -> Self {
-        Self {
-            settings,
-            model,
-            embedder,
-            fallbacks: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            skipped: AtomicU64::new(0),
-        }
+        Self { settings, model, embedder, counts: Mutex::new(Counts::default()) }
     }
 
-    /// Adds a question's fallbacks, rejected replies and skipped calls to the run's counts.
-    pub(super) fn count(&self, fallbacks: u32, rejected: u32, skipped: u32) {
-        self.fallbacks.fetch_add(u64::from(fallbacks), Ordering::Relaxed);
-        self.rejected.fetch_add(u64::from(rejected), Ordering::Relaxed);
-        self.skipped.fetch_add(u64::from(skipped), Ordering::Relaxed);
+    /// Adds a question's counts to the run's.
+    pub(super) fn count(&self, question: Counts) {
+        *self.counts.lock().unwrap_or_else(PoisonError::into_inner) += question;
+    }
+
+    /// The run's counts so far.
+    pub(super) fn counts(&self) -> Counts {
+        *self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

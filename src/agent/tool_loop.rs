@@ -8,26 +8,19 @@ use std::time::{Duration, Instant};
 
 use crate::agent::events::{CallSummary, LoopEvent, ResultSummary};
 use crate::agent::question::PreparedQuestion;
-use crate::agent::retrieve::{closest_tags, score_keys_tags, tag_candidates, unshown_tags};
 use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::tools::compact::compact_result;
 use crate::agent::tools::{
-    Applied, MEMGAS_TOOL, Tool, ToolContext, ToolError, ToolState, finish_event_keywords,
-    memgas_result,
+    Applied, Tool, ToolContext, ToolError, ToolState, call_memgas, score_tags,
 };
 use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, rejected_excerpt};
 use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolChoice, Usage};
-use crate::memory::query::KeyTags;
 use crate::prompts;
-use crate::retrieval::vector::dot;
-use crate::snapshot::Snapshot;
 
 /// What one question's tool calls read and update.
 pub(super) struct QuestionTools<'a> {
-    pub sample: &'a Snapshot,
-    pub prepared: &'a PreparedQuestion,
     pub context: ToolContext<'a>,
     pub state: ToolState,
     /// Ids of the event and turn lines shown in full so far (see `tools::compact`).
@@ -227,100 +220,15 @@ async fn finish_tool<M: ChatModel, E: Embedder>(
     match applied {
         Ok(Applied::Done(value)) => (value.to_string(), Usage::default()),
         Ok(Applied::ScoreTags { keys, .. }) => {
-            let (keys, usage) = score_event_keys(shared, tools, keys, trace).await;
-            (finish_event_keywords(keys).to_string(), usage)
+            let call = shared.settings.call_settings();
+            let (value, usage) =
+                score_tags(shared.model, &call, &tools.context, &tools.shown, keys, trace).await;
+            (value.to_string(), usage)
         }
-        Ok(Applied::Memgas { query, k }) => (memgas(tools, &query, k).await, Usage::default()),
+        Ok(Applied::Memgas { query, k }) => {
+            (call_memgas(&tools.context, &query, k).await, Usage::default())
+        }
         Err(error) => (error.to_tool_result(), Usage::default()),
-    }
-}
-
-/// The tags of a `query_event_keywords` result's keys. A key with more than `tag_max` tags keeps
-/// those that lead to events not shown yet (it is left out when none does); when they are still
-/// more than `tag_max`, the model scores the closest of them (see `closest_tags`), every such
-/// key in one request; otherwise no request is needed, and a `skipped` trace record says so.
-async fn score_event_keys<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
-    tools: &QuestionTools<'_>,
-    mut keys: Vec<KeyTags>,
-    trace: &mut TraceWriter,
-) -> (Vec<KeyTags>, Usage) {
-    let settings = shared.settings;
-    let tag_max = settings.retrieval.tag_max;
-    let limit = settings.retrieval.tag_limit;
-    let graph = tools.context.graph;
-    keys.retain_mut(|key| {
-        if key.tags.len() <= tag_max {
-            return true;
-        }
-        let all = key.tags.len();
-        key.tags = unshown_tags(graph, &key.key, &key.tags, &tools.shown);
-        if key.tags.len() <= tag_max {
-            trace.record(TraceEvent::Skipped {
-                step: format!("tag_scores {}", key.key),
-                reason: format!(
-                    "only {} of its {all} tags lead to events not shown yet",
-                    key.tags.len()
-                ),
-            });
-        }
-        !key.tags.is_empty()
-    });
-    let context = &tools.context;
-    let similarity = |id: &str| {
-        context.vectors.sentences.get(id).map_or(f32::MIN, |v| dot(v, context.question_vector))
-    };
-    let cap = tag_candidates(limit);
-    let cut: Vec<(&str, Vec<String>)> = keys
-        .iter()
-        .filter(|key| key.tags.len() > tag_max)
-        .map(|key| (key.key.as_str(), closest_tags(graph, &key.key, &key.tags, cap, similarity)))
-        .collect();
-    let wide: Vec<(&str, &[String])> =
-        cut.iter().map(|(key, tags)| (*key, tags.as_slice())).collect();
-    let call = settings.call_settings();
-    let question = &tools.prepared.search_text;
-    let (mut scored, usage) =
-        score_keys_tags(shared.model, &call, limit, question, &wide, trace).await;
-    scored.reverse();
-    for key in keys.iter_mut().filter(|key| key.tags.len() > tag_max) {
-        key.tags = match scored.pop().flatten() {
-            Some(scored) => scored.into_iter().map(|(tag, _)| tag).collect(),
-            None => key.tags.iter().take(limit).cloned().collect(),
-        };
-    }
-    (keys, usage)
-}
-
-/// The result of a `query_memgas` call.
-async fn memgas(tools: &QuestionTools<'_>, query: &str, k: usize) -> String {
-    let Some(memgas) = &tools.sample.memgas else {
-        return ToolError::NotFound(format!(
-            "{MEMGAS_TOOL} is not available for this conversation"
-        ))
-        .to_tool_result();
-    };
-    let memgas = match memgas.get().await {
-        Ok(memgas) => memgas,
-        Err(error) => {
-            return ToolError::NotFound(format!("MemGAS is not available: {error}"))
-                .to_tool_result();
-        }
-    };
-    let missing = memgas.index.query_words_missing(query);
-    let (vector, words) = match memgas.embedder.embed_query_and_words(query, &missing).await {
-        Ok((vector, words)) => (vector, missing.into_iter().zip(words).collect()),
-        Err(error) => {
-            return ToolError::NotFound(format!("embedding the query failed: {error}"))
-                .to_tool_result();
-        }
-    };
-    let method = memgas.index.options().query_method;
-    match memgas.index.query_with(method, query, &vector, &words, k) {
-        Ok(hits) => memgas_result(&hits).to_string(),
-        Err(error) => {
-            ToolError::NotFound(format!("MemGAS retrieval failed: {error}")).to_tool_result()
-        }
     }
 }
 

@@ -20,6 +20,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::agent::counts::Counts;
 use crate::dataset::Category;
 use crate::llm::{CallLog, Message, ToolSpec, Usage};
 use crate::results::Status;
@@ -188,21 +189,10 @@ pub enum TraceEvent {
         usage: Usage,
         /// Wall time.
         latency_ms: u64,
-        /// Steps that fell back (see [`TraceEvent::Fallback`]).
-        #[serde(default)]
-        fallbacks: u32,
-        /// Model replies rejected (see [`TraceEvent::Rejected`]).
-        #[serde(default, skip_serializing_if = "is_zero")]
-        rejected: u32,
-        /// Model calls skipped (see [`TraceEvent::Skipped`]).
-        #[serde(default, skip_serializing_if = "is_zero")]
-        skipped: u32,
-        /// Failed attempts the client retried, over every model call of the question.
-        #[serde(default, skip_serializing_if = "is_zero")]
-        retries: u32,
-        /// Hedging requests sent for slow model calls of the question.
-        #[serde(default, skip_serializing_if = "is_zero")]
-        hedges: u32,
+        /// What the question counted: fallbacks, rejected replies, skipped calls, retries and
+        /// hedges (see [`Counts`]).
+        #[serde(flatten)]
+        counts: Counts,
     },
 }
 
@@ -215,10 +205,6 @@ pub fn is_plain_call(calls: &CallLog) -> bool {
 /// The [`CallLog`] of a call that failed: the attempts the error reports.
 pub fn failed_call(error: &crate::llm::Error) -> CallLog {
     CallLog { attempts: error.attempts(), ..CallLog::default() }
-}
-
-fn is_zero(count: &u32) -> bool {
-    *count == 0
 }
 
 /// Longest rejected reply kept in a trace, in characters.
@@ -267,14 +253,10 @@ pub struct TraceWriter {
     file: Option<File>,
     /// Set on a branch: records wait here until [`TraceWriter::merge`].
     buffer: Option<Vec<TraceRecord>>,
-    /// [`TraceEvent::Fallback`] records written (counted even when nothing is recorded).
-    fallbacks: u32,
-    /// [`TraceEvent::Rejected`] records written (counted even when nothing is recorded).
-    rejected: u32,
-    /// [`TraceEvent::Skipped`] records written (counted even when nothing is recorded).
-    skipped: u32,
-    /// Retries and hedges of the model calls recorded (see [`TraceWriter::calls`]).
-    calls: CallCounts,
+    /// What the records written count ([`TraceEvent::Fallback`], [`TraceEvent::Rejected`],
+    /// [`TraceEvent::Skipped`], and the retries and hedges of model calls), counted even when
+    /// nothing is recorded.
+    counts: Counts,
     path: PathBuf,
     started: Instant,
 }
@@ -294,16 +276,7 @@ impl TraceWriter {
                 None
             }
         };
-        Self {
-            file,
-            buffer: None,
-            fallbacks: 0,
-            rejected: 0,
-            skipped: 0,
-            calls: CallCounts::default(),
-            path,
-            started: Instant::now(),
-        }
+        Self { file, buffer: None, counts: Counts::default(), path, started: Instant::now() }
     }
 
     /// A writer that records nothing.
@@ -311,10 +284,7 @@ impl TraceWriter {
         Self {
             file: None,
             buffer: None,
-            fallbacks: 0,
-            rejected: 0,
-            skipped: 0,
-            calls: CallCounts::default(),
+            counts: Counts::default(),
             path: PathBuf::new(),
             started: Instant::now(),
         }
@@ -328,10 +298,7 @@ impl TraceWriter {
         Self {
             file: None,
             buffer: recording.then(Vec::new),
-            fallbacks: 0,
-            rejected: 0,
-            skipped: 0,
-            calls: CallCounts::default(),
+            counts: Counts::default(),
             path: self.path.clone(),
             started: self.started,
         }
@@ -341,33 +308,13 @@ impl TraceWriter {
     pub fn merge(&mut self, branch: TraceWriter) {
         match branch.buffer {
             Some(records) => records.into_iter().for_each(|record| self.write(record)),
-            None => {
-                self.fallbacks += branch.fallbacks;
-                self.rejected += branch.rejected;
-                self.skipped += branch.skipped;
-                self.calls.add(branch.calls);
-            }
+            None => self.counts += branch.counts,
         }
     }
 
-    /// Fallbacks recorded so far (branches count once merged).
-    pub fn fallbacks(&self) -> u32 {
-        self.fallbacks
-    }
-
-    /// Rejected model replies recorded so far (branches count once merged).
-    pub fn rejected(&self) -> u32 {
-        self.rejected
-    }
-
-    /// Model calls skipped so far (branches count once merged).
-    pub fn skipped(&self) -> u32 {
-        self.skipped
-    }
-
-    /// Retries and hedges of the model calls recorded so far (branches count once merged).
-    pub fn calls(&self) -> CallCounts {
-        self.calls
+    /// What the records so far count (branches count once merged).
+    pub fn counts(&self) -> Counts {
+        self.counts
     }
 
     /// Where the trace goes.
@@ -388,11 +335,13 @@ impl TraceWriter {
 
     fn write(&mut self, record: TraceRecord) {
         match &record.event {
-            TraceEvent::Fallback { .. } => self.fallbacks += 1,
-            TraceEvent::Rejected { .. } => self.rejected += 1,
-            TraceEvent::Skipped { .. } => self.skipped += 1,
-            TraceEvent::Llm { calls, .. } => calls.iter().for_each(|call| self.calls.count(call)),
-            TraceEvent::Response { calls, .. } => self.calls.count(calls),
+            TraceEvent::Fallback { .. } => self.counts.fallbacks += 1,
+            TraceEvent::Rejected { .. } => self.counts.rejected += 1,
+            TraceEvent::Skipped { .. } => self.counts.skipped += 1,
+            TraceEvent::Llm { calls, .. } => {
+                calls.iter().for_each(|call| self.counts.count_calls(call));
+            }
+            TraceEvent::Response { calls, .. } => self.counts.count_calls(calls),
             _ => {}
         }
         if let Some(buffer) = &mut self.buffer {
@@ -409,29 +358,6 @@ impl TraceWriter {
             tracing::warn!(path = %self.path.display(), error = %error, "trace write failed; tracing stops");
             self.file = None;
         }
-    }
-}
-
-/// Retries and hedges over the model calls of one question.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CallCounts {
-    /// Failed attempts that were retried (for a call that failed in the end, every attempt
-    /// after the first).
-    pub retries: u32,
-    /// Hedging requests sent.
-    pub hedges: u32,
-}
-
-impl CallCounts {
-    fn count(&mut self, calls: &CallLog) {
-        let retried = u32::try_from(calls.retries.len()).unwrap_or(u32::MAX);
-        self.retries += retried.max(calls.attempts.saturating_sub(1));
-        self.hedges += calls.hedges;
-    }
-
-    fn add(&mut self, other: CallCounts) {
-        self.retries += other.retries;
-        self.hedges += other.hedges;
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::agent::RunSummary;
+use crate::agent::AnswerSummary;
 use crate::llm::UsageTotals;
 
 /// The manifest of one run.
@@ -45,7 +45,7 @@ pub struct Manifest {
     /// When it ended.
     pub ended_at: Option<String>,
     /// The run's counts, once it has answered.
-    pub summary: Option<RunSummary>,
+    pub summary: Option<AnswerSummary>,
     /// Why it failed, when it did.
     pub error: Option<String>,
     /// What each client sent to the endpoint (see

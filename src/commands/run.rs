@@ -14,7 +14,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use super::guard::RunLock;
 use super::manifest::{Manifest, endpoint_host};
 use super::{api_embedder, build_settings};
-use crate::agent::{AnswerSettings, RunSummary, SampleFeed};
+use crate::agent::{AnswerSettings, AnswerSummary, SampleFeed};
 use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
 use crate::ingest::BuildSummary;
@@ -27,7 +27,7 @@ use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
 #[derive(Debug)]
 pub struct RunOutcome {
     /// What the answer phase did (absent when the run stopped before it).
-    pub summary: Option<RunSummary>,
+    pub summary: Option<AnswerSummary>,
     /// What the build did, when it went through every conversation (absent when it was
     /// interrupted or stopped by a refused key): the same report as `mragent build`'s.
     pub build: Option<BuildSummary>,
@@ -292,7 +292,7 @@ async fn either_stopped(
 }
 
 /// The exit code and the error of a run whose build ended as `built`.
-fn exit(built: Built, summary: &RunSummary) -> (u8, Option<String>) {
+fn exit(built: Built, summary: &AnswerSummary) -> (u8, Option<String>) {
     match (built, &summary.fatal) {
         (Built::Fatal(cause), _) => (1, Some(format!("building stopped: {cause}"))),
         (_, Some(cause)) => (1, Some(format!("answering stopped: {cause}"))),

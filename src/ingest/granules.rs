@@ -33,8 +33,8 @@ use tokio::sync::Mutex;
 use super::ask::ask_checked;
 use super::cache::{PlannedUnit, Provenance, StageCache};
 use super::progress::human_count;
-use super::run::{Ledger, Pool, Tally, run_all, settle};
-use super::summary::{RunSummary, SampleFailures};
+use super::run::{ConversationTally, Ledger, Pool, run_all, settle};
+use super::summary::{SampleFailures, UnitRunSummary};
 use super::unit::{INPUT_HASH_BYTES, Unit, plan_units};
 use super::{BuildSettings, FailedUnit, Stage};
 use crate::dataset::{Conversation, DatasetKind};
@@ -111,7 +111,7 @@ pub struct GranuleSampleSummary {
 }
 
 /// What a granule run did, for the caller's report.
-pub type GranuleSummary = RunSummary<GranuleSampleSummary>;
+pub type GranuleSummary = UnitRunSummary<GranuleSampleSummary>;
 
 impl SampleFailures for GranuleSampleSummary {
     fn failures(&self) -> &[FailedUnit] {
@@ -278,14 +278,14 @@ async fn granules_of<M: ChatModel>(
     tracing::info!(sample = %conversation.sample_id, sessions = sessions.len(), cached = sessions_reused, "granules of conversation");
 
     let cache = Mutex::new(cache);
-    let tally = StdMutex::new(Tally::default());
+    let tally = StdMutex::new(ConversationTally::default());
     let ledger = Ledger { progress: &shared.pool.progress, conversation, tally: &tally };
     run_all(
         pending.into_iter().map(|session| granules_of_session(shared, ledger, session, &cache)),
     )
     .await?;
 
-    let tally = Tally::take(tally);
+    let tally = ConversationTally::take(tally);
     let mut failed = tally.failed;
     failed.sort_by_key(|unit| unit.sessions.first().copied());
     Ok(GranuleSampleSummary {

@@ -46,8 +46,8 @@ pub use crate::ingest::granules::{
 pub use crate::ingest::repair::Repair;
 pub use crate::ingest::session::{SessionError, SessionOutputs};
 pub use crate::ingest::summary::{
-    BuildSummary, BuiltMemory, FailedUnit, RepairCounts, RunSummary, SampleFailures, SampleSummary,
-    Stage, StageOutputs,
+    BuildSummary, BuiltMemory, FailedUnit, RepairCounts, SampleFailures, SampleSummary, Stage,
+    StageOutputs, UnitRunSummary,
 };
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The machinery every unit-by-unit stage run shares (the build's three stages and the MemGAS
-//! granules): the worker [`Pool`], the per-conversation [`Tally`], and [`settle`], which
+//! granules): the worker [`Pool`], the per-conversation [`ConversationTally`], and [`settle`], which
 //! records a unit's result in its cache and the tally through a [`Ledger`].
 
 use std::future::Future;
@@ -97,15 +97,15 @@ pub(super) async fn run_all(
 
 /// What this run spent and what failed, for one conversation.
 #[derive(Debug, Default)]
-pub(super) struct Tally {
+pub(super) struct ConversationTally {
     pub(super) usage: Usage,
     pub(super) chat_calls: u32,
     pub(super) failed: Vec<FailedUnit>,
 }
 
-impl Tally {
+impl ConversationTally {
     /// The tally out of its lock (a poisoned lock still holds a valid tally).
-    pub(super) fn take(tally: StdMutex<Tally>) -> Tally {
+    pub(super) fn take(tally: StdMutex<ConversationTally>) -> ConversationTally {
         tally.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
@@ -117,11 +117,11 @@ impl Tally {
 pub(super) struct Ledger<'a> {
     pub(super) progress: &'a Progress,
     pub(super) conversation: &'a Conversation,
-    pub(super) tally: &'a StdMutex<Tally>,
+    pub(super) tally: &'a StdMutex<ConversationTally>,
 }
 
 impl Ledger<'_> {
-    pub(super) fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+    pub(super) fn tally(&self) -> std::sync::MutexGuard<'_, ConversationTally> {
         self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -15,7 +15,7 @@ use crate::ingest::pipeline::{AskFailure, Asked, EmbedError, Embedded, StageSink
 use crate::ingest::progress::Progress;
 use crate::ingest::repair::Repair;
 use crate::ingest::rewrite::RewriteRecord;
-use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, settle};
+use crate::ingest::run::{ConversationTally, Ledger, Pool, abort_if_fatal, failed_unit, settle};
 use crate::ingest::summary::{RepairCounts, SampleSummary, Stage};
 use crate::ingest::unit::{Unit, plan_units};
 use crate::ingest::{BuildSettings, StageOutputs};
@@ -133,7 +133,7 @@ pub(super) struct SampleRun<'c> {
     pub(super) rewrite: Mutex<StageCache<RewriteRecord>>,
     pub(super) keywords: Mutex<StageCache<KeywordRecord>>,
     pub(super) embeddings: Mutex<EmbeddingCache>,
-    pub(super) tally: StdMutex<Tally>,
+    pub(super) tally: StdMutex<ConversationTally>,
 }
 
 impl<'c> SampleRun<'c> {
@@ -149,22 +149,22 @@ impl<'c> SampleRun<'c> {
             rewrite: Mutex::new(caches.rewrite),
             keywords: Mutex::new(caches.keywords),
             embeddings: Mutex::new(caches.embeddings),
-            tally: StdMutex::new(Tally::default()),
+            tally: StdMutex::new(ConversationTally::default()),
         }
     }
 
     /// The caches and the tally, once every unit is settled.
-    pub(super) fn finish(self) -> (SampleCaches, Tally) {
+    pub(super) fn finish(self) -> (SampleCaches, ConversationTally) {
         let caches = SampleCaches {
             rewrite: self.rewrite.into_inner(),
             keywords: self.keywords.into_inner(),
             embeddings: self.embeddings.into_inner(),
             notices: Vec::new(),
         };
-        (caches, Tally::take(self.tally))
+        (caches, ConversationTally::take(self.tally))
     }
 
-    pub(super) fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+    pub(super) fn tally(&self) -> std::sync::MutexGuard<'_, ConversationTally> {
         self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 

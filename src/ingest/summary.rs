@@ -146,7 +146,7 @@ impl fmt::Display for RepairCounts {
 /// What a unit-by-unit run did, for the command's report: [`BuildSummary`] for a build,
 /// [`GranuleSummary`](crate::ingest::GranuleSummary) for the MemGAS granules.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunSummary<S> {
+pub struct UnitRunSummary<S> {
     /// Per conversation, in input order.
     pub samples: Vec<S>,
     /// Notices about caches that were discarded (a changed prompt or model), one per file.
@@ -158,9 +158,9 @@ pub struct RunSummary<S> {
 }
 
 /// What a build did, for the command's report.
-pub type BuildSummary = RunSummary<SampleSummary>;
+pub type BuildSummary = UnitRunSummary<SampleSummary>;
 
-/// A conversation's part of a [`RunSummary`]: its failed units.
+/// A conversation's part of a [`UnitRunSummary`]: its failed units.
 pub trait SampleFailures {
     /// Units of this conversation without valid output.
     fn failures(&self) -> &[FailedUnit];
@@ -172,7 +172,7 @@ impl SampleFailures for SampleSummary {
     }
 }
 
-impl<S: SampleFailures> RunSummary<S> {
+impl<S: SampleFailures> UnitRunSummary<S> {
     /// Every failed unit.
     pub fn failed(&self) -> impl Iterator<Item = &FailedUnit> {
         self.samples.iter().flat_map(|sample| sample.failures().iter())

@@ -10,6 +10,7 @@ use super::cache::Cached;
 use super::{MemoryService, ServiceError};
 use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
+use crate::agent::tools::{MemgasQueryError, query_memgas};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder};
 use crate::results::Status;
@@ -94,18 +95,12 @@ where
             return Err(ServiceError::invalid("query", "empty query"));
         }
         let entry = self.cached(conversation).await?;
-        let missing = entry.index.query_words_missing(query.trim());
-        let (vector, words) = self
-            .embedder
-            .embed_query_and_words(query.trim(), &missing)
+        let hits = query_memgas(&entry.index, &self.embedder, query.trim(), k.max(1))
             .await
-            .map_err(|error| anyhow::anyhow!("embedding the query: {error}"))?;
-        let words = missing.into_iter().zip(words).collect();
-        let method = entry.index.options().query_method;
-        let hits = entry
-            .index
-            .query_with(method, query.trim(), &vector, &words, k.max(1))
-            .map_err(|error| anyhow::anyhow!("searching: {error}"))?;
+            .map_err(|error| match error {
+                MemgasQueryError::Embed(error) => anyhow::anyhow!("embedding the query: {error}"),
+                MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
+            })?;
         let stored = &entry.stored;
         Ok(hits.turns.iter().filter_map(|turn| hit(stored, &turn.dia_id, turn.score)).collect())
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use mragent::agent::render::{RenderOptions, render_trace};
 use mragent::agent::scripted::{AgentScript, Fault, mechanical_memory, plausible_agent};
 use mragent::agent::trace::{TraceEvent, read_trace};
-use mragent::agent::{AnswerSettings, RunSummary, answer_all};
+use mragent::agent::{AnswerSettings, AnswerSummary, answer_all};
 use mragent::dataset::{Conversation, DatasetKind};
 use mragent::ingest::build_memory;
 use mragent::llm::retry::RetryPolicy;
@@ -97,7 +97,7 @@ impl Bench {
         &self.settings.root
     }
 
-    async fn run(&self, samples: &[Snapshot]) -> RunSummary {
+    async fn run(&self, samples: &[Snapshot]) -> AnswerSummary {
         answer_all(&self.settings, samples, &self.chat, &self.embedder, std::future::pending())
             .await
             .unwrap()
@@ -407,7 +407,7 @@ async fn injected_faults_never_stop_the_run() {
     bench.settings.retrieval.k2 = 1;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
     assert_eq!((summary.answered, summary.errors), (9, 1));
-    assert!(summary.fallbacks >= 1, "the bad re-rank is counted: {summary:?}");
+    assert!(summary.counts.fallbacks >= 1, "the bad re-rank is counted: {summary:?}");
     let lines = by_id(&bench.lines("conv-7"));
     assert_eq!(lines.len(), 9);
     // Retried by the client stack until they pass: 500, 429 with Retry-After, a timeout, and a

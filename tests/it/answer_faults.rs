@@ -24,11 +24,11 @@ fn fixed_hedge(deadline: Duration) -> HedgePolicy {
     }
 }
 
-fn finish_counts(records: &[mragent::agent::trace::TraceRecord]) -> (u32, u32) {
+fn finish_counts(records: &[mragent::agent::trace::TraceRecord]) -> (u64, u64) {
     records
         .iter()
         .find_map(|record| match &record.event {
-            TraceEvent::Finish { retries, hedges, .. } => Some((*retries, *hedges)),
+            TraceEvent::Finish { counts, .. } => Some((counts.retries, counts.hedges)),
             _ => None,
         })
         .unwrap()

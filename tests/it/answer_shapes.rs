@@ -85,7 +85,7 @@ async fn replies_shaped_like_a_real_models_are_read_without_reasks() {
     bench.settings.retrieval.tag_max = 1;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
     assert_eq!((summary.answered, summary.errors), (9, 0), "{summary:?}");
-    assert_eq!(summary.fallbacks, 0, "{summary:?}");
+    assert_eq!(summary.counts.fallbacks, 0, "{summary:?}");
     assert!(
         reshaped.load(Ordering::SeqCst) >= 15,
         "{} replies reshaped",
@@ -132,17 +132,17 @@ async fn a_rejected_then_reasked_reply_is_counted_once_per_run() {
     .await;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
     assert_eq!((summary.answered, summary.errors), (9, 0), "{summary:?}");
-    assert_eq!(summary.rejected, 1, "{summary:?}");
+    assert_eq!(summary.counts.rejected, 1, "{summary:?}");
     assert!(summary.to_string().contains("; 1 model replies rejected"), "{summary}");
     let mut traced = 0;
     for line in bench.lines("conv-7") {
         let records = read_trace(&bench.settings.trace_path("conv-7", &line.question_id)).unwrap();
         let rejected = records.iter().filter(|r| matches!(r.event, TraceEvent::Rejected { .. }));
         let finished = records.iter().find_map(|record| match record.event {
-            TraceEvent::Finish { rejected, .. } => Some(rejected),
+            TraceEvent::Finish { counts, .. } => Some(counts.rejected),
             _ => None,
         });
-        assert_eq!(finished, Some(rejected.count() as u32), "{}", line.question_id);
+        assert_eq!(finished, Some(rejected.count() as u64), "{}", line.question_id);
         traced += finished.unwrap_or_default();
     }
     assert_eq!(traced, 1);
@@ -160,8 +160,8 @@ async fn a_failing_keyword_step_falls_back_and_still_answers() {
     .await;
     let summary = bench.run(&[mechanical_memory(&fixture(), true).unwrap()]).await;
     assert_eq!((summary.answered, summary.errors), (9, 0), "{summary:?}");
-    assert!(summary.fallbacks >= 9, "{summary:?}");
-    assert!(summary.rejected >= 27, "three rejected replies per question: {summary:?}");
+    assert!(summary.counts.fallbacks >= 9, "{summary:?}");
+    assert!(summary.counts.rejected >= 27, "three rejected replies per question: {summary:?}");
     assert!(summary.to_string().contains("retrieval fallbacks"), "{summary}");
     let records = read_trace(&bench.settings.trace_path("conv-7", "conv-7:q1")).unwrap();
     let rejected: Vec<(&String, &String)> = records

@@ -301,11 +301,7 @@ impl Timeline<'_> {
             tool_calls,
             usage,
             latency_ms,
-            fallbacks,
-            rejected,
-            skipped,
-            retries,
-            hedges,
+            counts,
         } = event
         else {
             return;
@@ -314,18 +310,10 @@ impl Timeline<'_> {
         let out = &mut *self.out;
         let limit = self.limit;
         let short = |text: &str| shorten(text, limit);
-        let counted = |count: u32, what: &str| {
+        let counted = |(count, what): (u64, &str)| {
             if count > 0 { format!(", {count} {what}") } else { String::new() }
         };
-        let fallbacks = [
-            (*fallbacks, "fallbacks"),
-            (*rejected, "rejected"),
-            (*skipped, "skipped calls"),
-            (*retries, "retries"),
-            (*hedges, "hedges"),
-        ]
-        .map(|(count, what)| counted(count, what))
-        .concat();
+        let fallbacks = counts.labelled().map(counted).concat();
         let stats = palette.dim.apply_to(format!(
             "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
             usage.prompt_tokens,

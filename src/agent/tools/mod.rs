@@ -8,19 +8,28 @@
 //! [`ToolError`] whose text is shown to the model as the tool result, so it can correct itself;
 //! nothing here aborts a question. Results are JSON objects with a fixed key order.
 //!
-//! This module does no IO: when `query_event_keywords` finds keys with too many tags,
-//! [`Tool::apply`] hands them back as [`Applied::ScoreTags`] and the async driver in
-//! `agent/tool_loop.rs` has the model score them (the reference scored them against the event's
-//! own text, §17 item 13; we score against the question) before calling
-//! [`finish_event_keywords`];
-//! `query_memgas` comes back as [`Applied::Memgas`] for the driver to embed the query.
+//! [`Tool::apply`] does no IO: when `query_event_keywords` finds keys with too many tags, it
+//! hands them back as [`Applied::ScoreTags`], and `query_memgas` comes back as
+//! [`Applied::Memgas`]; the async driver in `agent/tool_loop.rs` then calls the tool's own
+//! `score_tags` (the model scores the tags) or `call` (the query is embedded).
 //!
-//! Layout: this module holds the types; `spec` builds the schemas offered to the model, `parse`
-//! turns a call into a [`Tool`], `apply` runs one against the memory.
+//! Layout: one file per tool, named after it, holding its name, its argument shapes
+//! (`ARGUMENTS`, for the spec), its argument parsing, its execution and its result. This module
+//! holds the shared types and the dispatch by variant; `spec` builds the schemas offered to the
+//! model, `parse` the dispatch by name and the parsing steps every tool shares, `event_list`
+//! the similarity cut of event lists, `compact` the shortening of repeated result lines.
 
-mod apply;
 pub mod compact;
+mod edges_by_tag;
+mod event_list;
 mod parse;
+mod query_conversation_time;
+mod query_event_context;
+mod query_event_keywords;
+mod query_memgas;
+mod query_personal_aspect;
+mod query_personal_information;
+mod query_topic_events;
 mod spec;
 #[cfg(test)]
 mod tests;
@@ -29,10 +38,16 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-pub use self::apply::{finish_event_keywords, memgas_result};
+pub use self::query_event_keywords::finish_event_keywords;
+pub(crate) use self::query_event_keywords::score_tags;
+pub(crate) use self::query_memgas::call as call_memgas;
+pub use self::query_memgas::{
+    MEMGAS_DEFAULT_K, MEMGAS_MAX_K, MemgasQueryError, memgas_result, query_memgas,
+};
 use crate::ingest::SampleEmbeddings;
 use crate::memory::MemoryGraph;
 use crate::memory::query::{KeyTags, QueryError};
+use crate::snapshot::MemgasMemory;
 
 /// One tool call of the answer loop, with typed arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,11 +100,6 @@ pub enum Tool {
     },
 }
 
-/// Default `k` of `query_memgas`.
-pub const MEMGAS_DEFAULT_K: usize = 5;
-/// Largest `k` of `query_memgas`.
-pub const MEMGAS_MAX_K: usize = 10;
-
 /// Why a tool call produced no result. The text is what the model reads.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
@@ -141,19 +151,19 @@ impl ToolError {
 
 /// The names of the graph tools, in the order they are offered to the model.
 pub const TOOL_NAMES: [&str; 7] = [
-    "edges_by_tag",
-    "query_conversation_time",
-    "query_event_keywords",
-    "query_event_context",
-    "query_personal_information",
-    "query_personal_aspect",
-    "query_topic_events",
+    edges_by_tag::NAME,
+    query_conversation_time::NAME,
+    query_event_keywords::NAME,
+    query_event_context::NAME,
+    query_personal_information::NAME,
+    query_personal_aspect::NAME,
+    query_topic_events::NAME,
 ];
 
 /// The MemGAS tool, offered after the graph tools when the conversation has a MemGAS index.
-pub const MEMGAS_TOOL: &str = "query_memgas";
+pub const MEMGAS_TOOL: &str = query_memgas::NAME;
 
-/// What the tools read: one conversation's memory and the question's embedding.
+/// What the tools read: one conversation's memory, the question and its embedding.
 #[derive(Debug, Clone, Copy)]
 pub struct ToolContext<'a> {
     /// The conversation's memory graph.
@@ -168,8 +178,12 @@ pub struct ToolContext<'a> {
     pub keep: usize,
     /// Keys with more tags than this get their tags scored before they are shown.
     pub tag_max: usize,
-    /// Whether the conversation has a MemGAS index (`query_memgas` is offered).
-    pub memgas: bool,
+    /// Tags a scored key keeps at most.
+    pub tag_limit: usize,
+    /// The question as retrieval calls see it (tag scoring).
+    pub question: &'a str,
+    /// The conversation's MemGAS index, if it has one (`query_memgas` is offered).
+    pub memgas: Option<&'a MemgasMemory>,
 }
 
 /// What a question's tool calls have shown so far.
@@ -185,16 +199,16 @@ pub struct ToolState {
 pub enum Applied {
     /// The tool-message JSON.
     Done(Value),
-    /// `query_event_keywords` found keys whose tags must be scored first: score the tags of
-    /// each key with more than `tag_max` tags, then call [`finish_event_keywords`].
+    /// `query_event_keywords` found keys whose tags must be scored first: [`score_tags`]
+    /// scores the tags of each key with more than `tag_max` tags and gives the result.
     ScoreTags {
         /// The event asked about.
         event_id: String,
         /// New keys with all their tags, in result order.
         keys: Vec<KeyTags>,
     },
-    /// `query_memgas`: embed the query with the MemGAS index's embedder, then call
-    /// [`memgas_result`].
+    /// `query_memgas`: [`call_memgas`] embeds the query with the MemGAS index's embedder and
+    /// gives the result.
     Memgas {
         /// Query text.
         query: String,
@@ -223,14 +237,42 @@ impl Tool {
     /// The tool's name as the model calls it.
     pub fn name(&self) -> &'static str {
         match self {
-            Tool::EdgesByTag { .. } => "edges_by_tag",
-            Tool::QueryConversationTime { .. } => "query_conversation_time",
-            Tool::QueryEventKeywords { .. } => "query_event_keywords",
-            Tool::QueryEventContext { .. } => "query_event_context",
-            Tool::QueryPersonalInformation { .. } => "query_personal_information",
-            Tool::QueryPersonalAspect { .. } => "query_personal_aspect",
-            Tool::QueryTopicEvents { .. } => "query_topic_events",
-            Tool::QueryMemgas { .. } => MEMGAS_TOOL,
+            Tool::EdgesByTag { .. } => edges_by_tag::NAME,
+            Tool::QueryConversationTime { .. } => query_conversation_time::NAME,
+            Tool::QueryEventKeywords { .. } => query_event_keywords::NAME,
+            Tool::QueryEventContext { .. } => query_event_context::NAME,
+            Tool::QueryPersonalInformation { .. } => query_personal_information::NAME,
+            Tool::QueryPersonalAspect { .. } => query_personal_aspect::NAME,
+            Tool::QueryTopicEvents { .. } => query_topic_events::NAME,
+            Tool::QueryMemgas { .. } => query_memgas::NAME,
         }
+    }
+
+    /// Runs the tool against the memory. Unknown ids and names are errors the model reads.
+    pub fn apply(
+        &self,
+        context: &ToolContext<'_>,
+        state: &mut ToolState,
+    ) -> Result<Applied, ToolError> {
+        let graph = context.graph;
+        let value = match self {
+            Tool::EdgesByTag { key, tag } => edges_by_tag::apply(context, key, tag)?,
+            Tool::QueryConversationTime { event_id } => {
+                query_conversation_time::apply(graph, event_id)?
+            }
+            Tool::QueryEventKeywords { event_id } => {
+                return query_event_keywords::apply(context, state, event_id);
+            }
+            Tool::QueryEventContext { event_id } => query_event_context::apply(graph, event_id)?,
+            Tool::QueryPersonalInformation { person } => {
+                query_personal_information::apply(graph, person)?
+            }
+            Tool::QueryPersonalAspect { person, aspect } => {
+                query_personal_aspect::apply(graph, person, aspect)?
+            }
+            Tool::QueryTopicEvents { topic } => query_topic_events::apply(context, topic)?,
+            Tool::QueryMemgas { query, k } => return query_memgas::apply(context, query, *k),
+        };
+        Ok(Applied::Done(value))
     }
 }

@@ -1,45 +1,39 @@
-//! The tool specs offered to the model: argument shapes here, descriptions from
-//! `prompts/answer_tools.md`.
+//! The tool specs offered to the model: each tool's argument shapes from its own file
+//! (`ARGUMENTS`), descriptions from `prompts/answer_tools.md`.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use serde_json::json;
 
-use super::{MEMGAS_MAX_K, MEMGAS_TOOL, Tool};
+use super::{
+    MEMGAS_MAX_K, MEMGAS_TOOL, Tool, edges_by_tag, query_conversation_time, query_event_context,
+    query_event_keywords, query_memgas, query_personal_aspect, query_personal_information,
+    query_topic_events,
+};
 use crate::llm::ToolSpec;
 use crate::prompts;
 
 /// JSON type of a tool argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ArgType {
+pub(super) enum ArgType {
     String,
     Integer,
 }
 
 /// One argument: name, JSON type, required.
-type ArgSpec = (&'static str, ArgType, bool);
+pub(super) type ArgSpec = (&'static str, ArgType, bool);
 
-/// Arguments of each tool.
+/// Arguments of each tool, in the order the tools are offered.
 const TOOL_ARGUMENTS: [(&str, &[ArgSpec]); 8] = [
-    (
-        "edges_by_tag",
-        &[
-            ("key", ArgType::String, true),
-            ("tag", ArgType::String, true),
-            ("note", ArgType::String, false),
-        ],
-    ),
-    ("query_conversation_time", &[("event_id", ArgType::String, true)]),
-    ("query_event_keywords", &[("event_id", ArgType::String, true)]),
-    ("query_event_context", &[("event_id", ArgType::String, true)]),
-    ("query_personal_information", &[("person", ArgType::String, true)]),
-    (
-        "query_personal_aspect",
-        &[("person", ArgType::String, true), ("aspect", ArgType::String, true)],
-    ),
-    ("query_topic_events", &[("topic", ArgType::String, true)]),
-    (MEMGAS_TOOL, &[("query", ArgType::String, true), ("k", ArgType::Integer, false)]),
+    (edges_by_tag::NAME, edges_by_tag::ARGUMENTS),
+    (query_conversation_time::NAME, query_conversation_time::ARGUMENTS),
+    (query_event_keywords::NAME, query_event_keywords::ARGUMENTS),
+    (query_event_context::NAME, query_event_context::ARGUMENTS),
+    (query_personal_information::NAME, query_personal_information::ARGUMENTS),
+    (query_personal_aspect::NAME, query_personal_aspect::ARGUMENTS),
+    (query_topic_events::NAME, query_topic_events::ARGUMENTS),
+    (MEMGAS_TOOL, query_memgas::ARGUMENTS),
 ];
 
 /// The tool specs offered to the model, built once from `prompts/answer_tools.md` (descriptions)

@@ -42,7 +42,7 @@ fn branches_merge_in_call_order_and_count_fallbacks_and_rejections() -> anyhow::
     first.record(fallback("first"));
     writer.merge(first);
     writer.merge(second);
-    assert_eq!((writer.fallbacks(), writer.rejected()), (2, 0));
+    assert_eq!((writer.counts().fallbacks, writer.counts().rejected), (2, 0));
     let steps: Vec<String> = read_trace(&path)?
         .into_iter()
         .filter_map(|record| match record.event {
@@ -61,7 +61,7 @@ fn branches_merge_in_call_order_and_count_fallbacks_and_rejections() -> anyhow::
         reply: "sure".into(),
     });
     disabled.merge(branch);
-    assert_eq!((disabled.fallbacks(), disabled.rejected()), (1, 1));
+    assert_eq!((disabled.counts().fallbacks, disabled.counts().rejected), (1, 1));
     Ok(())
 }
 
@@ -109,12 +109,46 @@ fn retries_and_hedges_are_counted_and_plain_calls_left_out() -> anyhow::Result<(
         ms: 1,
     });
     writer.merge(branch);
-    assert_eq!(writer.calls(), CallCounts { retries: 3, hedges: 1 });
+    assert_eq!(writer.counts(), Counts { retries: 3, hedges: 1, ..Counts::default() });
     let text = std::fs::read_to_string(&path)?;
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].contains("\"calls\"") && lines[0].contains("status 500"), "{}", lines[0]);
     assert!(!lines[1].contains("\"calls\""), "a plain call adds nothing: {}", lines[1]);
     let records = read_trace(&path)?;
     assert!(matches!(&records[0].event, TraceEvent::Response { calls, .. } if *calls == retried));
+    Ok(())
+}
+
+#[test]
+fn a_finish_record_writes_its_counts_after_the_latency() -> anyhow::Result<()> {
+    let record = TraceRecord {
+        t_ms: 7,
+        event: TraceEvent::Finish {
+            status: Status::Ok,
+            prediction: "Paris".into(),
+            prediction_context: vec!["D1:2".into()],
+            error: None,
+            rounds: 2,
+            tool_calls: 1,
+            usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
+            latency_ms: 9,
+            counts: Counts { skipped: 1, hedges: 2, ..Counts::default() },
+        },
+    };
+    let text = serde_json::to_string(&record)?;
+    assert_eq!(
+        text,
+        concat!(
+            r#"{"t_ms":7,"event":"finish","status":"ok","prediction":"Paris","#,
+            r#""prediction_context":["D1:2"],"rounds":2,"tool_calls":1,"#,
+            r#""usage":{"prompt_tokens":3,"completion_tokens":4},"latency_ms":9,"#,
+            r#""fallbacks":0,"skipped":1,"hedges":2}"#
+        )
+    );
+    assert_eq!(serde_json::from_str::<TraceRecord>(&text)?, record);
+    // A finish record written before the counts existed reads as zero counts.
+    let old = text.replace(r#","fallbacks":0,"skipped":1,"hedges":2"#, "");
+    let read = serde_json::from_str::<TraceRecord>(&old)?;
+    assert!(matches!(read.event, TraceEvent::Finish { counts, .. } if counts == Counts::default()));
     Ok(())
 }
