@@ -14,7 +14,7 @@ use crate::agent::tools::{MemgasQueryError, query_memgas};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder};
 use crate::results::Status;
-use crate::snapshot::{QueryEmbedder as _, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
