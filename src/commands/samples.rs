@@ -89,8 +89,8 @@ impl SampleLoader<'_> {
 pub(super) struct RunMemgas {
     source: crate::embedding::ModelSource,
     local: tokio::sync::OnceCell<crate::embedding::LocalEmbedder>,
-    vectors: crate::retrieval::EmbeddingCache,
-    indexes: crate::retrieval::IndexCache,
+    vectors: crate::retrieval::TextVectorCache,
+    indexes: crate::retrieval::IndexFileCache,
     build: BuildSettings,
 }
 
@@ -113,8 +113,8 @@ impl RunMemgas {
                 models_root: data_dir.join("models"),
             },
             local: tokio::sync::OnceCell::new(),
-            vectors: crate::retrieval::EmbeddingCache::new(&data_dir, data.kind.as_str(), name),
-            indexes: crate::retrieval::IndexCache::new(&data_dir, data.kind.as_str(), name),
+            vectors: crate::retrieval::TextVectorCache::new(&data_dir, data.kind.as_str(), name),
+            indexes: crate::retrieval::IndexFileCache::new(&data_dir, data.kind.as_str(), name),
             build: build.clone(),
         }))
     }

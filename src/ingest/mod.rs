@@ -7,7 +7,7 @@
 //! finished build back without any model call.
 //!
 //! Concurrency: units of all conversations run concurrently, at most
-//! [`BuildSettings::workers`] at a time (a semaphore in the shared [`run::Pool`]). A unit runs its
+//! [`BuildSettings::workers`] at a time (a semaphore in the shared [`workers::Pool`]). A unit runs its
 //! three stages back to back and writes each stage's cache as soon as that stage is done, so an
 //! interrupted build keeps every finished unit and the next build redoes only the rest. Request
 //! rates are the `llm` stack's business, not this module's.
@@ -27,11 +27,11 @@ pub mod keywords;
 mod progress;
 mod repair;
 pub mod rewrite;
-mod run;
 mod sample;
 pub mod session;
 mod summary;
 mod unit;
+mod workers;
 
 use std::sync::Mutex as StdMutex;
 use std::time::Instant;
@@ -44,7 +44,7 @@ use crate::dataset::Conversation;
 use crate::ingest::cache::StageCache;
 pub use crate::ingest::config::BuildSettings;
 pub use crate::ingest::embed::SampleEmbeddings;
-use crate::ingest::embed::{EmbeddingCache, embed_texts, question_texts};
+use crate::ingest::embed::{EmbeddingStageCache, embed_texts, question_texts};
 pub use crate::ingest::granules::{
     ConversationGranules, GranuleSummary, SessionGranules, build_granules, load_granules,
 };
@@ -52,7 +52,6 @@ use crate::ingest::keywords::{KeywordRecord, KeywordSalvage};
 pub use crate::ingest::repair::Repair;
 use crate::ingest::repair::ask_salvaging;
 use crate::ingest::rewrite::{RewriteRecord, RewriteSalvage};
-use crate::ingest::run::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, run_all, settle};
 use crate::ingest::sample::{SampleCaches, embedding_planned, keyword_planned, rewrite_planned};
 pub use crate::ingest::session::{SessionError, SessionOutputs, build_session};
 use crate::ingest::summary::summarise;
@@ -61,6 +60,7 @@ pub use crate::ingest::summary::{
     Stage, StageOutputs,
 };
 use crate::ingest::unit::{Unit, plan_units};
+use crate::ingest::workers::{Ledger, Pool, Tally, abort_if_fatal, failed_unit, run_all, settle};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::memory::input::SessionRewrite;
 use crate::memory::{MemoryGraph, build_graph};
@@ -193,7 +193,7 @@ struct SampleRun<'c> {
     conversation: &'c Conversation,
     rewrite: Mutex<StageCache<RewriteRecord>>,
     keywords: Mutex<StageCache<KeywordRecord>>,
-    embeddings: Mutex<EmbeddingCache>,
+    embeddings: Mutex<EmbeddingStageCache>,
     tally: StdMutex<Tally>,
 }
 

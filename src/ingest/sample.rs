@@ -3,7 +3,7 @@
 
 use crate::dataset::Conversation;
 use crate::ingest::cache::{PlannedUnit, Provenance, StageCache};
-use crate::ingest::embed::{EmbeddingCache, UnitTexts};
+use crate::ingest::embed::{EmbeddingStageCache, UnitTexts};
 use crate::ingest::keywords::{self, KeywordRecord};
 use crate::ingest::rewrite::RewriteRecord;
 use crate::ingest::summary::{RepairCounts, SampleSummary};
@@ -16,7 +16,7 @@ use crate::prompts;
 pub(super) struct SampleCaches {
     pub(super) rewrite: StageCache<RewriteRecord>,
     pub(super) keywords: StageCache<KeywordRecord>,
-    pub(super) embeddings: EmbeddingCache,
+    pub(super) embeddings: EmbeddingStageCache,
     pub(super) notices: Vec<String>,
 }
 
@@ -50,7 +50,7 @@ impl SampleCaches {
         )?;
         let mut embedding_provenance = provenance("embeddings", embedder, rewrite_versions);
         embedding_provenance.versions.insert("rewrite model".into(), settings.model.clone());
-        let (mut embeddings, embedding_notices) = EmbeddingCache::open(
+        let (mut embeddings, embedding_notices) = EmbeddingStageCache::open(
             &settings.embedding_path(embedder, sample_id),
             embedding_provenance,
         )?;

@@ -13,8 +13,8 @@ use crate::ingest::embed::{UnitTexts, embed_texts};
 use crate::ingest::keywords::{self, KeywordRecord, KeywordSalvage};
 use crate::ingest::repair::ask_salvaging;
 use crate::ingest::rewrite::{self, RewriteSalvage};
-use crate::ingest::run::is_fatal;
 use crate::ingest::unit::plan_units;
+use crate::ingest::workers::is_fatal;
 use crate::llm::{self, ChatModel, Embedder, Usage};
 use crate::memory::input::SessionRewrite;
 

@@ -40,7 +40,7 @@ pub mod vector;
 
 pub use bm25::Bm25Params;
 pub use build::build_index;
-pub use cache::EmbeddingCache;
+pub use cache::TextVectorCache;
 pub use eval::{
     MethodReport, RetrieveReport, RetrieveSettings, Timings, run_retrieval_eval,
     run_retrieval_eval_until,
@@ -51,7 +51,7 @@ pub use index::{
     SessionStructure, TurnHit, TurnRouting, WordError, content_words,
 };
 pub use router::RouterFormula;
-pub use stored::{IndexCache, IndexSource};
+pub use stored::{IndexFileCache, IndexSource};
 pub use units::{
     Granularity, SessionUnits, SessionVectors, TurnUnit, UnitTextOptions, UnitVectors, VectorNeeds,
 };

@@ -1,7 +1,7 @@
 //! `mragent retrieve`: run retrieval methods over a dataset and score them (memgas.md §7.1).
 //!
 //! For every conversation the units are embedded with the local embedder (through the on-disk
-//! [`EmbeddingCache`], so reruns embed nothing), a [`MemoryIndex`] is grown session by session,
+//! [`TextVectorCache`], so reruns embed nothing), a [`MemoryIndex`] is grown session by session,
 //! and every question is ranked by every requested method. Results go to
 //! `eval/<dataset>/retrieve/`: `summary.md` (the tables), `summary.json` (all aggregates) and
 //! `<method>.jsonl` (per question: top ids and metrics). Offline, no key.
