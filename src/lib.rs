@@ -3,8 +3,8 @@
 //! # Layout
 //! Modules are declared in data-flow order (a suggested reading order):
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
-//!   one id rule and the shared input limits; [`settings`]: resolved settings; [`logging`]: tracing setup;
-//!   [`prompts`]: every prompt, compiled in.
+//!   one id rule and the shared input limits; [`logging`]: tracing setup; [`prompts`]: every
+//!   prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
 //! - [`llm`]: the only module that talks to model endpoints (its `fatal` latch also stops a
@@ -21,14 +21,14 @@
 //!   search and ask over it; [`serve`]: the HTTP API.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
-//! - [`commands`]: what each CLI subcommand does, given resolved settings.
+//! - [`settings`]: every command's settings, resolved once from arguments and environment;
+//!   [`commands`]: what each CLI subcommand does with them, and what it prints.
 
 pub mod cli;
 pub mod fsutil;
 pub mod logging;
 pub mod names;
 pub mod prompts;
-pub mod settings;
 
 pub mod convo;
 pub mod dataset;
@@ -51,5 +51,7 @@ pub mod results;
 pub mod eval;
 
 pub mod serve;
+
+pub mod settings;
 
 pub mod commands;

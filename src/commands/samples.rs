@@ -7,7 +7,6 @@ use anyhow::Context as _;
 use futures::future::BoxFuture;
 
 use crate::agent::{LoadedMemgas, MemgasMemory, MemgasSource, SampleMemory};
-use crate::cli::RunCommandArgs;
 use crate::dataset::Conversation;
 use crate::ingest::BuildSettings;
 use crate::settings::{DataSettings, ProjectPaths};
@@ -95,23 +94,18 @@ pub(super) struct RunMemgas {
 }
 
 impl RunMemgas {
-    /// Nothing is loaded yet; `None` with `--no-memgas`.
+    /// Nothing is loaded yet; `None` with `--no-memgas` (no `source`).
     pub(super) fn new(
         paths: &ProjectPaths,
         data: &DataSettings,
         build: &BuildSettings,
-        args: &RunCommandArgs,
+        source: Option<crate::embedding::ModelSource>,
     ) -> Option<Arc<Self>> {
-        if args.no_memgas {
-            return None;
-        }
+        let source = source?;
         let data_dir = paths.root.join("data");
         let name = crate::embedding::LOCAL_EMBEDDER_NAME;
         Some(Arc::new(Self {
-            source: crate::embedding::ModelSource {
-                explicit_dir: args.embed_model_dir.clone(),
-                models_root: data_dir.join("models"),
-            },
+            source,
             local: tokio::sync::OnceCell::new(),
             vectors: crate::retrieval::TextVectorCache::new(&data_dir, data.kind.as_str(), name),
             indexes: crate::retrieval::IndexFileCache::new(&data_dir, data.kind.as_str(), name),
