@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The exit status of a process ended by a second Ctrl-C (128 + SIGINT).
-pub const INTERRUPTED_STATUS: i32 = 130;
+pub const INTERRUPTED_STATUS: u8 = 130;
 
 /// Resolves at the first Ctrl-C; never where Ctrl-C cannot be watched.
 pub async fn first_ctrl_c() {
@@ -74,7 +74,7 @@ pub fn watch(
         let _ = sender.send(true);
         if tokio::signal::ctrl_c().await.is_ok() {
             last_words();
-            std::process::exit(INTERRUPTED_STATUS);
+            std::process::exit(i32::from(INTERRUPTED_STATUS));
         }
     });
     (request, Watcher(task))

@@ -14,7 +14,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 
 use super::build::{api_embedder, print_report};
 use super::guard::RunLock;
-use super::interrupt::{StopRequest, watch};
+use super::interrupt::{INTERRUPTED_STATUS, StopRequest, watch};
 use super::manifest::{Manifest, endpoint_host};
 use super::output::outln;
 use super::samples::{RunMemgas, SampleLoader};
@@ -192,7 +192,7 @@ fn interrupts(manifest: Arc<Mutex<Manifest>>, lock: Arc<RunLock>) -> StopRequest
             "stopped at once: every finished question is saved; run the same command again to resume"
         );
         let mut manifest = manifest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        manifest.end("killed", 130);
+        manifest.end("killed", INTERRUPTED_STATUS);
         if let Err(error) = manifest.write() {
             eprintln!("could not write {}: {error:#}", manifest.path().display());
         }
