@@ -1,6 +1,6 @@
 //! Command-line interface: clap derive types only. Doc comments are the help text.
 //!
-//! Arguments are resolved into typed settings by `settings.rs`; nothing here reads the
+//! Arguments are resolved into typed settings by `settings`; nothing here reads the
 //! environment beyond what clap's `env` attributes do.
 
 use std::path::PathBuf;

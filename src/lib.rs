@@ -5,8 +5,8 @@
 //! - [`text`]: words, stop words, the Porter stemmer and the short content hash every stage
 //!   shares; a leaf that imports nothing from the crate.
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
-//!   one id rule and the shared input limits; [`settings`]: resolved settings; [`logging`]: tracing setup;
-//!   [`prompts`]: every prompt, compiled in.
+//!   one id rule and the shared input limits; [`logging`]: tracing setup; [`prompts`]: every
+//!   prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
 //! - [`llm`]: the only module that talks to model endpoints (its `fatal` latch also stops a
@@ -26,7 +26,8 @@
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`tune`]: the `retrieve` benchmark harness: retrieval methods run over a dataset, scored
 //!   with retrieval metrics, their settings tuned by folds.
-//! - [`commands`]: what each CLI subcommand does, given resolved settings.
+//! - [`settings`]: every command's settings, resolved once from arguments and environment;
+//!   [`commands`]: what each CLI subcommand does with them, and what it prints.
 
 pub mod text;
 
@@ -35,7 +36,6 @@ pub mod fsutil;
 pub mod logging;
 pub mod names;
 pub mod prompts;
-pub mod settings;
 
 pub mod convo;
 pub mod dataset;
@@ -62,5 +62,7 @@ pub mod eval;
 pub mod tune;
 
 pub mod serve;
+
+pub mod settings;
 
 pub mod commands;

@@ -1,9 +1,10 @@
 //! `mragent run`: check the input, take the run lock, write the manifest, then build the selected
 //! conversations' memories (cached) and answer their questions as one pipeline: a conversation's
 //! questions join the shared worker pool as soon as its memory is built, while the others still
-//! build. Questions over an incomplete memory stay pending. The first Ctrl-C stops taking new work and writes what is in flight; the second
-//! exits at once (every finished question is already on disk). A refused key or an unknown
-//! model stops the run at the first such reply.
+//! build. Questions over an incomplete memory stay pending. The first Ctrl-C stops taking new
+//! work and writes what is in flight; the second exits at once (every finished question is
+//! already on disk). A refused key or an unknown model stops the run at the first such reply.
+//! Then the summary, the result files, the endpoint usage and the manifest are printed.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -11,21 +12,23 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 
+use super::build::{api_embedder, print_report};
 use super::guard::RunLock;
+use super::interrupt::{INTERRUPTED_STATUS, StopRequest, watch};
 use super::manifest::{Manifest, endpoint_host};
-use super::{api_embedder, build_settings};
-use crate::agent::{AnswerSettings, AnswerSummary, SampleFeed};
-use crate::cli::RunCommandArgs;
+use super::output::outln;
+use super::{Outcome, chat_client};
+use crate::agent::{AnswerSummary, SampleFeed};
 use crate::dataset::Conversation;
 use crate::ingest::BuildSummary;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{Client, EmbedClient, UsageTotals};
-use crate::settings::{DataSettings, ModelSettings, ProjectPaths, RunSettings};
+use crate::settings::{DataSettings, RunJob};
 use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
 
 /// How a run ended.
 #[derive(Debug)]
-pub struct RunOutcome {
+struct RunOutcome {
     /// What the answer phase did (absent when the run stopped before it).
     pub summary: Option<AnswerSummary>,
     /// What the build did, when it went through every conversation (absent when it was
@@ -71,30 +74,65 @@ fn check_sample_ids(data: &DataSettings, conversations: &[Conversation]) -> anyh
     Ok(())
 }
 
+/// Runs the job, prints what it did, and turns how it ended into the outcome.
+pub async fn execute(job: &RunJob) -> anyhow::Result<Outcome> {
+    job.models.require_key()?;
+    let conversations = job.data.load()?;
+    let outcome = run(job, conversations).await?;
+    if let Some(build) = outcome.build.as_ref().filter(|_| !job.quiet) {
+        print_report(build)?;
+    }
+    if let Some(summary) = &outcome.summary {
+        outln!("{summary}")?;
+        for file in &summary.result_files {
+            outln!("  {}", file.display())?;
+        }
+        if let Some(hint) = summary.resume_hint() {
+            eprintln!("{hint}");
+        }
+    }
+    for (client, totals) in &outcome.endpoint_usage {
+        outln!(
+            "endpoint {client}: {} requests ({} failed, {} hedges), {} prompt + {} completion tokens",
+            totals.requests,
+            totals.failed_requests,
+            totals.hedges,
+            totals.usage.prompt_tokens,
+            totals.usage.completion_tokens
+        )?;
+    }
+    outln!("manifest: {}", outcome.manifest.display())?;
+    match (outcome.error, outcome.exit_code) {
+        (Some(error), _) => Err(anyhow::anyhow!(error)),
+        (None, 0) => Ok(Outcome::Success),
+        (None, _) => {
+            if outcome.summary.is_none() {
+                eprintln!(
+                    "interrupted while building: finished sessions are cached; run the same command again to resume"
+                );
+            }
+            Ok(Outcome::Partial)
+        }
+    }
+}
+
 /// The job (see the module documentation).
-pub async fn run(
-    paths: &ProjectPaths,
-    data: &DataSettings,
-    models: &ModelSettings,
-    args: &RunCommandArgs,
-    quiet: bool,
-    conversations: Vec<Conversation>,
-) -> anyhow::Result<RunOutcome> {
-    let run = RunSettings::resolve(&args.run)?;
+async fn run(job: &RunJob, conversations: Vec<Conversation>) -> anyhow::Result<RunOutcome> {
+    let (data, models, run) = (&job.data, &job.models, &job.run);
     check_sample_ids(data, &conversations)?;
     let conversations = select_shard(conversations, run.shard);
     let tag = run.tag();
-    let results = paths.root.join("result").join(data.kind.as_str());
+    let results = job.paths.root.join("result").join(data.kind.as_str());
     let lock_path = results.join(format!(".{}_{tag}.lock", models.build_model.alias));
     let lock = Arc::new(RunLock::acquire(&lock_path)?);
     let manifest_path = results.join(format!("{}_{tag}.manifest.json", models.build_model.alias));
     let mut manifest = Manifest::start(manifest_path.clone(), data.kind.as_str(), &data.file)?;
-    describe(&mut manifest, models, args, &run, &conversations);
+    describe(&mut manifest, job, &conversations);
     manifest.write()?;
     let manifest = Arc::new(Mutex::new(manifest));
     let stop = interrupts(manifest.clone(), lock.clone());
 
-    let outcome = phases(paths, data, models, args, quiet, &run, conversations, stop).await;
+    let outcome = phases(job, conversations, stop).await;
     lock.release();
     let mut manifest = manifest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let outcome = match outcome {
@@ -122,23 +160,18 @@ pub async fn run(
 }
 
 /// Models, endpoint and settings in the manifest (never the key).
-fn describe(
-    manifest: &mut Manifest,
-    models: &ModelSettings,
-    args: &RunCommandArgs,
-    run: &RunSettings,
-    conversations: &[Conversation],
-) {
+fn describe(manifest: &mut Manifest, job: &RunJob, conversations: &[Conversation]) {
+    let (models, run) = (&job.models, &job.run);
     manifest.models.insert("build".into(), models.build_model.id.clone());
     manifest.models.insert("answer".into(), models.answer_model.id.clone());
-    manifest.models.insert("embedding".into(), args.embed.embed_model.clone());
+    manifest.models.insert("embedding".into(), job.embedder.model.clone());
     manifest.endpoint_host = endpoint_host(&models.base_url);
     manifest.set("file", &run.file);
     manifest.set("shard", run.shard.map(|(k, n)| format!("{k}/{n}")));
     manifest.set("workers", run.workers);
-    manifest.set("seed", args.seed);
-    manifest.set("memgas", !args.no_memgas);
-    manifest.set("traces", !args.no_traces);
+    manifest.set("seed", job.answer.seed);
+    manifest.set("memgas", job.memgas.is_some());
+    manifest.set("traces", job.answer.traces);
     manifest.set("requests_per_minute", models.requests_per_minute);
     manifest.set("tokens_per_minute", models.tokens_per_minute);
     manifest.set("timeout_s", models.timeout.as_secs());
@@ -149,41 +182,28 @@ fn describe(
     manifest.set("samples", samples);
 }
 
-/// Ctrl-C handling: the returned receiver turns true at the first Ctrl-C; the second ends the
+/// Ctrl-C handling: the returned request turns on at the first Ctrl-C; the second ends the
 /// process at once with exit code 130, after recording that in the manifest.
-fn interrupts(
-    manifest: Arc<Mutex<Manifest>>,
-    lock: Arc<RunLock>,
-) -> tokio::sync::watch::Receiver<bool> {
-    let (sender, receiver) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_err() {
-            // No Ctrl-C support: never stop early (the sender stays alive).
-            return std::future::pending::<()>().await;
-        }
+fn interrupts(manifest: Arc<Mutex<Manifest>>, lock: Arc<RunLock>) -> StopRequest {
+    let notice = "interrupted: finishing the work in flight, starting nothing new (press Ctrl-C again to stop at once)";
+    // The watcher is left to watch until the process ends.
+    let (stop, _watcher) = watch(notice, move || {
         eprintln!(
-            "interrupted: finishing the work in flight, starting nothing new (press Ctrl-C again to stop at once)"
+            "stopped at once: every finished question is saved; run the same command again to resume"
         );
-        let _ = sender.send(true);
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!(
-                "stopped at once: every finished question is saved; run the same command again to resume"
-            );
-            let mut manifest = manifest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            manifest.end("killed", 130);
-            if let Err(error) = manifest.write() {
-                eprintln!("could not write {}: {error:#}", manifest.path().display());
-            }
-            lock.release();
-            std::process::exit(130);
+        let mut manifest = manifest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        manifest.end("killed", INTERRUPTED_STATUS);
+        if let Err(error) = manifest.write() {
+            eprintln!("could not write {}: {error:#}", manifest.path().display());
         }
+        lock.release();
     });
-    receiver
+    stop
 }
 
-/// Resolves when `stop` turns true; never if its sender is gone without that.
-async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
-    if stop.wait_for(|stopped| *stopped).await.is_err() {
+/// Resolves when `halt` turns true; never if its sender is gone without that.
+async fn until_halted(mut halt: tokio::sync::watch::Receiver<bool>) {
+    if halt.wait_for(|halted| *halted).await.is_err() {
         std::future::pending::<()>().await;
     }
 }
@@ -199,32 +219,22 @@ enum Built {
 }
 
 /// Build and answer at once (see the module documentation).
-#[allow(clippy::too_many_arguments)]
 async fn phases(
-    paths: &ProjectPaths,
-    data: &DataSettings,
-    models: &ModelSettings,
-    args: &RunCommandArgs,
-    quiet: bool,
-    run: &RunSettings,
+    job: &RunJob,
     conversations: Vec<Conversation>,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: StopRequest,
 ) -> anyhow::Result<RunOutcome> {
-    let mut build_settings = build_settings(paths, data, models, run.workers as u32);
-    build_settings.progress = !quiet;
+    let (models, build_settings) = (&job.models, &job.build);
     let latch = Arc::new(FatalLatch::default());
-    let build_chat = crate::llm::build_chat_model(&models.llm_config(&models.build_model))
-        .context("building the model client")?;
-    let embedder = api_embedder(models, &args.embed)?;
-    let answer_chat = crate::llm::build_chat_model(&models.llm_config(&models.answer_model))
-        .context("building the model client")?;
-    let settings = answer_settings(paths, data, models, args, run, quiet);
-    let memgas = (!args.no_memgas).then(|| {
-        let data_dir = paths.root.join("data");
-        MemgasCaches::new(&data_dir, data.kind, args.embed_model_dir.clone(), &build_settings)
+    let build_chat = chat_client(models, &models.build_model)?;
+    let embedder = api_embedder(models, &job.embedder)?;
+    let answer_chat = chat_client(models, &models.answer_model)?;
+    let memgas = job.memgas.as_ref().map(|model| {
+        let data_dir = job.paths.root.join("data");
+        MemgasCaches::new(&data_dir, job.data.kind, model.explicit_dir.clone(), build_settings)
     });
-    let source = CacheSource::new(&build_settings, crate::llm::Embedder::name(&embedder), memgas);
-    let bars = (!quiet).then(indicatif::MultiProgress::new);
+    let source = CacheSource::new(build_settings, crate::llm::Embedder::name(&embedder), memgas);
+    let bars = (!job.quiet).then(indicatif::MultiProgress::new);
 
     // The build announces each finished conversation on `ready`; the answer side loads it and
     // adds its questions to the pool. `halt` stops the answers when the build cannot go on.
@@ -237,9 +247,9 @@ async fn phases(
         let built = tokio::select! {
             biased;
             cause = latch.tripped() => Ok(Built::Fatal(cause.to_string())),
-            () = stopped(stop.clone()) => Ok(Built::Interrupted),
+            () = stop.requested() => Ok(Built::Interrupted),
             built = crate::ingest::build_each(
-                &build_settings,
+                build_settings,
                 &latched_chat,
                 &latched_embedder,
                 &conversations,
@@ -262,9 +272,9 @@ async fn phases(
         questions: conversations.iter().map(|c| c.questions.len()).sum(),
         bars: bars.clone(),
     };
-    let wind_down = either_stopped(stop.clone(), halted);
+    let wind_down = either_stopped(&stop, halted);
     let answering =
-        crate::agent::answer_stream(&settings, feed, &answer_chat, &embedder, wind_down);
+        crate::agent::answer_stream(&job.answer, feed, &answer_chat, &embedder, wind_down);
     let (built, summary) = tokio::join!(building, answering);
     let summary = summary?;
     let built = built?;
@@ -281,13 +291,16 @@ async fn phases(
 }
 
 /// Resolves when the run is stopped (Ctrl-C) or halted (the build cannot go on).
-async fn either_stopped(
-    stop: tokio::sync::watch::Receiver<bool>,
-    halted: tokio::sync::watch::Receiver<bool>,
-) {
-    tokio::select! {
-        () = stopped(stop) => {}
-        () = stopped(halted) => {}
+fn either_stopped(
+    stop: &StopRequest,
+    halt: tokio::sync::watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let stop = stop.requested();
+    async move {
+        tokio::select! {
+            () = stop => {}
+            () = until_halted(halt) => {}
+        }
     }
 }
 
@@ -309,30 +322,6 @@ fn exit(built: Built, summary: &AnswerSummary) -> (u8, Option<String>) {
             (if left || matches!(built, Built::Interrupted) { 2 } else { 0 }, None)
         }
     }
-}
-
-/// The answer settings of a run.
-fn answer_settings(
-    paths: &ProjectPaths,
-    data: &DataSettings,
-    models: &ModelSettings,
-    args: &RunCommandArgs,
-    run: &RunSettings,
-    quiet: bool,
-) -> AnswerSettings {
-    let mut settings = AnswerSettings::new(
-        &paths.root,
-        data.kind,
-        &models.build_model.alias,
-        &models.answer_model.id,
-        &run.file,
-    );
-    settings.workers = run.workers;
-    settings.seed = args.seed;
-    settings.progress = !quiet;
-    settings.traces = !args.no_traces;
-    settings.key_variable = models.key_variable.to_string();
-    settings
 }
 
 /// What each client sent (see [`RunOutcome::endpoint_usage`]).

@@ -129,9 +129,14 @@ pub async fn load_local_async(
     explicit_dir: Option<PathBuf>,
     data_dir: PathBuf,
 ) -> anyhow::Result<LocalEmbedder> {
+    load_local_source(ModelSource { explicit_dir, models_root: data_dir.join("models") }).await
+}
+
+/// The local embedder from `source` with the default options, on a blocking thread.
+pub async fn load_local_source(source: ModelSource) -> anyhow::Result<LocalEmbedder> {
     use anyhow::Context as _;
     let loaded = tokio::task::spawn_blocking(move || {
-        load_local(explicit_dir, &data_dir, LocalEmbedderOptions::default())
+        LocalEmbedder::from_source(&source, LocalEmbedderOptions::default())
     })
     .await
     .context("loading the local embedder")?;

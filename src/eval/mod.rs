@@ -10,16 +10,16 @@
 //! IO and only `judge` calls a model.
 
 pub mod audit;
+mod evaluate;
 pub mod f1;
 pub mod input;
 pub mod judge;
 pub mod recall;
 pub mod report;
-mod run;
 mod summary;
 pub mod svg;
 
-pub use self::run::{evaluate, find_result_files};
+pub use self::evaluate::{evaluate, find_result_files};
 pub use self::summary::summary_markdown;
 
 use std::path::{Path, PathBuf};

@@ -12,12 +12,12 @@ use futures::stream::{self, StreamExt as _, TryStreamExt as _};
 use crate::dataset::Conversation;
 use crate::ingest::embed::{self, embed_texts, question_texts};
 use crate::ingest::pipeline::{self, Models};
-use crate::ingest::run::{Pool, abort_if_fatal, failed_unit, run_all};
 use crate::ingest::sample::{
     SampleCaches, SampleRun, embedding_planned, keyword_planned, rewrite_planned,
 };
 use crate::ingest::summary::summarise;
 use crate::ingest::unit::{Unit, plan_units};
+use crate::ingest::workers::{Pool, abort_if_fatal, failed_unit, run_all};
 use crate::ingest::{
     BuildSettings, BuildSummary, BuiltMemory, FailedUnit, SampleSummary, Stage, StageOutputs,
 };

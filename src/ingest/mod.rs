@@ -9,7 +9,7 @@
 //! store of own conversations in `service`.
 //!
 //! Concurrency: units of all conversations run concurrently, at most
-//! [`BuildSettings::workers`] at a time (a semaphore in the shared `run::Pool`). A unit runs its
+//! [`BuildSettings::workers`] at a time (a semaphore in the shared `workers::Pool`). A unit runs its
 //! three stages back to back and writes each stage's cache as soon as that stage is done, so an
 //! interrupted build keeps every finished unit and the next build redoes only the rest. Request
 //! rates are the `llm` stack's business, not this module's.
@@ -31,11 +31,11 @@ pub(crate) mod pipeline;
 mod progress;
 mod repair;
 pub mod rewrite;
-mod run;
 mod sample;
 pub mod session;
 mod summary;
 mod unit;
+mod workers;
 
 pub use crate::ingest::batch::{build, build_each, build_memory, load_memory};
 pub use crate::ingest::config::BuildSettings;

@@ -9,15 +9,17 @@ use tokio::sync::Mutex;
 
 use crate::dataset::Conversation;
 use crate::ingest::cache::{PlannedUnit, Provenance, StageCache};
-use crate::ingest::embed::{EmbeddingCache, UnitTexts};
+use crate::ingest::embed::{EmbeddingStageCache, UnitTexts};
 use crate::ingest::keywords::{self, KeywordRecord};
 use crate::ingest::pipeline::{AskFailure, Asked, EmbedError, Embedded, StageSink};
 use crate::ingest::progress::Progress;
 use crate::ingest::repair::Repair;
 use crate::ingest::rewrite::RewriteRecord;
-use crate::ingest::run::{ConversationTally, Ledger, Pool, abort_if_fatal, failed_unit, settle};
 use crate::ingest::summary::{RepairCounts, SampleSummary, Stage};
 use crate::ingest::unit::{Unit, plan_units};
+use crate::ingest::workers::{
+    ConversationTally, Ledger, Pool, abort_if_fatal, failed_unit, settle,
+};
 use crate::ingest::{BuildSettings, StageOutputs};
 use crate::memory::input::SessionRewrite;
 use crate::prompts::{self, PromptError};
@@ -26,7 +28,7 @@ use crate::prompts::{self, PromptError};
 pub(super) struct SampleCaches {
     pub(super) rewrite: StageCache<RewriteRecord>,
     pub(super) keywords: StageCache<KeywordRecord>,
-    pub(super) embeddings: EmbeddingCache,
+    pub(super) embeddings: EmbeddingStageCache,
     pub(super) notices: Vec<String>,
 }
 
@@ -60,7 +62,7 @@ impl SampleCaches {
         )?;
         let mut embedding_provenance = provenance("embeddings", embedder, rewrite_versions);
         embedding_provenance.versions.insert("rewrite model".into(), settings.model.clone());
-        let (mut embeddings, embedding_notices) = EmbeddingCache::open(
+        let (mut embeddings, embedding_notices) = EmbeddingStageCache::open(
             &settings.embedding_path(embedder, sample_id),
             embedding_provenance,
         )?;
@@ -132,7 +134,7 @@ pub(super) struct SampleRun<'c> {
     pub(super) conversation: &'c Conversation,
     pub(super) rewrite: Mutex<StageCache<RewriteRecord>>,
     pub(super) keywords: Mutex<StageCache<KeywordRecord>>,
-    pub(super) embeddings: Mutex<EmbeddingCache>,
+    pub(super) embeddings: Mutex<EmbeddingStageCache>,
     pub(super) tally: StdMutex<ConversationTally>,
 }
 

@@ -8,7 +8,7 @@ use crate::ingest::Stage;
 use crate::ingest::ask::AskFailure;
 use crate::ingest::embed::{EmbedError, Embedded, UnitTexts};
 use crate::ingest::keywords::KeywordRecord;
-use crate::ingest::run::is_fatal;
+use crate::ingest::workers::is_fatal;
 use crate::llm::{self, Usage};
 use crate::memory::input::SessionRewrite;
 

@@ -1,13 +1,13 @@
 //! Building a [`MemoryIndex`] for a conversation from any [`Embedder`] (async), for callers
 //! outside the offline evaluation, such as the answer loop's `query_memgas` tool.
 //!
-//! The units of every session are embedded in one batch (through an [`EmbeddingCache`] when one
+//! The units of every session are embedded in one batch (through an [`TextVectorCache`] when one
 //! is given) and added to the index in session order; then the memory's words (fusion's soft
 //! word matching) are embedded the same way.
 
 use anyhow::Context;
 
-use super::cache::EmbeddingCache;
+use super::cache::TextVectorCache;
 use super::index::{IndexOptions, MemoryIndex};
 use super::units::SessionUnits;
 use crate::llm::Embedder;
@@ -17,7 +17,7 @@ use crate::llm::Embedder;
 pub async fn build_index<E: Embedder>(
     sessions: Vec<SessionUnits>,
     embedder: &E,
-    cache: Option<(&EmbeddingCache, &str)>,
+    cache: Option<(&TextVectorCache, &str)>,
     options: IndexOptions,
 ) -> anyhow::Result<MemoryIndex> {
     let per_session: Vec<Vec<String>> =
@@ -46,7 +46,7 @@ pub async fn build_index<E: Embedder>(
 async fn embed<E: Embedder>(
     texts: &[String],
     embedder: &E,
-    cache: Option<(&EmbeddingCache, &str)>,
+    cache: Option<(&TextVectorCache, &str)>,
 ) -> anyhow::Result<Vec<Vec<f32>>> {
     let vectors = match cache {
         Some((cache, bucket)) => cache.get_or_embed_with(bucket, texts, embedder).await?.0,

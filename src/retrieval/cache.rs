@@ -23,13 +23,13 @@ const MAGIC: &[u8; 8] = b"MRGEMB01";
 
 /// Embedding cache of one embedder.
 #[derive(Debug, Clone)]
-pub struct EmbeddingCache {
+pub struct TextVectorCache {
     dir: PathBuf,
 }
 
 type Key = [u8; 32];
 
-impl EmbeddingCache {
+impl TextVectorCache {
     /// The cache of `embedder_name` for `dataset` under `data_dir`
     /// (`<data_dir>/<dataset>/embedding/<embedder_name>`).
     pub fn new(data_dir: &Path, dataset: &str, embedder_name: &str) -> Self {
@@ -58,7 +58,7 @@ impl EmbeddingCache {
         lookup.finish(texts)
     }
 
-    /// [`EmbeddingCache::get_or_embed`] for long jobs: the missing texts are embedded `batch`
+    /// [`TextVectorCache::get_or_embed`] for long jobs: the missing texts are embedded `batch`
     /// at a time, `progress` hears how many after each batch, and the bucket is written every
     /// `flush_every` (and when the job ends, fails or stops), so an interrupted run keeps what
     /// it embedded. Returns `None`, after writing what was done, once `stop` is set.
@@ -115,7 +115,7 @@ impl EmbeddingCache {
         lookup.finish(texts).map(Some)
     }
 
-    /// [`EmbeddingCache::get_or_embed`] for async callers, embedding misses with `embedder`.
+    /// [`TextVectorCache::get_or_embed`] for async callers, embedding misses with `embedder`.
     pub async fn get_or_embed_with<E: Embedder>(
         &self,
         bucket: &str,
@@ -167,7 +167,7 @@ impl EmbeddingCache {
     }
 }
 
-/// How [`EmbeddingCache::get_or_embed_batched`] splits and saves its work.
+/// How [`TextVectorCache::get_or_embed_batched`] splits and saves its work.
 #[derive(Debug, Clone, Copy)]
 pub struct Batching<'a> {
     /// Texts per embedder call.
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn embeds_only_missing_texts_and_survives_a_reload() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = EmbeddingCache::new(dir.path(), "locomo", "fake");
+        let cache = TextVectorCache::new(dir.path(), "locomo", "fake");
         let fake = |texts: &[String]| Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect());
         let texts = vec!["a".to_string(), "bb".to_string(), "a".to_string()];
         let (vectors, embedded) = cache.get_or_embed("conv-1", &texts, fake).unwrap();
@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn an_interrupted_batched_run_keeps_what_it_embedded() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = EmbeddingCache::new(dir.path(), "LM", "fake");
+        let cache = TextVectorCache::new(dir.path(), "LM", "fake");
         let texts: Vec<String> = (0..10).map(|i| format!("text {i}")).collect();
         let never = AtomicBool::new(false);
         let batching = Batching { size: 3, flush_every: Duration::from_secs(3600), stop: &never };
@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn a_corrupt_bucket_is_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = EmbeddingCache::new(dir.path(), "locomo", "fake");
+        let cache = TextVectorCache::new(dir.path(), "locomo", "fake");
         std::fs::create_dir_all(cache.dir()).unwrap();
         std::fs::write(cache.dir().join("x.bin"), b"nonsense").unwrap();
         let err = cache.get_or_embed("x", &["a".to_string()], |_| Ok(vec![vec![0.0]])).unwrap_err();

@@ -38,14 +38,14 @@ pub mod vector;
 
 pub use bm25::Bm25Params;
 pub use build::build_index;
-pub use cache::EmbeddingCache;
+pub use cache::TextVectorCache;
 pub use index::{
     FusionOptions, IndexError, IndexNeeds, IndexOptions, MemgasHits, MemgasOptions, MemoryIndex,
     Method, Normalisation, QueryWords, Ranking, Scored, SessionAggregate, SessionHit,
     SessionStructure, TurnHit, TurnRouting, WordError,
 };
 pub use router::RouterFormula;
-pub use stored::{IndexCache, IndexSource};
+pub use stored::{IndexFileCache, IndexSource};
 pub use units::{
     Granularity, SessionUnits, SessionVectors, TurnUnit, UnitTextOptions, UnitVectors, VectorNeeds,
 };

@@ -100,14 +100,14 @@ pub struct IndexStats {
 
 /// Entries by conversation id.
 #[derive(Default)]
-pub(super) struct IndexCache {
+pub(super) struct ConversationCache {
     entries: RwLock<HashMap<String, Arc<Cached>>>,
     hits: AtomicU64,
     builds: AtomicU64,
     extensions: AtomicU64,
 }
 
-impl IndexCache {
+impl ConversationCache {
     /// The entry of `id` if it is at `revision` (counted as a hit), else the entry to update.
     pub(super) fn lookup(&self, id: &str, revision: i64) -> (Option<Arc<Cached>>, bool) {
         let entry = self.read().get(id).cloned();

@@ -118,7 +118,7 @@ pub struct MemoryService<M, E> {
     settings: ServiceSettings,
     chat: M,
     embedder: E,
-    cache: cache::IndexCache,
+    cache: cache::ConversationCache,
 }
 
 impl<M, E> MemoryService<M, E>
@@ -127,7 +127,7 @@ where
 {
     /// A service (`chat` is only called by `add` and `ask`); `settings.embedder` must name `embedder`.
     pub fn new(store: Store, settings: ServiceSettings, chat: M, embedder: E) -> Self {
-        Self { store, settings, chat, embedder, cache: cache::IndexCache::default() }
+        Self { store, settings, chat, embedder, cache: cache::ConversationCache::default() }
     }
 
     /// How the per-conversation index cache has served queries so far.

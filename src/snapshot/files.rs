@@ -109,8 +109,8 @@ pub struct MemgasCaches {
     /// `--embed-model-dir`, if given.
     embed_model_dir: Option<PathBuf>,
     local: tokio::sync::OnceCell<LocalEmbedder>,
-    vectors: crate::retrieval::EmbeddingCache,
-    indexes: crate::retrieval::IndexCache,
+    vectors: crate::retrieval::TextVectorCache,
+    indexes: crate::retrieval::IndexFileCache,
     build: BuildSettings,
 }
 
@@ -128,8 +128,8 @@ impl MemgasCaches {
             data_dir: data_dir.to_path_buf(),
             embed_model_dir,
             local: tokio::sync::OnceCell::new(),
-            vectors: crate::retrieval::EmbeddingCache::new(data_dir, dataset.as_str(), name),
-            indexes: crate::retrieval::IndexCache::new(data_dir, dataset.as_str(), name),
+            vectors: crate::retrieval::TextVectorCache::new(data_dir, dataset.as_str(), name),
+            indexes: crate::retrieval::IndexFileCache::new(data_dir, dataset.as_str(), name),
             build: build.clone(),
         }
     }

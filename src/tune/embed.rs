@@ -11,7 +11,7 @@ use super::progress::EmbedProgress;
 use super::{RetrieveSettings, Timings};
 use crate::dataset::Conversation;
 use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, LocalEmbedderOptions, load_local};
-use crate::retrieval::cache::{Batching, EmbeddingCache};
+use crate::retrieval::cache::{Batching, TextVectorCache};
 use crate::retrieval::index::{IndexNeeds, MemoryIndex, QueryWords};
 use crate::retrieval::units::SessionUnits;
 use crate::text::content_words;
@@ -25,7 +25,7 @@ const FLUSH_EVERY: Duration = Duration::from_secs(30);
 pub(super) struct Embedding<'a> {
     settings: &'a RetrieveSettings,
     needs: IndexNeeds,
-    cache: EmbeddingCache,
+    cache: TextVectorCache,
     embedder: Option<LocalEmbedder>,
     progress: EmbedProgress,
     stop: &'a AtomicBool,
@@ -44,8 +44,11 @@ impl<'a> Embedding<'a> {
             .map(|conversation| expected_texts(settings, &needs, conversation))
             .sum();
         let progress = EmbedProgress::new(total as u64, settings.progress && total > 0);
-        let cache =
-            EmbeddingCache::new(&settings.data_dir, settings.dataset.as_str(), LOCAL_EMBEDDER_NAME);
+        let cache = TextVectorCache::new(
+            &settings.data_dir,
+            settings.dataset.as_str(),
+            LOCAL_EMBEDDER_NAME,
+        );
         Self { settings, needs, cache, embedder: None, progress, stop }
     }
 

@@ -3,7 +3,7 @@
 //! library it measures and never imports this module.
 //!
 //! For every conversation the units are embedded with the local embedder (through the on-disk
-//! [`EmbeddingCache`](crate::retrieval::EmbeddingCache), so reruns embed nothing), a
+//! [`TextVectorCache`](crate::retrieval::TextVectorCache), so reruns embed nothing), a
 //! [`MemoryIndex`](crate::retrieval::MemoryIndex) is grown session by session, and every question
 //! is ranked by every requested method and scored with [`metrics`]. Results go to
 //! `eval/<dataset>/retrieve/`: `summary.md` (the tables), `summary.json` (all aggregates) and

@@ -275,12 +275,13 @@ async fn a_session_that_cannot_be_built_is_reported_and_ask_answers_from_the_oth
     assert_eq!(again.failed_sessions.len(), 1, "the next add retries it");
 
     let stored = service.store().load("pets").unwrap();
-    let shown = mragent::commands::own::render_conversation(&stored, false).unwrap();
+    let shown = mragent::commands::memory::render_conversation(&stored, false).unwrap();
     assert!(shown.contains("D2 ") && shown.contains("(not built: failed 2 time(s)"), "{shown}");
     assert!(shown.to_lowercase().contains("context"), "{shown}");
-    let json: Value =
-        serde_json::from_str(&mragent::commands::own::render_conversation(&stored, true).unwrap())
-            .unwrap();
+    let json: Value = serde_json::from_str(
+        &mragent::commands::memory::render_conversation(&stored, true).unwrap(),
+    )
+    .unwrap();
     assert_eq!(json["sessions"][1]["built"], false);
     assert_eq!(json["sessions"][1]["failure"]["attempts"], 2);
 

@@ -45,12 +45,12 @@ async fn vectors_are_normalised_and_survive_a_round_trip() {
     let path = dir.path().join("conv-1_embedding.bin");
     let planned =
         PlannedUnit { key: "session_1".into(), first_session: 1, input_hash: texts.input_hash() };
-    let (mut cache, _) = EmbeddingCache::open(&path, provenance()).unwrap();
+    let (mut cache, _) = EmbeddingStageCache::open(&path, provenance()).unwrap();
     cache.record_unit(&planned, &texts, embedded.clone()).await.unwrap();
     let questions = embed_texts(&ShapeEmbedder, &["who?".to_string()]).await.unwrap();
     cache.record_questions(vec!["conv-1:q1".into()], "qh".into(), questions).await.unwrap();
 
-    let (cache, notices) = EmbeddingCache::open(&path, provenance()).unwrap();
+    let (cache, notices) = EmbeddingStageCache::open(&path, provenance()).unwrap();
     assert!(notices.is_empty());
     assert!(cache.unit_done(&planned));
     assert!(cache.questions_done("qh"));
@@ -65,13 +65,13 @@ async fn vectors_are_normalised_and_survive_a_round_trip() {
 async fn a_stale_or_truncated_file_is_noticed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("e.bin");
-    let (mut cache, _) = EmbeddingCache::open(&path, provenance()).unwrap();
+    let (mut cache, _) = EmbeddingStageCache::open(&path, provenance()).unwrap();
     let embedded = embed_texts(&ShapeEmbedder, &["x".to_string()]).await.unwrap();
     cache.record_questions(vec!["q".into()], "qh".into(), embedded).await.unwrap();
 
     let mut newer = provenance();
     newer.versions.insert("rewrite".into(), "v2".into());
-    let (cache, notices) = EmbeddingCache::open(&path, newer).unwrap();
+    let (cache, notices) = EmbeddingStageCache::open(&path, newer).unwrap();
     assert!(!cache.questions_done("qh"));
     assert!(
         notices[0].contains("prompt `rewrite` version v1, the current version is v2"),
@@ -80,7 +80,7 @@ async fn a_stale_or_truncated_file_is_noticed() {
 
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 2]).unwrap();
-    let error = EmbeddingCache::open(&path, provenance()).unwrap_err();
+    let error = EmbeddingStageCache::open(&path, provenance()).unwrap_err();
     assert!(format!("{error:#}").contains("found 10 bytes"), "{error:#}");
 }
 

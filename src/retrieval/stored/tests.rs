@@ -51,8 +51,8 @@ fn sessions() -> Vec<SessionUnits> {
 #[tokio::test]
 async fn an_index_is_built_once_then_loaded_and_rebuilt_when_stale_or_corrupt() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = IndexCache::new(dir.path(), "locomo", "counting");
-    let vectors = EmbeddingCache::new(dir.path(), "locomo", "counting");
+    let cache = IndexFileCache::new(dir.path(), "locomo", "counting");
+    let vectors = TextVectorCache::new(dir.path(), "locomo", "counting");
     let embedder = CountingEmbedder::default();
     let options = IndexOptions::default();
     let load = |sessions| cache.load_or_build("conv-1", sessions, &embedder, &vectors, options);
@@ -94,8 +94,8 @@ async fn an_index_is_built_once_then_loaded_and_rebuilt_when_stale_or_corrupt() 
 #[tokio::test]
 async fn a_loaded_index_rebuilds_its_approximate_turn_index() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = IndexCache::new(dir.path(), "locomo", "counting");
-    let vectors = EmbeddingCache::new(dir.path(), "locomo", "counting");
+    let cache = IndexFileCache::new(dir.path(), "locomo", "counting");
+    let vectors = TextVectorCache::new(dir.path(), "locomo", "counting");
     let embedder = CountingEmbedder::default();
     let mut options = IndexOptions::default();
     options.ann.threshold = 5;

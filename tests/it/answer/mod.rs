@@ -29,13 +29,10 @@ use serde_json::Value;
 
 use crate::support::{build_and_answer, load_fixture, locomo, read_lines};
 
-#[path = "answer_tokens.rs"]
 mod tokens;
 
-#[path = "answer_shapes.rs"]
 mod shapes;
 
-#[path = "answer_faults.rs"]
 mod faults;
 
 fn fixture() -> Conversation {

@@ -1,99 +1,12 @@
-//! Resolved settings: command-line arguments plus environment, decided once.
-//!
-//! Commands receive these typed structs and never read arguments or the environment
-//! themselves. Paths are made absolute, model aliases resolved, the endpoint and key chosen.
+//! Endpoint, key, models and limits: [`ModelSettings`] from the model arguments and the
+//! environment (the key).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context as _;
-
-use crate::cli::{DataArg, DataArgs, ModelArgs, RunArgs};
-use crate::dataset::DatasetKind;
+use crate::cli::ModelArgs;
 
 /// OpenRouter's OpenAI-compatible API, the default endpoint.
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
-
-/// Where the project keeps its inputs and outputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectPaths {
-    /// Absolute project directory.
-    pub root: PathBuf,
-}
-
-impl ProjectPaths {
-    /// Resolve `root` against the current directory.
-    pub fn resolve(root: &Path) -> anyhow::Result<Self> {
-        let root = if root.is_absolute() {
-            root.to_path_buf()
-        } else {
-            std::env::current_dir().context("reading the current directory")?.join(root)
-        };
-        Ok(Self { root })
-    }
-}
-
-/// Which dataset and which part of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DataSettings {
-    /// Dataset kind.
-    pub kind: DatasetKind,
-    /// Input file.
-    pub file: PathBuf,
-    /// Sample selector as typed (`26`, `conv-26`, a LongMemEval id).
-    pub sample: Option<String>,
-    /// LongMemEval question-type index.
-    pub question_type: Option<u8>,
-    /// LongMemEval sessions per rewrite call.
-    pub lm_batch: u32,
-    /// LongMemEval: drop assistant turns.
-    pub drop_assistant_turns: bool,
-}
-
-impl DataSettings {
-    /// Resolve dataset arguments; the default file is `data/dataset_<name>.json`.
-    pub fn resolve(paths: &ProjectPaths, args: &DataArgs) -> Self {
-        let kind = match args.data {
-            DataArg::Locomo => DatasetKind::Locomo,
-            DataArg::Lm => DatasetKind::LongMemEval,
-        };
-        let file = match &args.data_file {
-            Some(path) if path.is_absolute() => path.clone(),
-            Some(path) => paths.root.join(path),
-            None => paths.root.join("data").join(format!("dataset_{}.json", kind.as_str())),
-        };
-        Self {
-            kind,
-            file,
-            sample: args.sample.clone(),
-            question_type: args.ca,
-            lm_batch: args.lm_batch,
-            drop_assistant_turns: args.drop_assistant_turns,
-        }
-    }
-
-    /// Load the selected conversations (and only their questions of the selected type).
-    pub fn load(&self) -> anyhow::Result<Vec<crate::dataset::Conversation>> {
-        if !self.file.exists() {
-            anyhow::bail!(
-                "dataset file not found: {} (see data/README.md for where to get it, or pass --data-file)",
-                self.file.display()
-            );
-        }
-        let question_type =
-            self.question_type.map(crate::dataset::LongMemEvalType::from_ca_index).transpose()?;
-        let options = crate::dataset::LoadOptions {
-            samples: self.sample.iter().cloned().collect(),
-            question_type,
-            drop_assistant_turns: self.drop_assistant_turns,
-        };
-        let conversations = crate::dataset::load(self.kind, &self.file, &options)?;
-        if conversations.is_empty() {
-            anyhow::bail!("no conversation in {} matches the selection", self.file.display());
-        }
-        Ok(conversations)
-    }
-}
 
 /// A model as named on the command line and as sent to the endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,51 +139,6 @@ impl ModelSettings {
     }
 }
 
-/// Run tag, concurrency and shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunSettings {
-    /// Run tag.
-    pub file: String,
-    /// Questions in flight.
-    pub workers: usize,
-    /// Shard `(k, n)`: this run takes every `n`-th conversation starting at the `k`-th.
-    pub shard: Option<(u32, u32)>,
-}
-
-impl RunSettings {
-    /// Resolve run arguments.
-    pub fn resolve(args: &RunArgs) -> anyhow::Result<Self> {
-        let file = crate::fsutil::safe_name(&args.file, '-');
-        crate::names::check_name(crate::names::NameKind::Tag, &file)
-            .map_err(|error| anyhow::anyhow!("--file: {error}"))?;
-        let shard = args.shard.as_deref().map(parse_shard).transpose()?;
-        Ok(Self { file, workers: args.workers as usize, shard })
-    }
-
-    /// The tag in lock and manifest names: `--file`, plus `-shard-K-of-N` for a shard, so that
-    /// shards run side by side. Result files and traces keep `--file`: they are per sample, and
-    /// a sample belongs to one shard.
-    pub fn tag(&self) -> String {
-        match self.shard {
-            Some((k, n)) => format!("{}-shard-{k}-of-{n}", self.file),
-            None => self.file.clone(),
-        }
-    }
-}
-
-/// `K/N` with `0 <= K < N`.
-fn parse_shard(text: &str) -> anyhow::Result<(u32, u32)> {
-    let parsed = text
-        .split_once('/')
-        .and_then(|(k, n)| Some((k.trim().parse::<u32>().ok()?, n.trim().parse::<u32>().ok()?)));
-    match parsed {
-        Some((k, n)) if k < n => Ok((k, n)),
-        _ => anyhow::bail!(
-            "--shard {text:?} is not K/N with 0 <= K < N (e.g. 0/4 … 3/4; K is JOB_COMPLETION_INDEX in a Kubernetes Indexed Job)"
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,25 +214,6 @@ mod tests {
         let local = model_args(&["--base-url", "http://127.0.0.1:8000/v1"]);
         let local = ModelSettings::resolve(&local, |_| None).unwrap();
         assert_eq!(local.llm_config(&local.build_model).key_variable, "OPENAI_API_KEY");
-    }
-
-    #[test]
-    fn shards_and_tags_are_checked() {
-        let args = |file: &str, shard: Option<&str>| RunArgs {
-            file: file.into(),
-            workers: 2,
-            shard: shard.map(str::to_string),
-        };
-        let settings = RunSettings::resolve(&args("t", Some("1/4"))).unwrap();
-        assert_eq!((settings.shard, settings.tag()), (Some((1, 4)), "t-shard-1-of-4".into()));
-        for bad in ["4/4", "1", "a/b", "1/0", "-1/3"] {
-            assert!(RunSettings::resolve(&args("t", Some(bad))).is_err(), "{bad}");
-        }
-        let message = RunSettings::resolve(&args("..", None)).unwrap_err().to_string();
-        assert!(message.contains("--file"), "{message}");
-        // A traversal is refused, not rewritten into a name that still holds `..`.
-        let message = RunSettings::resolve(&args("../x", None)).unwrap_err().to_string();
-        assert!(message.contains("--file") && message.contains(".."), "{message}");
     }
 
     #[test]

@@ -190,7 +190,7 @@ struct FileHeader {
 
 /// An open embedding cache for one sample.
 #[derive(Debug)]
-pub(crate) struct EmbeddingCache {
+pub(crate) struct EmbeddingStageCache {
     path: PathBuf,
     provenance: Provenance,
     dims: usize,
@@ -198,7 +198,7 @@ pub(crate) struct EmbeddingCache {
     questions: Option<QuestionVectors>,
 }
 
-impl EmbeddingCache {
+impl EmbeddingStageCache {
     /// Open the cache at `path`, keeping it only if it matches `provenance` (same rules and
     /// messages as the JSON stage caches).
     pub(crate) fn open(path: &Path, provenance: Provenance) -> anyhow::Result<(Self, Vec<String>)> {

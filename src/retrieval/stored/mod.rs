@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use super::build::build_index;
-use super::cache::EmbeddingCache;
+use super::cache::TextVectorCache;
 use super::index::{IndexNeeds, IndexOptions, MemoryIndex};
 use super::units::SessionUnits;
 use crate::llm::Embedder;
@@ -40,11 +40,11 @@ struct StoredIndex {
 
 /// The index cache of one embedder under `dir`.
 #[derive(Debug, Clone)]
-pub struct IndexCache {
+pub struct IndexFileCache {
     dir: PathBuf,
 }
 
-impl IndexCache {
+impl IndexFileCache {
     /// The cache of `embedder_name` for `dataset` under `data_dir`
     /// (`<data_dir>/<dataset>/memgas_index/<embedder_name>`).
     pub fn new(data_dir: &Path, dataset: &str, embedder_name: &str) -> Self {
@@ -63,7 +63,7 @@ impl IndexCache {
         bucket: &str,
         sessions: Vec<SessionUnits>,
         embedder: &E,
-        vectors: &EmbeddingCache,
+        vectors: &TextVectorCache,
         options: IndexOptions,
     ) -> anyhow::Result<(MemoryIndex, IndexSource)> {
         let key = index_key(embedder.name(), &options, &sessions)?;

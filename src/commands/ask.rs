@@ -1,0 +1,46 @@
+//! `mragent ask`: answer one question about a stored conversation with the tool loop, and
+//! print the answer, its supporting lines and the trace path.
+
+use super::Outcome;
+use super::output::outln;
+use super::own::{recorded_embedder, service};
+use crate::service::AskReport;
+use crate::settings::AskJob;
+
+/// Asks and prints the report; a failed question is an error (after the report).
+pub async fn execute(job: &AskJob) -> anyhow::Result<Outcome> {
+    let spec = recorded_embedder(&job.own.paths, &job.conversation)?;
+    job.own.models.require_key()?;
+    let service = service(&job.own, &spec).await?;
+    let report = service.ask(&job.conversation, &job.question).await?;
+    if job.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        print_report(&report)?;
+    }
+    match &report.error {
+        Some(error) => Err(anyhow::anyhow!("the question failed: {error}")),
+        None => Ok(Outcome::Success),
+    }
+}
+
+/// The answer (or `(no answer)`), the supporting lines, the sessions left out, the question
+/// id and the trace.
+fn print_report(report: &AskReport) -> anyhow::Result<()> {
+    outln!("{}", if report.ok { &report.answer } else { "(no answer)" })?;
+    for line in &report.supporting {
+        let date = line.date.as_deref().unwrap_or("?");
+        outln!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text)?;
+    }
+    for missing in &report.missing_sessions {
+        let why = missing.error.as_deref().unwrap_or("never built; run the add again");
+        outln!(
+            "note: answered without session {} ({} messages not built: {why})",
+            missing.session,
+            missing.messages
+        )?;
+    }
+    outln!("question: {}", report.question_id)?;
+    outln!("trace: {}", report.trace.display())?;
+    Ok(())
+}

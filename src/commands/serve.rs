@@ -1,0 +1,23 @@
+//! `mragent serve`: the service with the embedder for new conversations, then the HTTP server
+//! until Ctrl-C.
+
+use anyhow::Context as _;
+
+use super::Outcome;
+use super::interrupt::first_ctrl_c;
+use super::own::service;
+use crate::settings::ServeJob;
+
+/// Serves until the first Ctrl-C, then shuts down gracefully.
+pub async fn execute(job: &ServeJob) -> anyhow::Result<Outcome> {
+    job.own.models.require_key()?;
+    let service = service(&job.own, &job.own.service.embedder).await?;
+    let listener = tokio::net::TcpListener::bind(job.bind)
+        .await
+        .with_context(|| format!("binding {}", job.bind))?;
+    tracing::info!(address = %job.bind, auth = job.options.token.is_some(), "serving");
+    eprintln!("serving on http://{} (OpenAPI at /openapi.json)", job.bind);
+    let options = job.options.clone();
+    crate::serve::serve(listener, std::sync::Arc::new(service), options, first_ctrl_c()).await?;
+    Ok(Outcome::Success)
+}

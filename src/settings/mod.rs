@@ -1,0 +1,151 @@
+//! Resolved settings: command-line arguments plus environment, decided once, in one place.
+//!
+//! [`resolve`] turns the parsed command and the environment into a [`Job`]: everything that
+//! command needs as typed values, the settings of the layers it drives (`BuildSettings`,
+//! `AnswerSettings`, `EvalSettings`, `RetrieveSettings`, `ServiceSettings`, …) filled in.
+//! Paths are made absolute, model aliases resolved, the endpoint and key chosen. Commands
+//! receive their job and never read arguments or the environment themselves; what depends on
+//! the data (the embedder a stored conversation was made with, whether a key is needed for
+//! it) they decide as they go.
+//!
+//! One file per group of commands: `data` and `models` (shared), `batch` (`build`, `run`),
+//! `eval`, `retrieve`, `own` (`memory`, `ask`, `serve`); `ping` and `trace` are resolved here.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use crate::cli::{Command, TraceArgs};
+
+mod batch;
+mod data;
+mod eval;
+mod models;
+mod own;
+mod retrieve;
+
+pub use self::batch::{BuildJob, RunJob, RunSettings};
+pub use self::data::{DataSettings, dataset_kind};
+pub use self::eval::EvalJob;
+pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
+pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
+pub use self::retrieve::RetrieveJob;
+
+/// The environment as settings read it.
+pub trait Env {
+    /// The value of `name`, when it is set (and Unicode).
+    fn var(&self, name: &str) -> Option<String>;
+    /// Whether `name` is set at all, to any value.
+    fn is_set(&self, name: &str) -> bool;
+}
+
+/// The environment of this process (after `.env` is loaded).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
+    fn is_set(&self, name: &str) -> bool {
+        std::env::var_os(name).is_some()
+    }
+}
+
+/// Where the project keeps its inputs and outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectPaths {
+    /// Absolute project directory.
+    pub root: PathBuf,
+}
+
+impl ProjectPaths {
+    /// Resolve `root` against the current directory.
+    pub fn resolve(root: &Path) -> anyhow::Result<Self> {
+        let root = if root.is_absolute() {
+            root.to_path_buf()
+        } else {
+            std::env::current_dir().context("reading the current directory")?.join(root)
+        };
+        Ok(Self { root })
+    }
+
+    /// `path` as given when absolute, else under the project root.
+    pub fn under_root(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() { path.to_path_buf() } else { self.root.join(path) }
+    }
+}
+
+/// One command, resolved: what `main` hands to `commands::<command>::execute`.
+#[derive(Debug)]
+pub enum Job {
+    /// `mragent ping`: the endpoint and the model to ask.
+    Ping(ModelSettings),
+    /// `mragent build`.
+    Build(BuildJob),
+    /// `mragent run`.
+    Run(RunJob),
+    /// `mragent eval`.
+    Eval(EvalJob),
+    /// `mragent retrieve`.
+    Retrieve(RetrieveJob),
+    /// `mragent trace`.
+    Trace(TraceJob),
+    /// `mragent memory …`.
+    Memory(MemoryJob),
+    /// `mragent ask`.
+    Ask(AskJob),
+    /// `mragent serve`.
+    Serve(ServeJob),
+}
+
+/// Resolves `command` under `paths` with `env` (`quiet`: `-q`, no progress bars or reports).
+pub fn resolve(
+    command: Command,
+    paths: &ProjectPaths,
+    quiet: bool,
+    env: &impl Env,
+) -> anyhow::Result<Job> {
+    Ok(match command {
+        Command::Ping(args) => {
+            Job::Ping(ModelSettings::resolve(&args.model, |name| env.var(name))?)
+        }
+        Command::Build(args) => Job::Build(BuildJob::resolve(paths, &args, quiet, env)?),
+        Command::Run(args) => Job::Run(RunJob::resolve(paths, &args, quiet, env)?),
+        Command::Eval(args) => Job::Eval(EvalJob::resolve(paths, &args, env)?),
+        Command::Retrieve(args) => Job::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),
+        Command::Trace(args) => Job::Trace(TraceJob::resolve(paths, args, env)),
+        Command::Memory(args) => Job::Memory(MemoryJob::resolve(paths, args.command, env)?),
+        Command::Ask(args) => Job::Ask(AskJob::resolve(paths, args, env)?),
+        Command::Serve(args) => Job::Serve(ServeJob::resolve(paths, &args, env)?),
+    })
+}
+
+/// `mragent trace`, resolved.
+#[derive(Debug, Clone)]
+pub struct TraceJob {
+    /// The project root the traces are under.
+    pub root: PathBuf,
+    /// A question id or a result file.
+    pub target: String,
+    /// How to render (colour when standard output is a terminal and `NO_COLOR` is unset).
+    pub options: crate::agent::render::RenderOptions,
+}
+
+impl TraceJob {
+    fn resolve(paths: &ProjectPaths, args: TraceArgs, env: &impl Env) -> Self {
+        use std::io::IsTerminal as _;
+        let options = crate::agent::render::RenderOptions {
+            json: args.json,
+            color: std::io::stdout().is_terminal() && !env.is_set("NO_COLOR"),
+            dataset: args.data,
+            file: args.file,
+            max_chars: args.max_chars,
+        };
+        Self { root: paths.root.clone(), target: args.target, options }
+    }
+}
+
+#[cfg(test)]
+mod tests;
