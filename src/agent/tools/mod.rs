@@ -38,12 +38,9 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-pub use self::query_event_keywords::finish_event_keywords;
 pub(crate) use self::query_event_keywords::score_tags;
 pub(crate) use self::query_memgas::call as call_memgas;
-pub use self::query_memgas::{
-    MEMGAS_DEFAULT_K, MEMGAS_MAX_K, MemgasQueryError, memgas_result, query_memgas,
-};
+pub use self::query_memgas::{MEMGAS_DEFAULT_K, MEMGAS_MAX_K, MemgasQueryError, query_memgas};
 use crate::ingest::SampleEmbeddings;
 use crate::memory::MemoryGraph;
 use crate::memory::query::{KeyTags, QueryError};
@@ -199,7 +196,7 @@ pub struct ToolState {
 pub enum Applied {
     /// The tool-message JSON.
     Done(Value),
-    /// `query_event_keywords` found keys whose tags must be scored first: [`score_tags`]
+    /// `query_event_keywords` found keys whose tags must be scored first: `score_tags`
     /// scores the tags of each key with more than `tag_max` tags and gives the result.
     ScoreTags {
         /// The event asked about.
@@ -207,7 +204,7 @@ pub enum Applied {
         /// New keys with all their tags, in result order.
         keys: Vec<KeyTags>,
     },
-    /// `query_memgas`: [`call_memgas`] embeds the query with the MemGAS index's embedder and
+    /// `query_memgas`: `call_memgas` embeds the query with the MemGAS index's embedder and
     /// gives the result.
     Memgas {
         /// Query text.

@@ -50,7 +50,7 @@ pub(super) fn apply(
 }
 
 /// The `query_event_keywords` result for keys whose tags are final.
-pub fn finish_event_keywords(keys: Vec<KeyTags>) -> Value {
+fn finish_event_keywords(keys: Vec<KeyTags>) -> Value {
     if keys.is_empty() {
         return json!({ "keys": [], "note": "no keyword of this event leads anywhere new" });
     }

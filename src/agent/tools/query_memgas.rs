@@ -114,7 +114,7 @@ pub(crate) async fn call(context: &ToolContext<'_>, query: &str, k: usize) -> St
 
 /// The `query_memgas` result: the top sessions (id, date) and turns (`<dia_id>:<text>`, with
 /// the session date), best first.
-pub fn memgas_result(hits: &MemgasHits) -> Value {
+fn memgas_result(hits: &MemgasHits) -> Value {
     let sessions: Vec<Value> = hits
         .sessions
         .iter()
