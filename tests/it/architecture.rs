@@ -260,3 +260,34 @@ fn one_stage_sequence() {
         "only ingest/pipeline.rs runs the stages one after the other"
     );
 }
+
+#[test]
+fn retrieval_never_imports_tune_and_text_is_a_leaf() {
+    let mut seen = (0, 0);
+    for (path, code) in sources() {
+        let module = module_of(&path);
+        let room = module.first().map(String::as_str).unwrap_or_default();
+        let refs = references(&path, &code);
+        if room == "retrieval" {
+            seen.0 += 1;
+            let tune: Vec<&String> =
+                refs.iter().filter(|to| to.split("::").next() == Some("tune")).collect();
+            assert!(
+                tune.is_empty(),
+                "{} imports {tune:?}: `retrieval` never imports `tune`",
+                path.display()
+            );
+        }
+        if room == "text" {
+            seen.1 += 1;
+            let outside: Vec<&String> =
+                refs.iter().filter(|to| to.split("::").next() != Some("text")).collect();
+            assert!(
+                outside.is_empty(),
+                "{} imports {outside:?}: `text` imports nothing from the crate",
+                path.display()
+            );
+        }
+    }
+    assert!(seen.0 > 10 && seen.1 >= 3, "the scan found retrieval's and text's files ({seen:?})");
+}

@@ -19,6 +19,7 @@
 //! model, `parse` the dispatch by name and the parsing steps every tool shares, `event_list`
 //! the similarity cut of event lists, `compact` the shortening of repeated result lines.
 
+mod args;
 pub mod compact;
 mod edges_by_tag;
 mod event_list;

@@ -2,8 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::parse::event_id;
-use super::spec::{ArgSpec, ArgType};
+use super::args::{ArgSpec, ArgType, event_id};
 use super::{Tool, ToolError};
 use crate::memory::MemoryGraph;
 use crate::memory::query;

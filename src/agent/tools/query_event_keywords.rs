@@ -11,8 +11,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::parse::event_id;
-use super::spec::{ArgSpec, ArgType};
+use super::args::{ArgSpec, ArgType, event_id};
 use super::{Applied, Tool, ToolContext, ToolError, ToolState};
 use crate::agent::retrieve::{
     CallSettings, closest_tags, score_keys_tags, tag_candidates, unshown_tags,

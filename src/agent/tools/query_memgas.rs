@@ -5,8 +5,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::parse::{clean, typed};
-use super::spec::{ArgSpec, ArgType};
+use super::args::{ArgSpec, ArgType, clean, typed};
 use super::{Applied, Tool, ToolContext, ToolError};
 use crate::retrieval::{IndexError, MemgasHits, MemoryIndex};
 use crate::snapshot::QueryEmbedder;

@@ -3,8 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::parse::{clean, typed};
-use super::spec::{ArgSpec, ArgType};
+use super::args::{ArgSpec, ArgType, clean, typed};
 use super::{Tool, ToolError};
 use crate::memory::MemoryGraph;
 use crate::memory::query;

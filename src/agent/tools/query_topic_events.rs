@@ -3,9 +3,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::args::{ArgSpec, ArgType, clean, typed};
 use super::event_list::event_list;
-use super::parse::{clean, typed};
-use super::spec::{ArgSpec, ArgType};
 use super::{Tool, ToolContext, ToolError};
 use crate::memory::query;
 

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use serde_json::json;
 
+use super::args::{ArgSpec, ArgType};
 use super::{
     MEMGAS_MAX_K, MEMGAS_TOOL, Tool, edges_by_tag, query_conversation_time, query_event_context,
     query_event_keywords, query_memgas, query_personal_aspect, query_personal_information,
@@ -13,16 +14,6 @@ use super::{
 };
 use crate::llm::ToolSpec;
 use crate::prompts;
-
-/// JSON type of a tool argument.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ArgType {
-    String,
-    Integer,
-}
-
-/// One argument: name, JSON type, required.
-pub(super) type ArgSpec = (&'static str, ArgType, bool);
 
 /// Arguments of each tool, in the order the tools are offered.
 const TOOL_ARGUMENTS: [(&str, &[ArgSpec]); 8] = [
