@@ -59,6 +59,9 @@ pub mod results;
 
 pub mod eval;
 
+// Learning: answers (agent) judged (eval) to learn rules.
+pub mod learn;
+
 pub mod tune;
 
 pub mod serve;

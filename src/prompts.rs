@@ -105,6 +105,10 @@ prompt!(ANSWER_OPEN_DOMAIN, "answer_open_domain");
 prompt!(ANSWER_TEMPORAL, "answer_temporal");
 prompt!(ANSWER_ADVERSARIAL, "answer_adversarial");
 prompt!(ANSWER_TOOLS, "answer_tools");
+prompt!(ANSWER_META_RULES, "answer_meta_rules");
+prompt!(LEARN_SUMMARY, "learn_summary");
+prompt!(LEARN_PROPOSE, "learn_propose");
+prompt!(LEARN_CONSOLIDATE, "learn_consolidate");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
 prompt!(JUDGE_LOCOMO_STRICT, "judge_locomo_strict");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
@@ -137,6 +141,10 @@ pub const ALL: &[Prompt] = &[
     ANSWER_TEMPORAL,
     ANSWER_ADVERSARIAL,
     ANSWER_TOOLS,
+    ANSWER_META_RULES,
+    LEARN_SUMMARY,
+    LEARN_PROPOSE,
+    LEARN_CONSOLIDATE,
     JUDGE_LOCOMO,
     JUDGE_LOCOMO_STRICT,
     JUDGE_LONGMEMEVAL,

@@ -77,6 +77,10 @@ pub struct Provenance {
     /// Version of the answer-time prompts.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompts: String,
+    /// Hash of the meta-memory rules the loop was given (empty: none). Compared exactly: a
+    /// line without rules is stale for a run with rules, and the other way round.
+    #[serde(default, rename = "meta_rules", skip_serializing_if = "String::is_empty")]
+    pub rules: String,
 }
 
 impl Provenance {
@@ -97,6 +101,8 @@ impl Provenance {
             Some("the answering model changed")
         } else if differs(&self.prompts, &current.prompts) {
             Some("the answer prompts changed")
+        } else if self.rules != current.rules {
+            Some("the meta rules changed")
         } else {
             None
         }
@@ -117,12 +123,22 @@ mod tests {
 
     #[test]
     fn stale_lines_name_what_changed_and_old_lines_match() {
-        let now = Provenance { memory: "m2".into(), model: "x".into(), prompts: "p".into() };
+        let now = Provenance {
+            memory: "m2".into(),
+            model: "x".into(),
+            prompts: "p".into(),
+            rules: String::new(),
+        };
         let old = Provenance { memory: "m1".into(), ..now.clone() };
         assert_eq!(old.stale_reason("Q", &now, "Q"), Some("the memory changed"));
         assert_eq!(now.stale_reason("Q", &now, "Q?"), Some("the question text changed"));
         assert_eq!(Provenance::default().stale_reason("Q", &now, "Q"), None);
         let other_model = Provenance { model: "y".into(), ..now.clone() };
         assert_eq!(other_model.stale_reason("Q", &now, "Q"), Some("the answering model changed"));
+        // Rules are compared exactly: none then some, and some then none, are both stale.
+        let ruled = Provenance { rules: "r1".into(), ..now.clone() };
+        assert_eq!(now.stale_reason("Q", &ruled, "Q"), Some("the meta rules changed"));
+        assert_eq!(ruled.stale_reason("Q", &now, "Q"), Some("the meta rules changed"));
+        assert_eq!(ruled.stale_reason("Q", &ruled, "Q"), None);
     }
 }

@@ -48,6 +48,7 @@ pub mod question;
 pub mod render;
 pub mod resume;
 pub mod retrieve;
+pub mod rules;
 pub mod run;
 mod scan;
 #[cfg(any(test, feature = "test-support"))]

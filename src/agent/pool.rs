@@ -131,7 +131,11 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<AnswerSummary> {
     let feed = SampleFeed {
-        questions: samples.iter().map(|sample| sample.conversation.questions.len()).sum(),
+        questions: samples
+            .iter()
+            .flat_map(|sample| &sample.conversation.questions)
+            .filter(|question| settings.in_scope(&question.id))
+            .count(),
         // Boxed: the concrete closure types over references trip the compiler's higher-ranked
         // lifetime inference when a caller needs the future to be `Send`.
         samples: futures::stream::iter(samples).map(Ok).boxed(),

@@ -53,13 +53,15 @@ impl Scan {
         let id = &conversation.sample_id;
         self.empty_sessions.extend(conversation.empty_sessions.iter().map(|f| format!("{id} {f}")));
         let questions = &conversation.questions;
+        let in_scope: Vec<usize> =
+            (0..questions.len()).filter(|&index| settings.in_scope(&questions[index].id)).collect();
         if !sample.memory.is_complete() {
             self.waiting.push(PendingSample {
                 sample: sample.conversation.sample_id.clone(),
                 missing_sessions: sample.memory.missing_sessions.clone(),
-                questions: questions.len(),
+                questions: in_scope.len(),
             });
-            return Ok(Arrival::Waiting(questions.len()));
+            return Ok(Arrival::Waiting(in_scope.len()));
         }
         let path = settings.result_path(&sample.conversation.sample_id);
         let current = settings.provenance(sample);
@@ -77,7 +79,7 @@ impl Scan {
             );
         }
         let (done, pending): (Vec<usize>, Vec<usize>) =
-            (0..questions.len()).partition(|&index| state.done.contains(&questions[index].id));
+            in_scope.into_iter().partition(|&index| state.done.contains(&questions[index].id));
         self.resumed += done.len();
         self.result_files.push(path);
         Ok(Arrival::Ready { resumed: done.len(), pending })

@@ -42,6 +42,12 @@ pub struct AnswerSettings {
     pub traces: bool,
     /// The environment variable the API key comes from, named when the endpoint refuses it.
     pub key_variable: String,
+    /// Meta-memory rules appended to the loop's system prompt (`--meta-rules`; empty: none).
+    #[serde(skip)]
+    pub rules: std::sync::Arc<crate::agent::rules::RuleSet>,
+    /// Only these questions (by id) are in scope; `None`: every question of each conversation.
+    #[serde(skip)]
+    pub only_questions: Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
     /// Where each question's loop reports its rounds as they happen (none by default).
     #[serde(skip)]
     pub loop_events: Option<crate::agent::events::LoopEvents>,
@@ -71,6 +77,8 @@ impl AnswerSettings {
             progress: true,
             traces: true,
             key_variable: "OPENAI_API_KEY".to_string(),
+            rules: Default::default(),
+            only_questions: None,
             loop_events: None,
         }
     }
@@ -101,7 +109,13 @@ impl AnswerSettings {
             memory: sample.memory.fingerprint.clone(),
             model: self.model.clone(),
             prompts: answer_prompts_version(),
+            rules: self.rules.hash(),
         }
+    }
+
+    /// Whether question `id` is in scope (see [`AnswerSettings::only_questions`]).
+    pub fn in_scope(&self, id: &str) -> bool {
+        self.only_questions.as_ref().is_none_or(|only| only.contains(id))
     }
 
     pub(super) fn provider_seed(&self) -> Option<i64> {
@@ -122,11 +136,17 @@ impl AnswerSettings {
 /// and ping prompts, whose changes the memory fingerprint or `eval` track).
 pub fn answer_prompts_version() -> String {
     use sha2::Digest as _;
+    // The rules block's template is tracked by the rule-set hash (it hashes the block the model
+    // sees), so a run without rules keeps its prompt version when that template changes; the
+    // `learn_*` prompts never reach the answer loop.
     const NOT_ANSWERING: &[&str] =
-        &["ping", "rewrite", "keywords", "stage_reask", "memgas_granules"];
+        &["ping", "rewrite", "keywords", "stage_reask", "memgas_granules", "answer_meta_rules"];
     let mut hasher = sha2::Sha256::new();
     for prompt in crate::prompts::ALL {
-        if NOT_ANSWERING.contains(&prompt.name) || prompt.name.starts_with("judge") {
+        if NOT_ANSWERING.contains(&prompt.name)
+            || prompt.name.starts_with("judge")
+            || prompt.name.starts_with("learn")
+        {
             continue;
         }
         hasher.update(prompt.name.as_bytes());

@@ -253,6 +253,7 @@ pub(super) fn run_setup(
         .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string())
         .trim_end()
         .to_string();
+    let system = settings.rules.extend_system(&system);
     RunSetup {
         model: settings.model.clone(),
         system,

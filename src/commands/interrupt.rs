@@ -32,6 +32,11 @@ impl StopRequest {
         &self.flag
     }
 
+    /// The request as a watch channel (true once Ctrl-C was pressed).
+    pub fn receiver(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.changed.clone()
+    }
+
     /// Resolves at the first Ctrl-C; never where Ctrl-C cannot be watched.
     pub fn requested(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut changed = self.changed.clone();

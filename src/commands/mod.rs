@@ -10,6 +10,7 @@ pub mod ask;
 pub mod build;
 pub mod eval;
 pub mod interrupt;
+pub mod learn;
 pub mod memory;
 pub mod output;
 pub mod ping;
@@ -42,6 +43,7 @@ pub fn name(command: &Command) -> &'static str {
         Command::Ping(_) => "ping",
         Command::Eval(_) => "eval",
         Command::Build(_) => "build",
+        Command::Learn(_) => "learn",
         Command::Retrieve(_) => "retrieve",
         Command::Run(_) => "run",
         Command::Trace(_) => "trace",

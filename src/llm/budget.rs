@@ -29,13 +29,15 @@ pub enum Step {
     Answer,
     /// The LLM judge.
     Judge,
+    /// `mragent learn`'s attempt reviews, rule proposals and consolidations.
+    Learn,
     /// `mragent ping`.
     Ping,
 }
 
 impl Step {
     /// Every step, in a fixed order.
-    pub const ALL: [Step; 9] = [
+    pub const ALL: [Step; 10] = [
         Step::Rewrite,
         Step::Keywords,
         Step::Granules,
@@ -44,6 +46,7 @@ impl Step {
         Step::TagScores,
         Step::Answer,
         Step::Judge,
+        Step::Learn,
         Step::Ping,
     ];
 
@@ -58,6 +61,7 @@ impl Step {
             Step::TagScores => "tag_scores",
             Step::Answer => "answer",
             Step::Judge => "judge",
+            Step::Learn => "learn",
             Step::Ping => "ping",
         }
     }
@@ -69,7 +73,7 @@ impl Step {
             Step::Keywords | Step::Granules => 4096,
             Step::QuestionKeywords | Step::TagScores | Step::Judge => 512,
             Step::Rerank => 1024,
-            Step::Answer => 2048,
+            Step::Answer | Step::Learn => 2048,
             Step::Ping => 64,
         }
     }

@@ -107,7 +107,7 @@ impl RunJob {
 }
 
 /// The build settings for the selected data and models.
-fn build_settings(
+pub(super) fn build_settings(
     paths: &ProjectPaths,
     data: &DataSettings,
     models: &ModelSettings,
@@ -127,7 +127,7 @@ fn build_settings(
 }
 
 /// The API embedder named by `--embed-model`, `--embed-batch` texts a request.
-fn embedder_config(embed: &EmbedArgs) -> EmbedderConfig {
+pub(super) fn embedder_config(embed: &EmbedArgs) -> EmbedderConfig {
     EmbedderConfig { model: embed.embed_model.clone(), batch_size: embed.embed_batch as usize }
 }
 

@@ -20,6 +20,7 @@ use crate::cli::{Command, TraceArgs};
 mod batch;
 mod data;
 mod eval;
+mod learn;
 mod models;
 mod own;
 mod retrieve;
@@ -27,6 +28,7 @@ mod retrieve;
 pub use self::batch::{BuildJob, RunJob, RunSettings};
 pub use self::data::{DataSettings, dataset_kind};
 pub use self::eval::EvalJob;
+pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
 pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
 pub use self::retrieve::RetrieveJob;
@@ -88,6 +90,8 @@ pub enum Job {
     Run(RunJob),
     /// `mragent eval`.
     Eval(EvalJob),
+    /// `mragent learn`.
+    Learn(Box<LearnJob>),
     /// `mragent retrieve`.
     Retrieve(RetrieveJob),
     /// `mragent trace`.
@@ -114,6 +118,7 @@ pub fn resolve(
         Command::Build(args) => Job::Build(BuildJob::resolve(paths, &args, quiet, env)?),
         Command::Run(args) => Job::Run(RunJob::resolve(paths, &args, quiet, env)?),
         Command::Eval(args) => Job::Eval(EvalJob::resolve(paths, &args, env)?),
+        Command::Learn(args) => Job::Learn(Box::new(LearnJob::resolve(paths, &args, quiet, env)?)),
         Command::Retrieve(args) => Job::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),
         Command::Trace(args) => Job::Trace(TraceJob::resolve(paths, args, env)),
         Command::Memory(args) => Job::Memory(MemoryJob::resolve(paths, args.command, env)?),

@@ -7,6 +7,17 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod eval;
+mod learn;
+mod own;
+
+pub use self::eval::{EvalArgs, JudgeProtocolArg};
+pub use self::learn::LearnArgs;
+pub use self::own::{
+    AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryForgetArgs, MemoryListArgs,
+    MemorySearchArgs, MemoryShowArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
+};
+
 /// Long-term conversational memory for LLM agents: build a graph memory of a dialogue, answer
 /// questions from it with a tool-calling loop, and score the answers.
 #[derive(Debug, Parser)]
@@ -49,6 +60,10 @@ pub enum Command {
     /// are an error unless --partial.
     #[command(after_help = crate::eval::report::COLUMNS_HELP)]
     Eval(EvalArgs),
+    /// Learn rules on how to use memory (MetaMem) from judged attempts on training folds, keep
+    /// a rule set only when held-out validation questions improve, and answer the test folds
+    /// with and without it. Prints its estimated cost first (--dry-run stops there).
+    Learn(LearnArgs),
     /// Evaluate retrieval offline (no key needed): MemGAS and baselines ranked against the gold
     /// evidence; session recall_all/recall_any/NDCG and turn recall at k = 1, 3, 5, 10.
     Retrieve(RetrieveArgs),
@@ -124,7 +139,7 @@ pub struct ModelArgs {
     pub tpm: Option<u32>,
     /// Completion token caps per step, e.g. `rewrite=4096,answer=1024` (`none`: no cap).
     /// Steps: rewrite, keywords, granules, question_keywords, rerank, tag_scores, answer,
-    /// judge, ping. Unnamed steps keep their defaults.
+    /// judge, learn, ping. Unnamed steps keep their defaults.
     #[arg(long = "max-tokens", env = "MRAGENT_MAX_TOKENS", value_name = "STEP=N,…")]
     pub max_tokens: Option<String>,
     /// Per-request timeout in seconds.
@@ -158,72 +173,6 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct PingArgs {
     /// Model and endpoint.
-    #[command(flatten)]
-    pub model: ModelArgs,
-}
-
-/// The LoCoMo judge protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum JudgeProtocolArg {
-    /// The published LoCoMo J protocol (Mem0's paper and those comparing with it):
-    /// categories 1–4, a generous CORRECT/WRONG grade with a one-sentence reason.
-    Mem0,
-    /// Ours: categories 1–4, CORRECT only for the gold fact at the gold answer's precision.
-    Strict,
-}
-
-/// `mragent eval`.
-#[derive(Debug, Args)]
-pub struct EvalArgs {
-    /// Dataset whose results to score.
-    #[arg(long, value_enum, default_value = "locomo")]
-    pub data: DataArg,
-    /// The dataset file the run answered (default: data/dataset_<data>.json); every question
-    /// of it (or of --sample / --ca) must have exactly one result line.
-    #[arg(long)]
-    pub data_file: Option<PathBuf>,
-    /// The run's --sample, when it answered one sample only.
-    #[arg(long)]
-    pub sample: Option<String>,
-    /// The run's --ca (LongMemEval question type), when it answered one type only.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=5))]
-    pub ca: Option<u8>,
-    /// Score the questions that have a result line even if others are missing; every table
-    /// is then labelled `PARTIAL n/N`.
-    #[arg(long)]
-    pub partial: bool,
-    /// Run tag of the results (`--file` of `run`).
-    #[arg(long, default_value = "0")]
-    pub file: String,
-    /// Judge model (alias or id); without it only F1, exact match and evidence recall are computed.
-    #[arg(long)]
-    pub judge_model: Option<String>,
-    /// LoCoMo judge protocol (LongMemEval always uses its per-type rules).
-    #[arg(long, value_enum, default_value = "mem0")]
-    pub judge_protocol: JudgeProtocolArg,
-    /// A judge prompt file to use instead of the built-in prompts (e.g. a published prompt,
-    /// verbatim). Slots: {{question}}, {{gold}} (gold answer), {{prediction}} (the response).
-    /// A reply with a JSON `label` is CORRECT when the label is CORRECT; otherwise when it
-    /// contains "yes".
-    #[arg(long, value_name = "FILE")]
-    pub judge_prompt: Option<PathBuf>,
-    /// Independent judge runs; accuracy is reported as mean ± std (published LoCoMo J is often
-    /// the mean of 3).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
-    pub judge_runs: u32,
-    /// Judge requests in flight at once.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
-    pub judge_workers: u32,
-    /// Leave out the LoCoMo audit corrections.
-    #[arg(long)]
-    pub no_audit: bool,
-    /// The LoCoMo audit file, read at run time (default: data/locomo_audit.json).
-    #[arg(long, value_name = "FILE", conflicts_with = "no_audit")]
-    pub audit_file: Option<PathBuf>,
-    /// LoCoMo: also print the official overall over categories 1–5 (F1 only).
-    #[arg(long = "overall-with-5")]
-    pub overall_with_adversarial: bool,
-    /// Model and endpoint: `--model` names the result files; the endpoint serves the judge.
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -338,161 +287,4 @@ pub struct TraceArgs {
     /// Characters shown of long texts (0: 400).
     #[arg(long, default_value_t = 0)]
     pub max_chars: usize,
-}
-
-/// Which embedder new conversations use, and where the local model lives.
-#[derive(Debug, Clone, Args)]
-pub struct StoreEmbedArgs {
-    /// Embedder of new conversations: `local` (all-MiniLM-L6-v2 on this machine, no key) or an
-    /// embedding model id served by the endpoint. A conversation keeps the embedder it was
-    /// created with.
-    #[arg(long, env = "MRAGENT_STORE_EMBEDDER", default_value = "local")]
-    pub embedder: String,
-    /// Directory holding the local model files (default: installed under data/models/).
-    #[arg(long, env = "MRAGENT_EMBED_MODEL_DIR")]
-    pub embed_model_dir: Option<PathBuf>,
-}
-
-/// The endpoint, models and embedder of the own-conversation commands (`memory add`, `memory
-/// search`, `ask`, `serve`): the same options, flattened into each.
-#[derive(Debug, Clone, Args)]
-pub struct StoreModelArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub embed: StoreEmbedArgs,
-}
-
-/// `mragent memory …`.
-#[derive(Debug, Args)]
-pub struct MemoryArgs {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: MemoryCommand,
-}
-
-/// The `memory` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum MemoryCommand {
-    /// Add messages (JSON or JSONL file, `-` for stdin) to a conversation; only new sessions
-    /// are rewritten, keyworded and embedded; re-adding the same messages is a no-op.
-    Add(MemoryAddArgs),
-    /// Ranked memory lines for a query, with dates and message ids (no chat model).
-    Search(MemorySearchArgs),
-    /// The stored conversations.
-    List(MemoryListArgs),
-    /// One conversation's sessions and messages.
-    Show(MemoryShowArgs),
-    /// Delete a conversation and everything stored for it, or (`--message ID`) one message,
-    /// whose session is then rebuilt from the messages left.
-    Forget(MemoryForgetArgs),
-}
-
-/// `mragent memory add`.
-#[derive(Debug, Args)]
-pub struct MemoryAddArgs {
-    /// Conversation id (created on first add): 1-128 ASCII letters, digits and . _ - : @ +.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
-    /// The messages: a JSON or JSONL file, or `-` for stdin (format: data/examples/README.md).
-    pub file: PathBuf,
-    /// A gap without messages that starts a new session (for messages without a session id).
-    #[arg(long, default_value = "4h", value_parser = crate::convo::parse_gap)]
-    pub session_gap: chrono::TimeDelta,
-    /// Sessions built at once.
-    #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    pub workers: u32,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub models: StoreModelArgs,
-}
-
-/// `mragent memory search`.
-#[derive(Debug, Args)]
-pub struct MemorySearchArgs {
-    /// Conversation id.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
-    /// What to look for.
-    pub query: String,
-    /// How many lines.
-    #[arg(short, long, default_value_t = 10)]
-    pub k: usize,
-    /// Print JSON (one array of hits).
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub models: StoreModelArgs,
-}
-
-/// `mragent memory list`.
-#[derive(Debug, Args)]
-pub struct MemoryListArgs {
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `mragent memory show`.
-#[derive(Debug, Args)]
-pub struct MemoryShowArgs {
-    /// Conversation id.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `mragent memory forget`.
-#[derive(Debug, Args)]
-pub struct MemoryForgetArgs {
-    /// Conversation id.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
-    /// Forget only this message (its id, as `memory show` lists it); its session is rebuilt
-    /// with the model, so this needs the endpoint.
-    #[arg(long)]
-    pub message: Option<String>,
-    #[command(flatten)]
-    pub models: StoreModelArgs,
-}
-
-/// `mragent ask`.
-#[derive(Debug, Args)]
-pub struct AskArgs {
-    /// Conversation id.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
-    /// The question.
-    pub question: String,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub models: StoreModelArgs,
-}
-
-/// `mragent serve`. Set `MRAGENT_SERVE_TOKEN` to require `Authorization: Bearer <token>`.
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "MRAGENT_SERVE_BIND", default_value = "127.0.0.1:8080")]
-    pub bind: std::net::SocketAddr,
-    /// Requests handled at once (more wait in line).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_concurrency: u32,
-    /// Largest request body accepted, in bytes.
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
-    pub max_body_bytes: usize,
-    /// A gap without messages that starts a new session.
-    #[arg(long, default_value = "4h", value_parser = crate::convo::parse_gap)]
-    pub session_gap: chrono::TimeDelta,
-    /// Sessions built at once per add.
-    #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    pub workers: u32,
-    #[command(flatten)]
-    pub models: StoreModelArgs,
 }

@@ -1,0 +1,218 @@
+//! Answering a set of questions through the real answer loop (resumable result files under the
+//! learn directory) and judging every answer with the run's judge protocol (cached verdicts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use serde::{Deserialize, Serialize};
+
+use super::{Learner, Stopped};
+use crate::agent::rules::RuleSet;
+use crate::agent::{AnswerSettings, SampleFeed, answer_stream};
+use crate::eval::input::{Matched, read_result_lines};
+use crate::eval::judge::judge_items;
+use crate::llm::{ChatModel, Embedder};
+use crate::results::{ResultLine, Status};
+
+/// One judged answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Question id.
+    pub question_id: String,
+    /// Sample id.
+    pub sample: String,
+    /// Attempt index (the rollout sample; 0 for validation and test answers).
+    pub attempt: u32,
+    /// The judge's verdict; `None` when answering failed or the judgement failed.
+    pub correct: Option<bool>,
+    /// Answering failed (an endpoint error): no prediction.
+    pub failed: bool,
+    /// The answer.
+    pub prediction: String,
+    /// Official LoCoMo F1 of the answer (LoCoMo only).
+    pub f1: Option<f64>,
+    /// Its trace file.
+    pub trace: PathBuf,
+}
+
+/// How one set of answers went: what a validation curve point is made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// Answers graded.
+    pub judged: usize,
+    /// Of those, judged right.
+    pub correct: usize,
+    /// Answers that failed or whose judgement failed (counted wrong in `accuracy`).
+    pub unjudged: usize,
+    /// `correct / (judged + unjudged)`, in percent.
+    pub accuracy: f64,
+    /// Mean official F1 over the answers, in percent (LoCoMo only).
+    pub f1: Option<f64>,
+}
+
+impl Score {
+    /// The score of these attempts.
+    pub fn of(attempts: &[Attempt]) -> Self {
+        let judged = attempts.iter().filter(|a| a.correct.is_some()).count();
+        let correct = attempts.iter().filter(|a| a.correct == Some(true)).count();
+        let total = attempts.len();
+        let f1s: Vec<f64> = attempts.iter().filter_map(|a| a.f1).collect();
+        Self {
+            judged,
+            correct,
+            unjudged: total - judged,
+            accuracy: if total == 0 { 0.0 } else { 100.0 * correct as f64 / total as f64 },
+            f1: (!f1s.is_empty()).then(|| 100.0 * f1s.iter().sum::<f64>() / f1s.len() as f64),
+        }
+    }
+}
+
+/// How to answer one set of questions.
+pub(super) struct Pass<'a> {
+    /// Run tag of the result files (under the learn directory's `runs/`).
+    pub tag: String,
+    /// The questions.
+    pub questions: &'a [String],
+    /// The rules in the prompt.
+    pub rules: &'a RuleSet,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Seed of the requests.
+    pub seed: u64,
+    /// Attempt index recorded with each answer.
+    pub attempt: u32,
+}
+
+impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
+    /// Answers `pass.questions` (resuming from the result files) and judges the answers.
+    pub(super) async fn answer_and_judge(&self, pass: &Pass<'_>) -> anyhow::Result<Vec<Attempt>> {
+        let settings = self.pass_settings(pass, self.runs_root(), &pass.tag);
+        self.answer(&settings, pass.questions).await?;
+        let lines = self.read_lines(&settings, pass.questions)?;
+        self.judge(lines, &settings, pass.attempt).await
+    }
+
+    /// The answer settings of a pass, its results and traces under `root`.
+    pub(super) fn pass_settings(
+        &self,
+        pass: &Pass<'_>,
+        root: PathBuf,
+        tag: &str,
+    ) -> AnswerSettings {
+        let mut settings = self.settings.answer.clone();
+        settings.root = root;
+        settings.file = tag.to_string();
+        settings.rules = Arc::new(pass.rules.clone());
+        settings.only_questions = Some(Arc::new(pass.questions.iter().cloned().collect()));
+        settings.temperature = pass.temperature;
+        settings.seed = pass.seed;
+        settings.traces = true;
+        settings
+    }
+
+    /// Answers the questions in scope of `settings` that its result files do not hold yet.
+    pub(super) async fn answer(
+        &self,
+        settings: &AnswerSettings,
+        questions: &[String],
+    ) -> anyhow::Result<()> {
+        self.check_budget()?;
+        let wanted: BTreeSet<&str> = questions.iter().map(String::as_str).collect();
+        let samples: Vec<Arc<crate::snapshot::Snapshot>> = self
+            .snapshots
+            .iter()
+            .filter(|s| s.conversation.questions.iter().any(|q| wanted.contains(q.id.as_str())))
+            .cloned()
+            .collect();
+        let feed = SampleFeed {
+            samples: futures::stream::iter(samples.into_iter().map(Ok)).boxed(),
+            questions: wanted.len(),
+            bars: None,
+        };
+        let summary =
+            answer_stream(settings, feed, self.model, self.embedder, self.stop_signal()).await?;
+        if let Some(fatal) = summary.fatal {
+            anyhow::bail!("answering stopped: {fatal}");
+        }
+        if summary.pending > 0 {
+            anyhow::bail!(
+                "{} questions wait for an incomplete memory: run `mragent build` for {:?} first",
+                summary.pending,
+                summary.pending_samples.iter().map(|s| s.sample.as_str()).collect::<Vec<_>>()
+            );
+        }
+        if summary.interrupted || summary.remaining > 0 {
+            return Err(Stopped::new(self.stop_reason()).into());
+        }
+        Ok(())
+    }
+
+    /// The last line of each question in scope, from the pass's result files.
+    fn read_lines(
+        &self,
+        settings: &AnswerSettings,
+        questions: &[String],
+    ) -> anyhow::Result<Vec<ResultLine>> {
+        let wanted: BTreeSet<&str> = questions.iter().map(String::as_str).collect();
+        let mut files: Vec<PathBuf> = self
+            .snapshots
+            .iter()
+            .map(|s| settings.result_path(&s.conversation.sample_id))
+            .filter(|path| path.exists())
+            .collect();
+        files.dedup();
+        let hash = settings.rules.hash();
+        let mut last: BTreeMap<String, ResultLine> = BTreeMap::new();
+        for sourced in read_result_lines(&files)? {
+            let line = sourced.result;
+            if wanted.contains(line.question_id.as_str()) && line.provenance.rules == hash {
+                last.insert(line.question_id.clone(), line);
+            }
+        }
+        Ok(questions.iter().filter_map(|id| last.remove(id)).collect())
+    }
+
+    /// Judges `lines` (verdicts cached in the learn directory).
+    async fn judge(
+        &self,
+        lines: Vec<ResultLine>,
+        settings: &AnswerSettings,
+        attempt: u32,
+    ) -> anyhow::Result<Vec<Attempt>> {
+        let matched: Vec<Matched> = lines
+            .into_iter()
+            .filter_map(|line| {
+                let (question, qa_index) = self.questions.get(&line.question_id)?.clone();
+                Some(Matched { line, question, qa_index })
+            })
+            .collect();
+        let mut items = crate::eval::score_results(&matched, self.settings.dataset, None);
+        let cache = self.dir().join("judgements.jsonl");
+        let stats = judge_items(self.judge_model, &self.settings.judge, &mut items, &cache).await?;
+        if stats.failed > 0 {
+            tracing::warn!(
+                failed = stats.failed,
+                "some judgements failed; those answers count as wrong until a rerun judges them"
+            );
+        }
+        Ok(matched
+            .iter()
+            .zip(items)
+            .map(|(entry, item)| {
+                let failed = entry.line.status == Status::Error;
+                Attempt {
+                    question_id: item.question_id.clone(),
+                    sample: item.sample.clone(),
+                    attempt,
+                    correct: if failed { None } else { item.judge.first().map(|v| v.correct) },
+                    failed,
+                    prediction: item.prediction.clone(),
+                    f1: item.f1,
+                    trace: settings.trace_path(&item.sample, &item.question_id),
+                }
+            })
+            .collect())
+    }
+}
