@@ -26,7 +26,7 @@ pub struct LearnArgs {
     #[arg(long, value_enum, default_value = "mem0")]
     pub judge_protocol: JudgeProtocolArg,
     /// Folds: LoCoMo splits by conversation, LongMemEval by question, stratified by type.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(3..=20))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=20))]
     pub folds: u32,
     /// Only this fold (from 0); default: every fold.
     #[arg(long)]

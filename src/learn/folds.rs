@@ -2,9 +2,11 @@
 //! for the test.
 //!
 //! LoCoMo splits **by conversation**: a conversation's questions share its people and facts, so
-//! a conversation is wholly in the test, the validation or the training part of a fold. The
-//! conversations are shuffled and dealt into `folds` groups; fold `k` tests on group `k`,
-//! validates on group `k + 1` and trains on the rest. LongMemEval splits **by question**,
+//! a conversation is wholly in the test part of a fold or wholly out of it. The conversations
+//! are shuffled and dealt into `folds` groups; fold `k` tests on group `k`, validates on group
+//! `k + 1` and trains on the rest. With two folds there is no third group: the validation
+//! questions are then a stratified draw from the training conversations, and the rest of their
+//! questions train. LongMemEval splits **by question**,
 //! stratified by question type: each type's questions are shuffled and dealt in turn, so each
 //! group holds every type in proportion; fold `k` tests on group `k`, and the validation
 //! questions are a stratified draw from the other groups. Pure functions, no IO.
@@ -80,9 +82,9 @@ pub fn plan(
     seed: u64,
     judged: impl Fn(&Question) -> bool,
 ) -> Result<FoldPlan, FoldError> {
-    if folds < 3 {
+    if folds < 2 {
         return Err(FoldError::TooFew(format!(
-            "--folds {folds}: a fold needs a test, a validation and a training part, so at least 3"
+            "--folds {folds}: a fold needs a held-out test part and a part to learn on, so at least 2"
         )));
     }
     let folds = match dataset {
@@ -122,13 +124,18 @@ fn by_conversation(
     let mut out = Vec::new();
     for k in 0..count {
         let test_group = &groups[k];
-        let validation_group = &groups[(k + 1) % count];
+        let validation_at = if count >= 3 { (k + 1) % count } else { (k + 1) % 2 };
+        let validation_group = &groups[validation_at];
         let train_group: Vec<&Conversation> = (0..count)
-            .filter(|&g| g != k && g != (k + 1) % count)
+            .filter(|&g| g != k && (count < 3 || g != validation_at))
             .flat_map(|g| groups[g].iter().copied())
             .collect();
         let pool = questions(validation_group, judged);
         let drawn = stratified(&pool, validation, seed, &format!("validation/{k}"));
+        let train: Vec<Question> = questions(&train_group, judged)
+            .into_iter()
+            .filter(|question| !drawn.contains(&question.id))
+            .collect();
         out.push(Fold {
             index: k as u32,
             test_samples: ids(test_group),
@@ -136,7 +143,7 @@ fn by_conversation(
             validation_samples: ids(validation_group),
             validation: drawn,
             train_samples: ids(&train_group),
-            train: ids_of(&questions(&train_group, judged)),
+            train: ids_of(&train),
         });
     }
     Ok(out)
@@ -351,9 +358,24 @@ mod tests {
     fn too_few_folds_or_conversations_are_refused() {
         let conversations: Vec<Conversation> =
             (0..2).map(|n| conversation(&format!("c{n}"), 5, DatasetKind::Locomo)).collect();
-        assert!(plan(DatasetKind::Locomo, &conversations, 2, 0, 1, judged).is_err());
+        assert!(plan(DatasetKind::Locomo, &conversations, 1, 0, 1, judged).is_err());
         let error = plan(DatasetKind::Locomo, &conversations, 3, 0, 1, judged).unwrap_err();
         assert!(error.to_string().contains("at least 3 conversations"), "{error}");
+    }
+
+    #[test]
+    fn two_conversations_make_two_folds_that_validate_on_the_training_conversation() {
+        let conversations: Vec<Conversation> =
+            (0..2).map(|n| conversation(&format!("c{n}"), 10, DatasetKind::Locomo)).collect();
+        let plan = plan(DatasetKind::Locomo, &conversations, 2, 3, 1, judged).unwrap();
+        for fold in &plan.folds {
+            assert_eq!(fold.test_samples.len(), 1);
+            assert_eq!(fold.train_samples, fold.validation_samples);
+            assert!(!fold.train_samples.contains(&fold.test_samples[0]));
+            assert_eq!(fold.validation.len(), 3);
+            assert_eq!(fold.train.len(), 8 - 3, "the rest of the judged questions train");
+            assert!(fold.train.iter().all(|id| !fold.validation.contains(id)));
+        }
     }
 
     #[test]
