@@ -175,6 +175,6 @@ mod tests {
         assert_eq!(estimate.test.requests, 40 * 5);
         assert_eq!(estimate.total().requests, 300 + 75 + 82 + 75 + 200);
         assert_eq!(estimate.cost_usd(), None);
-        assert!(estimate.table().contains("price unknown"));
+        assert!(estimate.table().contains("--max-tokens-total"));
     }
 }

@@ -385,6 +385,7 @@ async fn env_example_copied_to_dot_env_parses() {
 }
 
 mod errors;
+mod learn;
 mod output;
 mod pipeline;
 mod safety;
