@@ -22,6 +22,7 @@
 //! cached learning calls), `trajectory` (an attempt from its trace), `judged` (answer and judge
 //! a set of questions), `step`, `estimate` (requests, tokens, cost), `report`.
 
+mod budget;
 pub mod calls;
 pub mod estimate;
 pub mod folds;
@@ -382,54 +383,6 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
     /// The run tag of the test answers with the rules (`base`: without).
     pub fn test_tag(&self, base: bool) -> String {
         test_tag(&self.settings.name, base)
-    }
-
-    fn stop_reason(&self) -> String {
-        if *self.stop.borrow() {
-            return "interrupted".into();
-        }
-        self.over_budget().unwrap_or_else(|| "stopped".into())
-    }
-
-    /// Why the spend is over a limit, if it is.
-    fn over_budget(&self) -> Option<String> {
-        let spend = (self.spend)();
-        let tokens = spend.usage.prompt_tokens + spend.usage.completion_tokens;
-        if let Some(max) = self.settings.max_tokens_total
-            && tokens >= max
-        {
-            return Some(format!("--max-tokens-total {max} reached ({tokens} tokens spent)"));
-        }
-        if let (Some(max), Some(cost)) = (self.settings.max_cost_usd, spend.cost_usd)
-            && cost >= max
-        {
-            return Some(format!("--max-cost {max} reached (about ${cost:.2} spent)"));
-        }
-        None
-    }
-
-    /// `Err(Stopped)` once Ctrl-C was pressed or a budget is reached.
-    fn check_budget(&self) -> anyhow::Result<()> {
-        if *self.stop.borrow() || self.over_budget().is_some() {
-            return Err(Stopped::new(self.stop_reason()).into());
-        }
-        Ok(())
-    }
-
-    /// Resolves when the run must stop (see [`Learner::check_budget`]).
-    fn stop_signal(&self) -> impl Future<Output = ()> + '_ {
-        let mut stop = self.stop.clone();
-        async move {
-            loop {
-                if *stop.borrow() || self.over_budget().is_some() {
-                    return;
-                }
-                tokio::select! {
-                    changed = stop.changed() => if changed.is_err() { std::future::pending::<()>().await },
-                    () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
-                }
-            }
-        }
     }
 }
 

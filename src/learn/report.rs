@@ -36,77 +36,7 @@ pub fn markdown(settings: &LearnSettings, outcome: &LearnOutcome, spend: Spend) 
     );
     let _ = writeln!(out, "![validation accuracy per step](validation.svg)\n");
     for fold in &outcome.folds {
-        let plan = &outcome.plan.folds[fold.fold as usize];
-        let _ = writeln!(out, "## Fold {}\n", fold.fold);
-        let _ = writeln!(
-            out,
-            "Test: {} ({} questions); validation: {} questions from {}; training: {} questions from {}.\n",
-            plan.test_samples.join(", "),
-            plan.test.len(),
-            plan.validation.len(),
-            plan.validation_samples.join(", "),
-            plan.train.len(),
-            plan.train_samples.len()
-        );
-        let _ = writeln!(
-            out,
-            "| step | epoch | rules | validation J | validation F1 | rollouts J | mixed | ops applied | ops refused |"
-        );
-        let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for record in &fold.steps {
-            let applied = record.ops.iter().filter(|op| op.refused.is_none()).count();
-            let refused = record.ops.len() - applied + record.malformed_ops.len();
-            let mark = if record.at.step == fold.chosen { " **kept**" } else { "" };
-            let _ = writeln!(
-                out,
-                "| {}{mark} | {} | {} | {:.1} | {} | {} | {} | {applied} | {refused} |",
-                record.at.step,
-                record.epoch.map_or("-".into(), |e| e.to_string()),
-                record.rules.rules.len(),
-                record.validation.accuracy,
-                record.validation.f1.map_or("-".into(), |f1| format!("{f1:.1}")),
-                record.rollouts.map_or("-".into(), |r| format!("{:.1}", r.accuracy)),
-                record.mixed.len(),
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\nKept step {}: validation gain {:+.1} points over no rules.\n",
-            fold.chosen,
-            fold.gain()
-        );
-        let refused: Vec<String> =
-            fold.steps
-                .iter()
-                .flat_map(|record| {
-                    let step = record.at.step;
-                    record
-                        .ops
-                        .iter()
-                        .filter_map(move |op| {
-                            let reason = op.refused.as_ref()?;
-                            Some(format!(
-                                "- step {step}: `{}`: {reason}",
-                                serde_json::to_string(&op.op.op).unwrap_or_default()
-                            ))
-                        })
-                        .chain(
-                            record.malformed_ops.iter().map(move |item| {
-                                format!("- step {step}: not an operation: `{item}`")
-                            }),
-                        )
-                })
-                .collect();
-        if !refused.is_empty() {
-            let _ = writeln!(out, "Refused operations:\n\n{}\n", refused.join("\n"));
-        }
-        let fallbacks = fold.steps.iter().filter(|r| r.consolidation_fallback).count();
-        if fallbacks > 0 {
-            let _ = writeln!(
-                out,
-                "{fallbacks} steps applied their proposals unmerged (the consolidation reply was unusable).\n"
-            );
-        }
+        fold_section(&mut out, outcome, fold);
     }
     let _ = writeln!(out, "## Final rules ({})\n", outcome.rules.rules.len());
     for rule in &outcome.rules.rules {
@@ -131,6 +61,82 @@ pub fn markdown(settings: &LearnSettings, outcome: &LearnOutcome, spend: Spend) 
         settings.judge.model
     );
     out
+}
+
+/// One fold's part of the report: its parts, its steps, the step kept, refused operations.
+fn fold_section(out: &mut String, outcome: &LearnOutcome, fold: &super::FoldOutcome) {
+    let plan = &outcome.plan.folds[fold.fold as usize];
+    let _ = writeln!(out, "## Fold {}\n", fold.fold);
+    let _ = writeln!(
+        out,
+        "Test: {} ({} questions); validation: {} questions from {}; training: {} questions from {}.\n",
+        plan.test_samples.join(", "),
+        plan.test.len(),
+        plan.validation.len(),
+        plan.validation_samples.join(", "),
+        plan.train.len(),
+        plan.train_samples.len()
+    );
+    let _ = writeln!(
+        out,
+        "| step | epoch | rules | validation J | validation F1 | rollouts J | mixed | ops applied | ops refused |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for record in &fold.steps {
+        let applied = record.ops.iter().filter(|op| op.refused.is_none()).count();
+        let refused = record.ops.len() - applied + record.malformed_ops.len();
+        let mark = if record.at.step == fold.chosen { " **kept**" } else { "" };
+        let _ = writeln!(
+            out,
+            "| {}{mark} | {} | {} | {:.1} | {} | {} | {} | {applied} | {refused} |",
+            record.at.step,
+            record.epoch.map_or("-".into(), |e| e.to_string()),
+            record.rules.rules.len(),
+            record.validation.accuracy,
+            record.validation.f1.map_or("-".into(), |f1| format!("{f1:.1}")),
+            record.rollouts.map_or("-".into(), |r| format!("{:.1}", r.accuracy)),
+            record.mixed.len(),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nKept step {}: validation gain {:+.1} points over no rules.\n",
+        fold.chosen,
+        fold.gain()
+    );
+    let refused: Vec<String> = fold
+        .steps
+        .iter()
+        .flat_map(|record| {
+            let step = record.at.step;
+            record
+                .ops
+                .iter()
+                .filter_map(move |op| {
+                    let reason = op.refused.as_ref()?;
+                    Some(format!(
+                        "- step {step}: `{}`: {reason}",
+                        serde_json::to_string(&op.op.op).unwrap_or_default()
+                    ))
+                })
+                .chain(
+                    record
+                        .malformed_ops
+                        .iter()
+                        .map(move |item| format!("- step {step}: not an operation: `{item}`")),
+                )
+        })
+        .collect();
+    if !refused.is_empty() {
+        let _ = writeln!(out, "Refused operations:\n\n{}\n", refused.join("\n"));
+    }
+    let fallbacks = fold.steps.iter().filter(|r| r.consolidation_fallback).count();
+    if fallbacks > 0 {
+        let _ = writeln!(
+            out,
+            "{fallbacks} steps applied their proposals unmerged (the consolidation reply was unusable).\n"
+        );
+    }
 }
 
 /// The validation curve: accuracy (0–100) per step, one polyline per fold.
