@@ -82,6 +82,8 @@ pub struct LearnSettings {
     pub seed: u64,
     /// Answer each fold's test questions with and without the kept rules.
     pub test: bool,
+    /// A line per finished step on stderr.
+    pub progress: bool,
     /// The answer settings every pass starts from (model, workers, limits, retrieval).
     pub answer: AnswerSettings,
     /// The judge.
@@ -329,13 +331,7 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
                     record
                 }
             };
-            tracing::info!(
-                fold = fold.index,
-                step,
-                rules = record.rules.rules.len(),
-                validation = record.validation.accuracy,
-                "step done"
-            );
+            self.announce(&record, schedule.len(), records[0].validation.accuracy);
             records.push(record);
         }
         let chosen = choose(&records);
@@ -348,6 +344,25 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
             self.test(fold, &outcome.chosen_record().rules).await?;
         }
         Ok(outcome)
+    }
+
+    /// One line per finished step on stderr (unless `-q`), and in the log.
+    fn announce(&self, record: &StepRecord, steps: usize, baseline: f64) {
+        let applied = record.ops.iter().filter(|op| op.refused.is_none()).count();
+        let line = format!(
+            "fold {} step {}/{steps}: {} rules, validation {:.1} (no rules {baseline:.1}), rollouts {:.1}, {} mixed questions, {applied} ops applied, {} refused",
+            record.at.fold,
+            record.at.step,
+            record.rules.rules.len(),
+            record.validation.accuracy,
+            record.rollouts.map_or(0.0, |r| r.accuracy),
+            record.mixed.len(),
+            record.ops.len() - applied + record.malformed_ops.len(),
+        );
+        tracing::info!("{line}");
+        if self.settings.progress {
+            eprintln!("{line}");
+        }
     }
 
     /// The leakage guard of a fold: its training conversations and training questions.

@@ -64,7 +64,7 @@ impl LearnJob {
             "learn",
         );
         answer.workers = args.workers as usize;
-        answer.progress = false;
+        answer.progress = !quiet;
         answer.key_variable = models.key_variable.to_string();
         let judge_settings = JudgeSettings {
             model: judge.id.clone(),
@@ -92,6 +92,7 @@ impl LearnJob {
             temperature: args.temperature,
             seed: args.seed,
             test: !args.no_test,
+            progress: !quiet,
             answer,
             judge: judge_settings,
             max_cost_usd: args.max_cost,
