@@ -147,14 +147,16 @@ impl Estimate {
                 work.requests, work.usage.prompt_tokens, work.usage.completion_tokens
             ));
         }
-        let price =
-            |cost: Option<f64>| cost.map_or("price unknown".to_string(), |c| format!("${c:.2}"));
+        let price = |cost: Option<f64>| cost.map_or("unknown".to_string(), |c| format!("${c:.2}"));
         out.push_str(&format!(
             "estimated cost: {} (answer model {}, judge {}); an upper bound: it assumes every question has mixed outcomes",
             price(self.cost_usd()),
             price(self.answer_cost_usd),
             price(self.judge_cost_usd)
         ));
+        if self.cost_usd().is_none() {
+            out.push_str("\nno price is known for a model: bound the run with --max-tokens-total");
+        }
         out
     }
 }

@@ -11,41 +11,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::rules::text_problem;
 use crate::dataset::{Conversation, Question};
+use crate::retrieval::dates::MONTHS;
 use crate::text::stop_words::ENGLISH_STOP_WORDS;
 
-/// Month and weekday names and their usual abbreviations: words that make a date.
-const DATE_WORDS: &[&str] = &[
-    "january",
-    "february",
-    "march",
-    "april",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-    "jan",
-    "feb",
-    "mar",
-    "apr",
-    "jun",
-    "jul",
-    "aug",
-    "sep",
-    "sept",
-    "oct",
-    "nov",
-    "dec",
-    "monday",
-    "tuesday",
-    "wednesday",
-    "thursday",
-    "friday",
-    "saturday",
-    "sunday",
-];
+/// Weekday names: with the month names of [`MONTHS`] (and their three-letter abbreviations, and
+/// "sept"), the words that make a date.
+const WEEKDAYS: &[&str] =
+    &["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"];
+
+/// Whether a lower-cased word names a month or a weekday ("may" aside: see [`MAY`]).
+fn is_date_word(word: &str) -> bool {
+    word != "may"
+        && (WEEKDAYS.contains(&word)
+            || word == "sept"
+            || MONTHS.iter().any(|month| *month == word || month.get(..3) == Some(word)))
+}
 
 /// "May" is a date only when capitalised inside the sentence ("may" is also a verb).
 const MAY: &str = "May";
@@ -142,7 +122,7 @@ impl LeakGuard {
             return Err(Refusal::Number(number.to_string()));
         }
         let lower: Vec<String> = words(text).map(str::to_lowercase).collect();
-        if let Some(date) = lower.iter().find(|word| DATE_WORDS.contains(&word.as_str())) {
+        if let Some(date) = lower.iter().find(|word| is_date_word(word)) {
             return Err(Refusal::Date(date.clone()));
         }
         if words(text).skip(1).any(|word| word == MAY) {
