@@ -104,7 +104,8 @@ fn world(
                 .unwrap_or("");
             let (question, gold) = golds
                 .iter()
-                .find(|(q, _)| user.contains(q.as_str()))
+                .filter(|(q, _)| user.contains(q.as_str()))
+                .max_by_key(|(q, _)| q.len())
                 .map(|(q, g)| (q.clone(), g.clone()))
                 .unwrap_or_default();
             let seed = request.body.get("seed").and_then(Value::as_i64).unwrap_or(0);
@@ -312,7 +313,8 @@ async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
         let started = std::fs::read_dir(&marker).ok().is_some_and(|entries| {
             entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_f0-s1-k1.jsonl"))
         });
-        if started || tokio::time::Instant::now() > deadline {
+        let exited = child.try_wait().unwrap().is_some();
+        if started || exited || tokio::time::Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -373,4 +375,51 @@ async fn a_token_budget_stops_cleanly_and_the_rerun_finishes() {
     let output = mragent_in(dir.path(), &args, &[]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(dir.path().join("data/locomo/meta/b/rules.json").exists());
+}
+
+/// Two conversations of the real LoCoMo file: learning finishes, resumes after kill -9 and keeps
+/// the rule.
+#[tokio::test]
+async fn two_locomo_conversations_learn_and_resume_after_kill() {
+    let (dir, data) = project_with("data/dataset_locomo.json", |data| {
+        data.as_array_mut()
+            .unwrap()
+            .retain(|c| c["sample_id"] == "conv-26" || c["sample_id"] == "conv-30");
+    });
+    let server = world_server(&data, GOOD_RULE, Duration::from_millis(20)).await;
+    let mut args = learn_args(&data, &server, "real");
+    for (flag, value) in [("--batch", "8"), ("--validation", "8"), ("--samples", "2")] {
+        let at = args.iter().position(|arg| *arg == flag).unwrap();
+        args[at + 1] = value;
+    }
+    args.extend(["--steps", "1", "--no-test"]);
+    let mut child = mragent_command(dir.path(), &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = dir.path().join("data/locomo/meta/real/runs/result/locomo");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let started = std::fs::read_dir(&marker).ok().is_some_and(|entries| {
+            entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_f0-s1-k1.jsonl"))
+        });
+        let exited = child.try_wait().unwrap().is_some();
+        if started || exited || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.start_kill().unwrap();
+    assert!(!child.wait().await.unwrap().success(), "the run finished before the kill");
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let meta = dir.path().join("data/locomo/meta/real");
+    for k in 0..2 {
+        let step1 = read_json(&meta.join(format!("fold{k}/step1.json")));
+        assert_eq!(step1["batch"].as_array().unwrap().len(), 8);
+    }
+    let rules = read_json(&meta.join("rules.json"));
+    assert_eq!(rules["rules"][0]["text"], GOOD_RULE, "{stdout}");
 }
