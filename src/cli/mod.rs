@@ -268,6 +268,11 @@ pub struct RunCommandArgs {
     /// Do not write per-question traces under log/.
     #[arg(long)]
     pub no_traces: bool,
+    /// The rules file `mragent learn` writes (data/<dataset>/meta/<name>/rules.json): its rules
+    /// go as one block at the end of the answer loop's system prompt. Lines answered under other
+    /// rules (or none) are answered again.
+    #[arg(long, value_name = "FILE")]
+    pub meta_rules: Option<PathBuf>,
 }
 
 /// `mragent trace`.

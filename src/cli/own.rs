@@ -137,6 +137,10 @@ pub struct AskArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The rules file `mragent learn` writes (data/<dataset>/meta/<name>/rules.json): its rules
+    /// go as one block at the end of the answer loop's system prompt.
+    #[arg(long, value_name = "FILE")]
+    pub meta_rules: Option<PathBuf>,
     #[command(flatten)]
     pub models: StoreModelArgs,
 }
@@ -159,6 +163,10 @@ pub struct ServeArgs {
     /// Sessions built at once per add.
     #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
+    /// The rules file `mragent learn` writes (data/<dataset>/meta/<name>/rules.json): its rules
+    /// go as one block at the end of the answer loop's system prompt (every ask over HTTP).
+    #[arg(long, value_name = "FILE")]
+    pub meta_rules: Option<PathBuf>,
     #[command(flatten)]
     pub models: StoreModelArgs,
 }

@@ -24,8 +24,8 @@ pub async fn execute(job: &AskJob) -> anyhow::Result<Outcome> {
     }
 }
 
-/// The answer (or `(no answer)`), the supporting lines, the sessions left out, the question
-/// id and the trace.
+/// The answer (or `(no answer)`), the supporting lines, the sessions left out, the rules' hash
+/// (when the loop had rules), the question id and the trace.
 fn print_report(report: &AskReport) -> anyhow::Result<()> {
     outln!("{}", if report.ok { &report.answer } else { "(no answer)" })?;
     for line in &report.supporting {
@@ -39,6 +39,9 @@ fn print_report(report: &AskReport) -> anyhow::Result<()> {
             missing.session,
             missing.messages
         )?;
+    }
+    if let Some(hash) = &report.meta_rules {
+        outln!("meta rules: {hash}")?;
     }
     outln!("question: {}", report.question_id)?;
     outln!("trace: {}", report.trace.display())?;

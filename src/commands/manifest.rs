@@ -4,7 +4,8 @@
 //! finished, partial, interrupted, stopped by a fatal endpoint error, or killed by a second
 //! Ctrl-C. It holds the dataset path and SHA-256, the crate version and git commit (when the
 //! project is a git checkout), the models and endpoint host (never the key), every prompt
-//! version, the settings, start and end times, the counts and the exit status.
+//! version, the settings, the meta-memory rules (when given), start and end times, the counts
+//! and the exit status.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,9 @@ pub struct Manifest {
     pub prompt_versions: BTreeMap<String, String>,
     /// The settings of the run (no secrets).
     pub settings: BTreeMap<String, serde_json::Value>,
+    /// The meta-memory rules the loop was given (`--meta-rules`); absent without rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta_rules: Option<MetaRulesRecord>,
     /// When the run started (RFC 3339).
     pub started_at: String,
     /// When it ended.
@@ -76,6 +80,7 @@ impl Manifest {
             endpoint_host: String::new(),
             prompt_versions,
             settings: BTreeMap::new(),
+            meta_rules: None,
             started_at: chrono::Utc::now().to_rfc3339(),
             ended_at: None,
             summary: None,
@@ -107,6 +112,24 @@ impl Manifest {
     pub fn write(&self) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self).context("serialising the run manifest")?;
         crate::fsutil::write_atomic(&self.path, text)
+    }
+}
+
+/// The rules file of a run, as the manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MetaRulesRecord {
+    /// Hash of the block the model sees (the `meta_rules` of every result line).
+    pub hash: String,
+    /// The file as given on the command line.
+    pub file: PathBuf,
+    /// How many rules it holds.
+    pub rules: usize,
+}
+
+impl MetaRulesRecord {
+    /// The record of `meta`.
+    pub fn of(meta: &crate::settings::MetaRules) -> Self {
+        Self { hash: meta.hash(), file: meta.given.clone(), rules: meta.rules.rules.len() }
     }
 }
 
@@ -167,6 +190,7 @@ mod tests {
         assert_eq!(value["settings"]["workers"], 3);
         assert_eq!(value["exit_code"], 0);
         assert!(value["git_commit"].is_null());
+        assert!(value.get("meta_rules").is_none(), "no rules, no record");
         assert!(value["prompt_versions"]["rewrite"].is_string());
     }
 }

@@ -15,7 +15,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use super::build::{api_embedder, print_report};
 use super::guard::RunLock;
 use super::interrupt::{INTERRUPTED_STATUS, StopRequest, watch};
-use super::manifest::{Manifest, endpoint_host};
+use super::manifest::{Manifest, MetaRulesRecord, endpoint_host};
 use super::output::outln;
 use super::{Outcome, chat_client};
 use crate::agent::{AnswerSummary, SampleFeed};
@@ -178,6 +178,7 @@ fn describe(manifest: &mut Manifest, job: &RunJob, conversations: &[Conversation
     manifest.set("structured_output", models.structured_output);
     manifest.set("hedge", models.hedge);
     manifest.set("answer_prompts", crate::agent::answer_prompts_version());
+    manifest.meta_rules = job.meta_rules.as_ref().map(MetaRulesRecord::of);
     let samples: Vec<&str> = conversations.iter().map(|c| c.sample_id.as_str()).collect();
     manifest.set("samples", samples);
 }

@@ -17,6 +17,10 @@ pub async fn execute(job: &ServeJob) -> anyhow::Result<Outcome> {
         .with_context(|| format!("binding {}", job.bind))?;
     tracing::info!(address = %job.bind, auth = job.options.token.is_some(), "serving");
     eprintln!("serving on http://{} (OpenAPI at /openapi.json)", job.bind);
+    let rules = &job.own.service.rules;
+    if !rules.is_empty() {
+        eprintln!("every ask uses {} meta rules ({})", rules.rules.len(), rules.hash());
+    }
     let options = job.options.clone();
     crate::serve::serve(listener, std::sync::Arc::new(service), options, first_ctrl_c()).await?;
     Ok(Outcome::Success)

@@ -57,10 +57,13 @@ pub struct ServiceSettings {
     pub max_reasks: u32,
     /// Sessions built at once.
     pub workers: usize,
+    /// Meta-memory rules every `ask` gives its loop (`--meta-rules`; empty: none).
+    #[serde(skip)]
+    pub rules: Arc<crate::agent::rules::RuleSet>,
 }
 
 impl ServiceSettings {
-    /// Defaults: the default session gap, 3 re-asks, 4 workers.
+    /// Defaults: the default session gap, 3 re-asks, 4 workers, no rules.
     pub fn new(root: impl Into<PathBuf>, embedder: &str, model_name: &str, model: &str) -> Self {
         Self {
             root: root.into(),
@@ -71,6 +74,7 @@ impl ServiceSettings {
             session_gap: crate::convo::DEFAULT_SESSION_GAP,
             max_reasks: 3,
             workers: 4,
+            rules: Arc::default(),
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct AskReport {
     pub tool_calls: u32,
     /// Wall time in milliseconds.
     pub latency_ms: u64,
+    /// Hash of the meta-memory rules the loop was given (`--meta-rules`); absent without rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta_rules: Option<String>,
 }
 
 impl<M, E> MemoryService<M, E>
@@ -159,6 +162,7 @@ where
             "ask",
         );
         answer.loop_events = events;
+        answer.rules = Arc::clone(&settings.rules);
         let trace = answer.trace_path(conversation, &question_id);
         // An endpoint that refuses the question for good (bad key, unknown model) is an error
         // naming the endpoint's reason.
@@ -179,6 +183,7 @@ where
             rounds: line.rounds,
             tool_calls: line.tool_calls,
             latency_ms: line.latency_ms,
+            meta_rules: Some(line.provenance.rules).filter(|hash| !hash.is_empty()),
         })
     }
 

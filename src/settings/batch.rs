@@ -1,7 +1,7 @@
 //! The dataset commands that call models, `build` and `run`: [`BuildJob`] and [`RunJob`], with
 //! the build and answer settings of the layers they drive filled in.
 
-use super::{DataSettings, Env, ModelSettings, ProjectPaths};
+use super::{DataSettings, Env, MetaRules, ModelSettings, ProjectPaths};
 use crate::agent::AnswerSettings;
 use crate::cli::{BuildArgs, EmbedArgs, RunArgs, RunCommandArgs};
 use crate::embedding::ModelSource;
@@ -61,6 +61,8 @@ pub struct RunJob {
     pub embedder: EmbedderConfig,
     /// Where the local embedder of the MemGAS tool comes from (`None`: `--no-memgas`).
     pub memgas: Option<ModelSource>,
+    /// The rules of `--meta-rules` (also in `answer.rules`), for the manifest.
+    pub meta_rules: Option<MetaRules>,
     /// `-q`: no progress bars and no build report.
     pub quiet: bool,
 }
@@ -75,6 +77,7 @@ impl RunJob {
         let data = DataSettings::resolve(paths, &args.data);
         let models = ModelSettings::resolve(&args.model, |name| env.var(name))?;
         let run = RunSettings::resolve(&args.run)?;
+        let meta_rules = MetaRules::resolve(paths, args.meta_rules.as_deref())?;
         let build = build_settings(paths, &data, &models, run.workers as u32, quiet);
         let mut answer = AnswerSettings::new(
             &paths.root,
@@ -88,6 +91,9 @@ impl RunJob {
         answer.progress = !quiet;
         answer.traces = !args.no_traces;
         answer.key_variable = models.key_variable.to_string();
+        if let Some(meta) = &meta_rules {
+            answer.rules = meta.rules.clone();
+        }
         let memgas = (!args.no_memgas).then(|| ModelSource {
             explicit_dir: args.embed_model_dir.clone(),
             models_root: paths.root.join("data").join("models"),
@@ -101,6 +107,7 @@ impl RunJob {
             build,
             answer,
             memgas,
+            meta_rules,
             quiet,
         })
     }

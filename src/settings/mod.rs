@@ -9,7 +9,8 @@
 //! it) they decide as they go.
 //!
 //! One file per group of commands: `data` and `models` (shared), `batch` (`build`, `run`),
-//! `eval`, `retrieve`, `own` (`memory`, `ask`, `serve`); `ping` and `trace` are resolved here.
+//! `eval`, `retrieve`, `own` (`memory`, `ask`, `serve`), `rules` (their `--meta-rules`); `ping`
+//! and `trace` are resolved here.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,7 @@ mod learn;
 mod models;
 mod own;
 mod retrieve;
+mod rules;
 
 pub use self::batch::{BuildJob, RunJob, RunSettings};
 pub use self::data::{DataSettings, dataset_kind};
@@ -32,6 +34,7 @@ pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
 pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
 pub use self::retrieve::RetrieveJob;
+pub use self::rules::MetaRules;
 
 /// The environment as settings read it.
 pub trait Env {
@@ -87,7 +90,7 @@ pub enum Job {
     /// `mragent build`.
     Build(BuildJob),
     /// `mragent run`.
-    Run(RunJob),
+    Run(Box<RunJob>),
     /// `mragent eval`.
     Eval(EvalJob),
     /// `mragent learn`.
@@ -116,7 +119,7 @@ pub fn resolve(
             Job::Ping(ModelSettings::resolve(&args.model, |name| env.var(name))?)
         }
         Command::Build(args) => Job::Build(BuildJob::resolve(paths, &args, quiet, env)?),
-        Command::Run(args) => Job::Run(RunJob::resolve(paths, &args, quiet, env)?),
+        Command::Run(args) => Job::Run(Box::new(RunJob::resolve(paths, &args, quiet, env)?)),
         Command::Eval(args) => Job::Eval(EvalJob::resolve(paths, &args, env)?),
         Command::Learn(args) => Job::Learn(Box::new(LearnJob::resolve(paths, &args, quiet, env)?)),
         Command::Retrieve(args) => Job::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),

@@ -1,9 +1,9 @@
 //! The own-conversation commands, `memory …`, `ask` and `serve`: [`OwnSettings`] (the store,
 //! the models, the embedders) and one job per command.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::{Env, ModelSettings, ProjectPaths};
+use super::{Env, MetaRules, ModelSettings, ProjectPaths};
 use crate::cli::{AskArgs, MemoryCommand, ServeArgs, StoreModelArgs};
 use crate::embedding::ModelSource;
 use crate::serve::ServeOptions;
@@ -44,6 +44,14 @@ impl OwnSettings {
             models_root: paths.root.join("data").join("models"),
         };
         Ok(Self { paths: paths.clone(), models, service, local_model })
+    }
+
+    /// Loads the rules of `--meta-rules` (when given) into the service's asks.
+    fn with_rules(&mut self, paths: &ProjectPaths, file: Option<&Path>) -> anyhow::Result<()> {
+        if let Some(meta) = MetaRules::resolve(paths, file)? {
+            self.service.rules = meta.rules;
+        }
+        Ok(())
     }
 
     /// The service settings for conversations embedded with `embedder` (`local` or a model id).
@@ -157,7 +165,7 @@ pub struct AskJob {
     pub question: String,
     /// Print the report as JSON.
     pub json: bool,
-    /// Store and models.
+    /// Store and models (with the rules of `--meta-rules` in `own.service.rules`).
     pub own: OwnSettings,
 }
 
@@ -167,7 +175,8 @@ impl AskJob {
         args: AskArgs,
         env: &impl Env,
     ) -> anyhow::Result<Self> {
-        let own = OwnSettings::resolve(paths, &args.models, env)?;
+        let mut own = OwnSettings::resolve(paths, &args.models, env)?;
+        own.with_rules(paths, args.meta_rules.as_deref())?;
         Ok(Self { conversation: args.conversation, question: args.question, json: args.json, own })
     }
 }
@@ -179,7 +188,8 @@ pub struct ServeJob {
     pub bind: std::net::SocketAddr,
     /// Token (from `MRAGENT_SERVE_TOKEN`; empty is none), body limit, concurrency.
     pub options: ServeOptions,
-    /// Store and models (with the session gap and the workers of each add).
+    /// Store and models (with the session gap and the workers of each add, and the rules of
+    /// `--meta-rules` that every ask uses in `own.service.rules`).
     pub own: OwnSettings,
 }
 
@@ -193,6 +203,7 @@ impl ServeJob {
         let mut own = OwnSettings::resolve(paths, &args.models, env)?;
         own.service.session_gap = args.session_gap;
         own.service.workers = args.workers as usize;
+        own.with_rules(paths, args.meta_rules.as_deref())?;
         let options = ServeOptions {
             token,
             max_body_bytes: args.max_body_bytes,

@@ -14,6 +14,7 @@ mod hardening;
 mod ingest;
 mod llm;
 mod memory;
+mod meta_rules;
 mod own;
 mod retrieval;
 mod schemathesis;
