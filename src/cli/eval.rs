@@ -39,6 +39,12 @@ pub struct EvalArgs {
     /// Run tag of the results (`--file` of `run`).
     #[arg(long, default_value = "0")]
     pub file: String,
+    /// Also score this run tag (same dataset, selection, judge and protocol) and compare it
+    /// with --file on the questions both answered successfully: per category J and F1 of each,
+    /// the paired difference with a 95% bootstrap interval, judge flips and mean answer length;
+    /// writes eval/<dataset>/<model>_<file>_vs_<tag>.md (and .json).
+    #[arg(long, value_name = "TAG")]
+    pub paired_with: Option<String>,
     /// Judge model (alias or id); without it only F1, exact match and evidence recall are computed.
     #[arg(long)]
     pub judge_model: Option<String>,

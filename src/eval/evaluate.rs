@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use super::audit;
+use super::compare::{self, PairedSummary};
 use super::input::{self, Matched, Selection};
 use super::judge::{self, CustomPrompt, Verdict};
+use super::paired::BootstrapSettings;
 use super::report::{self, Coverage, Prices, RowOptions};
 use super::{
     AuditChange, AuditedScore, EvalSettings, EvalSummary, ItemScore, check_audit, score_results,
@@ -48,6 +50,14 @@ pub async fn evaluate<M: ChatModel>(
     settings: &EvalSettings,
     judge: Option<&M>,
 ) -> anyhow::Result<EvalSummary> {
+    Ok(evaluate_run(settings, judge).await?.0)
+}
+
+/// [`evaluate`], returning the scored items (in dataset order) beside the summary.
+async fn evaluate_run<M: ChatModel>(
+    settings: &EvalSettings,
+    judge: Option<&M>,
+) -> anyhow::Result<(EvalSummary, Vec<ItemScore>)> {
     let judging = match (judge, &settings.judge_model) {
         (Some(model), Some(name)) => Some((model, name.clone())),
         (None, None) => None,
@@ -100,7 +110,59 @@ pub async fn evaluate<M: ChatModel>(
     };
     let summary = build_summary(settings, &items, facts, &judge_stats, &relative);
     write_outputs(&output_dir, &items, &summary)?;
-    Ok(summary)
+    Ok((summary, items))
+}
+
+/// A run compared with its twin: each scored as [`evaluate`] scores it, and the comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairedEvaluation {
+    /// Run A (`settings.file`).
+    pub a: EvalSummary,
+    /// Run B (the twin).
+    pub b: EvalSummary,
+    /// The comparison on the questions both answered.
+    pub paired: PairedSummary,
+    /// `eval/<dataset>/<model>_<A>_vs_<B>.md`.
+    pub markdown_file: PathBuf,
+    /// `eval/<dataset>/<model>_<A>_vs_<B>.json`.
+    pub json_file: PathBuf,
+}
+
+/// Score run `settings.file` (A) and its twin `other` (B) with the same dataset selection,
+/// judge and protocol, each into its own `eval/<dataset>/<file>/` with its own judge cache (a
+/// run judged before is not judged again), then compare them question by question and write
+/// `eval/<dataset>/<model>_<A>_vs_<B>.md` and `.json`.
+pub async fn evaluate_paired<M: ChatModel>(
+    settings: &EvalSettings,
+    other: &str,
+    bootstrap: BootstrapSettings,
+    judge: Option<&M>,
+) -> anyhow::Result<PairedEvaluation> {
+    if other == settings.file {
+        anyhow::bail!("--paired-with names the run --file already names ({other})");
+    }
+    let (a, items_a) = evaluate_run(settings, judge)
+        .await
+        .with_context(|| format!("scoring run A ({})", settings.file))?;
+    let twin = EvalSettings { file: other.to_string(), ..settings.clone() };
+    let (b, items_b) =
+        evaluate_run(&twin, judge).await.with_context(|| format!("scoring run B ({other})"))?;
+    let paired = PairedSummary::new((&a, &items_a), (&b, &items_b), bootstrap);
+    if paired.paired == 0 {
+        anyhow::bail!(
+            "no question was answered successfully by both {} and {other} (left out: {})",
+            settings.file,
+            paired.left_out.describe()
+        );
+    }
+    let directory = settings.root.join("eval").join(settings.dataset.as_str());
+    let stem = paired.file_stem();
+    let markdown_file = directory.join(format!("{stem}.md"));
+    let json_file = directory.join(format!("{stem}.json"));
+    crate::fsutil::write_atomic(&markdown_file, compare::paired_markdown(&paired))?;
+    let json = serde_json::to_string_pretty(&paired).context("serialising the comparison")?;
+    crate::fsutil::write_atomic(&json_file, json + "\n")?;
+    Ok(PairedEvaluation { a, b, paired, markdown_file, json_file })
 }
 
 /// Read the run's result files and match them against the dataset selection.

@@ -5,21 +5,28 @@
 //! in dataset order), `judgements.jsonl` (the judge cache), `summary.json`, `summary.md` and two
 //! SVG plots.
 //!
+//! [`evaluate_paired`] (`eval --paired-with`) scores a run and its twin that way and compares
+//! them question by question (`compare`, with the paired bootstrap of `paired`), writing
+//! `eval/<dataset>/<model>_<A>_vs_<B>.md` and `.json`.
+//!
 //! `eval` reads result files and the dataset only; it never imports `agent`. The scorer (`f1`,
-//! stemming with `text::porter`) and the aggregation (`report`) are pure; only [`evaluate`] does
-//! IO and only `judge` calls a model.
+//! stemming with `text::porter`), the aggregation (`report`) and the comparison (`compare`,
+//! `paired`) are pure; only [`evaluate`] and [`evaluate_paired`] do IO and only `judge` calls a
+//! model.
 
 pub mod audit;
+pub mod compare;
 mod evaluate;
 pub mod f1;
 pub mod input;
 pub mod judge;
+pub mod paired;
 pub mod recall;
 pub mod report;
 mod summary;
 pub mod svg;
 
-pub use self::evaluate::{evaluate, find_result_files};
+pub use self::evaluate::{PairedEvaluation, evaluate, evaluate_paired, find_result_files};
 pub use self::summary::summary_markdown;
 
 use std::path::{Path, PathBuf};

@@ -14,6 +14,8 @@ pub struct EvalJob {
     pub models: ModelSettings,
     /// The judge model (`--judge-model`), if any.
     pub judge: Option<ModelChoice>,
+    /// The twin run to compare with (`--paired-with`), a checked tag.
+    pub paired_with: Option<String>,
 }
 
 impl EvalJob {
@@ -29,6 +31,19 @@ impl EvalJob {
             &models.build_model.alias,
             &crate::fsutil::safe_name(&args.file, '-'),
         );
+        let paired_with = args
+            .paired_with
+            .as_deref()
+            .map(|tag| {
+                let tag = crate::fsutil::safe_name(tag, '-');
+                crate::names::check_name(crate::names::NameKind::Tag, &tag)
+                    .map_err(|error| anyhow::anyhow!("--paired-with: {error}"))?;
+                if tag == settings.file {
+                    anyhow::bail!("--paired-with names the run --file already names ({tag})");
+                }
+                Ok(tag)
+            })
+            .transpose()?;
         if let Some(file) = &args.data_file {
             settings.data_file = paths.under_root(file);
         }
@@ -51,6 +66,6 @@ impl EvalJob {
         settings.overall_with_adversarial = args.overall_with_adversarial;
         let judge = args.judge_model.as_deref().map(ModelChoice::resolve);
         settings.judge_model = judge.as_ref().map(|choice| choice.id.clone());
-        Ok(Self { settings, models, judge })
+        Ok(Self { settings, models, judge, paired_with })
     }
 }

@@ -79,3 +79,16 @@ fn eval_paths_are_under_the_root_and_the_judge_is_resolved() {
     assert_eq!(eval.settings.judge_model.as_deref(), Some("google/gemini-2.5-flash"));
     assert_eq!(eval.judge.map(|judge| judge.alias), Some("gemini".to_string()));
 }
+
+#[test]
+fn eval_paired_with_is_a_checked_tag_other_than_the_file() {
+    let argv = ["eval", "--file", "meta-x", "--paired-with", "meta-x-base"];
+    let Job::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
+    assert_eq!(eval.paired_with.as_deref(), Some("meta-x-base"));
+    let Job::Eval(eval) = job(&["eval"], &[]).unwrap() else { panic!("not eval") };
+    assert_eq!(eval.paired_with, None);
+    let error = job(&["eval", "--file", "a", "--paired-with", "a"], &[]).unwrap_err();
+    assert!(error.to_string().contains("--paired-with names the run --file"), "{error}");
+    let error = job(&["eval", "--paired-with", "../x"], &[]).unwrap_err();
+    assert!(error.to_string().contains("--paired-with: invalid tag"), "{error}");
+}

@@ -23,7 +23,7 @@ use mragent::results::{ResultLine, Status};
 use mragent::text::porter;
 use serde_json::{Value, json};
 
-fn fixture(relative: &str) -> PathBuf {
+pub(crate) fn fixture(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval").join(relative)
 }
 
@@ -169,7 +169,7 @@ fn with_data(root: &Path) {
     std::fs::copy(fixture("run/data/dataset_LM.json"), data.join("dataset_LM.json")).unwrap();
 }
 
-fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> EvalSettings {
+pub(crate) fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> EvalSettings {
     // The project's data/ (see `with_data`) holds the dataset and the audit at their default
     // places; the fixture run answered 17 of LoCoMo's 1,986 questions.
     with_data(root);
@@ -182,7 +182,7 @@ fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> EvalSettings 
     settings
 }
 
-fn client(server: &ScriptedServer) -> Client {
+pub(crate) fn client(server: &ScriptedServer) -> Client {
     let mut config = LlmConfig::new(server.base_url(), Secret::new("sk-test-key"), "judge-model");
     config.retry.base_delay = Duration::from_millis(5);
     config.retry.max_delay = Duration::from_millis(20);
@@ -197,7 +197,7 @@ fn prompt_field(text: &str, label: &str) -> String {
 /// A deterministic judge: CORRECT when the answer contains the gold answer's first word
 /// (case-insensitive), and in run 1 (seed 1) every temporal LoCoMo question flips, so runs
 /// differ and the std is not zero.
-fn fixture_judge(request: &RecordedRequest) -> ScriptedReply {
+pub(crate) fn fixture_judge(request: &RecordedRequest) -> ScriptedReply {
     let text = request.last_message_text().to_string();
     let (gold, prediction) = if text.contains("Gold answer:") {
         (prompt_field(&text, "Gold answer:"), prompt_field(&text, "Assistant's answer:"))

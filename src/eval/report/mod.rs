@@ -215,7 +215,8 @@ const LONGMEMEVAL_TYPES: [&str; 6] = [
     "temporal-reasoning",
 ];
 
-fn category_order(category: &Category) -> (usize, String) {
+/// Sort key of a category: LoCoMo by number, LongMemEval in the benchmark's type order.
+pub(super) fn category_order(category: &Category) -> (usize, String) {
     match category {
         Category::Locomo(number) => (usize::from(*number), String::new()),
         Category::LongMemEval(name) => {

@@ -353,6 +353,7 @@ async fn eval_help_explains_every_column_and_option() {
         "--judge-prompt",
         "--judge-runs",
         "--partial",
+        "--paired-with",
         "--data-file",
         "--audit-file",
         "{{question}}",
