@@ -203,10 +203,17 @@ fn print_outcome(job: &LearnJob, outcome: &crate::learn::LearnOutcome) -> anyhow
         outln!("  {}: {}", rule.id, rule.text)?;
     }
     outln!("report: {}", outcome.report_file.display())?;
+    outln!(
+        "answer with them: mragent run --data {} --model {} --meta-rules {}",
+        job.data.kind.as_str(),
+        job.models.build_model.alias,
+        outcome.rules_file.display()
+    )?;
     if job.learn.test {
         outln!(
-            "score the test folds: mragent eval --data {} --file {} --paired-with {} --judge-model {} --partial",
+            "score the test folds: mragent eval --data {} --model {} --file {} --paired-with {} --judge-model {} --partial",
             job.data.kind.as_str(),
+            job.models.build_model.alias,
             crate::learn::test_tag(&job.learn.name, false),
             crate::learn::test_tag(&job.learn.name, true),
             job.judge.alias

@@ -54,8 +54,9 @@ pub fn markdown(settings: &LearnSettings, outcome: &LearnOutcome, spend: Spend) 
     );
     let _ = writeln!(
         out,
-        "\nTo report a gain honestly, judge the test answers with the same judge and protocol:\n`mragent eval --data {} --file {} --paired-with {} --judge-model {}`",
+        "\nTo report a gain honestly, judge the test answers with the same judge and protocol:\n`mragent eval --data {} --model {} --file {} --paired-with {} --judge-model {} --partial` (--partial: the folds that ran may not cover every conversation)",
         settings.dataset.as_str(),
+        settings.answer.model_name,
         super::test_tag(&settings.name, false),
         super::test_tag(&settings.name, true),
         settings.judge.model

@@ -25,11 +25,15 @@ impl EvalJob {
         env: &impl Env,
     ) -> anyhow::Result<Self> {
         let models = ModelSettings::resolve(&args.model, |name| env.var(name))?;
+        // The tag names the eval folder: it passes the one id rule, as `run`'s does.
+        let file = crate::fsutil::safe_name(&args.file, '-');
+        crate::names::check_name(crate::names::NameKind::Tag, &file)
+            .map_err(|error| anyhow::anyhow!("--file: {error}"))?;
         let mut settings = EvalSettings::new(
             &paths.root,
             dataset_kind(args.data),
             &models.build_model.alias,
-            &crate::fsutil::safe_name(&args.file, '-'),
+            &file,
         );
         let paired_with = args
             .paired_with

@@ -91,4 +91,7 @@ fn eval_paired_with_is_a_checked_tag_other_than_the_file() {
     assert!(error.to_string().contains("--paired-with names the run --file"), "{error}");
     let error = job(&["eval", "--paired-with", "../x"], &[]).unwrap_err();
     assert!(error.to_string().contains("--paired-with: invalid tag"), "{error}");
+    // The run's own tag names the eval folder: a traversal is refused, as for `run`.
+    let error = job(&["eval", "--file", ".."], &[]).unwrap_err();
+    assert!(error.to_string().contains("--file: invalid tag"), "{error}");
 }
