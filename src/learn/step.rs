@@ -81,6 +81,13 @@ pub(super) struct StepInput<'a> {
     pub validation: &'a [String],
 }
 
+/// What one proposal call gave: its operations, the reply items that were none, its tokens.
+struct ProposalReply {
+    ops: Vec<super::ops::Op>,
+    malformed: Vec<String>,
+    usage: Usage,
+}
+
 /// One proposal: the question it came from and its (guarded) operations.
 struct Proposal {
     source: RuleSource,
@@ -96,8 +103,17 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         let reviews = self.reviews(&attempts, &mixed, &mut usage).await?;
         let mut record_ops = Vec::new();
         let mut malformed = Vec::new();
+        // One proposal per mixed question, asked concurrently; taken in question order.
+        let replies: Vec<anyhow::Result<ProposalReply>> = futures::stream::iter(&reviews)
+            .map(|(_, texts)| self.propose(input.rules, texts))
+            .buffered(self.settings.answer.workers.max(1))
+            .collect()
+            .await;
         let mut proposals = Vec::new();
-        for (question_id, texts) in &reviews {
+        for ((question_id, _), reply) in reviews.iter().zip(replies) {
+            let ProposalReply { ops, malformed: bad, usage: spent } = reply?;
+            usage += spent;
+            malformed.extend(bad);
             let source = RuleSource {
                 question_id: question_id.clone(),
                 attempts: attempts
@@ -106,8 +122,6 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
                     .map(|a| a.attempt)
                     .collect(),
             };
-            let (ops, bad) = self.propose(input.rules, texts, &mut usage).await?;
-            malformed.extend(bad);
             let mut kept = Vec::new();
             for op in ops {
                 let sourced = SourcedOp { op, sources: vec![source.clone()] };
@@ -244,13 +258,8 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         Ok((text, reply.usage))
     }
 
-    /// One question's proposal: its operations and the reply items that were none.
-    async fn propose(
-        &self,
-        rules: &RuleSet,
-        reviews: &[String],
-        usage: &mut Usage,
-    ) -> anyhow::Result<(Vec<super::ops::Op>, Vec<String>)> {
+    /// One question's proposal: its operations, the reply items that were none, and the tokens.
+    async fn propose(&self, rules: &RuleSet, reviews: &[String]) -> anyhow::Result<ProposalReply> {
         self.check_budget()?;
         let prompt = prompts::LEARN_PROPOSE
             .render(&[("rules", &rules_text(rules)), ("summaries", &reviews.join("\n"))])?;
@@ -258,8 +267,8 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             .calls
             .json(self.model, &self.settings.answer.model, "propose", prompt, &ops_schema())
             .await?;
-        *usage += reply.usage;
-        Ok(read_ops(&reply.value))
+        let (ops, malformed) = read_ops(&reply.value);
+        Ok(ProposalReply { ops, malformed, usage: reply.usage })
     }
 
     /// The batch's operations, merged by one consolidation call (none for one proposal or
