@@ -191,6 +191,15 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         let mut items = crate::eval::score_results(&matched, self.settings.dataset, None);
         let cache = self.dir().join("judgements.jsonl");
         let stats = judge_items(self.judge_model, &self.settings.judge, &mut items, &cache).await?;
+        if stats.failed > 0 && stats.new + stats.cached == 0 {
+            // Nothing to learn from and nothing to validate with: a refused key, an unknown
+            // judge model or a dead endpoint. Stop rather than spend on answers no one grades.
+            anyhow::bail!(
+                "the judge ({}) failed all {} judgements of this pass (see the log); fix the judge endpoint, then run the same command again to resume",
+                self.settings.judge.model,
+                stats.failed
+            );
+        }
         if stats.failed > 0 {
             tracing::warn!(
                 failed = stats.failed,

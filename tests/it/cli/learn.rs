@@ -423,3 +423,24 @@ async fn two_locomo_conversations_learn_and_resume_after_kill() {
     let rules = read_json(&meta.join("rules.json"));
     assert_eq!(rules["rules"][0]["text"], GOOD_RULE, "{stdout}");
 }
+
+#[tokio::test]
+async fn a_judge_that_fails_every_judgement_stops_the_run_with_a_clear_error() {
+    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
+    let world = world(golds(&data), GOOD_RULE, Duration::ZERO);
+    let server = ScriptedServer::with_responder(move |request| {
+        let text = request.last_message_text();
+        if text.contains("Gold answer:") && text.contains("Assistant's answer:") {
+            ScriptedReply::text("I refuse to grade this.")
+        } else {
+            world(request)
+        }
+    })
+    .await
+    .unwrap();
+    let output = mragent_in(dir.path(), &learn_args(&data, &server, "j"), &[]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the judge (judge-model) failed all 4 judgements"), "{stderr}");
+    assert!(!dir.path().join("data/locomo/meta/j/fold0/step0.json").exists());
+}
