@@ -296,19 +296,16 @@ fn records(meta: &Path) -> Vec<Value> {
     all
 }
 
-#[tokio::test]
-async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
-    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
-    let server = world_server(&data, GOOD_RULE, Duration::from_millis(40)).await;
-    let args = learn_args(&data, &server, "k");
-    let mut child = mragent_command(dir.path(), &args)
+/// Starts `mragent args` in `dir` and kills it (-9) once the second rollout of fold 0's first
+/// step of learn run `name` has started writing; fails if it ended before.
+async fn kill_mid_step(dir: &Path, args: &[&str], name: &str, within: Duration) {
+    let mut child = mragent_command(dir, args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let marker = dir.path().join("data/locomo/meta/k/runs/result/locomo");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    // Kill once the second rollout of fold 0's first step has started writing.
+    let marker = dir.join(format!("data/locomo/meta/{name}/runs/result/locomo"));
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         let started = std::fs::read_dir(&marker).ok().is_some_and(|entries| {
             entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_f0-s1-k1.jsonl"))
@@ -320,8 +317,15 @@ async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     child.start_kill().unwrap();
-    let status = child.wait().await.unwrap();
-    assert!(!status.success(), "the run finished before the kill");
+    assert!(!child.wait().await.unwrap().success(), "the run finished before the kill");
+}
+
+#[tokio::test]
+async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
+    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
+    let server = world_server(&data, GOOD_RULE, Duration::from_millis(40)).await;
+    let args = learn_args(&data, &server, "k");
+    kill_mid_step(dir.path(), &args, "k", Duration::from_secs(120)).await;
     assert!(
         !dir.path().join("data/locomo/meta/k/fold0/step1.json").exists(),
         "killed after the step"
@@ -393,25 +397,7 @@ async fn two_locomo_conversations_learn_and_resume_after_kill() {
         args[at + 1] = value;
     }
     args.extend(["--steps", "1", "--no-test"]);
-    let mut child = mragent_command(dir.path(), &args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let marker = dir.path().join("data/locomo/meta/real/runs/result/locomo");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        let started = std::fs::read_dir(&marker).ok().is_some_and(|entries| {
-            entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_f0-s1-k1.jsonl"))
-        });
-        let exited = child.try_wait().unwrap().is_some();
-        if started || exited || tokio::time::Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    child.start_kill().unwrap();
-    assert!(!child.wait().await.unwrap().success(), "the run finished before the kill");
+    kill_mid_step(dir.path(), &args, "real", Duration::from_secs(300)).await;
     let output = mragent_in(dir.path(), &args, &[]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
