@@ -59,24 +59,32 @@ pub struct OpOutcome {
 pub fn read_ops(value: &Value) -> (Vec<Op>, Vec<String>) {
     let mut ops = Vec::new();
     let mut malformed = Vec::new();
-    let items = value.get("ops").and_then(Value::as_array).cloned().unwrap_or_default();
-    for item in items {
-        let field = |name: &str| item.get(name).and_then(Value::as_str).map(str::trim);
-        let kind = field("op").unwrap_or_default().to_ascii_lowercase();
-        let op = match (kind.as_str(), field("id"), field("text")) {
-            ("add", _, Some(text)) if !text.is_empty() => Some(Op::Add { text: text.into() }),
-            ("update", Some(id), Some(text)) if !text.is_empty() => {
-                Some(Op::Update { id: id.into(), text: text.into() })
-            }
-            ("delete", Some(id), _) => Some(Op::Delete { id: id.into() }),
-            _ => None,
-        };
-        match op {
+    for item in op_items(value) {
+        match read_op(item) {
             Some(op) => ops.push(op),
             None => malformed.push(item.to_string()),
         }
     }
     (ops, malformed)
+}
+
+/// The items of a reply's `ops` array (none when it has no such array).
+pub fn op_items(value: &Value) -> &[Value] {
+    value.get("ops").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+/// One item of an `ops` array as an operation, if it is a valid one.
+pub fn read_op(item: &Value) -> Option<Op> {
+    let field = |name: &str| item.get(name).and_then(Value::as_str).map(str::trim);
+    let kind = field("op").unwrap_or_default().to_ascii_lowercase();
+    match (kind.as_str(), field("id"), field("text")) {
+        ("add", _, Some(text)) if !text.is_empty() => Some(Op::Add { text: text.into() }),
+        ("update", Some(id), Some(text)) if !text.is_empty() => {
+            Some(Op::Update { id: id.into(), text: text.into() })
+        }
+        ("delete", Some(id), _) => Some(Op::Delete { id: id.into() }),
+        _ => None,
+    }
 }
 
 /// The limits an application works under.

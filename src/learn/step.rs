@@ -317,25 +317,29 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             Err(error) => return Err(error),
         };
         *usage += reply.usage;
-        let items = reply.value.get("ops").and_then(|v| v.as_array()).cloned().unwrap_or_default();
-        let (ops, bad) = read_ops(&reply.value);
-        malformed.extend(bad);
-        // `from` of each valid item, in order: read_ops keeps the valid items in reply order.
-        let froms: Vec<Vec<usize>> = items
-            .iter()
-            .filter(|item| !read_ops(&serde_json::json!({"ops": [item]})).0.is_empty())
-            .map(|item| {
-                item.get("from")
-                    .and_then(|f| f.as_array())
-                    .map(|list| {
-                        list.iter().filter_map(|n| n.as_u64()).map(|n| n as usize).collect()
-                    })
-                    .unwrap_or_default()
-            })
-            .collect();
+        // Each valid item with the proposal numbers it says it comes from; the others are
+        // kept for the report.
+        let mut ops = Vec::new();
+        let mut froms: Vec<Vec<usize>> = Vec::new();
+        for item in super::ops::op_items(&reply.value) {
+            match super::ops::read_op(item) {
+                Some(op) => {
+                    ops.push(op);
+                    froms.push(
+                        item.get("from")
+                            .and_then(|f| f.as_array())
+                            .map(|list| {
+                                list.iter().filter_map(|n| n.as_u64()).map(|n| n as usize).collect()
+                            })
+                            .unwrap_or_default(),
+                    );
+                }
+                None => malformed.push(item.to_string()),
+            }
+        }
         let merged = ops
             .into_iter()
-            .zip(froms.into_iter().chain(std::iter::repeat(Vec::new())))
+            .zip(froms)
             .map(|(op, from)| {
                 let chosen: Vec<&Proposal> = if from.is_empty() {
                     proposals.iter().collect()
