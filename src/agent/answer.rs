@@ -62,7 +62,9 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     question: &Question,
 ) -> ResultLine {
     let span = tracing::info_span!("question", id = %question.id);
-    let mut line = answer_in_span(shared, sample, question).instrument(span).await;
+    // Every model call of the question is recorded under its id (see `llm::tape`).
+    let answered = answer_in_span(shared, sample, question).instrument(span);
+    let mut line = crate::llm::tape::within(question.id.clone(), answered).await;
     line.provenance = shared.settings.provenance(sample);
     line
 }

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod eval;
 mod learn;
 mod own;
+mod record;
 
 pub use self::eval::{EvalArgs, JudgeProtocolArg};
 pub use self::learn::LearnArgs;
@@ -17,6 +18,7 @@ pub use self::own::{
     AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryForgetArgs, MemoryListArgs,
     MemorySearchArgs, MemoryShowArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
 };
+pub use self::record::{ExportArgs, ReplayArgs, VerifyArgs};
 
 /// Long-term conversational memory for LLM agents: build a graph memory of a dialogue, answer
 /// questions from it with a tool-calling loop, and score the answers.
@@ -60,6 +62,17 @@ pub enum Command {
     /// are an error unless --partial.
     #[command(after_help = crate::eval::report::COLUMNS_HELP)]
     Eval(EvalArgs),
+    /// Re-run a recorded run from its recorded model calls, sending nothing: the same command
+    /// line as the run, `replay` for `run`. Stops at the first request never recorded, naming
+    /// its question (--fill sends it), and compares every result line with the run's.
+    Replay(ReplayArgs),
+    /// Write one archive of a run: manifest, results, traces, recorded calls, eval tables, the
+    /// dataset and the memory caches it answered from, with the SHA-256 of every file.
+    Export(ExportArgs),
+    /// Check an archive offline: every hash, F1 and exact match, the judge tables from the
+    /// recorded judge calls, and every result line by replaying the answers. Prints VERIFIED or
+    /// the first mismatch.
+    Verify(VerifyArgs),
     /// Learn rules on how to use memory (MetaMem) from judged attempts on training folds, keep
     /// a rule set only when held-out validation questions improve, and answer the test folds
     /// with and without it. Prints its estimated cost first (--dry-run stops there).

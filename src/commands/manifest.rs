@@ -55,6 +55,14 @@ pub struct Manifest {
     /// What each client sent to the endpoint (see
     /// [`RunOutcome::endpoint_usage`](super::RunOutcome::endpoint_usage)).
     pub endpoint_usage: BTreeMap<String, UsageTotals>,
+    /// The arguments that replay the run (`mragent replay`, `verify`): see
+    /// [`crate::settings::replay_args`].
+    pub replay_args: Vec<String>,
+    /// `replay`: the tag of the run it played back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
+    /// The run's recorded calls (`record/<dataset>/<model>_<tag>.calls.sqlite`).
+    pub calls: Option<super::tape::CallsRecord>,
     #[serde(skip)]
     path: PathBuf,
 }
@@ -86,6 +94,9 @@ impl Manifest {
             summary: None,
             error: None,
             endpoint_usage: BTreeMap::new(),
+            replay_args: Vec::new(),
+            replay_of: None,
+            calls: None,
             path,
         })
     }

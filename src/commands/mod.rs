@@ -9,6 +9,7 @@
 pub mod ask;
 pub mod build;
 pub mod eval;
+pub mod export;
 pub mod interrupt;
 pub mod learn;
 pub mod memory;
@@ -18,10 +19,12 @@ pub mod retrieve;
 pub mod run;
 pub mod serve;
 pub mod trace;
+pub mod verify;
 
 mod guard;
 mod manifest;
 mod own;
+pub mod tape;
 
 pub use self::guard::{LockHolder, RunLock, host_name};
 pub use self::manifest::{Manifest, endpoint_host, sha256_hex};
@@ -50,6 +53,9 @@ pub fn name(command: &Command) -> &'static str {
         Command::Memory(_) => "memory",
         Command::Ask(_) => "ask",
         Command::Serve(_) => "serve",
+        Command::Replay(_) => "replay",
+        Command::Export(_) => "export",
+        Command::Verify(_) => "verify",
     }
 }
 

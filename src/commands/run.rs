@@ -22,6 +22,7 @@ use crate::agent::{AnswerSummary, SampleFeed};
 use crate::dataset::Conversation;
 use crate::ingest::BuildSummary;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::tape::{Tape, TapedChat, TapedEmbedder};
 use crate::llm::{Client, EmbedClient, UsageTotals};
 use crate::settings::{DataSettings, RunJob};
 use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
@@ -44,6 +45,8 @@ struct RunOutcome {
     /// included (`build_chat`, `embeddings`, and `answer_chat` once answering started): the
     /// figures to hold against the endpoint's own counts.
     pub endpoint_usage: BTreeMap<String, UsageTotals>,
+    /// `replay`: how its result lines compare with the recorded run's.
+    pub replayed: Option<String>,
 }
 
 /// The conversations of shard `k` of `n`: every `n`-th one in dataset order, starting at `k`.
@@ -76,7 +79,10 @@ fn check_sample_ids(data: &DataSettings, conversations: &[Conversation]) -> anyh
 
 /// Runs the job, prints what it did, and turns how it ended into the outcome.
 pub async fn execute(job: &RunJob) -> anyhow::Result<Outcome> {
-    job.models.require_key()?;
+    // A replay without --fill sends nothing, so it needs no key.
+    if job.replay.as_ref().is_none_or(|replay| replay.fill) {
+        job.models.require_key()?;
+    }
     let conversations = job.data.load()?;
     let outcome = run(job, conversations).await?;
     if let Some(build) = outcome.build.as_ref().filter(|_| !job.quiet) {
@@ -102,6 +108,9 @@ pub async fn execute(job: &RunJob) -> anyhow::Result<Outcome> {
         )?;
     }
     outln!("manifest: {}", outcome.manifest.display())?;
+    if let Some(replayed) = &outcome.replayed {
+        outln!("{replayed}")?;
+    }
     match (outcome.error, outcome.exit_code) {
         (Some(error), _) => Err(anyhow::anyhow!(error)),
         (None, 0) => Ok(Outcome::Success),
@@ -129,12 +138,19 @@ async fn run(job: &RunJob, conversations: Vec<Conversation>) -> anyhow::Result<R
     let mut manifest = Manifest::start(manifest_path.clone(), data.kind.as_str(), &data.file)?;
     describe(&mut manifest, job, &conversations);
     manifest.write()?;
+    let tape = super::tape::open_run_tape(job)?;
     let manifest = Arc::new(Mutex::new(manifest));
     let stop = interrupts(manifest.clone(), lock.clone());
 
-    let outcome = phases(job, conversations, stop).await;
+    let samples: Vec<String> = conversations.iter().map(|c| c.sample_id.clone()).collect();
+    let outcome = phases(job, conversations, stop, &tape).await;
     lock.release();
     let mut manifest = manifest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    manifest.calls = Some(super::tape::CallsRecord::of(&tape)?);
+    let outcome = match outcome {
+        Ok(outcome) => compare_replay(job, &samples, outcome),
+        Err(error) => Err(error),
+    };
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(error) => {
@@ -181,6 +197,45 @@ fn describe(manifest: &mut Manifest, job: &RunJob, conversations: &[Conversation
     manifest.meta_rules = job.meta_rules.as_ref().map(MetaRulesRecord::of);
     let samples: Vec<&str> = conversations.iter().map(|c| c.sample_id.as_str()).collect();
     manifest.set("samples", samples);
+    manifest.replay_args.clone_from(&job.replay_args);
+    manifest.replay_of = job.replay.as_ref().map(|replay| replay.from.clone());
+}
+
+/// `replay`: compares every result line with the recorded run's and says so; a difference is
+/// an error unless `--fill` (which exists to change answers).
+fn compare_replay(
+    job: &RunJob,
+    samples: &[String],
+    outcome: RunOutcome,
+) -> anyhow::Result<RunOutcome> {
+    let Some(replay) = &job.replay else { return Ok(outcome) };
+    if outcome.exit_code != 0 {
+        return Ok(outcome);
+    }
+    let (root, dataset, model) =
+        (&job.paths.root, job.data.kind.as_str(), job.models.build_model.alias.as_str());
+    let pairs: Vec<_> = samples
+        .iter()
+        .map(|sample| {
+            let path = |tag: &str| crate::results::result_path(root, dataset, sample, model, tag);
+            (path(&replay.from), path(&job.run.file))
+        })
+        .collect();
+    let comparison = super::tape::compare_results(&pairs)?;
+    let mut text = format!(
+        "replay of {}: {} of {} result lines identical (latency aside)",
+        replay.from, comparison.identical, comparison.compared
+    );
+    let error = match (&comparison.first_mismatch, replay.fill) {
+        (None, _) => None,
+        (Some(first), true) => {
+            text.push_str(&format!("; {} changed, the first: {first}", comparison.differing));
+            None
+        }
+        (Some(first), false) => Some(format!("replay differs from run {}: {first}", replay.from)),
+    };
+    let exit_code = if error.is_some() { 1 } else { outcome.exit_code };
+    Ok(RunOutcome { replayed: Some(text), error: error.or(outcome.error), exit_code, ..outcome })
 }
 
 /// Ctrl-C handling: the returned request turns on at the first Ctrl-C; the second ends the
@@ -224,15 +279,21 @@ async fn phases(
     job: &RunJob,
     conversations: Vec<Conversation>,
     stop: StopRequest,
+    tape: &Arc<Tape>,
 ) -> anyhow::Result<RunOutcome> {
     let (models, build_settings) = (&job.models, &job.build);
     let latch = Arc::new(FatalLatch::default());
-    let build_chat = chat_client(models, &models.build_model)?;
-    let embedder = api_embedder(models, &job.embedder)?;
-    let answer_chat = chat_client(models, &models.answer_model)?;
+    let (build_client, embed_client) =
+        (chat_client(models, &models.build_model)?, api_embedder(models, &job.embedder)?);
+    let answer_client = chat_client(models, &models.answer_model)?;
+    // Every call goes through the run's tape (recorded, or played back by `replay`).
+    let build_chat = TapedChat::new(&build_client, Arc::clone(tape));
+    let embedder = TapedEmbedder::new(&embed_client, Arc::clone(tape));
+    let answer_chat = TapedChat::new(&answer_client, Arc::clone(tape));
     let memgas = job.memgas.as_ref().map(|model| {
         let data_dir = job.paths.root.join("data");
         MemgasCaches::new(&data_dir, job.data.kind, model.explicit_dir.clone(), build_settings)
+            .with_tape(Arc::clone(tape))
     });
     let source = CacheSource::new(build_settings, crate::llm::Embedder::name(&embedder), memgas);
     let bars = (!job.quiet).then(indicatif::MultiProgress::new);
@@ -287,7 +348,8 @@ async fn phases(
         exit_code,
         error,
         manifest: Default::default(),
-        endpoint_usage: endpoint_usage(&build_chat, &embedder, Some(&answer_chat)),
+        endpoint_usage: endpoint_usage(&build_client, &embed_client, Some(&answer_client)),
+        replayed: None,
     })
 }
 

@@ -40,6 +40,16 @@ impl DatasetKind {
             DatasetKind::Own => "own",
         }
     }
+
+    /// The kind named `name` ([`DatasetKind::as_str`]'s names; `lm` too).
+    pub fn from_name(name: &str) -> Result<Self, Error> {
+        match name {
+            "locomo" => Ok(DatasetKind::Locomo),
+            "LM" | "lm" => Ok(DatasetKind::LongMemEval),
+            "own" => Ok(DatasetKind::Own),
+            other => Err(Error::UnknownKind(other.to_string())),
+        }
+    }
 }
 
 /// One conversation with its questions: a LoCoMo sample, or a LongMemEval question with its
@@ -221,6 +231,9 @@ pub enum Error {
         "own conversations live in the memory store (`mragent memory add`), not in a dataset file"
     )]
     NotADatasetFile,
+    /// A dataset name that is none of `locomo`, `LM`, `own`.
+    #[error("unknown dataset {0:?}; valid: locomo, LM, own")]
+    UnknownKind(String),
 }
 
 fn sample_prefix(sample: Option<&str>) -> String {

@@ -26,6 +26,7 @@ pub mod scripted;
 pub mod secret;
 pub mod stack;
 pub mod structured;
+pub mod tape;
 pub mod usage;
 
 pub use budget::{Step, TokenBudget};
@@ -415,6 +416,18 @@ pub enum Error {
     /// Configuration problem (missing key, bad URL).
     #[error("{0}")]
     Config(String),
+    /// Replay without `--fill`: the code sent a request the run never recorded. Fatal.
+    #[error(
+        "replay: {what} was never recorded; nothing was sent (`--fill` sends the requests that are missing and records them)"
+    )]
+    Unrecorded {
+        /// The work item and the request (key, model, size, last message).
+        what: String,
+    },
+    /// The recorded calls could not be read or written. Fatal: a run whose calls cannot be
+    /// recorded could not be replayed or verified.
+    #[error("{0}")]
+    Tape(String),
 }
 
 fn or_no_details(body: &str) -> &str {
@@ -425,7 +438,14 @@ impl Error {
     /// Whether no later call to the same endpoint can succeed (refused key, unknown model,
     /// bad configuration): callers stop the run instead of failing item after item.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, Error::Auth { .. } | Error::ModelNotFound { .. } | Error::Config(_))
+        matches!(
+            self,
+            Error::Auth { .. }
+                | Error::ModelNotFound { .. }
+                | Error::Config(_)
+                | Error::Unrecorded { .. }
+                | Error::Tape(_)
+        )
     }
 
     /// Attempts made before this error (1 for kinds that are not retried).

@@ -84,7 +84,9 @@ pub fn is_retryable(error: &Error) -> bool {
         | Error::Auth { .. }
         | Error::ModelNotFound { .. }
         | Error::SchemaInvalid { .. }
-        | Error::Config(_) => false,
+        | Error::Config(_)
+        | Error::Unrecorded { .. }
+        | Error::Tape(_) => false,
     }
 }
 

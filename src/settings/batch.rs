@@ -65,6 +65,10 @@ pub struct RunJob {
     pub meta_rules: Option<MetaRules>,
     /// `-q`: no progress bars and no build report.
     pub quiet: bool,
+    /// `replay`: the recorded run played back (`None`: an ordinary run, recorded).
+    pub replay: Option<super::ReplaySettings>,
+    /// The arguments that replay this run ([`super::replay_args`]), for the manifest.
+    pub replay_args: Vec<String>,
 }
 
 impl RunJob {
@@ -109,6 +113,8 @@ impl RunJob {
             memgas,
             meta_rules,
             quiet,
+            replay: None,
+            replay_args: super::replay_args(args),
         })
     }
 }

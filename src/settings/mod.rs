@@ -24,6 +24,7 @@ mod eval;
 mod learn;
 mod models;
 mod own;
+mod record;
 mod retrieve;
 mod rules;
 
@@ -33,6 +34,7 @@ pub use self::eval::EvalJob;
 pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
 pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
+pub use self::record::{ExportJob, ReplaySettings, VerifyJob, replay_args};
 pub use self::retrieve::RetrieveJob;
 pub use self::rules::MetaRules;
 
@@ -105,6 +107,10 @@ pub enum Job {
     Ask(AskJob),
     /// `mragent serve`.
     Serve(ServeJob),
+    /// `mragent export`.
+    Export(ExportJob),
+    /// `mragent verify`.
+    Verify(VerifyJob),
 }
 
 /// Resolves `command` under `paths` with `env` (`quiet`: `-q`, no progress bars or reports).
@@ -127,6 +133,11 @@ pub fn resolve(
         Command::Memory(args) => Job::Memory(MemoryJob::resolve(paths, args.command, env)?),
         Command::Ask(args) => Job::Ask(AskJob::resolve(paths, args, env)?),
         Command::Serve(args) => Job::Serve(ServeJob::resolve(paths, &args, env)?),
+        Command::Replay(args) => {
+            Job::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
+        }
+        Command::Export(args) => Job::Export(ExportJob::resolve(paths, &args)?),
+        Command::Verify(args) => Job::Verify(VerifyJob::resolve(paths, &args)),
     })
 }
 

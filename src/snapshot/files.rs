@@ -12,6 +12,7 @@ use super::{LoadedMemgas, MemgasMemory, MemgasSource, Snapshot};
 use crate::dataset::{Conversation, DatasetKind};
 use crate::embedding::{LOCAL_EMBEDDER_NAME, LocalEmbedder, load_local_async};
 use crate::ingest::BuildSettings;
+use crate::llm::tape::{Tape, TapeMode, TapedEmbedder};
 
 /// Fingerprint of a sample's memory: SHA-256 over its three stage cache files (their names and
 /// bytes; the caches record model and prompt versions), shortened to 16 hex digits. Of the
@@ -112,6 +113,8 @@ pub struct MemgasCaches {
     vectors: crate::retrieval::TextVectorCache,
     indexes: crate::retrieval::IndexFileCache,
     build: BuildSettings,
+    /// The run's recorded calls: queries are embedded through it (see [`crate::llm::tape`]).
+    tape: Option<Arc<Tape>>,
 }
 
 impl MemgasCaches {
@@ -131,7 +134,15 @@ impl MemgasCaches {
             vectors: crate::retrieval::TextVectorCache::new(data_dir, dataset.as_str(), name),
             indexes: crate::retrieval::IndexFileCache::new(data_dir, dataset.as_str(), name),
             build: build.clone(),
+            tape: None,
         }
+    }
+
+    /// Query embeddings recorded on (or replayed from) `tape`.
+    #[must_use]
+    pub fn with_tape(mut self, tape: Arc<Tape>) -> Self {
+        self.tape = Some(tape);
+        self
     }
 
     /// The local embedder, loaded by the first caller.
@@ -155,17 +166,46 @@ impl MemgasSource for ConversationMemgas {
         Box::pin(async move {
             let run = &self.run;
             let conversation = &self.conversation;
-            let local = run.local().await?;
+            let replaying = run.tape.as_ref().is_some_and(|tape| tape.mode() != TapeMode::Record);
+            if !replaying {
+                // Loaded now, so that a missing model fails the index, as it always did.
+                run.local().await?;
+            }
+            let local = LazyLocal(Arc::clone(run));
             let granules = crate::ingest::load_granules(&run.build, conversation)?;
             let units = crate::tune::session_units(conversation, None, granules.as_ref());
             let options = crate::retrieval::IndexOptions::default();
             let (index, source) = run
                 .indexes
-                .load_or_build(&conversation.sample_id, units, local, &run.vectors, options)
+                .load_or_build(&conversation.sample_id, units, &local, &run.vectors, options)
                 .await
                 .with_context(|| format!("indexing {} for MemGAS", conversation.sample_id))?;
             tracing::info!(sample = %conversation.sample_id, ?source, "MemGAS index ready");
-            Ok(LoadedMemgas { index: Arc::new(index), embedder: Arc::new(local.clone()) })
+            let embedder: Arc<dyn crate::snapshot::QueryEmbedder> = match &run.tape {
+                Some(tape) => Arc::new(TapedEmbedder::new(local, Arc::clone(tape))),
+                None => Arc::new(local),
+            };
+            Ok(LoadedMemgas { index: Arc::new(index), embedder })
         })
+    }
+}
+
+/// The local embedder of a run, loaded on the first text it must embed: an index read from its
+/// cache and queries replayed from a tape need no model at all.
+#[derive(Clone)]
+struct LazyLocal(Arc<MemgasCaches>);
+
+impl crate::llm::Embedder for LazyLocal {
+    fn name(&self) -> &str {
+        LOCAL_EMBEDDER_NAME
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<crate::llm::Embeddings, crate::llm::Error> {
+        let local = self
+            .0
+            .local()
+            .await
+            .map_err(|error| crate::llm::Error::Config(format!("{error:#}")))?;
+        local.embed(texts).await
     }
 }

@@ -1,0 +1,276 @@
+//! `mragent export`: one archive of a run (`.tar.zst`) that `mragent verify` checks offline.
+//!
+//! It holds `archive.json` (the run, its manifest, the judge settings of its evaluation and the
+//! SHA-256 and size of every other member), then, under the paths they have in a project: the
+//! dataset file, the run's manifest and result files, its traces, its recorded calls (and the
+//! judge's), its eval folder, and the memory caches of its conversations (stage outputs,
+//! vectors, MemGAS indexes and granules) that the answers were made from.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::Outcome;
+use super::output::outln;
+use crate::settings::ExportJob;
+
+/// The archive format.
+pub const ARCHIVE_FORMAT: &str = "mragent-archive-1";
+/// The index member.
+pub const INDEX: &str = "archive.json";
+
+/// `archive.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArchiveIndex {
+    /// [`ARCHIVE_FORMAT`].
+    pub format: String,
+    /// Dataset kind (`locomo`, `LM`).
+    pub dataset: String,
+    /// Build model alias (names the result files).
+    pub model: String,
+    /// Run tag.
+    pub file: String,
+    /// The dataset file inside the archive.
+    pub dataset_file: String,
+    /// The meta-rules file inside the archive, when the run had one.
+    pub meta_rules: Option<String>,
+    /// The run's manifest as it was written.
+    pub manifest: serde_json::Value,
+    /// How the run was last evaluated with a judge (`record/…/<model>_<tag>.eval.json`), when
+    /// it was: what `verify` recomputes the tables with.
+    pub eval: Option<super::eval::EvalRecord>,
+    /// Every other member, in path order.
+    pub files: Vec<Member>,
+}
+
+/// One archived file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Path inside the archive (`/`-separated, relative).
+    pub path: String,
+    /// Lower-case hex SHA-256.
+    pub sha256: String,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+/// Writes the archive and prints what went in.
+pub fn execute(job: &ExportJob) -> anyhow::Result<Outcome> {
+    let (index, sources) = collect(job)?;
+    write_archive(&job.output, &index, &sources)?;
+    let bytes = std::fs::metadata(&job.output).map(|meta| meta.len()).unwrap_or(0);
+    let total: u64 = index.files.iter().map(|member| member.bytes).sum();
+    outln!(
+        "exported run {} ({} files, {} bytes unpacked) to {} ({bytes} bytes)",
+        job.file,
+        index.files.len(),
+        total,
+        job.output.display()
+    )?;
+    Ok(Outcome::Success)
+}
+
+/// The index and each member's source file.
+fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
+    let root = &job.paths.root;
+    let dataset = job.dataset.as_str();
+    let manifest_path =
+        root.join("result").join(dataset).join(format!("{}_{}.manifest.json", job.model, job.file));
+    let manifest: serde_json::Value = read_json(&manifest_path).with_context(|| {
+        format!("run {} of model {} has no manifest; run it first", job.file, job.model)
+    })?;
+    if manifest["status"] != "complete" {
+        anyhow::bail!(
+            "run {} is {} (see {}): export a complete run",
+            job.file,
+            manifest["status"],
+            manifest_path.display()
+        );
+    }
+    let calls = super::tape::calls_path(root, dataset, &job.model, &job.file);
+    if !calls.is_file() {
+        anyhow::bail!("run {} has no recorded calls ({} is missing)", job.file, calls.display());
+    }
+    let mut paths: Vec<PathBuf> = vec![manifest_path.clone(), calls];
+    let judge_calls = super::tape::judge_calls_path(root, dataset, &job.model, &job.file);
+    let eval_record = super::eval::eval_record_path(root, dataset, &job.model, &job.file);
+    let eval_settings: Option<super::eval::EvalRecord> = if judge_calls.is_file() {
+        let text = std::fs::read_to_string(&eval_record)
+            .with_context(|| format!("reading {}", eval_record.display()))?;
+        Some(serde_json::from_str(&text).with_context(|| format!("{}", eval_record.display()))?)
+    } else {
+        None
+    };
+    for store in std::iter::once(&paths[1]).chain(judge_calls.is_file().then_some(&judge_calls)) {
+        // One file holds everything once the write-ahead log is folded in.
+        crate::llm::tape::CallStore::open(store)?.checkpoint()?;
+    }
+    if eval_settings.is_some() {
+        paths.extend([judge_calls, eval_record]);
+    }
+    let dataset_file = PathBuf::from(manifest["dataset_file"].as_str().unwrap_or_default());
+    let samples: Vec<String> = manifest["settings"]["samples"]
+        .as_array()
+        .map(|samples| samples.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    for sample in &samples {
+        let result = crate::results::result_path(root, dataset, sample, &job.model, &job.file);
+        paths.extend(result.is_file().then_some(result));
+    }
+    let traces = root.join("log").join(dataset).join(&job.file);
+    paths.extend(files_under(&traces)?);
+    let eval = root.join("eval").join(dataset).join(&job.file);
+    paths.extend(files_under(&eval)?.into_iter().filter(|path| !is_judge_cache(path)));
+    paths.extend(memory_caches(&root.join("data").join(dataset), &samples)?);
+    let mut members: Vec<(String, PathBuf)> = paths
+        .into_iter()
+        .map(|path| Ok((relative(root, &path)?, path)))
+        .collect::<anyhow::Result<_>>()?;
+    let dataset_member = format!("data/{}", file_name(&dataset_file)?);
+    members.push((dataset_member.clone(), root.join(&dataset_file)));
+    let meta_rules = rules_member(&manifest, root, &mut members)?;
+    members.sort();
+    members.dedup_by(|a, b| a.0 == b.0);
+    let files = members
+        .iter()
+        .map(|(path, source)| member(path, source))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let index = ArchiveIndex {
+        format: ARCHIVE_FORMAT.to_string(),
+        dataset: dataset.to_string(),
+        model: job.model.clone(),
+        file: job.file.clone(),
+        dataset_file: dataset_member,
+        meta_rules,
+        manifest,
+        eval: eval_settings,
+        files,
+    };
+    Ok((index, members.into_iter().map(|(_, source)| source).collect()))
+}
+
+/// The judge cache of an eval folder: a cache, not a result (verify recomputes it).
+pub fn is_judge_cache(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| name == "judgements.jsonl")
+}
+
+/// The meta-rules file of the run, archived under `rules/`.
+fn rules_member(
+    manifest: &serde_json::Value,
+    root: &Path,
+    members: &mut Vec<(String, PathBuf)>,
+) -> anyhow::Result<Option<String>> {
+    let Some(given) = manifest["meta_rules"]["file"].as_str() else { return Ok(None) };
+    let source = root.join(given);
+    let member = format!("rules/{}", file_name(Path::new(given))?);
+    members.push((member.clone(), source));
+    Ok(Some(member))
+}
+
+/// Files of the memory of `samples` under `data/<dataset>/`: every file whose name starts with
+/// a sample id followed by `_` or `.`, outside learning folders (`meta/`).
+fn memory_caches(directory: &Path, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let prefixes: Vec<String> =
+        samples.iter().map(|sample| crate::fsutil::safe_name(sample, '_')).collect();
+    Ok(files_under(directory)?
+        .into_iter()
+        .filter(|path| !path.components().any(|part| part.as_os_str() == "meta"))
+        .filter(|path| {
+            let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+            prefixes.iter().any(|prefix| {
+                name.strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| rest.starts_with('_') || rest.starts_with('.'))
+            })
+        })
+        .collect())
+}
+
+/// Every file under `directory` (none when it is missing), in path order.
+fn files_under(directory: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut pending = vec![directory.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                return Err(error).with_context(|| format!("listing {}", folder.display()));
+            }
+        };
+        for entry in entries {
+            let entry = entry.with_context(|| format!("listing {}", folder.display()))?;
+            let kind =
+                entry.file_type().with_context(|| format!("reading {}", folder.display()))?;
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn relative(root: &Path, path: &Path) -> anyhow::Result<String> {
+    let inside = path
+        .strip_prefix(root)
+        .with_context(|| format!("{} is outside the project {}", path.display(), root.display()))?;
+    let parts: Vec<String> =
+        inside.components().map(|part| part.as_os_str().to_string_lossy().into_owned()).collect();
+    Ok(parts.join("/"))
+}
+
+fn file_name(path: &Path) -> anyhow::Result<String> {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .with_context(|| format!("{} names no file", path.display()))
+}
+
+fn member(path: &str, source: &Path) -> anyhow::Result<Member> {
+    let bytes = std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+    Ok(Member {
+        path: path.to_string(),
+        sha256: super::manifest::sha256_hex(&bytes),
+        bytes: bytes.len() as u64,
+    })
+}
+
+pub(super) fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// Writes `archive.json` then every member into a zstd-compressed tar, through a temporary
+/// file renamed into place.
+fn write_archive(output: &Path, index: &ArchiveIndex, sources: &[PathBuf]) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(index).context("serialising the archive index")?;
+    crate::fsutil::write_atomic_with(output, |file| {
+        let encoder = zstd::Encoder::new(file, 9).context("starting the compression")?;
+        let mut builder = tar::Builder::new(encoder);
+        append(&mut builder, INDEX, &json)?;
+        for (member, source) in index.files.iter().zip(sources) {
+            let bytes =
+                std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+            append(&mut builder, &member.path, &bytes)?;
+        }
+        let encoder = builder.into_inner().context("finishing the archive")?;
+        encoder.finish().context("finishing the compression")?;
+        Ok(())
+    })
+}
+
+fn append<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    path: &str,
+    bytes: &[u8],
+) -> anyhow::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_cksum();
+    builder.append_data(&mut header, path, bytes).with_context(|| format!("archiving {path}"))
+}

@@ -1,0 +1,185 @@
+//! The recorded calls of `run`, `replay`, `eval` and `verify`: where each run's call store is,
+//! opening it in the right mode, and comparing a replay's result lines with the run's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::llm::tape::{CallStore, Tape, TapeMode, TapeTotals};
+use crate::settings::RunJob;
+
+/// `record/<dataset>/<model>_<tag>.calls.sqlite`: the calls a run sent.
+pub fn calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf {
+    root.join("record").join(dataset).join(format!("{model}_{tag}.calls.sqlite"))
+}
+
+/// `record/<dataset>/<model>_<tag>.judge.sqlite`: the calls the judge made on a run.
+pub fn judge_calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf {
+    root.join("record").join(dataset).join(format!("{model}_{tag}.judge.sqlite"))
+}
+
+/// The tag of `file` under `shard`, as [`crate::settings::RunSettings::tag`] makes it.
+fn shard_tag(file: &str, shard: Option<(u32, u32)>) -> String {
+    match shard {
+        Some((k, n)) => format!("{file}-shard-{k}-of-{n}"),
+        None => file.to_string(),
+    }
+}
+
+/// The tape of a run: its own store, recording; for `replay`, a copy of the recorded run's
+/// store (made once, then resumed) played back.
+pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
+    let (root, dataset, model) =
+        (&job.paths.root, job.data.kind.as_str(), job.models.build_model.alias.as_str());
+    let path = calls_path(root, dataset, model, &job.run.tag());
+    let Some(replay) = &job.replay else {
+        let store = CallStore::open(&path)?;
+        return Ok(Tape::new(Arc::new(store), TapeMode::Record));
+    };
+    let source = calls_path(root, dataset, model, &shard_tag(&replay.from, job.run.shard));
+    if !source.is_file() {
+        anyhow::bail!(
+            "run {} has no recorded calls ({} is missing): only runs made by this version record their calls",
+            replay.from,
+            source.display()
+        );
+    }
+    if !path.is_file() {
+        copy_store(&source, &path)?;
+    }
+    let store = CallStore::open(&path)?;
+    Ok(Tape::new(Arc::new(store), TapeMode::Replay { fill: replay.fill }))
+}
+
+/// Copies a call store whole (its write-ahead log folded in first), through a temporary file.
+pub fn copy_store(source: &Path, target: &Path) -> anyhow::Result<()> {
+    CallStore::open(source)?.checkpoint()?;
+    let parent = target.parent().context("a call store path has a folder")?;
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let temporary = tempfile::NamedTempFile::new_in(parent)
+        .with_context(|| format!("creating a file in {}", parent.display()))?;
+    std::fs::copy(source, temporary.path())
+        .with_context(|| format!("copying {}", source.display()))?;
+    temporary.persist(target).with_context(|| format!("writing {}", target.display()))?;
+    Ok(())
+}
+
+/// What the manifest says of a run's recorded calls.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallsRecord {
+    /// The store file.
+    pub file: PathBuf,
+    /// Distinct calls in it.
+    pub calls: u64,
+    /// Distinct bodies (messages, tool lists) they share.
+    pub bodies: u64,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// What this run did with it.
+    pub totals: TapeTotals,
+}
+
+impl CallsRecord {
+    /// The record of `tape` now.
+    pub fn of(tape: &Tape) -> anyhow::Result<Self> {
+        let size = tape.store().size()?;
+        Ok(Self {
+            file: tape.store().path().to_path_buf(),
+            calls: size.calls,
+            bodies: size.bodies,
+            bytes: size.file_bytes,
+            totals: tape.totals(),
+        })
+    }
+}
+
+/// How the result lines of two runs compare, question by question.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LineComparison {
+    /// Questions with a line in both runs whose lines are equal (latency aside).
+    pub identical: usize,
+    /// Questions compared.
+    pub compared: usize,
+    /// The first difference, in sample and question order: file, line number and what differs.
+    pub first_mismatch: Option<String>,
+    /// Lines that differ.
+    pub differing: usize,
+}
+
+/// The one field of a result line that measures the host rather than the run.
+const MEASURED: &str = "latency_ms";
+
+/// Compares the result files `expected` and `actual` of each sample, line by question id, every
+/// field but [`MEASURED`].
+pub fn compare_results(pairs: &[(PathBuf, PathBuf)]) -> anyhow::Result<LineComparison> {
+    let mut comparison = LineComparison::default();
+    for (expected, actual) in pairs {
+        let want = read_lines(expected)?;
+        let have = read_lines(actual)?;
+        for (id, (number, line)) in &want {
+            comparison.compared += 1;
+            let problem = match have.get(id) {
+                None => Some(format!("question {id} has no line in {}", actual.display())),
+                Some((_, other)) if other == line => None,
+                Some((_, other)) => Some(format!(
+                    "question {id}: {} line {number} differs from the replay in {}",
+                    expected.display(),
+                    differing_fields(line, other)
+                )),
+            };
+            match problem {
+                None => comparison.identical += 1,
+                Some(problem) => {
+                    comparison.differing += 1;
+                    comparison.first_mismatch.get_or_insert(problem);
+                }
+            }
+        }
+        if let Some(extra) = have.keys().find(|id| !want.contains_key(*id)) {
+            comparison.differing += 1;
+            comparison.first_mismatch.get_or_insert(format!(
+                "question {extra} has a line in {} but none in {}",
+                actual.display(),
+                expected.display()
+            ));
+        }
+    }
+    Ok(comparison)
+}
+
+/// The lines of a result file by question id (with their 1-based line numbers), without
+/// [`MEASURED`]; a missing file has none.
+fn read_lines(path: &Path) -> anyhow::Result<BTreeMap<String, (usize, serde_json::Value)>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut lines = BTreeMap::new();
+    for (index, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+        let mut value: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}", path.display(), index + 1))?;
+        if let Some(object) = value.as_object_mut() {
+            object.remove(MEASURED);
+        }
+        let id = value["question_id"].as_str().unwrap_or_default().to_string();
+        lines.insert(id, (index + 1, value));
+    }
+    Ok(lines)
+}
+
+/// The names of the top-level fields in which two lines differ.
+fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> String {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return "its shape".to_string();
+    };
+    let mut names: Vec<&str> = a.keys().chain(b.keys()).map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    let differing: Vec<&str> =
+        names.into_iter().filter(|name| a.get(*name) != b.get(*name)).collect();
+    format!("field(s) {}", differing.join(", "))
+}

@@ -1,0 +1,378 @@
+//! Recorded model calls: a [`Tape`] keeps every chat and embedding request a run sent with the
+//! reply that was used, in a [`CallStore`], and plays them back.
+//!
+//! - [`TapeMode::Record`] (every `run` and judged `eval`): a request already on the tape gets
+//!   its recorded reply without being sent, so a request is sent at most once per recorded run
+//!   and each key stands for exactly one reply; any other is sent through the client stack
+//!   (retries, hedges and their log untouched) and recorded before its reply is used.
+//! - [`TapeMode::Replay`] (`replay`, `verify`): nothing is sent. A request missing from the
+//!   tape fails with [`Error::Unrecorded`], which names the work item (question) it belongs to
+//!   and the request; with `fill` it is sent and recorded instead.
+//!
+//! Keys: a chat request's is the hash of its JSON (model, messages, tools, every parameter);
+//! an embedding's is per text (embedder name and text), so batches may be cut differently on
+//! replay. Local embeddings are recorded too: replaying them makes a run independent of the
+//! host's floating-point kernels.
+//!
+//! The work item of a call comes from [`within`], a task-local label the answer loop sets per
+//! question.
+
+pub mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use store::{CallStore, NewCall, StoreSize, StoredCall, TapeError};
+
+use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, Step, Usage};
+
+tokio::task_local! {
+    static CONTEXT: String;
+}
+
+/// Runs `future` with `label` (a question id) as the work item its model calls belong to.
+pub async fn within<F: Future>(label: String, future: F) -> F::Output {
+    CONTEXT.scope(label, future).await
+}
+
+/// The current work item, or empty.
+fn context() -> String {
+    CONTEXT.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// What a tape does with a request (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapeMode {
+    /// Send what is not recorded yet, and record it.
+    Record,
+    /// Send nothing; with `fill`, send and record what is missing.
+    Replay {
+        /// Send the requests that were never recorded.
+        fill: bool,
+    },
+}
+
+/// What a tape did, over all its clones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TapeTotals {
+    /// Requests sent to the endpoint and recorded (chat calls and embedded texts).
+    pub recorded: u64,
+    /// Requests answered from the tape.
+    pub replayed: u64,
+    /// Requests answered from the tape while recording (sent before, in this run).
+    pub reused: u64,
+    /// Replay with `fill`: requests that were missing and were sent.
+    pub filled: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    recorded: AtomicU64,
+    replayed: AtomicU64,
+    reused: AtomicU64,
+    filled: AtomicU64,
+}
+
+/// A call store in a mode (see the module documentation). Share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Tape {
+    store: Arc<CallStore>,
+    mode: TapeMode,
+    counters: Counters,
+}
+
+impl Tape {
+    /// A tape over `store` in `mode`.
+    pub fn new(store: Arc<CallStore>, mode: TapeMode) -> Arc<Self> {
+        Arc::new(Self { store, mode, counters: Counters::default() })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<CallStore> {
+        &self.store
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> TapeMode {
+        self.mode
+    }
+
+    /// What the tape did so far.
+    pub fn totals(&self) -> TapeTotals {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        TapeTotals {
+            recorded: load(&self.counters.recorded),
+            replayed: load(&self.counters.replayed),
+            reused: load(&self.counters.reused),
+            filled: load(&self.counters.filled),
+        }
+    }
+
+    fn count_hit(&self, n: u64) {
+        let counter = match self.mode {
+            TapeMode::Record => &self.counters.reused,
+            TapeMode::Replay { .. } => &self.counters.replayed,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn count_sent(&self, n: u64) {
+        let counter = match self.mode {
+            TapeMode::Record => &self.counters.recorded,
+            TapeMode::Replay { .. } => &self.counters.filled,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sends(&self) -> bool {
+        !matches!(self.mode, TapeMode::Replay { fill: false })
+    }
+
+    /// The reply to `request`: recorded, or obtained by `send` and recorded (see the module
+    /// documentation).
+    pub async fn chat<F, Fut>(&self, request: &ChatRequest, send: F) -> Result<ChatResponse, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<ChatResponse, Error>>,
+    {
+        let value = serde_json::to_value(request).map_err(|error| tape_error(&error))?;
+        let key = chat_key(&value);
+        if let Some(bytes) = self.lookup(&key).await? {
+            let response = serde_json::from_slice(&bytes).map_err(|error| {
+                Error::Tape(format!("the recorded reply of {key} is unreadable: {error}"))
+            })?;
+            self.count_hit(1);
+            return Ok(response);
+        }
+        if !self.sends() {
+            return Err(Error::Unrecorded { what: describe_chat(&key, request) });
+        }
+        let response = send().await?;
+        let reply = serde_json::to_vec(&response).map_err(|error| tape_error(&error))?;
+        self.record(key, "chat", request.model.clone(), value, reply).await?;
+        self.count_sent(1);
+        Ok(response)
+    }
+
+    /// The vectors of `texts` by `model`: recorded ones from the tape, the others from `send`
+    /// (called once, with the missing texts in order) and recorded.
+    pub async fn embed<F, Fut>(
+        &self,
+        model: &str,
+        texts: &[String],
+        send: F,
+    ) -> Result<Embeddings, Error>
+    where
+        F: FnOnce(Vec<String>) -> Fut,
+        Fut: Future<Output = Result<Embeddings, Error>>,
+    {
+        let keys: Vec<String> = texts.iter().map(|text| embed_key(model, text)).collect();
+        let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(texts.len());
+        for key in &keys {
+            vectors.push(self.lookup(key).await?.map(|bytes| decode_vector(&bytes)));
+        }
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| vectors[i].is_none()).collect();
+        self.count_hit((texts.len() - missing.len()) as u64);
+        let mut usage = Usage::default();
+        if let Some(&first) = missing.first() {
+            if !self.sends() {
+                return Err(Error::Unrecorded {
+                    what: describe_embed(&keys[first], model, &texts[first], missing.len()),
+                });
+            }
+            let asked: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
+            let embedded = send(asked).await?;
+            if embedded.vectors.len() != missing.len() {
+                return Err(Error::Decode {
+                    message: format!(
+                        "asked for {} embeddings, got {}",
+                        missing.len(),
+                        embedded.vectors.len()
+                    ),
+                });
+            }
+            usage = embedded.usage;
+            for (&i, vector) in missing.iter().zip(embedded.vectors) {
+                let request = serde_json::json!({ "model": model, "input": texts[i] });
+                let reply = encode_vector(&vector);
+                self.record(keys[i].clone(), "embed", model.to_string(), request, reply).await?;
+                vectors[i] = Some(vector);
+            }
+            self.count_sent(missing.len() as u64);
+        }
+        Ok(Embeddings { vectors: vectors.into_iter().flatten().collect(), usage })
+    }
+
+    async fn lookup(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let store = Arc::clone(&self.store);
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || store.reply(&key))
+            .await
+            .map_err(|error| Error::Tape(format!("reading the recorded calls: {error}")))?
+            .map_err(|error| Error::Tape(error.to_string()))
+    }
+
+    async fn record(
+        &self,
+        key: String,
+        kind: &'static str,
+        model: String,
+        request: Value,
+        reply: Vec<u8>,
+    ) -> Result<(), Error> {
+        let store = Arc::clone(&self.store);
+        let context = context();
+        tokio::task::spawn_blocking(move || {
+            store.put(&NewCall {
+                key: &key,
+                kind,
+                model: &model,
+                context: &context,
+                request: &request,
+                reply: &reply,
+            })
+        })
+        .await
+        .map_err(|error| Error::Tape(format!("recording a call: {error}")))?
+        .map_err(|error| Error::Tape(error.to_string()))?;
+        Ok(())
+    }
+}
+
+fn tape_error(error: &serde_json::Error) -> Error {
+    Error::Tape(format!("a request or reply could not be written as JSON: {error}"))
+}
+
+/// The key of a chat request given as JSON.
+pub fn chat_key(request: &Value) -> String {
+    let bytes = serde_json::to_vec(request).unwrap_or_default();
+    let mut keyed = b"chat\0".to_vec();
+    keyed.extend_from_slice(&bytes);
+    crate::text::short_hash(&keyed, 16)
+}
+
+/// The key of one text embedded by `model`.
+pub fn embed_key(model: &str, text: &str) -> String {
+    crate::text::short_hash(format!("embed\0{model}\0{text}").as_bytes(), 16)
+}
+
+/// A vector as little-endian `f32` bytes.
+pub fn encode_vector(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|value| value.to_le_bytes()).collect()
+}
+
+/// The vector of [`encode_vector`]'s bytes (a trailing partial value is dropped).
+pub fn decode_vector(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+        .collect()
+}
+
+/// How an unrecorded chat request is named: work item, key, model, size and its last message.
+fn describe_chat(key: &str, request: &ChatRequest) -> String {
+    let last = request.messages.last().map_or_else(String::new, |message| {
+        let text = message.content.as_deref().unwrap_or_default();
+        format!("; last message ({:?}): {:?}", message.role, excerpt(text))
+    });
+    format!(
+        "{}chat request {key} to {} ({} messages, {} tools{last})",
+        item(),
+        request.model,
+        request.messages.len(),
+        request.tools.len()
+    )
+}
+
+fn describe_embed(key: &str, model: &str, text: &str, missing: usize) -> String {
+    format!(
+        "{}embedding request {key} by {model} for {:?} ({missing} text(s) of the batch missing)",
+        item(),
+        excerpt(text)
+    )
+}
+
+fn item() -> String {
+    let label = context();
+    if label.is_empty() { String::new() } else { format!("question {label}: ") }
+}
+
+fn excerpt(text: &str) -> String {
+    const LIMIT: usize = 160;
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= LIMIT {
+        flat
+    } else {
+        let cut: String = flat.chars().take(LIMIT).collect();
+        format!("{cut}…")
+    }
+}
+
+/// Any embedder with a tape: what `run` hands the answer loop for the local MiniLM query
+/// embeddings, so that replay does not depend on the host's kernels.
+#[derive(Debug, Clone)]
+pub struct TapedEmbedder<E> {
+    inner: E,
+    tape: Arc<Tape>,
+}
+
+impl<E> TapedEmbedder<E> {
+    /// `inner` recorded on (or replayed from) `tape`.
+    pub fn new(inner: E, tape: Arc<Tape>) -> Self {
+        Self { inner, tape }
+    }
+}
+
+impl<E: Embedder> Embedder for TapedEmbedder<E> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, Error> {
+        let name = self.inner.name().to_string();
+        self.tape.embed(&name, texts, |asked| async move { self.inner.embed(&asked).await }).await
+    }
+}
+
+/// Any chat model with a tape: the run's build and answer clients, the judge.
+#[derive(Debug, Clone)]
+pub struct TapedChat<M> {
+    inner: M,
+    tape: Arc<Tape>,
+}
+
+impl<M> TapedChat<M> {
+    /// `inner` recorded on (or replayed from) `tape`.
+    pub fn new(inner: M, tape: Arc<Tape>) -> Self {
+        Self { inner, tape }
+    }
+}
+
+impl<M: ChatModel> ChatModel for TapedChat<M> {
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
+        self.tape.chat(request, || self.inner.chat(request)).await
+    }
+
+    fn max_tokens(&self, step: Step) -> Option<u32> {
+        self.inner.max_tokens(step)
+    }
+}
+
+/// A chat model with no endpoint: what `verify` plays a judge's tape back over. A call that
+/// reaches it fails with [`Error::Config`] (the tape refuses unrecorded requests first).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offline;
+
+impl ChatModel for Offline {
+    async fn chat(&self, _request: &ChatRequest) -> Result<ChatResponse, Error> {
+        Err(Error::Config("offline: no model endpoint is used here".to_string()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,130 @@
+use super::*;
+use crate::llm::Message;
+
+fn request(text: &str) -> ChatRequest {
+    let mut request = ChatRequest::new(
+        "m",
+        vec![Message::system("You answer."), Message::user(text.to_string())],
+    );
+    request.seed = Some(7);
+    request
+}
+
+fn reply(text: &str) -> ChatResponse {
+    ChatResponse::new(
+        Message::assistant(text),
+        Some("stop".into()),
+        Usage { prompt_tokens: 5, completion_tokens: 2 },
+    )
+}
+
+fn tape(directory: &std::path::Path, mode: TapeMode) -> Arc<Tape> {
+    let store = Arc::new(CallStore::open(&directory.join("calls.sqlite")).unwrap());
+    Tape::new(store, mode)
+}
+
+#[tokio::test]
+async fn a_recorded_reply_is_replayed_without_sending_and_a_new_request_is_refused() {
+    let directory = tempfile::tempdir().unwrap();
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let first = recorder.chat(&request("a"), || async { Ok(reply("A")) }).await.unwrap();
+    // Recording: a request already on the tape is not sent again.
+    let again = recorder
+        .chat(&request("a"), || async { Err(Error::Config("must not be sent".into())) })
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    assert_eq!(recorder.totals(), TapeTotals { recorded: 1, reused: 1, ..TapeTotals::default() });
+    drop(recorder);
+
+    let player = tape(directory.path(), TapeMode::Replay { fill: false });
+    let played = within(
+        "q-1".into(),
+        player.chat(&request("a"), || async { Err(Error::Config("must not be sent".into())) }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(played, first);
+    let missing = within("q-2".into(), player.chat(&request("b"), || async { Ok(reply("B")) }))
+        .await
+        .unwrap_err();
+    let message = missing.to_string();
+    assert!(missing.is_fatal());
+    assert!(message.contains("question q-2") && message.contains("\"b\""), "{message}");
+
+    let filler = tape(directory.path(), TapeMode::Replay { fill: true });
+    filler.chat(&request("b"), || async { Ok(reply("B")) }).await.unwrap();
+    assert_eq!(filler.totals().filled, 1);
+    let calls = filler.store().calls().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].request, serde_json::to_value(request("a")).unwrap());
+}
+
+#[tokio::test]
+async fn embeddings_are_recorded_per_text_and_only_missing_texts_are_sent() {
+    let directory = tempfile::tempdir().unwrap();
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let texts = vec!["x".to_string(), "y".to_string()];
+    let vectors = |texts: Vec<String>| async move {
+        let vectors = texts.iter().map(|t| vec![t.len() as f32, 0.25, -1.5]).collect();
+        Ok(Embeddings { vectors, usage: Usage::default() })
+    };
+    let first = recorder.embed("mini", &texts, vectors).await.unwrap();
+    let asked = std::sync::Mutex::new(Vec::new());
+    let mixed = vec!["y".to_string(), "zz".to_string()];
+    let second = recorder
+        .embed("mini", &mixed, |texts| {
+            asked.lock().unwrap().extend(texts.clone());
+            vectors(texts)
+        })
+        .await
+        .unwrap();
+    assert_eq!(*asked.lock().unwrap(), vec!["zz".to_string()]);
+    assert_eq!(second.vectors[0], first.vectors[1]);
+    assert_eq!(second.vectors[1], vec![2.0, 0.25, -1.5]);
+    let player = tape(directory.path(), TapeMode::Replay { fill: false });
+    let error = player.embed("mini", &["new".to_string()], vectors).await.unwrap_err();
+    assert!(matches!(error, Error::Unrecorded { .. }), "{error}");
+}
+
+#[test]
+fn bodies_are_stored_once_and_requests_come_back_whole() {
+    let directory = tempfile::tempdir().unwrap();
+    let store = CallStore::open(&directory.path().join("c.sqlite")).unwrap();
+    for round in 0..5 {
+        let mut messages = vec![Message::system("S".repeat(2000))];
+        messages.extend((0..round).map(|i| Message::user(format!("turn {i}"))));
+        let request = serde_json::to_value(ChatRequest::new("m", messages)).unwrap();
+        let key = chat_key(&request);
+        let new = NewCall {
+            key: &key,
+            kind: "chat",
+            model: "m",
+            context: "",
+            request: &request,
+            reply: b"{}",
+        };
+        assert!(store.put(&new).unwrap());
+        assert!(!store.put(&new).unwrap(), "a second record of a key is ignored");
+    }
+    let size = store.size().unwrap();
+    // One system prompt and four distinct user turns.
+    assert_eq!((size.calls, size.bodies), (5, 5));
+    let calls = store.calls().unwrap();
+    assert_eq!(calls[4].request["messages"][4]["content"], "turn 3");
+    assert_eq!(calls[4].request["messages"][0]["content"].as_str().unwrap().len(), 2000);
+}
+
+#[test]
+fn a_file_that_is_not_a_call_store_is_refused() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("other.sqlite");
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .execute_batch(
+            "CREATE TABLE meta(key TEXT, value TEXT); INSERT INTO meta VALUES ('format','x');",
+        )
+        .unwrap();
+    drop(connection);
+    assert!(matches!(CallStore::open_read_only(&path), Err(TapeError::Format { .. })));
+}
