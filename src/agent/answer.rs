@@ -64,7 +64,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     let span = tracing::info_span!("question", id = %question.id);
     // Every model call of the question is recorded under its id (see `llm::tape`).
     let answered = answer_in_span(shared, sample, question).instrument(span);
-    let mut line = crate::llm::tape::within(question.id.clone(), answered).await;
+    let mut line = crate::llm::tape::within(format!("question {}", question.id), answered).await;
     line.provenance = shared.settings.provenance(sample);
     line
 }

@@ -125,6 +125,19 @@ pub async fn execute(job: &RunJob) -> anyhow::Result<Outcome> {
     }
 }
 
+/// `verify`: runs the replay job without printing; `Err` holds why its lines are not the
+/// recorded run's (or why it could not finish).
+pub(super) async fn replay_silently(job: &RunJob) -> anyhow::Result<Result<String, String>> {
+    let conversations = job.data.load()?;
+    let outcome = run(job, conversations).await;
+    Ok(match outcome {
+        Err(error) => Err(format!("{error:#}")),
+        Ok(RunOutcome { error: Some(error), .. }) => Err(error),
+        Ok(RunOutcome { exit_code: 0, replayed: Some(replayed), .. }) => Ok(replayed),
+        Ok(_) => Err("the replay left questions unanswered".to_string()),
+    })
+}
+
 /// The job (see the module documentation).
 async fn run(job: &RunJob, conversations: Vec<Conversation>) -> anyhow::Result<RunOutcome> {
     let (data, models, run) = (&job.data, &job.models, &job.run);

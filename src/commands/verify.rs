@@ -3,10 +3,10 @@
 //!
 //! 1. every member against the SHA-256 and size in `archive.json`, and nothing unlisted;
 //! 2. a trace for every result line (when the run wrote traces);
-//! 3. the eval folder recomputed (official F1 and exact match from the results and the
-//!    dataset, the judge tables from the recorded judge calls) against the archived one;
-//! 4. the answers replayed from the recorded calls, every result line against the archived
-//!    one (latency aside).
+//! 3. the answers replayed from the recorded calls, every result line against the archived
+//!    one (latency aside);
+//! 4. the eval folder recomputed (official F1 and exact match from the results and the
+//!    dataset, the judge tables from the recorded judge calls) against the archived one.
 //!
 //! Nothing is sent anywhere: the judge and the run are played back from their tapes, and a
 //! request that is not on them is a mismatch.
@@ -66,13 +66,13 @@ async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<String, St
         Ok(lines) => lines,
         Err(mismatch) => return Ok(Err(mismatch)),
     };
+    if let Err(mismatch) = replay(&index, root).await? {
+        return Ok(Err(mismatch));
+    }
     let judged = match check_eval(&index, root).await? {
         Ok(judged) => judged,
         Err(mismatch) => return Ok(Err(mismatch)),
     };
-    if let Err(mismatch) = replay(&index, root).await? {
-        return Ok(Err(mismatch));
-    }
     Ok(Ok(format!(
         "{} files match their SHA-256; {judged}; {lines} result lines replayed from the recorded calls are identical (latency aside)",
         index.files.len()
@@ -237,10 +237,12 @@ async fn check_eval(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Result<
     if let Err(error) = summary {
         return Ok(Err(format!("recomputing the eval tables: {error:#}")));
     }
-    for name in ["scores.jsonl", "summary.json"] {
-        if let Some(mismatch) = compare_file(&kept.join(name), &folder.join(name), root, &folder)? {
-            return Ok(Err(mismatch));
-        }
+    if let Some(mismatch) = compare_file(&kept.join(SCORES), &folder.join(SCORES), root, &folder)? {
+        return Ok(Err(mismatch));
+    }
+    if let Some(mismatch) = compare_summary(&kept.join(SUMMARY), &folder.join(SUMMARY))? {
+        let name = relative(root, &folder.join(SUMMARY));
+        return Ok(Err(format!("{name}: {mismatch}")));
     }
     Ok(Ok(match &index.eval {
         Some(record) => format!(
@@ -284,6 +286,41 @@ fn compare_file(
     Ok(None)
 }
 
+const SCORES: &str = "scores.jsonl";
+const SUMMARY: &str = "summary.json";
+
+/// Fields of `summary.json` that describe the evaluation that wrote it rather than its scores:
+/// paths on the host, and what that invocation judged anew or took from its cache.
+const INVOCATION_FIELDS: &[&str] = &[
+    "data_file",
+    "result_files",
+    "audit_file",
+    "judge_cached",
+    "judge_new",
+    "judge_usage",
+    "judge_cost_usd",
+];
+
+/// The first field in which the archived summary and the recomputed one differ, the fields of
+/// [`INVOCATION_FIELDS`] aside.
+fn compare_summary(archived: &Path, recomputed: &Path) -> anyhow::Result<Option<String>> {
+    let read = |path: &Path| -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+        let mut value = super::export::read_json(path)?;
+        let object = value.as_object_mut().context("a summary is a JSON object")?;
+        for field in INVOCATION_FIELDS {
+            object.remove(*field);
+        }
+        Ok(std::mem::take(object))
+    };
+    let (want, have) = (read(archived)?, read(recomputed)?);
+    let mut names: Vec<&String> = want.keys().chain(have.keys()).collect();
+    names.sort();
+    names.dedup();
+    Ok(names.into_iter().find(|name| want.get(*name) != have.get(*name)).map(|name| {
+        format!("field {name} differs from the one recomputed from the recorded judge calls")
+    }))
+}
+
 fn excerpt(text: &str) -> String {
     text.chars().take(200).collect()
 }
@@ -317,9 +354,5 @@ async fn replay(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Result<(), 
             crate::settings::Job::Run(job) => job,
             _ => anyhow::bail!("the archived replay_args do not make a replay"),
         };
-    match super::run::execute(&job).await {
-        Ok(Outcome::Success) => Ok(Ok(())),
-        Ok(Outcome::Partial) => Ok(Err("the replay left questions unanswered".to_string())),
-        Err(error) => Ok(Err(format!("{error:#}"))),
-    }
+    Ok(super::run::replay_silently(&job).await?.map(|_| ()))
 }

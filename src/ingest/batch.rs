@@ -168,10 +168,15 @@ async fn build_sample<M: ChatModel, E: Embedder>(
     // The questions wait for a worker beside the conversation's own units, not after them:
     // asked last, they would queue behind every other conversation's units (the permits are
     // FIFO) and no conversation would be ready before the whole build is.
-    futures::try_join!(
-        run_all(pending.into_iter().map(|unit| build_unit(shared, &run, unit))),
-        embed_questions(shared, &run),
-    )?;
+    // Every model call of the build is recorded under the conversation (see `llm::tape`).
+    let label = format!("the build of {}", conversation.sample_id);
+    crate::llm::tape::within(label, async {
+        futures::try_join!(
+            run_all(pending.into_iter().map(|unit| build_unit(shared, &run, unit))),
+            embed_questions(shared, &run),
+        )
+    })
+    .await?;
 
     let (caches, tally) = run.finish();
     let outputs = caches.outputs(&units);

@@ -116,7 +116,9 @@ impl ExportJob {
                 .map_err(|error| anyhow::anyhow!("{flag}: {error}"))
         };
         check("--file", crate::names::NameKind::Tag, &args.file)?;
-        check("--model", crate::names::NameKind::Tag, &args.model)?;
+        // The alias the run named its files with (`local/tiny` → `local-tiny`).
+        let model = crate::fsutil::safe_name(&args.model, '-');
+        check("--model", crate::names::NameKind::Tag, &model)?;
         let dataset = dataset_kind(args.data);
         let output = args.output.as_deref().map_or_else(
             || {
@@ -124,17 +126,11 @@ impl ExportJob {
                     .root
                     .join("export")
                     .join(dataset.as_str())
-                    .join(format!("{}_{}.tar.zst", args.model, args.file))
+                    .join(format!("{}_{}.tar.zst", model, args.file))
             },
             |output| paths.under_root(output),
         );
-        Ok(Self {
-            paths: paths.clone(),
-            dataset,
-            model: args.model.clone(),
-            file: args.file.clone(),
-            output,
-        })
+        Ok(Self { paths: paths.clone(), dataset, model, file: args.file.clone(), output })
     }
 }
 

@@ -34,7 +34,8 @@ tokio::task_local! {
     static CONTEXT: String;
 }
 
-/// Runs `future` with `label` (a question id) as the work item its model calls belong to.
+/// Runs `future` with `label` (`question <id>`, `the build of <sample>`) as the work item its
+/// model calls belong to.
 pub async fn within<F: Future>(label: String, future: F) -> F::Output {
     CONTEXT.scope(label, future).await
 }
@@ -298,7 +299,7 @@ fn describe_embed(key: &str, model: &str, text: &str, missing: usize) -> String 
 
 fn item() -> String {
     let label = context();
-    if label.is_empty() { String::new() } else { format!("question {label}: ") }
+    if label.is_empty() { String::new() } else { format!("{label}: ") }
 }
 
 fn excerpt(text: &str) -> String {

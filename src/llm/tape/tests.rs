@@ -45,9 +45,10 @@ async fn a_recorded_reply_is_replayed_without_sending_and_a_new_request_is_refus
     .await
     .unwrap();
     assert_eq!(played, first);
-    let missing = within("q-2".into(), player.chat(&request("b"), || async { Ok(reply("B")) }))
-        .await
-        .unwrap_err();
+    let missing =
+        within("question q-2".into(), player.chat(&request("b"), || async { Ok(reply("B")) }))
+            .await
+            .unwrap_err();
     let message = missing.to_string();
     assert!(missing.is_fatal());
     assert!(message.contains("question q-2") && message.contains("\"b\""), "{message}");
