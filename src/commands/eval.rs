@@ -1,41 +1,47 @@
 //! `mragent eval`: score a run's result files, with the LLM judge when a judge model is given,
-//! then print the table and where it was written; with `--paired-with`, score the twin run too
-//! and print the paired comparison.
+//! then print the table (with several `--judge-protocol`s the judge matrix) and where it was
+//! written; with `--paired-with`, compare it with its twin as `mragent compare` does.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 
 use super::Outcome;
 use super::output::outln;
-use crate::eval::paired::BootstrapSettings;
-use crate::eval::{EvalSummary, PairedEvaluation};
 use crate::llm::Client;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
-use crate::settings::EvalJob;
+use crate::settings::{EvalJob, Scoring};
 
-/// Scores, prints the summary table (or the paired table) and where it was written; partial
-/// when some judgements failed.
+/// Scores, prints the summary table (or the judge matrix, or the paired table) and where it
+/// was written; partial when some judgements failed.
 pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     if let Some(other) = &job.paired_with {
-        let paired = eval_paired(job, other).await?;
-        outln!("{}\n", paired.paired.pairing_line())?;
-        outln!("{}", paired.paired.table())?;
-        outln!("written to {}", paired.markdown_file.display())?;
-        let failed = paired.a.judge_failed + paired.b.judge_failed;
-        return Ok(if failed > 0 { Outcome::Partial } else { Outcome::Success });
+        return super::compare::compare_runs(&job.scoring, other).await;
     }
-    let summary = eval(job).await?;
-    outln!("{}", summary.table())?;
-    let folder = job.settings.root.join("eval").join(&summary.dataset).join(&summary.file);
+    let scoring = &job.scoring;
+    let client = judge_client(scoring)?;
+    let latch = Arc::new(FatalLatch::default());
+    let judge = latched(client.as_ref(), &latch, scoring);
+    let evaluation = until_fatal(
+        &latch,
+        crate::eval::evaluate_matrix(&scoring.settings, &scoring.protocols, judge.as_ref()),
+    )
+    .await?;
+    let summary = &evaluation.summary;
+    match &evaluation.matrix {
+        Some(matrix) if scoring.protocols.len() > 1 => outln!("{}", matrix.table())?,
+        _ => outln!("{}", summary.table())?,
+    }
+    let folder = scoring.settings.root.join("eval").join(&summary.dataset).join(&summary.file);
     outln!("written to {}", folder.display())?;
     Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
 }
 
 /// The judge client, when a judge model is given.
-fn judge_client(job: &EvalJob) -> anyhow::Result<Option<Client>> {
-    let models = &job.models;
-    match &job.judge {
+pub(super) fn judge_client(scoring: &Scoring) -> anyhow::Result<Option<Client>> {
+    let models = &scoring.models;
+    match &scoring.judge {
         Some(choice) => {
             models.require_key()?;
             Ok(Some(
@@ -47,33 +53,26 @@ fn judge_client(job: &EvalJob) -> anyhow::Result<Option<Client>> {
     }
 }
 
-/// Score a run's result files, with the LLM judge when a judge model is given.
-async fn eval(job: &EvalJob) -> anyhow::Result<EvalSummary> {
-    let judge = judge_client(job)?;
-    // The first refused key or unknown model stops the whole evaluation with one message; the
-    // judgements already made are cached and a rerun keeps them.
-    let latch = Arc::new(FatalLatch::default());
-    let judge = judge
-        .as_ref()
-        .map(|client| Latched::sharing(client, &latch, job.models.key_variable, AfterFatal::Wait));
-    tokio::select! {
-        biased;
-        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
-        summary = crate::eval::evaluate(&job.settings, judge.as_ref()) => summary,
-    }
+/// The judge behind `latch`: the first refused key or unknown model stops the whole
+/// evaluation with one message; the judgements already made are cached and a rerun keeps them.
+pub(super) fn latched<'a>(
+    client: Option<&'a Client>,
+    latch: &Arc<FatalLatch>,
+    scoring: &Scoring,
+) -> Option<Latched<&'a Client>> {
+    client.map(|client| {
+        Latched::sharing(client, latch, scoring.models.key_variable, AfterFatal::Wait)
+    })
 }
 
-/// Score the run and its twin with the same judge, and compare them.
-async fn eval_paired(job: &EvalJob, other: &str) -> anyhow::Result<PairedEvaluation> {
-    let judge = judge_client(job)?;
-    let latch = Arc::new(FatalLatch::default());
-    let judge = judge
-        .as_ref()
-        .map(|client| Latched::sharing(client, &latch, job.models.key_variable, AfterFatal::Wait));
-    let bootstrap = BootstrapSettings::default();
+/// `work`, or the latch's cause once it trips.
+pub(super) async fn until_fatal<T>(
+    latch: &FatalLatch,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     tokio::select! {
         biased;
         cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
-        paired = crate::eval::evaluate_paired(&job.settings, other, bootstrap, judge.as_ref()) => paired,
+        value = work => value,
     }
 }

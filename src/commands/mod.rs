@@ -8,6 +8,7 @@
 
 pub mod ask;
 pub mod build;
+pub mod compare;
 pub mod eval;
 pub mod interrupt;
 pub mod learn;
@@ -42,6 +43,7 @@ pub fn name(command: &Command) -> &'static str {
     match command {
         Command::Ping(_) => "ping",
         Command::Eval(_) => "eval",
+        Command::Compare(_) => "compare",
         Command::Build(_) => "build",
         Command::Learn(_) => "learn",
         Command::Retrieve(_) => "retrieve",

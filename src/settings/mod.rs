@@ -29,7 +29,7 @@ mod rules;
 
 pub use self::batch::{BuildJob, RunJob, RunSettings};
 pub use self::data::{DataSettings, dataset_kind};
-pub use self::eval::EvalJob;
+pub use self::eval::{CompareJob, EvalJob, Scoring};
 pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
 pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
@@ -93,6 +93,8 @@ pub enum Job {
     Run(Box<RunJob>),
     /// `mragent eval`.
     Eval(EvalJob),
+    /// `mragent compare`.
+    Compare(CompareJob),
     /// `mragent learn`.
     Learn(Box<LearnJob>),
     /// `mragent retrieve`.
@@ -121,6 +123,7 @@ pub fn resolve(
         Command::Build(args) => Job::Build(BuildJob::resolve(paths, &args, quiet, env)?),
         Command::Run(args) => Job::Run(Box::new(RunJob::resolve(paths, &args, quiet, env)?)),
         Command::Eval(args) => Job::Eval(EvalJob::resolve(paths, &args, env)?),
+        Command::Compare(args) => Job::Compare(CompareJob::resolve(paths, &args, env)?),
         Command::Learn(args) => Job::Learn(Box::new(LearnJob::resolve(paths, &args, quiet, env)?)),
         Command::Retrieve(args) => Job::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),
         Command::Trace(args) => Job::Trace(TraceJob::resolve(paths, args, env)),

@@ -179,7 +179,10 @@ async fn without_a_judge_the_binary_prints_f1_and_lengths_only() {
     assert!(stdout.contains("A = meta-t, B = meta-t-base: 15 question(s) paired"), "{stdout}");
     assert!(!stdout.contains("J % A") && !stdout.contains("flips"), "{stdout}");
     assert!(
-        stdout.contains("| category | n | F1 % A | F1 % B | ΔF1 [95% CI] | words A | words B |")
+        stdout.contains(
+            "| category | n | F1 % A | F1 % B | ΔF1 [95% CI] | F1 +/− | tokens/q A | tokens/q B | words A | words B |"
+        ),
+        "{stdout}"
     );
     let overall = stdout.lines().find(|line| line.contains("overall (1–4)")).unwrap();
     assert!(overall.starts_with("| overall (1–4) | 12 |") && overall.ends_with("| 3.1 | 2.9 |"));

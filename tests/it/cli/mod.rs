@@ -8,8 +8,10 @@ use mragent::llm::scripted::{ScriptedReply, ScriptedServer};
 use crate::support::{build_and_answer, mragent_command, project_with, read_lines, repo_path};
 
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
-const COMMANDS: &[&str] =
-    &["build", "run", "eval", "learn", "retrieve", "trace", "ping", "memory", "ask", "serve"];
+const COMMANDS: &[&str] = &[
+    "build", "run", "eval", "compare", "learn", "retrieve", "trace", "ping", "memory", "ask",
+    "serve",
+];
 
 /// Run the built binary in a new empty directory (no `.env`) with a clean model environment.
 async fn mragent(args: &[&str], env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
