@@ -45,7 +45,7 @@ fn write_run(root: &Path, tag: &str, lines: &[ResultLine]) {
 /// A (`meta-t`): every question of categories 1–4 answered with its gold (the fixture's failed
 /// conv-26:q11 too), category 5 as in the fixture, conv-30:q29 not answered. B
 /// (`meta-t-base`): the fixture's answers (q11 failed), with conv-26:q2 answered "Last year".
-fn twin_runs(root: &Path) {
+pub(crate) fn twin_runs(root: &Path) {
     let lines = fixture_lines();
     assert_eq!(lines.len(), 17);
     let with_rules: Vec<ResultLine> = lines

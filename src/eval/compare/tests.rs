@@ -142,12 +142,13 @@ fn the_table_drops_the_judge_columns_without_a_judge() {
     let page = paired_markdown(&summary);
     assert!(page.contains("1 question(s) paired of 3 expected"), "{page}");
     assert!(page.contains("Judge: none (F1 only)"), "{page}");
-    // Said in plain words: no judge, and a single question cannot tell the runs apart.
+    // Said in plain words: no judge, then each row's difference against its interval.
     assert_eq!(
         summary.noise_lines(),
         [
             "No judge model (--judge-model): only F1 is compared, not J.",
             "F1, 2 temporal: +50.0 points, 95% interval [+50.0, +50.0]: A is higher, outside the noise.",
+            "F1, overall (1–4): +50.0 points, 95% interval [+50.0, +50.0]: A is higher, outside the noise.",
         ]
     );
     assert!(page.contains("- No judge model (--judge-model): only F1 is compared"), "{page}");
