@@ -21,6 +21,9 @@ pub const DEFAULT_RESAMPLES: usize = 2_000;
 pub const DEFAULT_SEED: u64 = 25;
 /// Coverage of the interval.
 pub const CONFIDENCE: f64 = 0.95;
+/// The percentiles (as fractions) bounding the [`CONFIDENCE`] interval, written out exactly
+/// (`(1 − 0.95) / 2` in floating point is not exactly 0.025).
+pub const PERCENTILES: (f64, f64) = (0.025, 0.975);
 
 /// How to bootstrap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,8 +123,8 @@ pub fn bootstrap_interval(values: &[f64], settings: BootstrapSettings) -> Option
         })
         .collect();
     means.sort_by(f64::total_cmp);
-    let tail = (1.0 - CONFIDENCE) / 2.0;
-    Some(Interval { low: percentile(&means, tail), high: percentile(&means, 1.0 - tail) })
+    let (low, high) = PERCENTILES;
+    Some(Interval { low: percentile(&means, low), high: percentile(&means, high) })
 }
 
 /// The `fraction` percentile (0–1) of sorted, non-empty `values`, interpolating linearly

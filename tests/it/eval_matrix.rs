@@ -151,9 +151,9 @@ async fn two_protocols_three_runs_print_one_matrix_and_a_rerun_asks_nothing() {
         ),
         "{stdout}"
     );
-    // Category 2 has four questions, q27 excluded by the audit: ceiling 75%.
+    // Category 2 has five questions, conv-26:q27 excluded by the audit: ceiling 80%.
     let temporal = stdout.lines().find(|line| line.starts_with("| 2 temporal |")).unwrap();
-    assert!(temporal.starts_with("| 2 temporal | 4 | 75.00 |"), "{temporal}");
+    assert!(temporal.starts_with("| 2 temporal | 5 | 80.00 |"), "{temporal}");
     assert!(stdout.contains("Above the ceiling the audited answer key allows"), "{stdout}");
 
     // The matrix is written beside the summary; its intervals are the bootstrap of the
