@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::Outcome;
-use super::eval::{judge_client, latched, until_fatal};
+use super::judging::{judge_client, latched, until_fatal};
 use super::output::outln;
 use crate::eval::paired::BootstrapSettings;
 use crate::llm::fatal::FatalLatch;

@@ -2,16 +2,13 @@
 //! then print the table (with several `--judge-protocol`s the judge matrix) and where it was
 //! written; with `--paired-with`, compare it with its twin as `mragent compare` does.
 
-use std::future::Future;
 use std::sync::Arc;
 
-use anyhow::Context as _;
-
 use super::Outcome;
+use super::judging::{judge_client, latched, until_fatal};
 use super::output::outln;
-use crate::llm::Client;
-use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
-use crate::settings::{EvalJob, Scoring};
+use crate::llm::fatal::FatalLatch;
+use crate::settings::EvalJob;
 
 /// Scores, prints the summary table (or the judge matrix, or the paired table) and where it
 /// was written; partial when some judgements failed.
@@ -36,43 +33,4 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     let folder = scoring.settings.root.join("eval").join(&summary.dataset).join(&summary.file);
     outln!("written to {}", folder.display())?;
     Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
-}
-
-/// The judge client, when a judge model is given.
-pub(super) fn judge_client(scoring: &Scoring) -> anyhow::Result<Option<Client>> {
-    let models = &scoring.models;
-    match &scoring.judge {
-        Some(choice) => {
-            models.require_key()?;
-            Ok(Some(
-                crate::llm::build_chat_model(&models.llm_config(choice))
-                    .context("building the judge client")?,
-            ))
-        }
-        None => Ok(None),
-    }
-}
-
-/// The judge behind `latch`: the first refused key or unknown model stops the whole
-/// evaluation with one message; the judgements already made are cached and a rerun keeps them.
-pub(super) fn latched<'a>(
-    client: Option<&'a Client>,
-    latch: &Arc<FatalLatch>,
-    scoring: &Scoring,
-) -> Option<Latched<&'a Client>> {
-    client.map(|client| {
-        Latched::sharing(client, latch, scoring.models.key_variable, AfterFatal::Wait)
-    })
-}
-
-/// `work`, or the latch's cause once it trips.
-pub(super) async fn until_fatal<T>(
-    latch: &FatalLatch,
-    work: impl Future<Output = anyhow::Result<T>>,
-) -> anyhow::Result<T> {
-    tokio::select! {
-        biased;
-        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
-        value = work => value,
-    }
 }

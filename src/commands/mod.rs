@@ -2,9 +2,9 @@
 //! with an `execute` that does the work and prints its results; `main.rs` only dispatches and
 //! turns the [`Outcome`] into an exit code. Orchestration errors are `anyhow` with context.
 //!
-//! Shared by them: `output` (standard output, `outln!`), `interrupt` (Ctrl-C), `own` (the
-//! store and service of own conversations), and for `run` the `guard` (run lock) and the
-//! `manifest`. Each conversation's memory comes from `crate::snapshot`.
+//! Shared by them: `output` (standard output, `outln!`), `interrupt` (Ctrl-C), `judging` (the
+//! judge client of `eval` and `compare`), `own` (the store and service of own conversations),
+//! and for `run` the `guard` (run lock) and the `manifest`. Each conversation's memory comes from `crate::snapshot`.
 
 pub mod ask;
 pub mod build;
@@ -21,6 +21,7 @@ pub mod serve;
 pub mod trace;
 
 mod guard;
+mod judging;
 mod manifest;
 mod own;
 
