@@ -48,6 +48,7 @@ async fn dispatch(command: Command, paths: &ProjectPaths, quiet: bool) -> anyhow
         Job::Build(job) => commands::build::execute(&job).await,
         Job::Run(job) => commands::run::execute(&job).await,
         Job::Eval(job) => commands::eval::execute(&job).await,
+        Job::Compare(job) => commands::compare::execute(&job).await,
         Job::Learn(job) => commands::learn::execute(&job).await,
         Job::Retrieve(job) => commands::retrieve::execute(job).await,
         Job::Trace(job) => commands::trace::execute(&job),

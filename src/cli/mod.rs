@@ -12,7 +12,7 @@ mod learn;
 mod own;
 mod record;
 
-pub use self::eval::{EvalArgs, JudgeProtocolArg};
+pub use self::eval::{CompareArgs, EvalArgs, EvalProtocolArg, JudgeProtocolArg, ScoringArgs};
 pub use self::learn::LearnArgs;
 pub use self::own::{
     AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryForgetArgs, MemoryListArgs,
@@ -73,6 +73,12 @@ pub enum Command {
     /// recorded judge calls, and every result line by replaying the answers. Prints VERIFIED or
     /// the first mismatch.
     Verify(VerifyArgs),
+    /// Compare two runs of the same dataset selection question by question: per category the
+    /// difference in F1 and (with --judge-model) judge accuracy J with a 95% paired bootstrap
+    /// interval, saying when it is inside the noise, the questions that flip each way, and
+    /// each run's mean answer length and tokens per question.
+    #[command(after_help = crate::eval::compare::COLUMNS_NOTE)]
+    Compare(CompareArgs),
     /// Learn rules on how to use memory (MetaMem) from judged attempts on training folds, keep
     /// a rule set only when held-out validation questions improve, and answer the test folds
     /// with and without it. Prints its estimated cost first (--dry-run stops there).

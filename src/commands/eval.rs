@@ -1,97 +1,78 @@
 //! `mragent eval`: score a run's result files, with the LLM judge when a judge model is given,
-//! then print the table and where it was written; with `--paired-with`, score the twin run too
-//! and print the paired comparison.
+//! then print the table (with several `--judge-protocol`s the judge matrix) and where it was
+//! written; with `--paired-with`, compare it with its twin as `mragent compare` does.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context as _;
-
 use super::Outcome;
+use super::judging::{judge_client, until_fatal};
 use super::output::outln;
-use crate::eval::paired::BootstrapSettings;
-use crate::eval::{EvalSummary, PairedEvaluation};
-use crate::llm::Client;
-use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::fatal::FatalLatch;
 use crate::llm::tape::{Tape, TapeMode, TapedChat};
 use crate::settings::EvalJob;
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-/// Scores, prints the summary table (or the paired table) and where it was written; partial
-/// when some judgements failed.
+/// Scores, prints the summary table (or the judge matrix, or the paired table) and where it
+/// was written; partial when some judgements failed.
 pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     if let Some(other) = &job.paired_with {
-        let paired = eval_paired(job, other).await?;
-        outln!("{}\n", paired.paired.pairing_line())?;
-        outln!("{}", paired.paired.table())?;
-        outln!("written to {}", paired.markdown_file.display())?;
-        let failed = paired.a.judge_failed + paired.b.judge_failed;
-        return Ok(if failed > 0 { Outcome::Partial } else { Outcome::Success });
+        return super::compare::compare_runs(&job.scoring, other).await;
     }
-    let summary = eval(job).await?;
-    outln!("{}", summary.table())?;
-    let folder = job.settings.root.join("eval").join(&summary.dataset).join(&summary.file);
-    outln!("written to {}", folder.display())?;
-    Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
-}
-
-/// The judge client, when a judge model is given.
-fn judge_client(job: &EvalJob) -> anyhow::Result<Option<Client>> {
-    let models = &job.models;
-    match &job.judge {
-        Some(choice) => {
-            models.require_key()?;
-            Ok(Some(
-                crate::llm::build_chat_model(&models.llm_config(choice))
-                    .context("building the judge client")?,
-            ))
-        }
-        None => Ok(None),
-    }
-}
-
-/// Score a run's result files, with the LLM judge when a judge model is given; the judge's
-/// calls are recorded (`record/<dataset>/<model>_<file>.judge.sqlite`) and so is how it judged
-/// ([`EvalRecord`]), for `export` and `verify`.
-async fn eval(job: &EvalJob) -> anyhow::Result<EvalSummary> {
-    let judge = judge_client(job)?;
-    let settings = &job.settings;
-    let (dataset, model, file) = (settings.dataset.as_str(), &settings.model, &settings.file);
-    let tape = match &judge {
-        Some(_) => {
-            let path = super::tape::judge_calls_path(&settings.root, dataset, model, file);
-            let store = Arc::new(crate::llm::tape::CallStore::open(&path)?);
-            Some(Tape::new(store, TapeMode::Record))
-        }
-        None => None,
-    };
-    let judge = judge.as_ref().zip(tape).map(|(client, tape)| TapedChat::new(client, tape));
-    let summary = judged(settings, judge.as_ref(), job.models.key_variable).await?;
-    if judge.is_some() {
-        let record = EvalRecord::of(settings)?;
+    let scoring = &job.scoring;
+    let settings = &scoring.settings;
+    let client = judge_client(scoring)?;
+    // The judge's calls are recorded (`record/<dataset>/<model>_<file>.judge.sqlite`), and so
+    // is how it judged ([`EvalRecord`]), for `export` and `verify`.
+    let tape = client.as_ref().map(|_| judge_tape(settings)).transpose()?;
+    let taped = client.as_ref().zip(tape).map(|(client, tape)| TapedChat::new(client, tape));
+    let evaluation =
+        judged(settings, &scoring.protocols, taped.as_ref(), scoring.models.key_variable).await?;
+    if taped.is_some() {
+        let record = EvalRecord::of(settings, &scoring.protocols);
+        let (dataset, model, file) = (settings.dataset.as_str(), &settings.model, &settings.file);
         let path = eval_record_path(&settings.root, dataset, model, file);
         let text = serde_json::to_string_pretty(&record).context("serialising the eval record")?;
         crate::fsutil::write_atomic(&path, text + "\n")?;
     }
-    Ok(summary)
+    let summary = &evaluation.summary;
+    match &evaluation.matrix {
+        Some(matrix) if scoring.protocols.len() > 1 => outln!("{}", matrix.table())?,
+        _ => outln!("{}", summary.table())?,
+    }
+    let folder = scoring.settings.root.join("eval").join(&summary.dataset).join(&summary.file);
+    outln!("written to {}", folder.display())?;
+    Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
 }
 
-/// [`crate::eval::evaluate`] with `judge` behind a latch: the first refused key or unknown model
-/// stops the whole evaluation with one message (the judgements already made are cached and a
-/// rerun keeps them).
+/// The judge tape of the run `settings` scores, recording.
+fn judge_tape(settings: &crate::eval::EvalSettings) -> anyhow::Result<Arc<Tape>> {
+    let (dataset, model, file) = (settings.dataset.as_str(), &settings.model, &settings.file);
+    let path = super::tape::judge_calls_path(&settings.root, dataset, model, file);
+    let store = Arc::new(crate::llm::tape::CallStore::open(&path)?);
+    Ok(Tape::new(store, TapeMode::Record))
+}
+
+/// [`crate::eval::evaluate_matrix`] with `judge` behind a latch: the first refused key or
+/// unknown model stops the whole evaluation with one message (the judgements already made are
+/// cached and a rerun keeps them).
 pub(super) async fn judged<M: crate::llm::ChatModel>(
     settings: &crate::eval::EvalSettings,
+    protocols: &[crate::eval::judge::JudgeProtocol],
     judge: Option<&M>,
     key_variable: &str,
-) -> anyhow::Result<EvalSummary> {
+) -> anyhow::Result<crate::eval::MatrixEvaluation> {
     let latch = Arc::new(FatalLatch::default());
-    let judge =
-        judge.map(|client| Latched::sharing(client, &latch, key_variable, AfterFatal::Wait));
-    tokio::select! {
-        biased;
-        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
-        summary = crate::eval::evaluate(settings, judge.as_ref()) => summary,
-    }
+    let judge = judge.map(|client| {
+        crate::llm::fatal::Latched::sharing(
+            client,
+            &latch,
+            key_variable,
+            crate::llm::fatal::AfterFatal::Wait,
+        )
+    });
+    until_fatal(&latch, crate::eval::evaluate_matrix(settings, protocols, judge.as_ref())).await
 }
 
 /// `record/<dataset>/<model>_<file>.eval.json`: how a run was last judged.
@@ -107,70 +88,56 @@ pub struct EvalRecord {
     pub judge_model: String,
     /// Judge runs.
     pub judge_runs: u32,
-    /// LoCoMo protocol.
-    pub protocol: crate::eval::judge::JudgeProtocol,
+    /// The judge protocols, in order (the first is `summary.json`'s).
+    pub protocols: Vec<crate::eval::judge::JudgeProtocol>,
     /// The run's `--sample`.
     pub sample: Option<String>,
     /// The run's `--ca`.
     pub question_type: Option<crate::dataset::LongMemEvalType>,
     /// Scored with missing questions.
     pub partial: bool,
-    /// The audit file, relative to the project (`None`: no audit).
+    /// The audit file, relative to the project when inside it (`None`: no audit).
     pub audit_file: Option<String>,
     /// The official overall over categories 1–5 too.
     pub overall_with_adversarial: bool,
 }
 
 impl EvalRecord {
-    fn of(settings: &crate::eval::EvalSettings) -> anyhow::Result<Self> {
+    fn of(
+        settings: &crate::eval::EvalSettings,
+        protocols: &[crate::eval::judge::JudgeProtocol],
+    ) -> Self {
         if settings.judge_prompt.is_some() {
             tracing::warn!("a run judged with --judge-prompt cannot be verified from its archive");
         }
+        // Relative to the project when inside it, else as it is: `export` archives the file.
         let audit_file = settings
             .audit_file
             .as_ref()
-            .map(|path| {
-                path.strip_prefix(&settings.root).map(|path| path.display().to_string()).map_err(
-                    |_| anyhow::anyhow!("the audit file {} is outside the project", path.display()),
-                )
-            })
-            .transpose()?;
-        Ok(Self {
+            .map(|path| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string());
+        Self {
             judge_model: settings.judge_model.clone().unwrap_or_default(),
             judge_runs: settings.judge_runs,
-            protocol: settings.protocol,
+            protocols: protocols.to_vec(),
             sample: settings.sample.clone(),
             question_type: settings.question_type,
             partial: settings.partial,
             audit_file,
             overall_with_adversarial: settings.overall_with_adversarial,
-        })
+        }
     }
 
     /// Applies the record to `settings`.
     pub fn apply(&self, settings: &mut crate::eval::EvalSettings) {
         settings.judge_model = Some(self.judge_model.clone());
         settings.judge_runs = self.judge_runs;
-        settings.protocol = self.protocol;
+        if let Some(first) = self.protocols.first() {
+            settings.protocol = *first;
+        }
         settings.sample.clone_from(&self.sample);
         settings.question_type = self.question_type;
         settings.partial = self.partial;
         settings.audit_file = self.audit_file.as_ref().map(|file| settings.root.join(file));
         settings.overall_with_adversarial = self.overall_with_adversarial;
-    }
-}
-
-/// Score the run and its twin with the same judge, and compare them.
-async fn eval_paired(job: &EvalJob, other: &str) -> anyhow::Result<PairedEvaluation> {
-    let judge = judge_client(job)?;
-    let latch = Arc::new(FatalLatch::default());
-    let judge = judge
-        .as_ref()
-        .map(|client| Latched::sharing(client, &latch, job.models.key_variable, AfterFatal::Wait));
-    let bootstrap = BootstrapSettings::default();
-    tokio::select! {
-        biased;
-        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
-        paired = crate::eval::evaluate_paired(&job.settings, other, bootstrap, judge.as_ref()) => paired,
     }
 }

@@ -130,6 +130,12 @@ fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
     let dataset_member = format!("data/{}", file_name(&dataset_file)?);
     members.push((dataset_member.clone(), root.join(&dataset_file)));
     let meta_rules = rules_member(&manifest, root, &mut members)?;
+    let mut eval_settings = eval_settings;
+    if let Some(audit) = eval_settings.as_mut().and_then(|record| record.audit_file.as_mut()) {
+        let member = format!("data/audit/{}", file_name(Path::new(audit.as_str()))?);
+        members.push((member.clone(), root.join(audit.as_str())));
+        *audit = member;
+    }
     members.sort();
     members.dedup_by(|a, b| a.0 == b.0);
     let files = members

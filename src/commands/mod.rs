@@ -2,12 +2,13 @@
 //! with an `execute` that does the work and prints its results; `main.rs` only dispatches and
 //! turns the [`Outcome`] into an exit code. Orchestration errors are `anyhow` with context.
 //!
-//! Shared by them: `output` (standard output, `outln!`), `interrupt` (Ctrl-C), `own` (the
-//! store and service of own conversations), and for `run` the `guard` (run lock) and the
-//! `manifest`. Each conversation's memory comes from `crate::snapshot`.
+//! Shared by them: `output` (standard output, `outln!`), `interrupt` (Ctrl-C), `judging` (the
+//! judge client of `eval` and `compare`), `own` (the store and service of own conversations),
+//! and for `run` the `guard` (run lock) and the `manifest`. Each conversation's memory comes from `crate::snapshot`.
 
 pub mod ask;
 pub mod build;
+pub mod compare;
 pub mod eval;
 pub mod export;
 pub mod interrupt;
@@ -22,6 +23,7 @@ pub mod trace;
 pub mod verify;
 
 mod guard;
+mod judging;
 mod manifest;
 mod own;
 pub mod tape;
@@ -45,6 +47,7 @@ pub fn name(command: &Command) -> &'static str {
     match command {
         Command::Ping(_) => "ping",
         Command::Eval(_) => "eval",
+        Command::Compare(_) => "compare",
         Command::Build(_) => "build",
         Command::Learn(_) => "learn",
         Command::Retrieve(_) => "retrieve",

@@ -230,9 +230,12 @@ async fn check_eval(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Result<
             let store = Arc::new(CallStore::open_read_only(&path)?);
             let tape = Tape::new(store, TapeMode::Replay { fill: false });
             let judge = TapedChat::new(Offline, tape);
-            super::eval::judged(&settings, Some(&judge), "OPENAI_API_KEY").await
+            super::eval::judged(&settings, &record.protocols, Some(&judge), KEY).await
         }
-        None => super::eval::judged::<Offline>(&settings, None, "OPENAI_API_KEY").await,
+        None => {
+            let protocols = [settings.protocol];
+            super::eval::judged::<Offline>(&settings, &protocols, None, KEY).await
+        }
     };
     if let Err(error) = summary {
         return Ok(Err(format!("recomputing the eval tables: {error:#}")));
@@ -287,6 +290,8 @@ fn compare_file(
 }
 
 const SCORES: &str = "scores.jsonl";
+/// The key variable named in messages (nothing is sent, so no key is read).
+const KEY: &str = "OPENAI_API_KEY";
 const SUMMARY: &str = "summary.json";
 
 /// Fields of `summary.json` that describe the evaluation that wrote it rather than its scores:

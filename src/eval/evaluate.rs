@@ -8,7 +8,8 @@ use anyhow::Context as _;
 use super::audit;
 use super::compare::{self, PairedSummary};
 use super::input::{self, Matched, Selection};
-use super::judge::{self, CustomPrompt, Verdict};
+use super::judge::{self, CustomPrompt, JudgeProtocol, Verdict};
+use super::matrix::{JudgeMatrix, ProtocolRun, matrix_markdown};
 use super::paired::BootstrapSettings;
 use super::report::{self, Coverage, Prices, RowOptions};
 use super::{
@@ -58,6 +59,53 @@ async fn evaluate_run<M: ChatModel>(
     settings: &EvalSettings,
     judge: Option<&M>,
 ) -> anyhow::Result<(EvalSummary, Vec<ItemScore>)> {
+    let mut judged = judge_protocols(settings, &[settings.protocol], judge).await?;
+    Ok(judged.runs.remove(0))
+}
+
+/// A run judged under several protocols (`eval --judge-protocol mem0,strict`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixEvaluation {
+    /// The first protocol's summary (what `summary.json` holds).
+    pub summary: EvalSummary,
+    /// The matrix, when judged.
+    pub matrix: Option<JudgeMatrix>,
+    /// `eval/<dataset>/<file>/matrix.md`, when judged.
+    pub markdown_file: Option<PathBuf>,
+}
+
+/// Evaluate a run as [`evaluate`] does, judging it once per protocol in `protocols` (each
+/// protocol's verdicts cached in the run's judge cache, under its own prompt version).
+/// `summary.*`, `scores.jsonl` and the plots are the first protocol's; the matrix of every
+/// protocol goes to `matrix.md` and `matrix.json`.
+pub async fn evaluate_matrix<M: ChatModel>(
+    settings: &EvalSettings,
+    protocols: &[JudgeProtocol],
+    judge: Option<&M>,
+) -> anyhow::Result<MatrixEvaluation> {
+    let judged = judge_protocols(settings, protocols, judge).await?;
+    let markdown_file = judged.matrix.as_ref().map(|_| settings.output_dir().join(MATRIX_MARKDOWN));
+    let summary = judged.runs.into_iter().next().map(|(summary, _)| summary);
+    let summary = summary.context("no judge protocol given")?;
+    Ok(MatrixEvaluation { summary, matrix: judged.matrix, markdown_file })
+}
+
+/// The matrix page's file name in the run's eval folder (`matrix.json` beside it).
+const MATRIX_MARKDOWN: &str = "matrix.md";
+
+/// Every protocol's judged run, and the matrix over them when judged.
+struct Judged {
+    runs: Vec<(EvalSummary, Vec<ItemScore>)>,
+    matrix: Option<JudgeMatrix>,
+}
+
+/// Score the run once, judge it under each protocol, write the first protocol's outputs and,
+/// when judged, the matrix.
+async fn judge_protocols<M: ChatModel>(
+    settings: &EvalSettings,
+    protocols: &[JudgeProtocol],
+    judge: Option<&M>,
+) -> anyhow::Result<Judged> {
     let judging = match (judge, &settings.judge_model) {
         (Some(model), Some(name)) => Some((model, name.clone())),
         (None, None) => None,
@@ -69,11 +117,108 @@ async fn evaluate_run<M: ChatModel>(
     if settings.judge_runs == 0 {
         anyhow::bail!("judge runs must be at least 1");
     }
+    check_protocols(settings, protocols, judging.is_some())?;
     let custom = settings.judge_prompt.as_deref().map(CustomPrompt::load).transpose()?;
     let relative =
         |path: &Path| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string();
-    let (files, expected, matched) = load_matched(settings, &relative)?;
+    let scored = score_run(settings, &relative)?;
+    let mut runs = Vec::new();
+    for &protocol in protocols {
+        let mut items = scored.items.clone();
+        let judge_stats = match &judging {
+            Some((model, name)) => {
+                let custom = custom.clone();
+                let dir = &scored.output_dir;
+                run_judge(*model, name.clone(), settings, protocol, custom, &mut items, dir).await?
+            }
+            None => judge::JudgeStats::default(),
+        };
+        let protocol_name = custom.as_ref().map_or_else(
+            || match settings.dataset {
+                DatasetKind::Locomo | DatasetKind::LongMemEval => protocol.as_str().to_string(),
+                DatasetKind::Own => "own".to_string(),
+            },
+            |custom| custom.name.clone(),
+        );
+        let facts = RunFacts {
+            files: scored.files.clone(),
+            expected: scored.expected,
+            protocol_name,
+            audit_file: scored.audit_file.clone(),
+        };
+        let summary = build_summary(settings, &items, facts, &judge_stats, &relative);
+        if runs.is_empty() {
+            write_outputs(&scored.output_dir, &items, &summary)?;
+        }
+        runs.push((summary, items));
+    }
+    let matrix = match judging {
+        Some(_) => write_matrix(&scored.output_dir, &runs)?,
+        None => None,
+    };
+    Ok(Judged { runs, matrix })
+}
 
+/// Protocols must be given, distinct, and apply to the dataset; a prompt file replaces the
+/// protocol's prompt, so it takes one protocol only.
+fn check_protocols(
+    settings: &EvalSettings,
+    protocols: &[JudgeProtocol],
+    judging: bool,
+) -> anyhow::Result<()> {
+    if protocols.is_empty() {
+        anyhow::bail!("no judge protocol given");
+    }
+    for (index, protocol) in protocols.iter().enumerate() {
+        if protocols[..index].contains(protocol) {
+            anyhow::bail!("judge protocol {} is named twice", protocol.as_str());
+        }
+    }
+    if protocols.len() > 1 && !judging {
+        anyhow::bail!("several judge protocols need a judge model (--judge-model)");
+    }
+    if protocols.len() > 1 && settings.judge_prompt.is_some() {
+        anyhow::bail!("--judge-prompt replaces the protocol's prompt: give one --judge-protocol");
+    }
+    if judging {
+        for protocol in protocols {
+            protocol.check_dataset(settings.dataset)?;
+        }
+    }
+    Ok(())
+}
+
+/// Write `matrix.md` and `matrix.json` for the judged runs.
+fn write_matrix(
+    output_dir: &Path,
+    runs: &[(EvalSummary, Vec<ItemScore>)],
+) -> anyhow::Result<Option<JudgeMatrix>> {
+    let views: Vec<ProtocolRun<'_>> =
+        runs.iter().map(|(summary, items)| ProtocolRun { summary, items }).collect();
+    let Some(matrix) = JudgeMatrix::new(&views, BootstrapSettings::default()) else {
+        return Ok(None);
+    };
+    crate::fsutil::write_atomic(&output_dir.join(MATRIX_MARKDOWN), matrix_markdown(&matrix))?;
+    let json = serde_json::to_string_pretty(&matrix).context("serialising the judge matrix")?;
+    crate::fsutil::write_atomic(&output_dir.join("matrix.json"), json + "\n")?;
+    Ok(Some(matrix))
+}
+
+/// A run's result lines matched and scored without a judge.
+struct Scored {
+    files: Vec<String>,
+    expected: usize,
+    audit_file: Option<String>,
+    items: Vec<ItemScore>,
+    output_dir: PathBuf,
+}
+
+/// Read and match the result files, apply the audit, score, and create the output folder.
+fn score_run(
+    settings: &EvalSettings,
+    relative: &dyn Fn(&Path) -> String,
+) -> anyhow::Result<Scored> {
+    let (files, expected, matched) = load_matched(settings, relative)?;
     let audit = match settings.audit_in_use() {
         Some(path) => {
             let audit = audit::load_audit(path)?;
@@ -82,35 +227,18 @@ async fn evaluate_run<M: ChatModel>(
         }
         None => None,
     };
-    let mut items = score_results(&matched, settings.dataset, audit.as_ref());
+    let items = score_results(&matched, settings.dataset, audit.as_ref());
     tracing::info!(questions = items.len(), files = files.len(), "scored result lines");
-
     let output_dir = settings.output_dir();
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("creating {}", output_dir.display()))?;
-    let protocol_name = custom.as_ref().map_or_else(
-        || match settings.dataset {
-            DatasetKind::Locomo => settings.protocol.as_str().to_string(),
-            DatasetKind::LongMemEval => "longmemeval".to_string(),
-            DatasetKind::Own => "own".to_string(),
-        },
-        |custom| custom.name.clone(),
-    );
-    let judge_stats = match judging {
-        Some((model, name)) => {
-            run_judge(model, name, settings, custom, &mut items, &output_dir).await?
-        }
-        None => judge::JudgeStats::default(),
-    };
-    let facts = RunFacts {
+    Ok(Scored {
         files: files.iter().map(|file| relative(file)).collect(),
         expected: expected.len(),
-        protocol_name,
         audit_file: audit.as_ref().and(settings.audit_in_use()).map(relative),
-    };
-    let summary = build_summary(settings, &items, facts, &judge_stats, &relative);
-    write_outputs(&output_dir, &items, &summary)?;
-    Ok((summary, items))
+        items,
+        output_dir,
+    })
 }
 
 /// A run compared with its twin: each scored as [`evaluate`] scores it, and the comparison.
@@ -203,6 +331,7 @@ async fn run_judge<M: ChatModel>(
     model: &M,
     name: String,
     settings: &EvalSettings,
+    protocol: JudgeProtocol,
     custom: Option<CustomPrompt>,
     items: &mut [ItemScore],
     output_dir: &Path,
@@ -212,7 +341,7 @@ async fn run_judge<M: ChatModel>(
         runs: settings.judge_runs,
         concurrency: settings.concurrency,
         dataset: settings.dataset,
-        protocol: settings.protocol,
+        protocol,
         custom: custom.map(std::sync::Arc::new),
     };
     let judge_stats =

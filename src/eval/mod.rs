@@ -5,13 +5,17 @@
 //! in dataset order), `judgements.jsonl` (the judge cache), `summary.json`, `summary.md` and two
 //! SVG plots.
 //!
-//! [`evaluate_paired`] (`eval --paired-with`) scores a run and its twin that way and compares
+//! [`evaluate_matrix`] (`eval --judge-protocol mem0,strict`) judges the run once per protocol
+//! and writes the judge matrix (`matrix`) to `matrix.md` and `matrix.json` beside the summary
+//! (a single protocol writes its one-protocol matrix there too).
+//!
+//! [`evaluate_paired`] (`eval --paired-with`, `compare`) scores a run and its twin that way and compares
 //! them question by question (`compare`, with the paired bootstrap of `paired`), writing
 //! `eval/<dataset>/<model>_<A>_vs_<B>.md` and `.json`.
 //!
 //! `eval` reads result files and the dataset only; it never imports `agent`. The scorer (`f1`,
 //! stemming with `text::porter`), the aggregation (`report`) and the comparison (`compare`,
-//! `paired`) are pure; only [`evaluate`] and [`evaluate_paired`] do IO and only `judge` calls a
+//! `paired`, `matrix`) are pure; only the `evaluate*` functions do IO and only `judge` calls a
 //! model.
 
 pub mod audit;
@@ -20,13 +24,17 @@ mod evaluate;
 pub mod f1;
 pub mod input;
 pub mod judge;
+pub mod matrix;
 pub mod paired;
 pub mod recall;
 pub mod report;
 mod summary;
 pub mod svg;
 
-pub use self::evaluate::{PairedEvaluation, evaluate, evaluate_paired, find_result_files};
+pub use self::evaluate::{
+    MatrixEvaluation, PairedEvaluation, evaluate, evaluate_matrix, evaluate_paired,
+    find_result_files,
+};
 pub use self::summary::summary_markdown;
 
 use std::path::{Path, PathBuf};
@@ -63,11 +71,12 @@ pub struct EvalSettings {
     pub file: String,
     /// Judge model id sent to the endpoint; `None` skips the LLM judge.
     pub judge_model: Option<String>,
-    /// Independent judge runs per question (≥ 1); accuracy is reported as mean ± std over runs.
+    /// Independent judge runs per question (≥ 1; 3 by default, the published setting);
+    /// accuracy is reported as mean ± std over runs.
     pub judge_runs: u32,
     /// Judge requests in flight at once.
     pub concurrency: usize,
-    /// LoCoMo judge protocol.
+    /// Judge protocol (must apply to the dataset: LongMemEval takes `longmemeval` only).
     pub protocol: JudgeProtocol,
     /// A judge prompt file replacing the built-in prompts.
     pub judge_prompt: Option<PathBuf>,
@@ -82,7 +91,8 @@ pub struct EvalSettings {
 
 impl EvalSettings {
     /// Defaults for a run: the dataset at `data/dataset_<dataset>.json`, every question
-    /// expected, no judge, one judge run, 8 in flight, the `mem0` protocol, the audit at
+    /// expected, no judge, three judge runs, 8 in flight, the dataset's default protocol
+    /// (`mem0`; LongMemEval its per-type rules), the audit at
     /// `data/locomo_audit.json`, no prices.
     pub fn new(root: impl Into<PathBuf>, dataset: DatasetKind, model: &str, file: &str) -> Self {
         let root = root.into();
@@ -97,9 +107,9 @@ impl EvalSettings {
             model: model.to_string(),
             file: file.to_string(),
             judge_model: None,
-            judge_runs: 1,
+            judge_runs: 3,
             concurrency: 8,
-            protocol: JudgeProtocol::default(),
+            protocol: JudgeProtocol::default_for(dataset),
             judge_prompt: None,
             overall_with_adversarial: false,
             prices: None,

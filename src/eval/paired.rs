@@ -21,6 +21,9 @@ pub const DEFAULT_RESAMPLES: usize = 2_000;
 pub const DEFAULT_SEED: u64 = 25;
 /// Coverage of the interval.
 pub const CONFIDENCE: f64 = 0.95;
+/// The percentiles (as fractions) bounding the [`CONFIDENCE`] interval, written out exactly
+/// (`(1 − 0.95) / 2` in floating point is not exactly 0.025).
+pub const PERCENTILES: (f64, f64) = (0.025, 0.975);
 
 /// How to bootstrap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +93,7 @@ pub fn paired_stats(pairs: &[(f64, f64)], settings: BootstrapSettings) -> Option
     let mean_a = pairs.iter().map(|(a, _)| a).sum::<f64>() / n;
     let mean_b = pairs.iter().map(|(_, b)| b).sum::<f64>() / n;
     let differences: Vec<f64> = pairs.iter().map(|(a, b)| a - b).collect();
-    let interval = bootstrap_interval(&differences, settings);
+    let interval = bootstrap_interval(&differences, settings)?;
     Some(PairedStats {
         n: pairs.len(),
         mean_a,
@@ -102,19 +105,26 @@ pub fn paired_stats(pairs: &[(f64, f64)], settings: BootstrapSettings) -> Option
     })
 }
 
-/// The percentile interval of the mean of `differences` over question resamples.
-fn bootstrap_interval(differences: &[f64], settings: BootstrapSettings) -> Interval {
+/// The 95% percentile bootstrap interval of the mean of `values` (one value per question:
+/// a paired difference, or one run's per-question score) over question resamples; `None`
+/// without values. Each resample draws `values.len()` indices with
+/// `rng.random_range(0..len)` from one [`ChaCha8Rng`] seeded with `settings.seed`, resample
+/// after resample.
+pub fn bootstrap_interval(values: &[f64], settings: BootstrapSettings) -> Option<Interval> {
+    if values.is_empty() {
+        return None;
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
-    let n = differences.len();
+    let n = values.len();
     let mut means: Vec<f64> = (0..settings.resamples.max(1))
         .map(|_| {
-            let total: f64 = (0..n).map(|_| differences[rng.random_range(0..n)]).sum();
+            let total: f64 = (0..n).map(|_| values[rng.random_range(0..n)]).sum();
             total / n as f64
         })
         .collect();
     means.sort_by(f64::total_cmp);
-    let tail = (1.0 - CONFIDENCE) / 2.0;
-    Interval { low: percentile(&means, tail), high: percentile(&means, 1.0 - tail) }
+    let (low, high) = PERCENTILES;
+    Some(Interval { low: percentile(&means, low), high: percentile(&means, high) })
 }
 
 /// The `fraction` percentile (0–1) of sorted, non-empty `values`, interpolating linearly
@@ -125,6 +135,34 @@ fn percentile(values: &[f64], fraction: f64) -> f64 {
     let above = (below + 1).min(values.len() - 1);
     let weight = position - below as f64;
     values[below] + weight * (values[above] - values[below])
+}
+
+/// Flips of the majority verdict: a question is right in a run when its value (the share of
+/// judge runs that accepted it) is above one half. With 0/1 values these are [`PairedStats`]'
+/// flips.
+pub fn majority_flips(pairs: &[(f64, f64)]) -> Flips {
+    let mut flips = Flips::default();
+    for (a, b) in pairs {
+        match (*a > 0.5, *b > 0.5) {
+            (true, false) => flips.gained += 1,
+            (false, true) => flips.lost += 1,
+            _ => {}
+        }
+    }
+    flips
+}
+
+/// Questions whose value is higher in `a` (gained) and lower in `a` (lost), e.g. per-question F1.
+pub fn value_changes(pairs: &[(f64, f64)]) -> Flips {
+    let mut changes = Flips::default();
+    for (a, b) in pairs {
+        if a > b {
+            changes.gained += 1;
+        } else if a < b {
+            changes.lost += 1;
+        }
+    }
+    changes
 }
 
 /// Flips each way when every value is 0 or 1.

@@ -50,6 +50,9 @@ fn judge_lines(out: &mut String, summary: &EvalSummary) {
                 "strict" => {
                     "ours: categories 1–4, CORRECT only for the gold fact at the gold answer's precision"
                 }
+                "longmemeval" if summary.dataset == DatasetKind::Locomo.as_str() => {
+                    "LongMemEval's standard rule on categories 1–4: CORRECT when the response contains the correct answer or an equivalent"
+                }
                 "longmemeval" => {
                     "LongMemEval's per-type rules (abstention questions by the abstention rule)"
                 }

@@ -30,7 +30,7 @@ mod rules;
 
 pub use self::batch::{BuildJob, RunJob, RunSettings};
 pub use self::data::{DataSettings, dataset_kind};
-pub use self::eval::EvalJob;
+pub use self::eval::{CompareJob, EvalJob, Scoring};
 pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
 pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
@@ -95,6 +95,8 @@ pub enum Job {
     Run(Box<RunJob>),
     /// `mragent eval`.
     Eval(EvalJob),
+    /// `mragent compare`.
+    Compare(CompareJob),
     /// `mragent learn`.
     Learn(Box<LearnJob>),
     /// `mragent retrieve`.
@@ -127,6 +129,7 @@ pub fn resolve(
         Command::Build(args) => Job::Build(BuildJob::resolve(paths, &args, quiet, env)?),
         Command::Run(args) => Job::Run(Box::new(RunJob::resolve(paths, &args, quiet, env)?)),
         Command::Eval(args) => Job::Eval(EvalJob::resolve(paths, &args, env)?),
+        Command::Compare(args) => Job::Compare(CompareJob::resolve(paths, &args, env)?),
         Command::Learn(args) => Job::Learn(Box::new(LearnJob::resolve(paths, &args, quiet, env)?)),
         Command::Retrieve(args) => Job::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),
         Command::Trace(args) => Job::Trace(TraceJob::resolve(paths, args, env)),

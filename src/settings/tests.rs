@@ -6,6 +6,7 @@ use clap::Parser as _;
 use super::*;
 use crate::cli::Cli;
 use crate::dataset::DatasetKind;
+use crate::eval::judge::JudgeProtocol;
 
 /// A fixed environment.
 struct Fixed(BTreeMap<&'static str, &'static str>);
@@ -74,10 +75,69 @@ fn run_settings_reach_the_build_and_answer_settings() {
 fn eval_paths_are_under_the_root_and_the_judge_is_resolved() {
     let argv = ["eval", "--data", "lm", "--judge-prompt", "p.txt", "--judge-model", "gemini"];
     let Job::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
-    assert_eq!(eval.settings.dataset, DatasetKind::LongMemEval);
-    assert_eq!(eval.settings.judge_prompt.as_deref(), Some(Path::new("/project/p.txt")));
-    assert_eq!(eval.settings.judge_model.as_deref(), Some("google/gemini-2.5-flash"));
-    assert_eq!(eval.judge.map(|judge| judge.alias), Some("gemini".to_string()));
+    let scoring = eval.scoring;
+    assert_eq!(scoring.settings.dataset, DatasetKind::LongMemEval);
+    assert_eq!(scoring.settings.judge_prompt.as_deref(), Some(Path::new("/project/p.txt")));
+    assert_eq!(scoring.settings.judge_model.as_deref(), Some("google/gemini-2.5-flash"));
+    assert_eq!(scoring.judge.map(|judge| judge.alias), Some("gemini".to_string()));
+    // LongMemEval data is judged by its per-type rules, three runs by default.
+    assert_eq!(scoring.protocols, [JudgeProtocol::LongMemEval]);
+    assert_eq!(scoring.settings.judge_runs, 3);
+}
+
+#[test]
+fn eval_judge_protocols_are_a_list_that_must_fit_the_dataset() {
+    let argv = ["eval", "--judge-protocol", "mem0,strict,longmemeval", "--judge-runs", "1"];
+    let Job::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
+    let protocols = [JudgeProtocol::Mem0, JudgeProtocol::Strict, JudgeProtocol::LongMemEval];
+    assert_eq!(eval.scoring.protocols, protocols);
+    assert_eq!(
+        (eval.scoring.settings.protocol, eval.scoring.settings.judge_runs),
+        (protocols[0], 1)
+    );
+    let Job::Eval(eval) = job(&["eval", "--judge-protocol", "strict"], &[]).unwrap() else {
+        panic!("not eval")
+    };
+    assert_eq!(eval.scoring.protocols, [JudgeProtocol::Strict]);
+    assert_eq!(
+        job(&["eval"], &[])
+            .map(|job| match job {
+                Job::Eval(eval) => eval.scoring.protocols,
+                _ => Vec::new(),
+            })
+            .unwrap(),
+        [JudgeProtocol::Mem0]
+    );
+    let error = job(&["eval", "--data", "lm", "--judge-protocol", "longmemeval,strict"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("judge protocol strict does not apply to LongMemEval data")
+            && error.contains("--judge-protocol longmemeval"),
+        "{error}"
+    );
+    let error = job(&["eval", "--judge-protocol", "mem0,strict", "--paired-with", "b"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("one --judge-protocol"), "{error}");
+}
+
+#[test]
+fn compare_takes_two_checked_run_tags_and_one_protocol() {
+    let argv = ["compare", "meta-x", "meta-x-base", "--judge-model", "gemini", "--partial"];
+    let Job::Compare(compare) = job(&argv, &[]).unwrap() else { panic!("not compare") };
+    assert_eq!(compare.scoring.settings.file, "meta-x");
+    assert_eq!(compare.run_b, "meta-x-base");
+    assert!(compare.scoring.settings.partial);
+    assert_eq!(compare.scoring.settings.judge_runs, 3);
+    let error = job(&["compare", "a", "a"], &[]).unwrap_err().to_string();
+    assert!(error.contains("RUN_B names the run RUN_A already names (a)"), "{error}");
+    let error = job(&["compare", "..", "b"], &[]).unwrap_err().to_string();
+    assert!(error.contains("RUN_A: invalid tag"), "{error}");
+    let error = job(&["compare", "a", "b", "--judge-protocol", "mem0,strict"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("one --judge-protocol"), "{error}");
 }
 
 #[test]

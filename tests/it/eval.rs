@@ -27,7 +27,7 @@ pub(crate) fn fixture(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval").join(relative)
 }
 
-fn repo(relative: &str) -> PathBuf {
+pub(crate) fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
@@ -144,7 +144,7 @@ fn audit_entries_point_at_the_questions_they_describe() {
 }
 
 /// A temporary project root holding a copy of the fixture `result/` tree.
-fn project() -> tempfile::TempDir {
+pub(crate) fn project() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     for dataset in ["locomo", "LM"] {
         let target = root.path().join("result").join(dataset);
@@ -387,7 +387,7 @@ async fn rerun_resumes_from_the_cache_without_rejudging() {
 }
 
 /// Only `conv-26:q1` in the run: one judgement per fault scenario.
-fn single_question_project() -> tempfile::TempDir {
+pub(crate) fn single_question_project() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let target = root.path().join("result/locomo");
     std::fs::create_dir_all(&target).unwrap();

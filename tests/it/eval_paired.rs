@@ -45,7 +45,7 @@ fn write_run(root: &Path, tag: &str, lines: &[ResultLine]) {
 /// A (`meta-t`): every question of categories 1–4 answered with its gold (the fixture's failed
 /// conv-26:q11 too), category 5 as in the fixture, conv-30:q29 not answered. B
 /// (`meta-t-base`): the fixture's answers (q11 failed), with conv-26:q2 answered "Last year".
-fn twin_runs(root: &Path) {
+pub(crate) fn twin_runs(root: &Path) {
     let lines = fixture_lines();
     assert_eq!(lines.len(), 17);
     let with_rules: Vec<ResultLine> = lines
@@ -179,7 +179,10 @@ async fn without_a_judge_the_binary_prints_f1_and_lengths_only() {
     assert!(stdout.contains("A = meta-t, B = meta-t-base: 15 question(s) paired"), "{stdout}");
     assert!(!stdout.contains("J % A") && !stdout.contains("flips"), "{stdout}");
     assert!(
-        stdout.contains("| category | n | F1 % A | F1 % B | ΔF1 [95% CI] | words A | words B |")
+        stdout.contains(
+            "| category | n | F1 % A | F1 % B | ΔF1 [95% CI] | F1 +/− | tokens/q A | tokens/q B | words A | words B |"
+        ),
+        "{stdout}"
     );
     let overall = stdout.lines().find(|line| line.contains("overall (1–4)")).unwrap();
     assert!(overall.starts_with("| overall (1–4) | 12 |") && overall.ends_with("| 3.1 | 2.9 |"));

@@ -9,6 +9,7 @@ mod cli;
 mod dataset;
 mod embed_kernels;
 mod eval;
+mod eval_matrix;
 mod eval_paired;
 mod granules;
 mod hardening;

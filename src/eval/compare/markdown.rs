@@ -7,7 +7,7 @@ use crate::eval::paired::{CONFIDENCE, PairedStats};
 
 /// What the columns of the paired table mean.
 pub const COLUMNS_NOTE: &str = "\
-Columns of the paired table (A = --file, B = --paired-with, on the questions both answered):
+Columns of the paired table (A = the first run, B = the second, on the questions both answered):
   n          questions paired in the row; `n (J: m)` when only m of them have every judge
              verdict in both runs (a failed judgement leaves J until eval is rerun).
   J % A / B  LLM-judge accuracy of each run against the dataset's gold; per question the share
@@ -15,8 +15,11 @@ Columns of the paired table (A = --file, B = --paired-with, on the questions bot
   ΔJ         J of A minus J of B in percentage points, with its 95% paired bootstrap interval
              (questions resampled with replacement); `(noise)`: the interval contains 0, so
              these questions do not show that the runs differ.
-  flips +/−  questions B got wrong and A right / A wrong and B right (one judge run only).
+  flips +/−  questions right in A and wrong in B / wrong in A and right in B, a question being
+             right when most of its judge runs accept it.
   F1 % A / B official LoCoMo F1 of each run (category 5: the refusal rate); ΔF1 as ΔJ.
+  F1 +/−     questions whose F1 is higher in A / lower in A.
+  tokens/q   answering tokens (prompt + completion) per question of each run.
   words A/B  mean answer length in words. A generous judge rewards longer answers: read J
              beside the length.
 ";
@@ -30,9 +33,9 @@ pub(super) fn table(summary: &PairedSummary) -> String {
         header.extend(["J % A", "J % B", "ΔJ [95% CI]", "flips +/−"]);
     }
     if with_f1 {
-        header.extend(["F1 % A", "F1 % B", "ΔF1 [95% CI]"]);
+        header.extend(["F1 % A", "F1 % B", "ΔF1 [95% CI]", "F1 +/−"]);
     }
-    header.extend(["words A", "words B"]);
+    header.extend(["tokens/q A", "tokens/q B", "words A", "words B"]);
     let mut out = String::new();
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let _ = writeln!(out, "|{}|", header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
@@ -56,9 +59,7 @@ fn cells(row: &PairedRow, with_judge: bool, with_f1: bool) -> Vec<String> {
                 percent(stats.mean_a, 2),
                 percent(stats.mean_b, 2),
                 difference(&stats, 2),
-                stats
-                    .flips
-                    .map_or("–".into(), |flips| format!("+{} / −{}", flips.gained, flips.lost)),
+                changes(&stats),
             ]),
             None if row.judge_failed > 0 => {
                 cells.extend(["–".into(), "–".into(), "–".into(), "–".into()]);
@@ -72,13 +73,57 @@ fn cells(row: &PairedRow, with_judge: bool, with_f1: bool) -> Vec<String> {
                 percent(stats.mean_a, 1),
                 percent(stats.mean_b, 1),
                 difference(&stats, 1),
+                changes(&stats),
             ]),
-            None => cells.extend(["–".into(), "–".into(), "–".into()]),
+            None => cells.extend(["–".into(), "–".into(), "–".into(), "–".into()]),
         }
     }
+    cells.push(format!("{:.0}", row.tokens_a));
+    cells.push(format!("{:.0}", row.tokens_b));
     cells.push(format!("{:.1}", row.words_a));
     cells.push(format!("{:.1}", row.words_b));
     cells
+}
+
+/// `+5 / −1`: questions that moved each way.
+fn changes(stats: &PairedStats) -> String {
+    stats.flips.map_or("–".into(), |flips| format!("+{} / −{}", flips.gained, flips.lost))
+}
+
+/// See [`PairedSummary::noise_lines`].
+pub(super) fn noise_lines(summary: &PairedSummary) -> Vec<String> {
+    let mut lines = Vec::new();
+    if summary.judge_model.is_none() {
+        lines.push("No judge model (--judge-model): only F1 is compared, not J.".to_string());
+    }
+    for row in &summary.rows {
+        for (metric, stats, decimals) in [("J", row.judge, 2), ("F1", row.f1, 1)] {
+            let Some(stats) = stats else { continue };
+            let verdict = if stats.inside_noise {
+                format!(
+                    "inside the noise: the interval contains 0, so these {} question(s) do not show that A and B differ",
+                    stats.n
+                )
+            } else if stats.difference > 0.0 {
+                "A is higher, outside the noise".to_string()
+            } else {
+                "A is lower, outside the noise".to_string()
+            };
+            lines.push(format!(
+                "{metric}, {}: {}: {verdict}.",
+                row.label,
+                difference_plain(&stats, decimals)
+            ));
+        }
+    }
+    lines
+}
+
+/// `+12.50 points, 95% interval [+3.10, +21.90]`.
+fn difference_plain(stats: &PairedStats, decimals: usize) -> String {
+    let cell = difference(&PairedStats { inside_noise: false, ..*stats }, decimals);
+    let (value, interval) = cell.split_once(' ').unwrap_or((cell.as_str(), ""));
+    format!("{value} points, {:.0}% interval {interval}", CONFIDENCE * 100.0)
 }
 
 fn percent(value: f64, decimals: usize) -> String {
@@ -151,7 +196,10 @@ pub fn paired_markdown(summary: &PairedSummary) -> String {
         summary.dataset, summary.file_a, summary.file_b
     );
     let _ = writeln!(out, "\n{}", table(summary));
-    let _ = writeln!(out, "## Columns\n\n```text\n{COLUMNS_NOTE}```");
+    for line in noise_lines(summary) {
+        let _ = writeln!(out, "- {line}");
+    }
+    let _ = writeln!(out, "\n## Columns\n\n```text\n{COLUMNS_NOTE}```");
     out
 }
 
@@ -177,5 +225,9 @@ mod tests {
         assert_eq!(difference(&stats(0.125, 0.031, 0.219), 2), "+12.50 [+3.10, +21.90]");
         assert_eq!(difference(&stats(0.02, -0.01, 0.05), 1), "+2.0 [-1.0, +5.0] (noise)");
         assert_eq!(difference(&stats(-0.00001, 0.0, 0.0), 2), "+0.00 [+0.00, +0.00] (noise)");
+        assert_eq!(
+            difference_plain(&stats(0.02, -0.01, 0.05), 1),
+            "+2.0 points, 95% interval [-1.0, +5.0]"
+        );
     }
 }

@@ -1,9 +1,11 @@
-//! Two scored runs of the same dataset selection compared question by question (`eval
-//! --paired-with`, and the core of a future `compare RUN_A RUN_B`): the questions both runs
-//! answered successfully are paired, and per category and overall the rows give each run's
-//! judge accuracy (J) and official LoCoMo F1, their paired difference with a bootstrap interval
-//! (see [`paired`]), the judge flips each way, and the mean answer length of each run (a
-//! generous judge rewards longer answers, so the length stands beside J).
+//! Two scored runs of the same dataset selection compared question by question (`mragent
+//! compare RUN_A RUN_B` and `eval --paired-with`): the questions both runs answered
+//! successfully are paired, and per category and overall the rows give each run's judge
+//! accuracy (J) and official LoCoMo F1, their paired difference with a bootstrap interval (see
+//! [`paired`]), the questions that flip each way (J: the majority verdict of the judge runs
+//! changes; F1: the question's F1 is higher or lower), and the mean answer length and answering
+//! tokens per question of each run (a generous judge rewards longer answers, so the length
+//! stands beside J).
 //!
 //! Per question, J is the share of judge runs that accepted the answer against the dataset's
 //! gold (0/1 with one run); a question with a failed judgement in either run leaves J (not F1)
@@ -121,6 +123,12 @@ pub struct PairedRow {
     pub words_a: f64,
     /// Mean answer length of B in words.
     pub words_b: f64,
+    /// Answering tokens (prompt + completion) per question of A.
+    #[serde(default)]
+    pub tokens_a: f64,
+    /// Answering tokens (prompt + completion) per question of B.
+    #[serde(default)]
+    pub tokens_b: f64,
 }
 
 /// The paired rows: LoCoMo categories 1–4, `overall (1–4)`, then category 5 (its F1 is the
@@ -203,19 +211,29 @@ fn row(key: String, label: String, pairs: &[Pair<'_>], bootstrap: BootstrapSetti
         }
     }
     let f1: Vec<(f64, f64)> = pairs.iter().filter_map(|pair| pair.a.f1.zip(pair.b.f1)).collect();
-    let words = |side: fn(Pair<'_>) -> &ItemScore| {
-        let total: usize = pairs.iter().map(|pair| answer_words(&side(*pair).prediction)).sum();
-        if pairs.is_empty() { 0.0 } else { total as f64 / pairs.len() as f64 }
+    let mean = |side: fn(Pair<'_>) -> &ItemScore, value: fn(&ItemScore) -> f64| {
+        let total: f64 = pairs.iter().map(|pair| value(side(*pair))).sum();
+        if pairs.is_empty() { 0.0 } else { total / pairs.len() as f64 }
     };
+    let words = |item: &ItemScore| answer_words(&item.prediction) as f64;
+    let tokens = |item: &ItemScore| (item.prompt_tokens + item.completion_tokens) as f64;
+    // J flips: the majority verdict over the judge runs changes (with one run, the verdict).
+    let judge = paired::paired_stats(&values, bootstrap)
+        .map(|stats| PairedStats { flips: Some(paired::majority_flips(&values)), ..stats });
+    // F1 flips: the question's F1 is higher in A, or lower.
+    let f1 = paired::paired_stats(&f1, bootstrap)
+        .map(|stats| PairedStats { flips: Some(paired::value_changes(&f1)), ..stats });
     PairedRow {
         key,
         label,
         n: pairs.len(),
-        judge: paired::paired_stats(&values, bootstrap),
+        judge,
         judge_failed,
-        f1: paired::paired_stats(&f1, bootstrap),
-        words_a: words(|pair| pair.a),
-        words_b: words(|pair| pair.b),
+        f1,
+        words_a: mean(|pair| pair.a, words),
+        words_b: mean(|pair| pair.b, words),
+        tokens_a: mean(|pair| pair.a, tokens),
+        tokens_b: mean(|pair| pair.b, tokens),
     }
 }
 
@@ -295,6 +313,13 @@ impl PairedSummary {
     /// `<model>_<A>_vs_<B>`: the stem of the files written beside the runs' folders.
     pub fn file_stem(&self) -> String {
         format!("{}_{}_vs_{}", self.model, self.file_a, self.file_b)
+    }
+
+    /// What the table says, in plain words: per row and metric, the difference and whether
+    /// its interval excludes 0 (a difference) or contains it (inside the noise); first, when
+    /// there was no judge, that only F1 is compared.
+    pub fn noise_lines(&self) -> Vec<String> {
+        markdown::noise_lines(self)
     }
 
     /// One line on the pairing: how many were paired and what was left out, and why.

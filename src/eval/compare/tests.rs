@@ -134,10 +134,22 @@ fn the_table_drops_the_judge_columns_without_a_judge() {
     let table = summary.table();
     assert!(!table.contains("J % A"), "{table}");
     assert!(
-        table.contains("| 2 temporal | 1 | 100.0 | 50.0 | +50.0 [+50.0, +50.0] | 3.0 | 1.0 |"),
+        table.contains(
+            "| 2 temporal | 1 | 100.0 | 50.0 | +50.0 [+50.0, +50.0] | +1 / −0 | 0 | 0 | 3.0 | 1.0 |"
+        ),
         "{table}"
     );
     let page = paired_markdown(&summary);
     assert!(page.contains("1 question(s) paired of 3 expected"), "{page}");
     assert!(page.contains("Judge: none (F1 only)"), "{page}");
+    // Said in plain words: no judge, then each row's difference against its interval.
+    assert_eq!(
+        summary.noise_lines(),
+        [
+            "No judge model (--judge-model): only F1 is compared, not J.",
+            "F1, 2 temporal: +50.0 points, 95% interval [+50.0, +50.0]: A is higher, outside the noise.",
+            "F1, overall (1–4): +50.0 points, 95% interval [+50.0, +50.0]: A is higher, outside the noise.",
+        ]
+    );
+    assert!(page.contains("- No judge model (--judge-model): only F1 is compared"), "{page}");
 }

@@ -31,8 +31,8 @@ use crate::results::Status;
 mod prompt;
 
 pub use self::prompt::{
-    CustomPrompt, CustomPromptError, JUDGE_SLOTS, JudgePrompt, JudgeProtocol, builtin_prompt,
-    prompt_for, read_custom_reply, verdict_schema,
+    CustomPrompt, CustomPromptError, JUDGE_SLOTS, JudgePrompt, JudgeProtocol, ProtocolMismatch,
+    builtin_prompt, prompt_for, read_custom_reply, verdict_schema,
 };
 
 /// Re-asks allowed when the judge's reply is not valid JSON of the expected shape.

@@ -13,7 +13,8 @@ use crate::llm::JsonSchemaSpec;
 use crate::llm::structured::extract_json;
 use crate::prompts::{self, Prompt};
 
-/// Which LoCoMo judge protocol to follow (LongMemEval always uses its per-type rules).
+/// Which judge protocol to follow. LongMemEval data is always judged by its per-type rules
+/// ([`JudgeProtocol::LongMemEval`]); on LoCoMo every protocol judges categories 1–4.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JudgeProtocol {
@@ -24,6 +25,25 @@ pub enum JudgeProtocol {
     /// Ours: categories 1–4, CORRECT only when the answer commits to the gold fact at the gold
     /// answer's precision, with nothing wrong added.
     Strict,
+    /// LongMemEval's judging: on LongMemEval data its per-type rules (the only protocol that
+    /// applies there); on LoCoMo its standard rule (`judge_longmemeval`: CORRECT when the
+    /// response contains the correct answer or something equivalent) on categories 1–4.
+    #[serde(rename = "longmemeval")]
+    LongMemEval,
+}
+
+/// A judge protocol that does not apply to the dataset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "judge protocol {protocol} does not apply to {dataset} data: {dataset} is judged by {allowed}"
+)]
+pub struct ProtocolMismatch {
+    /// The protocol asked for.
+    pub protocol: &'static str,
+    /// The dataset's name (`LoCoMo`, `LongMemEval`).
+    pub dataset: &'static str,
+    /// What the dataset accepts instead.
+    pub allowed: &'static str,
 }
 
 impl JudgeProtocol {
@@ -32,6 +52,33 @@ impl JudgeProtocol {
         match self {
             JudgeProtocol::Mem0 => "mem0",
             JudgeProtocol::Strict => "strict",
+            JudgeProtocol::LongMemEval => "longmemeval",
+        }
+    }
+
+    /// Whether the protocol applies to `dataset`: LoCoMo takes every protocol, LongMemEval only
+    /// its own per-type rules (`longmemeval`), own conversations none (nothing is judged).
+    pub fn check_dataset(self, dataset: DatasetKind) -> Result<(), ProtocolMismatch> {
+        let allowed = match (dataset, self) {
+            (DatasetKind::Locomo, _) | (DatasetKind::LongMemEval, JudgeProtocol::LongMemEval) => {
+                return Ok(());
+            }
+            (DatasetKind::LongMemEval, _) => "its per-type rules (--judge-protocol longmemeval)",
+            (DatasetKind::Own, _) => "no judge protocol (own conversations have no gold answers)",
+        };
+        let dataset = match dataset {
+            DatasetKind::Locomo => "LoCoMo",
+            DatasetKind::LongMemEval => "LongMemEval",
+            DatasetKind::Own => "own-conversation",
+        };
+        Err(ProtocolMismatch { protocol: self.as_str(), dataset, allowed })
+    }
+
+    /// The protocol used when none is named: `longmemeval` for LongMemEval data, else `mem0`.
+    pub fn default_for(dataset: DatasetKind) -> Self {
+        match dataset {
+            DatasetKind::LongMemEval => JudgeProtocol::LongMemEval,
+            DatasetKind::Locomo | DatasetKind::Own => JudgeProtocol::Mem0,
         }
     }
 }
@@ -158,8 +205,8 @@ impl JudgePrompt {
 }
 
 /// The prompt for an item, or `None` when the protocol does not judge it. LoCoMo: categories
-/// 1–4 only (both protocols; category 5 is scored by the refusal rule), with the protocol's
-/// prompt. LongMemEval: every question, abstention (`_abs`) questions with the abstention
+/// 1–4 only (every protocol; category 5 is scored by the refusal rule), with the protocol's
+/// prompt (`longmemeval`: LongMemEval's standard rule). LongMemEval: every question, abstention (`_abs`) questions with the abstention
 /// rule, the others with their question type's rule. A custom prompt replaces whichever
 /// built-in prompt would have been used.
 pub fn prompt_for(
@@ -185,6 +232,7 @@ pub fn builtin_prompt(
         (DatasetKind::Locomo, Category::Locomo(1..=4)) => Some(match protocol {
             JudgeProtocol::Mem0 => prompts::JUDGE_LOCOMO,
             JudgeProtocol::Strict => prompts::JUDGE_LOCOMO_STRICT,
+            JudgeProtocol::LongMemEval => prompts::JUDGE_LONGMEMEVAL,
         }),
         (DatasetKind::Locomo | DatasetKind::Own, _) => None,
         (DatasetKind::LongMemEval, _) if question_id.ends_with("_abs") => {

@@ -1,0 +1,39 @@
+//! `mragent compare RUN_A RUN_B` (and `eval --paired-with`, which takes this same path): score
+//! both runs with the same judge, compare them question by question, print the paired table
+//! and, in plain words, which differences are inside the noise.
+
+use std::sync::Arc;
+
+use super::Outcome;
+use super::judging::{judge_client, latched, until_fatal};
+use super::output::outln;
+use crate::eval::paired::BootstrapSettings;
+use crate::llm::fatal::FatalLatch;
+use crate::settings::{CompareJob, Scoring};
+
+/// Compares the two runs; partial when some judgements failed.
+pub async fn execute(job: &CompareJob) -> anyhow::Result<Outcome> {
+    compare_runs(&job.scoring, &job.run_b).await
+}
+
+/// Score run A (`scoring.settings.file`) and run B with the same judge, print the pairing,
+/// the paired table, the noise statements and where the comparison was written.
+pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Result<Outcome> {
+    let client = judge_client(scoring)?;
+    let latch = Arc::new(FatalLatch::default());
+    let judge = latched(client.as_ref(), &latch, scoring);
+    let bootstrap = BootstrapSettings::default();
+    let paired = until_fatal(
+        &latch,
+        crate::eval::evaluate_paired(&scoring.settings, run_b, bootstrap, judge.as_ref()),
+    )
+    .await?;
+    outln!("{}\n", paired.paired.pairing_line())?;
+    outln!("{}", paired.paired.table())?;
+    for line in paired.paired.noise_lines() {
+        outln!("{line}")?;
+    }
+    outln!("\nwritten to {}", paired.markdown_file.display())?;
+    let failed = paired.a.judge_failed + paired.b.judge_failed;
+    Ok(if failed > 0 { Outcome::Partial } else { Outcome::Success })
+}

@@ -1,0 +1,50 @@
+//! The judge of `eval` and `compare`: its client, the fatal latch in front of it, and work that
+//! stops once the latch trips.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::llm::Client;
+use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::settings::Scoring;
+
+/// The judge client, when a judge model is given.
+pub(super) fn judge_client(scoring: &Scoring) -> anyhow::Result<Option<Client>> {
+    let models = &scoring.models;
+    match &scoring.judge {
+        Some(choice) => {
+            models.require_key()?;
+            Ok(Some(
+                crate::llm::build_chat_model(&models.llm_config(choice))
+                    .context("building the judge client")?,
+            ))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The judge behind `latch`: the first refused key or unknown model stops the whole
+/// evaluation with one message; the judgements already made are cached and a rerun keeps them.
+pub(super) fn latched<'a>(
+    client: Option<&'a Client>,
+    latch: &Arc<FatalLatch>,
+    scoring: &Scoring,
+) -> Option<Latched<&'a Client>> {
+    client.map(|client| {
+        Latched::sharing(client, latch, scoring.models.key_variable, AfterFatal::Wait)
+    })
+}
+
+/// `work`, or the latch's cause once it trips.
+pub(super) async fn until_fatal<T>(
+    latch: &FatalLatch,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        biased;
+        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
+        value = work => value,
+    }
+}
