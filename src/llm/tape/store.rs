@@ -202,7 +202,7 @@ impl CallStore {
 
     /// Every recorded call, in the order they were first recorded.
     pub fn calls(&self) -> Result<Vec<StoredCall>, TapeError> {
-        let rows: Vec<(String, String, String, String, Vec<u8>, Vec<u8>)> = {
+        let rows: Vec<RawRow> = {
             let connection = self.lock();
             let mut statement = connection
                 .prepare("SELECT key, kind, model, context, request, reply FROM calls ORDER BY seq")
@@ -294,6 +294,9 @@ impl CallStore {
         }
     }
 }
+
+/// A `calls` row as stored: key, kind, model, context, packed request and reply.
+type RawRow = (String, String, String, String, Vec<u8>, Vec<u8>);
 
 /// A call to record.
 #[derive(Debug, Clone, Copy)]
