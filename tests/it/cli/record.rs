@@ -318,3 +318,36 @@ async fn export_then_verify_passes_and_an_altered_archive_fails() {
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("MISMATCH"), "{said}");
 }
+
+/// The MemGAS tool's query embeddings come from the local model; a replay takes them from the
+/// tape and never loads the model (here it could not: its folder does not exist), so the
+/// replayed answers cannot depend on the host's floating-point kernels.
+#[tokio::test]
+async fn local_query_embeddings_are_replayed_without_loading_the_model() {
+    let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
+    let (dir, data) = project(|_| {});
+    let live = server(|_| None).await;
+    let mut args = run_args(&data, &live, "t");
+    args.retain(|arg| *arg != "--no-memgas");
+    args.extend(["--embed-model-dir", model_dir.as_str()]);
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    drop(live);
+    let store = dir.path().join("record/locomo/local-tiny_t.calls.sqlite");
+    let calls = mragent::llm::tape::CallStore::open_read_only(&store).unwrap().calls().unwrap();
+    let local = mragent::embedding::LOCAL_EMBEDDER_NAME;
+    assert!(
+        calls.iter().any(|call| call.kind == "embed" && call.model == local),
+        "the local query embeddings are on the tape"
+    );
+
+    let mut replay = replay_args(&data, DEAD, "t", &[]);
+    replay.retain(|arg| *arg != "--no-memgas");
+    let missing = dir.path().join("no-model-here");
+    let env = [("MRAGENT_EMBED_MODEL_DIR", missing.to_str().unwrap())];
+    let output = mragent_in(dir.path(), &replay, &env).await;
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(stdout.contains("replay of t: 9 of 9 result lines identical"), "{stdout}");
+    assert_eq!(lines(dir.path(), "t"), lines(dir.path(), "t-replay"));
+}
