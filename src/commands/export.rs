@@ -193,7 +193,7 @@ fn memory_caches(directory: &Path, samples: &[String]) -> anyhow::Result<Vec<Pat
 }
 
 /// Every file under `directory` (none when it is missing), in path order.
-fn files_under(directory: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub(super) fn files_under(directory: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut pending = vec![directory.to_path_buf()];
     while let Some(folder) = pending.pop() {

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::llm::tape::{CallStore, Tape, TapeMode, TapeTotals};
-use crate::settings::RunJob;
+use crate::settings::{RunJob, RunSettings};
 
 /// `record/<dataset>/<model>_<tag>.calls.sqlite`: the calls a run sent.
 pub fn calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf {
@@ -19,14 +19,6 @@ pub fn calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf
 /// `record/<dataset>/<model>_<tag>.judge.sqlite`: the calls the judge made on a run.
 pub fn judge_calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf {
     root.join("record").join(dataset).join(format!("{model}_{tag}.judge.sqlite"))
-}
-
-/// The tag of `file` under `shard`, as [`crate::settings::RunSettings::tag`] makes it.
-fn shard_tag(file: &str, shard: Option<(u32, u32)>) -> String {
-    match shard {
-        Some((k, n)) => format!("{file}-shard-{k}-of-{n}"),
-        None => file.to_string(),
-    }
 }
 
 /// The tape of a run: its own store, recording; for `replay`, a copy of the recorded run's
@@ -39,7 +31,8 @@ pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
         let store = CallStore::open(&path)?;
         return Ok(Tape::new(Arc::new(store), TapeMode::Record));
     };
-    let source = calls_path(root, dataset, model, &shard_tag(&replay.from, job.run.shard));
+    let source =
+        calls_path(root, dataset, model, &RunSettings::tag_of(&replay.from, job.run.shard));
     if !source.is_file() {
         anyhow::bail!(
             "run {} has no recorded calls ({} is missing): only runs made by this version record their calls",

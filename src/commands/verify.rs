@@ -141,23 +141,12 @@ fn check_members(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Option<Str
     }
     let listed: std::collections::BTreeSet<PathBuf> =
         index.files.iter().map(|member| root.join(&member.path)).collect();
-    if let Some(extra) = walk(root)?.into_iter().find(|path| !listed.contains(path)) {
+    if let Some(extra) =
+        super::export::files_under(root)?.into_iter().find(|path| !listed.contains(path))
+    {
         return Ok(Some(format!("{} is in the archive but not in archive.json", extra.display())));
     }
     Ok(None)
-}
-
-fn walk(directory: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let mut pending = vec![directory.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder)? {
-            let path = entry?.path();
-            if path.is_dir() { pending.push(path) } else { files.push(path) }
-        }
-    }
-    files.sort();
-    Ok(files)
 }
 
 /// The result lines of the run, as `(sample, question id, file, line number)`.

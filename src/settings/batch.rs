@@ -169,9 +169,14 @@ impl RunSettings {
     /// shards run side by side. Result files and traces keep `--file`: they are per sample, and
     /// a sample belongs to one shard.
     pub fn tag(&self) -> String {
-        match self.shard {
-            Some((k, n)) => format!("{}-shard-{k}-of-{n}", self.file),
-            None => self.file.clone(),
+        Self::tag_of(&self.file, self.shard)
+    }
+
+    /// The tag of run `file` under `shard` (see [`RunSettings::tag`]).
+    pub fn tag_of(file: &str, shard: Option<(u32, u32)>) -> String {
+        match shard {
+            Some((k, n)) => format!("{file}-shard-{k}-of-{n}"),
+            None => file.to_string(),
         }
     }
 }

@@ -172,10 +172,12 @@ impl Tape {
         Fut: Future<Output = Result<Embeddings, Error>>,
     {
         let keys: Vec<String> = texts.iter().map(|text| embed_key(model, text)).collect();
-        let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(texts.len());
-        for key in &keys {
-            vectors.push(self.lookup(key).await?.map(|bytes| decode_vector(&bytes)));
-        }
+        let mut vectors: Vec<Option<Vec<f32>>> = self
+            .lookup_all(keys.clone())
+            .await?
+            .into_iter()
+            .map(|bytes| bytes.map(|bytes| decode_vector(&bytes)))
+            .collect();
         let missing: Vec<usize> = (0..texts.len()).filter(|&i| vectors[i].is_none()).collect();
         self.count_hit((texts.len() - missing.len()) as u64);
         let mut usage = Usage::default();
@@ -197,21 +199,26 @@ impl Tape {
                 });
             }
             usage = embedded.usage;
+            let mut records = Vec::with_capacity(missing.len());
             for (&i, vector) in missing.iter().zip(embedded.vectors) {
                 let request = serde_json::json!({ "model": model, "input": texts[i] });
-                let reply = encode_vector(&vector);
-                self.record(keys[i].clone(), "embed", model.to_string(), request, reply).await?;
+                records.push((keys[i].clone(), request, encode_vector(&vector)));
                 vectors[i] = Some(vector);
             }
+            // One transaction for the batch.
+            self.record_all("embed", model.to_string(), records).await?;
             self.count_sent(missing.len() as u64);
         }
         Ok(Embeddings { vectors: vectors.into_iter().flatten().collect(), usage })
     }
 
     async fn lookup(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.lookup_all(vec![key.to_string()]).await?.pop().flatten())
+    }
+
+    async fn lookup_all(&self, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, Error> {
         let store = Arc::clone(&self.store);
-        let key = key.to_string();
-        tokio::task::spawn_blocking(move || store.reply(&key))
+        tokio::task::spawn_blocking(move || store.replies(&keys))
             .await
             .map_err(|error| Error::Tape(format!("reading the recorded calls: {error}")))?
             .map_err(|error| Error::Tape(error.to_string()))
@@ -225,20 +232,35 @@ impl Tape {
         request: Value,
         reply: Vec<u8>,
     ) -> Result<(), Error> {
+        self.record_all(kind, model, vec![(key, request, reply)]).await
+    }
+
+    /// Records `(key, request, reply)` calls of one kind and model in one transaction, under
+    /// the current work item.
+    async fn record_all(
+        &self,
+        kind: &'static str,
+        model: String,
+        calls: Vec<(String, Value, Vec<u8>)>,
+    ) -> Result<(), Error> {
         let store = Arc::clone(&self.store);
         let context = context();
         tokio::task::spawn_blocking(move || {
-            store.put(&NewCall {
-                key: &key,
-                kind,
-                model: &model,
-                context: &context,
-                request: &request,
-                reply: &reply,
-            })
+            let calls: Vec<NewCall<'_>> = calls
+                .iter()
+                .map(|(key, request, reply)| NewCall {
+                    key,
+                    kind,
+                    model: &model,
+                    context: &context,
+                    request,
+                    reply,
+                })
+                .collect();
+            store.put_all(&calls)
         })
         .await
-        .map_err(|error| Error::Tape(format!("recording a call: {error}")))?
+        .map_err(|error| Error::Tape(format!("recording calls: {error}")))?
         .map_err(|error| Error::Tape(error.to_string()))?;
         Ok(())
     }

@@ -3,8 +3,8 @@
 //!
 //! - `calls`: one row per distinct request, keyed by the hash of the request
 //!   ([`super::chat_key`], [`super::embed_key`]), with its kind, model, the work item it was
-//!   sent for (a question id, or empty), the order it was first recorded in, the request
-//!   skeleton and the reply.
+//!   sent for (a question id, or empty), the request skeleton and the reply; the row id keeps
+//!   the order they were first recorded in.
 //! - `bodies`: every message and tool list a skeleton names, stored once by content hash, so
 //!   the system prompt and the growing transcript of a tool loop are not repeated per round.
 //!
@@ -127,7 +127,6 @@ impl CallStore {
                  CREATE TABLE IF NOT EXISTS bodies(hash TEXT PRIMARY KEY, body BLOB NOT NULL);
                  CREATE TABLE IF NOT EXISTS calls(
                      key TEXT PRIMARY KEY,
-                     seq INTEGER NOT NULL,
                      kind TEXT NOT NULL,
                      model TEXT NOT NULL,
                      context TEXT NOT NULL,
@@ -161,43 +160,75 @@ impl CallStore {
 
     /// The reply recorded for `key`, decompressed.
     pub fn reply(&self, key: &str) -> Result<Option<Vec<u8>>, TapeError> {
-        let blob: Option<Vec<u8>> = self
-            .lock()
-            .query_row("SELECT reply FROM calls WHERE key = ?1", [key], |row| row.get(0))
-            .optional()
-            .map_err(|source| sql(&self.path, source))?;
-        blob.map(|blob| self.unpack(&blob, &format!("the reply of {key}"))).transpose()
+        Ok(self.replies(&[key.to_string()])?.pop().flatten())
     }
 
-    /// Records one call in one transaction (a request already recorded keeps its first
-    /// reply). `request` is split into a skeleton and bodies by [`split_request`].
+    /// The replies recorded for `keys`, in order, decompressed (one lock, one statement).
+    pub fn replies(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, TapeError> {
+        let blobs: Vec<Option<Vec<u8>>> = {
+            let connection = self.lock();
+            let mut statement = connection
+                .prepare_cached("SELECT reply FROM calls WHERE key = ?1")
+                .map_err(|source| sql(&self.path, source))?;
+            keys.iter()
+                .map(|key| {
+                    statement
+                        .query_row([key], |row| row.get(0))
+                        .optional()
+                        .map_err(|source| sql(&self.path, source))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        keys.iter()
+            .zip(blobs)
+            .map(|(key, blob)| {
+                blob.map(|blob| self.unpack(&blob, &format!("the reply of {key}"))).transpose()
+            })
+            .collect()
+    }
+
+    /// Records one call (see [`CallStore::put_all`]); whether it was new.
     pub fn put(&self, call: &NewCall<'_>) -> Result<bool, TapeError> {
-        let (skeleton, bodies) = split_request(call.request);
-        let skeleton = pack(&self.path, &serde_json::to_vec(&skeleton).unwrap_or_default())?;
-        let reply = pack(&self.path, call.reply)?;
-        let bodies = bodies
-            .into_iter()
-            .map(|(hash, body)| Ok((hash, pack(&self.path, &body)?)))
-            .collect::<Result<Vec<_>, TapeError>>()?;
+        Ok(self.put_all(std::slice::from_ref(call))? == 1)
+    }
+
+    /// Records calls in one transaction (a request already recorded keeps its first reply);
+    /// how many were new. Each request is split into a skeleton and bodies by
+    /// [`split_request`].
+    pub fn put_all(&self, calls: &[NewCall<'_>]) -> Result<usize, TapeError> {
+        let mut packed = Vec::with_capacity(calls.len());
+        for call in calls {
+            let (skeleton, bodies) = split_request(call.request);
+            let skeleton = pack(&self.path, &serde_json::to_vec(&skeleton).unwrap_or_default())?;
+            let reply = pack(&self.path, call.reply)?;
+            let bodies = bodies
+                .into_iter()
+                .map(|(hash, body)| Ok((hash, pack(&self.path, &body)?)))
+                .collect::<Result<Vec<_>, TapeError>>()?;
+            packed.push((call, skeleton, reply, bodies));
+        }
         let mut connection = self.lock();
         let transaction = connection.transaction().map_err(|source| sql(&self.path, source))?;
-        for (hash, body) in &bodies {
-            transaction
+        let mut inserted = 0;
+        for (call, skeleton, reply, bodies) in &packed {
+            for (hash, body) in bodies {
+                transaction
+                    .execute(
+                        "INSERT OR IGNORE INTO bodies(hash, body) VALUES (?1, ?2)",
+                        params![hash, body],
+                    )
+                    .map_err(|source| sql(&self.path, source))?;
+            }
+            inserted += transaction
                 .execute(
-                    "INSERT OR IGNORE INTO bodies(hash, body) VALUES (?1, ?2)",
-                    params![hash, body],
+                    "INSERT OR IGNORE INTO calls(key, kind, model, context, request, reply)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![call.key, call.kind, call.model, call.context, skeleton, reply],
                 )
                 .map_err(|source| sql(&self.path, source))?;
         }
-        let inserted = transaction
-            .execute(
-                "INSERT OR IGNORE INTO calls(key, seq, kind, model, context, request, reply)
-                 VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM calls), ?2, ?3, ?4, ?5, ?6)",
-                params![call.key, call.kind, call.model, call.context, skeleton, reply],
-            )
-            .map_err(|source| sql(&self.path, source))?;
         transaction.commit().map_err(|source| sql(&self.path, source))?;
-        Ok(inserted == 1)
+        Ok(inserted)
     }
 
     /// Every recorded call, in the order they were first recorded.
@@ -205,7 +236,9 @@ impl CallStore {
         let rows: Vec<RawRow> = {
             let connection = self.lock();
             let mut statement = connection
-                .prepare("SELECT key, kind, model, context, request, reply FROM calls ORDER BY seq")
+                .prepare(
+                    "SELECT key, kind, model, context, request, reply FROM calls ORDER BY rowid",
+                )
                 .map_err(|source| sql(&self.path, source))?;
             let rows = statement
                 .query_map([], |row| {

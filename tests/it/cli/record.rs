@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::Path;
 
+use mragent::agent::rules::{Rule, RuleSet};
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use serde_json::{Value, json};
 
@@ -115,6 +116,24 @@ async fn a_changed_request_is_named_and_fill_sends_only_the_changed_calls() {
     let output = mragent_in(dir.path(), &run_args(&data, &live, "t"), &[]).await;
     assert!(output.status.success(), "{}", text(&output.stderr));
     drop(live);
+
+    // A rule appended to the loop's system prompt: the first loop request is named with its
+    // question.
+    let rule = Rule {
+        id: "M0".into(),
+        text: "Quote the date of the line you answer from.".into(),
+        sources: Vec::new(),
+        added: None,
+        changed: None,
+    };
+    let rules = serde_json::to_string(&RuleSet::new(vec![rule])).unwrap();
+    std::fs::write(dir.path().join("rules.json"), rules).unwrap();
+    let ruled = replay_args(&data, DEAD, "t", &["--meta-rules", "rules.json", "--to", "ruled"]);
+    let output = mragent_in(dir.path(), &ruled, &[]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("answering stopped: replay: question conv-7:"), "{stderr}");
+    assert!(stderr.contains("chat request") && stderr.contains("was never recorded"), "{stderr}");
 
     // One question reworded: its requests were never recorded.
     let original = std::fs::read_to_string(&data).unwrap();
