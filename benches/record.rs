@@ -104,6 +104,15 @@ fn main() {
         let sent = server.request_count();
         let store = root.join("record/locomo/local-bench_pub.calls.sqlite");
         let size = mragent::llm::tape::CallStore::open(&store).unwrap().size().unwrap();
+        let calls = mragent::llm::tape::CallStore::open(&store).unwrap().calls().unwrap();
+        let kinds = |kind: &str, model: Option<&str>| {
+            calls
+                .iter()
+                .filter(|call| call.kind == kind && model.is_none_or(|model| call.model == model))
+                .count()
+        };
+        let local = mragent::embedding::LOCAL_EMBEDDER_NAME;
+        let (chats, embeds, locals) = (kinds("chat", None), kinds("embed", None), kinds("embed", Some(local)));
         println!(
             "record: conv-{sample}, {questions} questions, memgas {memgas}: run {:.1} s, {sent} requests ({raw} bytes of request JSON)",
             finished.wall.as_secs_f64()
@@ -117,6 +126,11 @@ fn main() {
             raw as f64 / size.file_bytes as f64
         );
 
+        println!(
+            "  by kind: {chats} chat calls, {embeds} embedded texts ({locals} by the local model); vectors of a real API embedder would add at most {:.1} MB uncompressed ({} texts × 3072 × 4 bytes)",
+            ((embeds - locals) * run::DIMS * 4) as f64 / 1e6,
+            embeds - locals
+        );
         let binary = run::binary();
         let data = data.to_str().unwrap();
         let eval = [
