@@ -20,7 +20,6 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
-use serde_json::json;
 
 #[path = "support/run.rs"]
 mod run;
@@ -34,23 +33,7 @@ fn knob(name: &str, default: &str) -> String {
 /// The run's endpoint, which also judges: CORRECT when the answer contains the gold.
 fn responder(memgas: bool) -> impl Fn(&RecordedRequest) -> ScriptedReply + Send + Sync + 'static {
     let rest = run::responder(Duration::ZERO, memgas);
-    move |request| {
-        let text = request.last_message_text();
-        if !(text.contains("Gold answer:") && text.contains("Assistant's answer:")) {
-            return rest(request);
-        }
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(name))
-                .unwrap_or_default()
-                .trim()
-                .to_lowercase()
-        };
-        let right = field("Assistant's answer:").contains(&field("Gold answer:"));
-        ScriptedReply::json(
-            &json!({"reason": "r", "label": if right { "CORRECT" } else { "WRONG" }}),
-        )
-    }
+    move |request| mragent::eval::judge::scripted_verdict(request).unwrap_or_else(|| rest(request))
 }
 
 /// Runs `program args` in `root`; its wall time and output.

@@ -441,5 +441,30 @@ fn read_cache(path: &Path) -> anyhow::Result<(BTreeMap<CacheKey, JudgementRecord
     Ok((cache, ends_cleanly))
 }
 
+/// The judge the scripted endpoint plays in tests and benchmarks: for a LoCoMo judge request
+/// (mem0 or strict prompt), CORRECT when the assistant's answer contains the gold answer
+/// (case aside), else WRONG; `None` for any other request.
+#[cfg(any(test, feature = "test-support"))]
+pub fn scripted_verdict(
+    request: &crate::llm::scripted::RecordedRequest,
+) -> Option<crate::llm::scripted::ScriptedReply> {
+    let text = request.last_message_text();
+    if !(text.contains("Gold answer:") && text.contains("Assistant's answer:")) {
+        return None;
+    }
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_default()
+            .trim()
+            .to_lowercase()
+    };
+    let right = field("Assistant's answer:").contains(&field("Gold answer:"));
+    let label = if right { "CORRECT" } else { "WRONG" };
+    Some(crate::llm::scripted::ScriptedReply::json(
+        &serde_json::json!({"reason": "the answer contains the gold answer, or not", "label": label}),
+    ))
+}
+
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use std::io::Read as _;
 use std::path::Path;
 
 use mragent::agent::rules::{Rule, RuleSet};
-use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
+use mragent::llm::scripted::ScriptedServer;
 use serde_json::{Value, json};
 
 use super::mragent_in;
@@ -16,23 +16,7 @@ use super::safety::{project, run_args, server};
 
 /// The answer fixture's endpoint, which also judges: CORRECT when the answer contains the gold.
 async fn judging_server() -> ScriptedServer {
-    server(|request: &RecordedRequest| {
-        let text = request.last_message_text();
-        (text.contains("Gold answer:") && text.contains("Assistant's answer:")).then(|| {
-            let field = |name: &str| {
-                text.lines()
-                    .find_map(|line| line.strip_prefix(name))
-                    .unwrap_or_default()
-                    .trim()
-                    .to_lowercase()
-            };
-            let right = field("Assistant's answer:").contains(&field("Gold answer:"));
-            ScriptedReply::json(
-                &json!({"reason": "r", "label": if right { "CORRECT" } else { "WRONG" }}),
-            )
-        })
-    })
-    .await
+    server(mragent::eval::judge::scripted_verdict).await
 }
 
 /// The result lines of `tag` by question id, without the measured latency.
