@@ -102,6 +102,12 @@ pub fn conversation_id(value: &str) -> Result<String, InvalidName> {
     Ok(value.to_string())
 }
 
+/// clap's parser of user ids: [`check_name`] with [`NameKind::User`].
+pub fn user_id(value: &str) -> Result<String, InvalidName> {
+    check_name(NameKind::User, value)?;
+    Ok(value.to_string())
+}
+
 fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '+')
 }

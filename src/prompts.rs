@@ -109,6 +109,7 @@ prompt!(ANSWER_META_RULES, "answer_meta_rules");
 prompt!(LEARN_SUMMARY, "learn_summary");
 prompt!(LEARN_PROPOSE, "learn_propose");
 prompt!(LEARN_CONSOLIDATE, "learn_consolidate");
+prompt!(FACT_CONFLICTS, "fact_conflicts");
 prompt!(JUDGE_LOCOMO, "judge_locomo");
 prompt!(JUDGE_LOCOMO_STRICT, "judge_locomo_strict");
 prompt!(JUDGE_LONGMEMEVAL, "judge_longmemeval");
@@ -145,6 +146,7 @@ pub const ALL: &[Prompt] = &[
     LEARN_SUMMARY,
     LEARN_PROPOSE,
     LEARN_CONSOLIDATE,
+    FACT_CONFLICTS,
     JUDGE_LOCOMO,
     JUDGE_LOCOMO_STRICT,
     JUDGE_LONGMEMEVAL,

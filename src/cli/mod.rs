@@ -15,8 +15,9 @@ mod record;
 pub use self::eval::{CompareArgs, EvalArgs, EvalProtocolArg, JudgeProtocolArg, ScoringArgs};
 pub use self::learn::LearnArgs;
 pub use self::own::{
-    AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryForgetArgs, MemoryListArgs,
-    MemorySearchArgs, MemoryShowArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
+    AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryCorrectArgs, MemoryFactsArgs,
+    MemoryForgetArgs, MemoryHistoryArgs, MemoryListArgs, MemorySearchArgs, MemoryShowArgs,
+    MemoryUndoArgs, ScopeArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
 };
 pub use self::record::{ExportArgs, ReplayArgs, VerifyArgs};
 

@@ -50,8 +50,102 @@ pub enum MemoryCommand {
     /// One conversation's sessions and messages.
     Show(MemoryShowArgs),
     /// Delete a conversation and everything stored for it, or (`--message ID`) one message,
-    /// whose session is then rebuilt from the messages left.
+    /// whose session is then rebuilt from the messages left (logged; `memory undo` reverts it).
     Forget(MemoryForgetArgs),
+    /// The personal facts of a user's conversations or of one conversation, with validity.
+    Facts(MemoryFactsArgs),
+    /// Correct one fact's value (logged; `memory undo` reverts it).
+    Correct(MemoryCorrectArgs),
+    /// The audit log of single edits (forgotten messages, corrected facts, undos).
+    History(MemoryHistoryArgs),
+    /// Revert one edit of the audit log.
+    Undo(MemoryUndoArgs),
+}
+
+/// A user and optionally one of their conversations, or one conversation.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = true)]
+pub struct ScopeArgs {
+    /// Conversation id (with `--user`: only this conversation of the user's).
+    #[arg(long, value_parser = crate::names::conversation_id)]
+    pub conversation: Option<String>,
+    /// A user: all of the user's conversations.
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub user: Option<String>,
+}
+
+/// `key=value`, both names.
+fn tag(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or("expected key=value")?;
+    for part in [key, value] {
+        crate::names::check_name(crate::names::NameKind::Tag, part).map_err(|e| e.to_string())?;
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
+/// A time bound: RFC 3339, `YYYY-MM-DD HH:MM[:SS]` (UTC) or `YYYY-MM-DD`.
+fn time(text: &str) -> Result<String, String> {
+    crate::convo::Timestamp::parse(text)
+        .map(|_| text.to_string())
+        .ok_or_else(|| "expected RFC 3339, YYYY-MM-DD HH:MM[:SS] or YYYY-MM-DD".to_string())
+}
+
+/// `mragent memory facts`.
+#[derive(Debug, Args)]
+pub struct MemoryFactsArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Only facts about this person.
+    #[arg(long)]
+    pub person: Option<String>,
+    /// Only this aspect.
+    #[arg(long)]
+    pub aspect: Option<String>,
+    /// Earlier values too, with the dates they held.
+    #[arg(long)]
+    pub history: bool,
+    /// As known at this time (a date: its end).
+    #[arg(long, value_parser = time)]
+    pub as_of: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `mragent memory correct`.
+#[derive(Debug, Args)]
+pub struct MemoryCorrectArgs {
+    /// The fact's id, as `memory facts` lists it.
+    #[arg(long)]
+    pub fact: i64,
+    /// Its value from now on.
+    pub value: String,
+}
+
+/// `mragent memory history`.
+#[derive(Debug, Args)]
+pub struct MemoryHistoryArgs {
+    /// Only edits of this user's conversations.
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub user: Option<String>,
+    /// Only edits of this conversation.
+    #[arg(long, value_parser = crate::names::conversation_id)]
+    pub conversation: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `mragent memory undo`.
+#[derive(Debug, Args)]
+pub struct MemoryUndoArgs {
+    /// The edit's id, as `memory history` lists it.
+    pub edit: i64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub models: StoreModelArgs,
 }
 
 /// `mragent memory add`.
@@ -62,6 +156,15 @@ pub struct MemoryAddArgs {
     pub conversation: String,
     /// The messages: a JSON or JSONL file, or `-` for stdin (format: data/examples/README.md).
     pub file: PathBuf,
+    /// The user the conversation belongs to (set when it is created).
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub user: Option<String>,
+    /// The agent the conversation belongs to (set when it is created).
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub agent: Option<String>,
+    /// A tag every message of this add carries, `key=value` (repeatable; search filters on it).
+    #[arg(long = "tag", value_parser = tag)]
+    pub tags: Vec<(String, String)>,
     /// A gap without messages that starts a new session (for messages without a session id).
     #[arg(long, default_value = "4h", value_parser = crate::convo::parse_gap)]
     pub session_gap: chrono::TimeDelta,
@@ -78,11 +181,22 @@ pub struct MemoryAddArgs {
 /// `mragent memory search`.
 #[derive(Debug, Args)]
 pub struct MemorySearchArgs {
-    /// Conversation id.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// What to look for.
     pub query: String,
+    /// Only lines said by this speaker.
+    #[arg(long)]
+    pub speaker: Option<String>,
+    /// Only lines sent at or after this time (a date: its first second).
+    #[arg(long, value_parser = time)]
+    pub from: Option<String>,
+    /// Only lines sent at or before this time (a date: its last second).
+    #[arg(long, value_parser = time)]
+    pub to: Option<String>,
+    /// Only lines added with this tag, `key=value` (repeatable: all must hold).
+    #[arg(long = "tag", value_parser = tag)]
+    pub tags: Vec<(String, String)>,
     /// How many lines.
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
@@ -96,6 +210,9 @@ pub struct MemorySearchArgs {
 /// `mragent memory list`.
 #[derive(Debug, Args)]
 pub struct MemoryListArgs {
+    /// Only this user's conversations.
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub user: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -130,8 +247,15 @@ pub struct MemoryForgetArgs {
 #[derive(Debug, Args)]
 pub struct AskArgs {
     /// Conversation id.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
+    #[arg(long, value_parser = crate::names::conversation_id, required_unless_present = "user", conflicts_with = "user")]
+    pub conversation: Option<String>,
+    /// A user: the question is answered over all of the user's conversations.
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub user: Option<String>,
+    /// Answer from what was known at this time: later messages are invisible, facts valid
+    /// then are current (a date: its end).
+    #[arg(long, value_parser = time)]
+    pub as_of: Option<String>,
     /// The question.
     pub question: String,
     /// Print the report as JSON.

@@ -3,16 +3,16 @@
 
 use super::Outcome;
 use super::output::outln;
-use super::own::{recorded_embedder, service};
+use super::own::{scope_embedder, service};
 use crate::service::AskReport;
 use crate::settings::AskJob;
 
 /// Asks and prints the report; a failed question is an error (after the report).
 pub async fn execute(job: &AskJob) -> anyhow::Result<Outcome> {
-    let spec = recorded_embedder(&job.own.paths, &job.conversation)?;
+    let spec = scope_embedder(&job.own.paths, &job.scope)?;
     job.own.models.require_key()?;
     let service = service(&job.own, &spec).await?;
-    let report = service.ask(&job.conversation, &job.question).await?;
+    let report = service.ask_scoped(&job.scope, &job.question, job.as_of.as_deref(), None).await?;
     if job.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
@@ -28,17 +28,27 @@ pub async fn execute(job: &AskJob) -> anyhow::Result<Outcome> {
 /// (when the loop had rules), the question id and the trace.
 fn print_report(report: &AskReport) -> anyhow::Result<()> {
     outln!("{}", if report.ok { &report.answer } else { "(no answer)" })?;
+    let other = |conversation: &str| conversation != report.conversation;
     for line in &report.supporting {
         let date = line.date.as_deref().unwrap_or("?");
-        outln!("  [{}] {date} {}: {}", line.dia_id, line.speaker, line.text)?;
+        let place = if other(&line.conversation) {
+            format!("{} {}", line.conversation, line.dia_id)
+        } else {
+            line.dia_id.clone()
+        };
+        outln!("  [{place}] {date} {}: {}", line.speaker, line.text)?;
     }
     for missing in &report.missing_sessions {
         let why = missing.error.as_deref().unwrap_or("never built; run the add again");
         outln!(
-            "note: answered without session {} ({} messages not built: {why})",
+            "note: answered without session {} of {} ({} messages not built: {why})",
             missing.session,
+            missing.conversation,
             missing.messages
         )?;
+    }
+    if let Some(at) = &report.as_of {
+        outln!("as of: {at}")?;
     }
     if let Some(hash) = &report.meta_rules {
         outln!("meta rules: {hash}")?;

@@ -8,15 +8,16 @@ use anyhow::Context as _;
 
 use super::Outcome;
 use super::output::{out, outln};
-use super::own::{open_store, recorded_embedder, service};
-use crate::service::{AddReport, LOCAL_EMBEDDER, SearchHit};
+use super::own::{open_store, recorded_embedder, scope_embedder, service};
+use crate::service::{AddReport, LOCAL_EMBEDDER, Scope, SearchHit};
 use crate::settings::{MemoryJob, OwnSettings, ProjectPaths};
+use crate::store::AddScope;
 
 /// Does the job and prints its report; partial when some sessions could not be built.
 pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
     match job {
-        MemoryJob::Add { conversation, file, json, own } => {
-            let report = add(&own, &conversation, &file).await?;
+        MemoryJob::Add { conversation, file, json, own, scope } => {
+            let report = add(&own, &conversation, &file, scope).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&report)?)?;
             } else {
@@ -24,15 +25,30 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
             }
             Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
         }
-        MemoryJob::Search { conversation, query, k, json, own } => {
-            let hits = search(&own, &conversation, &query, k).await?;
-            print_hits(&hits, json)?;
+        MemoryJob::Search { scope, filters, query, k, json, own } => {
+            let spec = scope_embedder(&own.paths, &scope)?;
+            if spec != LOCAL_EMBEDDER {
+                own.models.require_key()?;
+            }
+            let service = service(&own, &spec).await?;
+            let hits = service.search_scoped(&scope, &query, k, &filters).await?;
+            print_hits(&hits, matches!(scope, Scope::User(_)), json)?;
             Ok(Outcome::Success)
         }
-        MemoryJob::List { paths, json } => {
-            list(&paths, json)?;
+        MemoryJob::List { paths, user, json } => {
+            list(&paths, user.as_deref(), json)?;
             Ok(Outcome::Success)
         }
+        MemoryJob::Facts { paths, query, json } => {
+            super::memory_edits::facts(&paths, &query, json).await
+        }
+        MemoryJob::Correct { paths, fact, value } => {
+            super::memory_edits::correct(&paths, fact, &value).await
+        }
+        MemoryJob::History { paths, user, conversation, json } => {
+            super::memory_edits::history(&paths, user.as_deref(), conversation.as_deref(), json)
+        }
+        MemoryJob::Undo { edit, json, own } => super::memory_edits::undo(&own, edit, json).await,
         MemoryJob::Show { paths, conversation, json } => {
             let stored = open_store(&paths)?.load(&conversation)?;
             out!("{}", render_conversation(&stored, json)?)?;
@@ -45,7 +61,12 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
 }
 
 /// `memory add`: parse first (a bad file changes nothing), then add.
-async fn add(own: &OwnSettings, conversation: &str, file: &Path) -> anyhow::Result<AddReport> {
+async fn add(
+    own: &OwnSettings,
+    conversation: &str,
+    file: &Path,
+    scope: AddScope,
+) -> anyhow::Result<AddReport> {
     let text = if file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).context("reading messages from stdin")?;
@@ -64,51 +85,33 @@ async fn add(own: &OwnSettings, conversation: &str, file: &Path) -> anyhow::Resu
         None => own.service.embedder.clone(),
     };
     let service = service(own, &spec).await?;
-    Ok(service.add(conversation, messages).await?)
+    Ok(service.add_scoped(conversation, scope, messages).await?)
 }
 
-/// `memory search`: a key is needed only for an API embedder.
-async fn search(
-    own: &OwnSettings,
-    conversation: &str,
-    query: &str,
-    k: usize,
-) -> anyhow::Result<Vec<SearchHit>> {
-    let spec = recorded_embedder(&own.paths, conversation)?;
-    if spec != LOCAL_EMBEDDER {
-        own.models.require_key()?;
-    }
-    let service = service(own, &spec).await?;
-    Ok(service.search(conversation, query, k).await?)
-}
-
-fn print_hits(hits: &[SearchHit], json: bool) -> anyhow::Result<()> {
+/// The hits (over a user: each with its conversation).
+fn print_hits(hits: &[SearchHit], user: bool, json: bool) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&hits)?)?;
     }
     for hit in hits.iter().filter(|_| !json) {
         let when = hit.timestamp.as_deref().or(hit.date.as_deref()).unwrap_or("?");
-        outln!(
-            "{:.3}  [{}] {when} {}: {}  ({})",
-            hit.score,
-            hit.dia_id,
-            hit.speaker,
-            hit.text,
-            hit.id
-        )?;
+        let place =
+            if user { format!("{} {}", hit.conversation, hit.dia_id) } else { hit.dia_id.clone() };
+        outln!("{:.3}  [{place}] {when} {}: {}  ({})", hit.score, hit.speaker, hit.text, hit.id)?;
     }
     Ok(())
 }
 
 /// `memory list`.
-fn list(paths: &ProjectPaths, json: bool) -> anyhow::Result<()> {
-    let conversations = open_store(paths)?.list()?;
+fn list(paths: &ProjectPaths, user: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let conversations = open_store(paths)?.list_of(user)?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&conversations)?)?;
     }
     for info in conversations.iter().filter(|_| !json) {
+        let owner = info.user.as_deref().map(|user| format!(", user {user}")).unwrap_or_default();
         outln!(
-            "{}  {} messages, {} sessions ({} built), {} to {}, embedder {}",
+            "{}  {} messages, {} sessions ({} built), {} to {}, embedder {}{owner}",
             info.id,
             info.messages,
             info.sessions,
@@ -140,13 +143,15 @@ async fn forget(
     let spec = recorded_embedder(paths, conversation)?;
     own.models.require_key()?;
     let service = service(own, &spec).await?;
-    let (forgotten, report) = service.forget_message(conversation, message).await?;
+    let (forgotten, report) = service.forget_message(conversation, message, "cli").await?;
     let removed = if forgotten.session_removed { ", now empty and removed" } else { "" };
     outln!(
-        "forgot message {} of {} (session {}{removed})",
+        "forgot message {} of {} (session {}{removed}); edit {} (`memory undo {}` reverts it)",
         forgotten.message,
         forgotten.conversation,
-        forgotten.session
+        forgotten.session,
+        forgotten.edit,
+        forgotten.edit
     )?;
     outln!("{report}")?;
     Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })

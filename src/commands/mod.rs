@@ -14,6 +14,7 @@ pub mod export;
 pub mod interrupt;
 pub mod learn;
 pub mod memory;
+mod memory_edits;
 pub mod output;
 pub mod ping;
 pub mod retrieve;

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use super::chat_client;
 use crate::embedding::load_local_source;
 use crate::llm::Client;
-use crate::service::{LOCAL_EMBEDDER, MemoryService, OwnEmbedder};
+use crate::service::{LOCAL_EMBEDDER, MemoryService, OwnEmbedder, Scope};
 use crate::settings::{OwnSettings, ProjectPaths};
 use crate::store::Store;
 
@@ -47,5 +47,17 @@ pub(super) fn recorded_embedder(
     match store.info(conversation)? {
         Some(info) => Ok(info.embedder),
         None => Err(crate::store::StoreError::UnknownConversation(conversation.to_string()).into()),
+    }
+}
+
+/// The embedder of a scope: its conversation's, or the first of the user's conversations'
+/// (a query over a user needs all of them embedded alike; the service checks).
+pub(super) fn scope_embedder(paths: &ProjectPaths, scope: &Scope) -> anyhow::Result<String> {
+    match scope {
+        Scope::Conversation(conversation) => recorded_embedder(paths, conversation),
+        Scope::User(user) => match open_store(paths)?.list_of(Some(user))?.into_iter().next() {
+            Some(info) => Ok(info.embedder),
+            None => Err(crate::service::ServiceError::UnknownUser(user.clone()).into()),
+        },
     }
 }

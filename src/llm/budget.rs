@@ -33,11 +33,13 @@ pub enum Step {
     Learn,
     /// `mragent ping`.
     Ping,
+    /// Whether new personal facts replace older ones (own memory).
+    Facts,
 }
 
 impl Step {
     /// Every step, in a fixed order.
-    pub const ALL: [Step; 10] = [
+    pub const ALL: [Step; 11] = [
         Step::Rewrite,
         Step::Keywords,
         Step::Granules,
@@ -48,6 +50,7 @@ impl Step {
         Step::Judge,
         Step::Learn,
         Step::Ping,
+        Step::Facts,
     ];
 
     /// The name used on the command line.
@@ -63,6 +66,7 @@ impl Step {
             Step::Judge => "judge",
             Step::Learn => "learn",
             Step::Ping => "ping",
+            Step::Facts => "facts",
         }
     }
 
@@ -72,7 +76,7 @@ impl Step {
             Step::Rewrite => 8192,
             Step::Keywords | Step::Granules => 4096,
             Step::QuestionKeywords | Step::TagScores | Step::Judge => 512,
-            Step::Rerank => 1024,
+            Step::Rerank | Step::Facts => 1024,
             Step::Answer | Step::Learn => 2048,
             Step::Ping => 64,
         }

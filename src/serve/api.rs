@@ -144,11 +144,39 @@ impl PartialSchema for Message {
 
 impl ToSchema for Message {}
 
+/// A name ([`crate::names::check_name`]'s rule).
+pub(crate) fn name_schema(description: &str) -> ObjectBuilder {
+    string(description)
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME_CHARS))
+        .pattern(Some(NAME_PATTERN))
+}
+
+/// Largest number of tags on one add or one search.
+pub(crate) const MAX_TAGS: usize = 32;
+
+/// Free key/value tags: names to names.
+pub(crate) fn tags_schema(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(description))
+        .property_names(Some(name_schema("a tag key")))
+        .additional_properties(Some(name_schema("a tag value")))
+        .max_properties(Some(MAX_TAGS))
+}
+
+/// A time in the timestamp formats messages take.
+pub(crate) fn time_schema(description: &str) -> ObjectBuilder {
+    string(description).pattern(Some(TIMESTAMP_PATTERN))
+}
+
 /// `POST /v1/conversations/{id}/messages`.
 #[derive(Debug, Clone)]
 pub(crate) struct AddRequest {
     /// The messages, parsed.
     pub(crate) messages: Vec<crate::convo::Message>,
+    /// Who the conversation belongs to, and the messages' tags.
+    pub(crate) scope: crate::store::AddScope,
 }
 
 impl PartialSchema for AddRequest {
@@ -157,19 +185,36 @@ impl PartialSchema for AddRequest {
             .items(Message::schema())
             .min_items(Some(1))
             .max_items(Some(MAX_MESSAGES_PER_ADD));
-        ObjectBuilder::new().property("messages", messages).required("messages").into()
+        ObjectBuilder::new()
+            .property("messages", messages)
+            .property(
+                "user",
+                name_schema("the user the conversation belongs to (set when it is created)"),
+            )
+            .property(
+                "agent",
+                name_schema("the agent the conversation belongs to (set when it is created)"),
+            )
+            .property(
+                "tags",
+                tags_schema("tags every message of this add carries (search filters on them)"),
+            )
+            .required("messages")
+            .into()
     }
 }
 
 impl ToSchema for AddRequest {}
 
-/// `POST /v1/conversations/{id}/search`.
+/// `POST /v1/conversations/{id}/search` and `POST /v1/users/{user}/search`.
 #[derive(Debug, Clone)]
 pub(crate) struct SearchRequest {
     /// What to look for.
     pub(crate) query: String,
     /// How many lines.
     pub(crate) k: u64,
+    /// Which lines may come back.
+    pub(crate) filters: crate::service::SearchFilters,
 }
 
 impl PartialSchema for SearchRequest {
@@ -182,6 +227,24 @@ impl PartialSchema for SearchRequest {
         ObjectBuilder::new()
             .property("query", non_blank("what to look for"))
             .property("k", k)
+            .property(
+                "speaker",
+                non_blank("only lines said by this speaker (letter case aside)")
+                    .max_length(Some(MAX_NAME_CHARS)),
+            )
+            .property(
+                "from",
+                time_schema("only lines sent at or after this time (a date: its first second)"),
+            )
+            .property(
+                "to",
+                time_schema("only lines sent at or before this time (a date: its last second)"),
+            )
+            .property(
+                "conversation",
+                name_schema("only lines of this conversation (of the user's)"),
+            )
+            .property("tags", tags_schema("only lines added with all these tags"))
             .required("query")
             .into()
     }
@@ -196,6 +259,8 @@ pub(crate) struct AskRequest {
     pub(crate) question: String,
     /// Answer as server-sent events.
     pub(crate) stream: bool,
+    /// Answer as known at this time (RFC 3339 UTC).
+    pub(crate) as_of: Option<String>,
 }
 
 impl PartialSchema for AskRequest {
@@ -206,6 +271,7 @@ impl PartialSchema for AskRequest {
         ObjectBuilder::new()
             .property("question", non_blank("the question"))
             .property("stream", stream)
+            .property("as_of", time_schema("answer from what was known at this time: later messages are invisible, facts valid then are current (a date: its end)"))
             .required("question")
             .into()
     }
@@ -303,6 +369,16 @@ pub(crate) enum ErrorCode {
     UnknownConversation,
     /// No such message in the conversation (404).
     UnknownMessage,
+    /// The user has no conversation (404).
+    UnknownUser,
+    /// No such fact (404).
+    UnknownFact,
+    /// No such edit (404).
+    UnknownEdit,
+    /// The edit cannot be undone (409).
+    NotUndoable,
+    /// The add names another user or agent than the conversation has (409).
+    ScopeMismatch,
     /// The method is not one the path takes (405).
     MethodNotAllowed,
     /// The conversation has no built session yet (409).

@@ -5,7 +5,6 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequestParts, Path, State};
@@ -13,6 +12,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 
@@ -21,17 +21,17 @@ use super::api::{
     ForgetMessageReply, MAX_K, MessagePath, SearchReply, SearchRequest,
 };
 use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
-use super::{ApiError, AppState};
+use super::{Actor, ApiError, AppState, fields};
 use crate::agent::events::LoopEvents;
 use crate::names::{NameKind, check_name};
-use crate::service::{AddReport, AskReport, ServiceError};
+use crate::service::{AddReport, AskReport, Scope, SearchFilters, ServiceError};
 use crate::store::ConversationInfo;
 
-type Shared = State<Arc<AppState>>;
+pub(super) type Shared = State<Arc<AppState>>;
 
 /// The `{id}` of the path, checked against the id rule: 400 naming `conversation` when it is
 /// not UTF-8 or breaks the rule (axum's own rejection would be a `text/plain` body).
-pub(super) struct Id(String);
+pub(super) struct Id(pub(super) String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Id {
     type Rejection = ApiError;
@@ -66,7 +66,7 @@ impl<S: Send + Sync> FromRequestParts<S> for MessageId {
 }
 
 /// The body as a JSON object; 413 when over the limit, 400 when not a JSON object.
-fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
     let bytes = body.map_err(|rejection| {
         let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ErrorCode::TooLarge
@@ -146,9 +146,10 @@ pub(super) async fn forget(State(state): Shared, Id(id): Id) -> Result<Json<Dele
 )]
 pub(super) async fn forget_message(
     State(state): Shared,
+    Extension(actor): Extension<Actor>,
     MessageId(id, message): MessageId,
 ) -> Result<Json<ForgetMessageReply>, ApiError> {
-    let (forgotten, rebuilt) = state.service.forget_message(&id, &message).await?;
+    let (forgotten, rebuilt) = state.service.forget_message(&id, &message, &actor.0).await?;
     Ok(Json(ForgetMessageReply { forgotten, rebuilt }))
 }
 
@@ -161,7 +162,12 @@ impl AddRequest {
         };
         let messages = crate::convo::parse_values(items)
             .map_err(|error| ApiError::bad(error.field(), error.to_string()))?;
-        Ok(Self { messages })
+        let scope = crate::store::AddScope {
+            user: fields::name(&map, "user", NameKind::User)?,
+            agent: fields::name(&map, "agent", NameKind::User)?,
+            tags: fields::tags(&map)?,
+        };
+        Ok(Self { messages, scope })
     }
 }
 
@@ -187,11 +193,11 @@ pub(super) async fn add(
     // whole body against the published schema.
     crate::service::check_limits(&request.messages)?;
     state.validators.add(&whole)?;
-    Ok(Json(state.service.add(&id, request.messages).await?))
+    Ok(Json(state.service.add_scoped(&id, request.scope, request.messages).await?))
 }
 
 impl SearchRequest {
-    fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
+    pub(super) fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
         let query = string_field(map, "query")?;
         let bad_k = || ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}"));
         let k = match map.get("k") {
@@ -206,7 +212,14 @@ impl SearchRequest {
                 .ok_or_else(bad_k)?,
             Some(_) => return Err(bad_k()),
         };
-        Ok(Self { query, k })
+        let filters = SearchFilters {
+            speaker: fields::text(map, "speaker", crate::names::MAX_NAME_CHARS)?,
+            from: fields::time(map, "from", false)?,
+            to: fields::time(map, "to", true)?,
+            conversation: fields::name(map, "conversation", NameKind::Conversation)?,
+            tags: fields::tags(map)?,
+        };
+        Ok(Self { query, k, filters })
     }
 }
 
@@ -225,19 +238,23 @@ pub(super) async fn search(
     let map = object(body)?;
     let request = SearchRequest::parse(&map)?;
     state.validators.search(&Value::Object(map))?;
-    let hits = state.service.search(&id, &request.query, request.k as usize).await?;
+    let scope = Scope::Conversation(id.clone());
+    let hits = state
+        .service
+        .search_scoped(&scope, &request.query, request.k as usize, &request.filters)
+        .await?;
     Ok(Json(SearchReply { conversation: id, query: request.query, hits }))
 }
 
 impl AskRequest {
-    fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
+    pub(super) fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
         let question = string_field(map, "question")?;
         let stream = match map.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(stream)) => *stream,
             Some(_) => return Err(ApiError::bad("stream", "expected a boolean")),
         };
-        Ok(Self { question, stream })
+        Ok(Self { question, stream, as_of: fields::time(map, "as_of", true)? })
     }
 }
 
@@ -257,24 +274,34 @@ pub(super) async fn ask(
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    answer(state, Scope::Conversation(id), body).await
+}
+
+/// An ask over `scope`: JSON, or server-sent events with `stream: true`.
+pub(super) async fn answer(
+    state: Arc<AppState>,
+    scope: Scope,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let map = object(body)?;
-    let AskRequest { question, stream } = AskRequest::parse(&map)?;
+    let AskRequest { question, stream, as_of } = AskRequest::parse(&map)?;
     state.validators.ask(&Value::Object(map))?;
     if !stream {
-        let report = state.service.ask(&id, &question).await?;
+        let report = state.service.ask_scoped(&scope, &question, as_of.as_deref(), None).await?;
         return Ok(Json(report).into_response());
     }
-    // Check the conversation before the stream starts, so that a bad id is still a 4xx.
-    state.service.check_conversation(&id).await?;
+    // Check the scope before the stream starts, so that a bad id is still a 4xx.
+    state.service.check_scope(&scope).await?;
     let started = Event::default()
         .event("started")
-        .json_data(json!({"conversation": id, "question": question}));
+        .json_data(json!({"conversation": scope.label(), "question": question}));
     // The loop runs in its own task and reports each round through `sink`; the stream sends
     // those events as they come and ends with the answer once the loop (and so `sink`) is done.
     let (sink, rounds) = LoopEvents::channel();
     let service = Arc::clone(&state.service);
-    let task =
-        tokio::spawn(async move { service.ask_with_events(&id, &question, Some(sink)).await });
+    let task = tokio::spawn(async move {
+        service.ask_scoped(&scope, &question, as_of.as_deref(), Some(sink)).await
+    });
     let finished = async move {
         match task.await {
             Ok(Ok(report)) => Event::default().event("answer").json_data(report),

@@ -19,8 +19,10 @@
 //! client can tell which field to fix; bad input never reaches the store.
 
 mod api;
+mod fields;
 mod handlers;
 mod openapi;
+mod scoped;
 
 use std::sync::Arc;
 
@@ -46,11 +48,24 @@ pub const TOKEN_ENV: &str = "MRAGENT_SERVE_TOKEN";
 /// The service the server runs.
 pub type Service = MemoryService<Client, OwnEmbedder>;
 
+/// The environment variable holding named bearer tokens: `name=token` pairs separated by
+/// commas. Each edit is logged under the name of the token that made it.
+pub const TOKENS_ENV: &str = "MRAGENT_SERVE_TOKENS";
+
+/// The name edits made with [`TOKEN_ENV`]'s token are logged under.
+pub const DEFAULT_TOKEN_NAME: &str = "token";
+
+/// Who made a request: the name of its token (`anonymous` on a server without tokens).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Actor(pub(crate) String);
+
 /// Server options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeOptions {
-    /// Required bearer token, if any.
+    /// Required bearer token, if any (its edits are logged as [`DEFAULT_TOKEN_NAME`]).
     pub token: Option<String>,
+    /// Further accepted tokens, each with the name its edits are logged under.
+    pub named_tokens: Vec<(String, String)>,
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
     /// Requests handled at once.
@@ -59,14 +74,20 @@ pub struct ServeOptions {
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        Self { token: None, max_body_bytes: 4 * 1024 * 1024, max_concurrency: 16 }
+        Self {
+            token: None,
+            named_tokens: Vec::new(),
+            max_body_bytes: 4 * 1024 * 1024,
+            max_concurrency: 16,
+        }
     }
 }
 
 /// Shared by every request.
 struct AppState {
     service: Arc<Service>,
-    token: Option<String>,
+    /// Accepted tokens with their names; empty: no token needed.
+    tokens: Vec<(String, String)>,
     /// The OpenAPI document as served.
     document: serde_json::Value,
     /// The request body schemas of `document`, compiled.
@@ -84,6 +105,13 @@ fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
         .routes(routes!(handlers::forget_message))
         .routes(routes!(handlers::search))
         .routes(routes!(handlers::ask))
+        .routes(routes!(scoped::conversation_facts))
+        .routes(routes!(scoped::user_search))
+        .routes(routes!(scoped::user_ask))
+        .routes(routes!(scoped::user_facts))
+        .routes(routes!(scoped::correct))
+        .routes(routes!(scoped::history))
+        .routes(routes!(scoped::undo))
         .split_for_parts()
 }
 
@@ -97,7 +125,13 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
     let (routes, document) = routes();
     let document = openapi::to_json(document).map_err(SchemaError::document)?;
     let validators = openapi::Validators::new(&document)?;
-    let state = Arc::new(AppState { service, token: options.token.clone(), document, validators });
+    let tokens: Vec<(String, String)> = options
+        .token
+        .iter()
+        .map(|token| (DEFAULT_TOKEN_NAME.to_string(), token.clone()))
+        .chain(options.named_tokens.iter().cloned())
+        .collect();
+    let state = Arc::new(AppState { service, tokens, document, validators });
     Ok(routes
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
@@ -121,24 +155,57 @@ pub async fn serve(
 }
 
 /// 401 unless the request carries `Authorization: Bearer <token>` (when a token is set).
-async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if let Some(token) = &state.token {
+/// The request then carries its [`Actor`]: the matching token's name.
+async fn authorize(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let actor = if state.tokens.is_empty() {
+        Some("anonymous".to_string())
+    } else {
         let given = request
             .headers()
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        if !given.is_some_and(|given| same_secret(given.as_bytes(), token.as_bytes())) {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::Unauthorized,
-                "authorization",
-                "missing or wrong bearer token (Authorization: Bearer <MRAGENT_SERVE_TOKEN>)",
-            )
-            .into_response();
-        }
-    }
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        // Every token is compared (no early exit), so timing does not tell which one matched.
+        state.tokens.iter().fold(None, |found, (name, token)| {
+            let matches = same_secret(given.as_bytes(), token.as_bytes()) && !given.is_empty();
+            if matches && found.is_none() { Some(name.clone()) } else { found }
+        })
+    };
+    let Some(actor) = actor else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            "authorization",
+            "missing or wrong bearer token (Authorization: Bearer <MRAGENT_SERVE_TOKEN>)",
+        )
+        .into_response();
+    };
+    request.extensions_mut().insert(Actor(actor));
     next.run(request).await
+}
+
+/// Named tokens from `name=token,name=token` ([`TOKENS_ENV`]); names follow the one id rule.
+pub fn parse_named_tokens(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (name, token) = pair.split_once('=').ok_or_else(|| {
+                format!("{TOKENS_ENV}: expected name=token pairs separated by commas")
+            })?;
+            let (name, token) = (name.trim(), token.trim());
+            crate::names::check_name(crate::names::NameKind::User, name)
+                .map_err(|error| format!("{TOKENS_ENV}: {error}"))?;
+            if token.is_empty() {
+                return Err(format!("{TOKENS_ENV}: the token of {name:?} is empty"));
+            }
+            Ok((name.to_string(), token.to_string()))
+        })
+        .collect()
 }
 
 /// Compares without an early exit on the first differing byte, so timing does not reveal how
@@ -187,6 +254,21 @@ impl From<ServiceError> for ApiError {
         let message = error.to_string();
         match error {
             ServiceError::Invalid { field, .. } => ApiError::bad(&field, message),
+            ServiceError::UnknownUser(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownUser, "user", message)
+            }
+            ServiceError::Store(StoreError::UnknownFact(_)) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownFact, "fact", message)
+            }
+            ServiceError::Store(StoreError::UnknownEdit(_)) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownEdit, "edit", message)
+            }
+            ServiceError::Store(StoreError::NotUndoable { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::NotUndoable, "edit", message)
+            }
+            ServiceError::Store(StoreError::ScopeMismatch { field, .. }) => {
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::ScopeMismatch, field, message)
+            }
             ServiceError::NotBuilt(_) => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::NotBuilt, "conversation", message)
             }

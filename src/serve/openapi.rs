@@ -15,6 +15,7 @@ use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr};
 use utoipa::{IntoResponses, ToSchema};
 
 use super::api::{AddRequest, AskRequest, ErrorBody, SearchRequest};
+use super::scoped::CorrectRequest;
 use super::{ApiError, AppState};
 
 /// The parts of the document no handler carries: title, security, the error body.
@@ -62,9 +63,11 @@ pub(super) async fn document(State(state): State<Arc<AppState>>) -> Json<Value> 
 /// with its `event` name and its `data` (a JSON text).
 pub(super) fn to_json(document: OpenApi) -> Result<Value, serde_json::Error> {
     let mut document = serde_json::to_value(document)?;
-    let stream =
-        "/paths/~1v1~1conversations~1{id}~1ask/post/responses/200/content/text~1event-stream";
-    if let Some(Value::Object(media)) = document.pointer_mut(stream) {
+    for stream in [
+        "/paths/~1v1~1conversations~1{id}~1ask/post/responses/200/content/text~1event-stream",
+        "/paths/~1v1~1users~1{user}~1ask/post/responses/200/content/text~1event-stream",
+    ] {
+        let Some(Value::Object(media)) = document.pointer_mut(stream) else { continue };
         media.remove("schema");
         media.insert(
             "itemSchema".into(),
@@ -89,8 +92,8 @@ fn error_responses(codes: &[u16]) -> BTreeMap<String, RefOr<Response>> {
             let description = match status {
                 400 => "a field, the id or the body is unusable; `field` names it",
                 401 => "missing or wrong bearer token",
-                404 => "no such conversation (or message)",
-                409 => "the conversation is not built yet, or has another embedder",
+                404 => "no such conversation, user, message, fact or edit",
+                409 => "the conversation is not built yet, has another embedder or another user, or the edit cannot be undone",
                 413 => "the body is over the size limit",
                 _ => "the service failed",
             };
@@ -134,6 +137,10 @@ errors!(
     /// A query with a body.
     QueryErrors: 400, 401, 404, 409, 413, 500
 );
+errors!(
+    /// An edit or an undo.
+    EditErrors: 400, 401, 404, 409, 413, 500
+);
 
 /// A request schema that does not compile (a bug in `api`).
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +161,7 @@ pub(super) struct Validators {
     add: jsonschema::Validator,
     search: jsonschema::Validator,
     ask: jsonschema::Validator,
+    correct: jsonschema::Validator,
 }
 
 impl Validators {
@@ -172,6 +180,7 @@ impl Validators {
             add: compile(AddRequest::name())?,
             search: compile(SearchRequest::name())?,
             ask: compile(AskRequest::name())?,
+            correct: compile(CorrectRequest::name())?,
         })
     }
 
@@ -185,6 +194,10 @@ impl Validators {
 
     pub(super) fn ask(&self, body: &Value) -> Result<(), ApiError> {
         check(&self.ask, body)
+    }
+
+    pub(super) fn correct(&self, body: &Value) -> Result<(), ApiError> {
+        check(&self.correct, body)
     }
 }
 

@@ -13,7 +13,7 @@ use crate::ingest::SessionError;
 use crate::ingest::pipeline::{AskSettings, Models, run_stages, session_unit};
 use crate::llm::{ChatModel, Embedder};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD};
-use crate::store::ForgottenMessage;
+use crate::store::{AddScope, ForgottenMessage};
 
 /// A session the stages could not build; the next add retries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -43,13 +43,15 @@ pub struct AddReport {
     pub sessions: usize,
     /// Chat calls made, re-asks included.
     pub chat_calls: u32,
+    /// Deciding whether the new facts replace older ones.
+    pub facts: super::facts::FactsReport,
     /// Wall time in milliseconds.
     pub elapsed_ms: u64,
 }
 
 impl AddReport {
     /// The report of a write to `conversation` before its sessions are built.
-    fn before_build(
+    pub(super) fn before_build(
         conversation: &str,
         created: bool,
         new_messages: usize,
@@ -64,6 +66,7 @@ impl AddReport {
             failed_sessions: Vec::new(),
             sessions: 0,
             chat_calls: 0,
+            facts: super::facts::FactsReport::default(),
             elapsed_ms: 0,
         }
     }
@@ -90,6 +93,17 @@ impl std::fmt::Display for AddReport {
         )?;
         for failed in &self.failed_sessions {
             write!(f, "\nfailed: {} ({})", failed.session, failed.error)?;
+        }
+        let facts = &self.facts;
+        if facts.superseded > 0 || facts.undecided > 0 || !facts.errors.is_empty() {
+            write!(
+                f,
+                "\nfacts: {} new, {} replaced an older value, {} pairs left undecided",
+                facts.new_facts, facts.superseded, facts.undecided
+            )?;
+        }
+        for error in &facts.errors {
+            write!(f, "\nfacts undecided: {error}")?;
         }
         Ok(())
     }
@@ -146,10 +160,21 @@ where
         conversation: &str,
         messages: Vec<Message>,
     ) -> Result<AddReport, ServiceError> {
+        self.add_scoped(conversation, AddScope::default(), messages).await
+    }
+
+    /// [`MemoryService::add`] with the conversation's user and agent and the messages' tags.
+    pub async fn add_scoped(
+        &self,
+        conversation: &str,
+        scope: AddScope,
+        messages: Vec<Message>,
+    ) -> Result<AddReport, ServiceError> {
         let started = Instant::now();
         crate::store::check_conversation_id(conversation)
             .map_err(|error| ServiceError::invalid("conversation", error.to_string()))?;
         check_limits(&messages)?;
+        scope.check().map_err(|error| ServiceError::invalid("scope", error.to_string()))?;
         let (store, id) = (self.store.clone(), conversation.to_string());
         let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
         // The lock is taken and the messages written by one blocking task: if the caller is
@@ -157,7 +182,7 @@ where
         // never after it was released (a forget in between would be undone).
         let (lock, added) = blocking(move || {
             let lock = store.lock_conversation(&id)?;
-            let added = store.add_messages(&id, &embedder, &messages, gap)?;
+            let added = store.add_messages(&id, &embedder, &scope, &messages, gap)?;
             Ok((lock, added))
         })
         .await?;
@@ -175,17 +200,20 @@ where
 
     /// Forgets one message of `conversation` (its id as `memory show` lists it), then rebuilds
     /// the session it was in from the messages left, as an add would.
+    /// The edit is logged as `actor`'s.
     pub async fn forget_message(
         &self,
         conversation: &str,
         message: &str,
+        actor: &str,
     ) -> Result<(ForgottenMessage, AddReport), ServiceError> {
         let started = Instant::now();
         let (store, id, hash) = (self.store.clone(), conversation.to_string(), message.to_string());
+        let actor = actor.to_string();
         // Lock and write in one blocking task, as in `add`.
         let (lock, forgotten) = blocking(move || {
             let lock = store.lock_conversation(&id)?;
-            let forgotten = store.forget_message(&id, &hash)?;
+            let forgotten = store.forget_message(&id, &hash, &actor)?;
             Ok((lock, forgotten))
         })
         .await?;
@@ -199,7 +227,7 @@ where
     /// Builds every session of `report.conversation` without outputs for its content (the
     /// caller holds the conversation's lock), recording each failure in the store so that
     /// `memory show` and `ask` can say which sessions are missing and why.
-    async fn build_pending(&self, report: &mut AddReport) -> Result<(), ServiceError> {
+    pub(super) async fn build_pending(&self, report: &mut AddReport) -> Result<(), ServiceError> {
         let conversation = report.conversation.as_str();
         let stored = self.load_checked(conversation).await?;
         let pending = stored.pending();
@@ -245,6 +273,7 @@ where
         built.sort_unstable();
         report.built_sessions = built.into_iter().map(|number| format!("D{number}")).collect();
         report.failed_sessions.sort_by_key(|failed| session_number(&failed.session));
+        report.facts = self.settle_facts(conversation).await?;
         if self.cache.contains(conversation) {
             // Bring the cached index up to date now (only the new sessions are indexed), so the
             // next query finds it current. A failure here is the next query's to report.

@@ -17,7 +17,10 @@
 
 mod add;
 mod cache;
+mod edits;
+mod facts;
 mod query;
+mod scope;
 mod sink;
 
 use std::path::PathBuf;
@@ -33,7 +36,10 @@ use crate::store::{Store, StoreError};
 
 pub use add::{AddReport, FailedSession, check_limits};
 pub use cache::IndexStats;
+pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
+pub use facts::FactsReport;
 pub use query::{AskReport, MissingSession, SearchHit};
+pub use scope::{Scope, SearchFilters, time_bound};
 
 /// The embedder name recorded for conversations embedded locally.
 pub const LOCAL_EMBEDDER: &str = "local";
@@ -93,6 +99,9 @@ pub enum ServiceError {
         /// What is wrong.
         problem: String,
     },
+    /// The user has no conversation.
+    #[error("user {0:?} has no conversation; `mragent memory list --user` shows a user's")]
+    UnknownUser(String),
     /// The conversation has no session with stage outputs yet.
     #[error(
         "conversation {0:?} has no built session yet; run the same add again to build the sessions that failed"

@@ -1,12 +1,14 @@
 //! `search` (MemGAS fusion over stored vectors, no chat model) and `ask` (the `run` answer loop
 //! over the conversation's snapshot, made from the stored outputs, through `agent::answer_one`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::cache::Cached;
+use super::scope::{Scope, SearchFilters, View};
 use super::{MemoryService, ServiceError};
 use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
@@ -20,6 +22,8 @@ use crate::store::StoredConversation;
 /// One memory line found by `search`, or one line supporting an answer.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SearchHit {
+    /// The conversation the line is in.
+    pub conversation: String,
     /// The message id (its content hash).
     pub id: String,
     /// The turn id in the pipeline (`D3:2`).
@@ -34,12 +38,17 @@ pub struct SearchHit {
     pub text: String,
     /// Retrieval score (fusion; higher is better); 0 for supporting lines.
     pub score: f64,
+    /// The tags the message was added with.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A session `ask` answered without, because it has no outputs for its content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct MissingSession {
-    /// `D<number>`.
+    /// The conversation it is in.
+    pub conversation: String,
+    /// `D<number>` (in that conversation).
     pub session: String,
     /// Its messages (none of them was seen by the answer).
     pub messages: usize,
@@ -53,8 +62,11 @@ pub struct MissingSession {
 /// What `ask` answered.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AskReport {
-    /// Conversation id.
+    /// Conversation id, or `user:<id>` for a question over a user's conversations.
     pub conversation: String,
+    /// The time the answer was given as of (RFC 3339), when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<String>,
     /// The question's id (`mragent trace <id>` renders its trace).
     pub question_id: String,
     /// The question.
@@ -94,19 +106,68 @@ where
         query: &str,
         k: usize,
     ) -> Result<Vec<SearchHit>, ServiceError> {
+        let scope = Scope::Conversation(conversation.to_string());
+        self.search_scoped(&scope, query, k, &SearchFilters::default()).await
+    }
+
+    /// The `k` best memory lines for `query` in `scope` that pass `filters`: every
+    /// conversation of the scope ranked (at once), merged by score (ties keep the
+    /// conversations' id order and each one's ranking).
+    pub async fn search_scoped(
+        &self,
+        scope: &Scope,
+        query: &str,
+        k: usize,
+        filters: &SearchFilters,
+    ) -> Result<Vec<SearchHit>, ServiceError> {
         if query.trim().is_empty() {
             return Err(ServiceError::invalid("query", "empty query"));
         }
-        let entry = self.cached(conversation).await?;
-        let hits = query_memgas(&entry.index, &self.embedder, query.trim(), k.max(1))
-            .await
-            .map_err(|error| match error {
+        let members = self.scope_members(scope, filters.conversation.as_deref()).await?;
+        let ranked = futures::future::try_join_all(
+            members.iter().map(|id| self.rank_filtered(id, query.trim(), filters)),
+        )
+        .await?;
+        let mut hits: Vec<SearchHit> = ranked.into_iter().flatten().collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(k.max(1));
+        Ok(hits)
+    }
+
+    /// Every line of conversation `id` that passes `filters`, ranked for `query`.
+    async fn rank_filtered(
+        &self,
+        id: &str,
+        query: &str,
+        filters: &SearchFilters,
+    ) -> Result<Vec<SearchHit>, ServiceError> {
+        let entry = self.cached(id).await?;
+        let stored = &entry.stored;
+        let turns = stored.sessions.iter().map(|session| session.messages.len()).sum::<usize>();
+        let hits = query_memgas(&entry.index, &self.embedder, query, turns.max(1)).await.map_err(
+            |error| match error {
                 MemgasQueryError::Embed(error) => anyhow::anyhow!("embedding the query: {error}"),
                 MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
-            })?;
-        let stored = &entry.stored;
-        Ok(hits.turns.iter().filter_map(|turn| hit(stored, &turn.dia_id, turn.score)).collect())
+            },
+        )?;
+        Ok(hits
+            .turns
+            .iter()
+            .filter(|turn| admits(stored, &turn.dia_id, filters))
+            .filter_map(|turn| hit(stored, &turn.dia_id, turn.score))
+            .collect())
     }
+}
+
+/// Whether the line behind `dia_id` passes every filter given.
+fn admits(stored: &StoredConversation, dia_id: &str, filters: &SearchFilters) -> bool {
+    let Some((_, message)) = stored.message(dia_id) else { return false };
+    let time = message.sort_time.as_deref();
+    let speaker = filters.speaker.as_ref();
+    speaker.is_none_or(|speaker| speaker.trim().eq_ignore_ascii_case(message.speaker.trim()))
+        && filters.from.as_deref().is_none_or(|from| time.is_some_and(|time| time >= from))
+        && filters.to.as_deref().is_none_or(|to| time.is_some_and(|time| time <= to))
+        && filters.tags.iter().all(|(key, value)| message.tags.get(key) == Some(value))
 }
 
 impl<M, E> MemoryService<M, E>
@@ -127,32 +188,51 @@ where
         question: &str,
         events: Option<LoopEvents>,
     ) -> Result<AskReport, ServiceError> {
+        let scope = Scope::Conversation(conversation.to_string());
+        self.ask_scoped(&scope, question, None, events).await
+    }
+
+    /// Answers `question` over `scope` as known at `as_of` (RFC 3339 UTC; `None`: now),
+    /// reporting each round of the loop to `events`.
+    pub async fn ask_scoped(
+        &self,
+        scope: &Scope,
+        question: &str,
+        as_of: Option<&str>,
+        events: Option<LoopEvents>,
+    ) -> Result<AskReport, ServiceError> {
         let question = question.trim();
         if question.is_empty() {
             return Err(ServiceError::invalid("question", "empty question"));
         }
-        let entry = self.cached(conversation).await?;
+        let label = scope.label();
+        let view = self.view(scope, as_of).await?;
+        let entry = &view.entry;
         let stored = &entry.stored;
         if stored.sessions.iter().all(|session| session.outputs.is_none()) {
-            return Err(ServiceError::NotBuilt(conversation.to_string()));
+            return Err(ServiceError::NotBuilt(label));
         }
         let now = chrono::Utc::now();
         let question_id = format!(
-            "{conversation}:ask-{}-{}",
+            "{label}:ask-{}-{}",
             now.format("%Y%m%dT%H%M%S%3f"),
             &crate::store::content_id(question)[..8]
         );
+        let asked_at = as_of.unwrap_or_default().replace('T', " ");
         let asked = Question {
             id: question_id.clone(),
-            sample_id: conversation.to_string(),
+            sample_id: label.clone(),
             question: question.to_string(),
             answer: None,
             adversarial_answer: None,
             category: Category::LongMemEval("own".into()),
             evidence: Vec::new(),
-            question_date: Some(now.format("%Y-%m-%d %H:%M").to_string()),
+            question_date: Some(match as_of {
+                Some(_) => asked_at.chars().take(16).collect(),
+                None => now.format("%Y-%m-%d %H:%M").to_string(),
+            }),
         };
-        let snapshot = self.snapshot(&entry).await?;
+        let snapshot = self.snapshot(entry).await?;
         let settings = &self.settings;
         let mut answer = AnswerSettings::new(
             &settings.root,
@@ -163,17 +243,25 @@ where
         );
         answer.loop_events = events;
         answer.rules = Arc::clone(&settings.rules);
-        let trace = answer.trace_path(conversation, &question_id);
+        let trace = answer.trace_path(&label, &question_id);
         // An endpoint that refuses the question for good (bad key, unknown model) is an error
         // naming the endpoint's reason.
         let line = crate::agent::answer_one(&answer, &snapshot, &asked, &self.chat, &self.embedder)
             .await?;
-        let supporting =
-            line.prediction_context.iter().filter_map(|id| hit(stored, id, 0.0)).collect();
+        let supporting = line
+            .prediction_context
+            .iter()
+            .filter_map(|id| {
+                let mut found = hit(stored, id, 0.0)?;
+                (found.conversation, found.dia_id) = view.origin(id, scope);
+                Some(found)
+            })
+            .collect();
         Ok(AskReport {
-            conversation: conversation.to_string(),
+            conversation: label,
+            as_of: as_of.map(str::to_string),
             question_id,
-            missing_sessions: missing_sessions(stored),
+            missing_sessions: missing_sessions(&view),
             question: question.to_string(),
             ok: line.status == Status::Ok,
             answer: line.prediction,
@@ -197,20 +285,31 @@ where
     }
 }
 
-/// The sessions without outputs, with their recorded failures.
-fn missing_sessions(stored: &StoredConversation) -> Vec<MissingSession> {
+/// The sessions of a view without outputs, with their recorded failures.
+fn missing_sessions(view: &View) -> Vec<MissingSession> {
+    let stored = &view.entry.stored;
     let mut missing: Vec<MissingSession> = stored
         .sessions
         .iter()
         .filter(|session| session.outputs.is_none())
-        .map(|session| MissingSession {
-            session: format!("D{}", session.number),
+        .map(|session| {
+            let (conversation, dia_id) = view.origin(
+                &format!("D{}:1", session.number),
+                &Scope::Conversation(stored.info.id.clone()),
+            );
+            (conversation, dia_id.split(':').next().unwrap_or_default().to_string(), session)
+        })
+        .map(|(conversation, label, session)| MissingSession {
+            conversation,
+            session: label,
             messages: session.messages.len(),
             error: session.failure.as_ref().map(|failure| failure.error.clone()),
             attempts: session.failure.as_ref().map_or(0, |failure| failure.attempts),
         })
         .collect();
-    missing.sort_by_key(|session| session.session.trim_start_matches('D').parse::<u32>().ok());
+    missing.sort_by_key(|session| {
+        (session.conversation.clone(), session.session.trim_start_matches('D').parse::<u32>().ok())
+    });
     missing
 }
 
@@ -218,6 +317,7 @@ fn missing_sessions(stored: &StoredConversation) -> Vec<MissingSession> {
 fn hit(stored: &StoredConversation, dia_id: &str, score: f64) -> Option<SearchHit> {
     let (session, message) = stored.message(dia_id)?;
     Some(SearchHit {
+        conversation: stored.info.id.clone(),
         id: message.id.clone(),
         dia_id: dia_id.to_string(),
         timestamp: message.timestamp.clone(),
@@ -225,5 +325,6 @@ fn hit(stored: &StoredConversation, dia_id: &str, score: f64) -> Option<SearchHi
         speaker: message.speaker.clone(),
         text: message.text.clone(),
         score,
+        tags: message.tags.clone(),
     })
 }

@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use super::{Env, MetaRules, ModelSettings, ProjectPaths};
-use crate::cli::{AskArgs, MemoryCommand, ServeArgs, StoreModelArgs};
+use crate::cli::{AskArgs, MemoryCommand, ScopeArgs, ServeArgs, StoreModelArgs};
 use crate::embedding::ModelSource;
 use crate::serve::ServeOptions;
-use crate::service::ServiceSettings;
+use crate::service::{FactQuery, Scope, SearchFilters, ServiceSettings, time_bound};
+use crate::store::AddScope;
 
 /// What an own-conversation command that may call a model works with.
 #[derive(Debug, Clone)]
@@ -73,11 +74,15 @@ pub enum MemoryJob {
         json: bool,
         /// Store and models (with the session gap and the workers of the build).
         own: OwnSettings,
+        /// The conversation's user and agent, and the messages' tags.
+        scope: AddScope,
     },
     /// Rank memory lines for `query`.
     Search {
-        /// Conversation id.
-        conversation: String,
+        /// A conversation, or a user's conversations.
+        scope: Scope,
+        /// Which lines may come back.
+        filters: SearchFilters,
         /// What to look for.
         query: String,
         /// How many lines.
@@ -91,6 +96,8 @@ pub enum MemoryJob {
     List {
         /// The project.
         paths: ProjectPaths,
+        /// Only this user's.
+        user: Option<String>,
         /// Print JSON.
         json: bool,
     },
@@ -113,6 +120,55 @@ pub enum MemoryJob {
         /// conversation, which needs no model, so none is resolved).
         message: Option<(String, OwnSettings)>,
     },
+    /// List facts.
+    Facts {
+        /// The project.
+        paths: ProjectPaths,
+        /// Which facts.
+        query: FactQuery,
+        /// Print JSON.
+        json: bool,
+    },
+    /// Correct one fact.
+    Correct {
+        /// The project.
+        paths: ProjectPaths,
+        /// The fact's id.
+        fact: i64,
+        /// Its new value.
+        value: String,
+    },
+    /// Show the audit log.
+    History {
+        /// The project.
+        paths: ProjectPaths,
+        /// Only this user's conversations.
+        user: Option<String>,
+        /// Only this conversation.
+        conversation: Option<String>,
+        /// Print JSON.
+        json: bool,
+    },
+    /// Revert one edit (an undone forget rebuilds the session, which needs the model).
+    Undo {
+        /// The edit's id.
+        edit: i64,
+        /// Print JSON.
+        json: bool,
+        /// Store and models.
+        own: OwnSettings,
+    },
+}
+
+/// The scope of `--conversation` / `--user`: with both, the user's conversations narrowed to
+/// the one named.
+fn scope_of(args: ScopeArgs) -> (Scope, Option<String>) {
+    match (args.user, args.conversation) {
+        (Some(user), only) => (Scope::User(user), only),
+        (None, Some(conversation)) => (Scope::Conversation(conversation), None),
+        // clap's group requires one of them.
+        (None, None) => (Scope::Conversation(String::new()), None),
+    }
 }
 
 impl MemoryJob {
@@ -126,17 +182,61 @@ impl MemoryJob {
                 let mut own = OwnSettings::resolve(paths, &args.models, env)?;
                 own.service.session_gap = args.session_gap;
                 own.service.workers = args.workers as usize;
+                let scope = AddScope {
+                    user: args.user,
+                    agent: args.agent,
+                    tags: args.tags.into_iter().collect(),
+                };
                 let (conversation, file, json) = (args.conversation, args.file, args.json);
-                Self::Add { conversation, file, json, own }
+                Self::Add { conversation, file, json, own, scope }
             }
-            MemoryCommand::Search(args) => Self::Search {
-                own: OwnSettings::resolve(paths, &args.models, env)?,
+            MemoryCommand::Search(args) => {
+                let (scope, conversation) = scope_of(args.scope);
+                let filters = SearchFilters {
+                    speaker: args.speaker,
+                    from: args.from.and_then(|from| time_bound(&from, false)),
+                    to: args.to.and_then(|to| time_bound(&to, true)),
+                    conversation,
+                    tags: args.tags.into_iter().collect(),
+                };
+                Self::Search {
+                    own: OwnSettings::resolve(paths, &args.models, env)?,
+                    scope,
+                    filters,
+                    query: args.query,
+                    k: args.k,
+                    json: args.json,
+                }
+            }
+            MemoryCommand::List(args) => {
+                Self::List { paths: paths.clone(), user: args.user, json: args.json }
+            }
+            MemoryCommand::Facts(args) => {
+                let (user, conversation) = (args.scope.user, args.scope.conversation);
+                let query = FactQuery {
+                    user,
+                    conversation,
+                    person: args.person,
+                    aspect: args.aspect,
+                    history: args.history,
+                    as_of: args.as_of.and_then(|at| time_bound(&at, true)),
+                };
+                Self::Facts { paths: paths.clone(), query, json: args.json }
+            }
+            MemoryCommand::Correct(args) => {
+                Self::Correct { paths: paths.clone(), fact: args.fact, value: args.value }
+            }
+            MemoryCommand::History(args) => Self::History {
+                paths: paths.clone(),
+                user: args.user,
                 conversation: args.conversation,
-                query: args.query,
-                k: args.k,
                 json: args.json,
             },
-            MemoryCommand::List(args) => Self::List { paths: paths.clone(), json: args.json },
+            MemoryCommand::Undo(args) => Self::Undo {
+                own: OwnSettings::resolve(paths, &args.models, env)?,
+                edit: args.edit,
+                json: args.json,
+            },
             MemoryCommand::Show(args) => Self::Show {
                 paths: paths.clone(),
                 conversation: args.conversation,
@@ -159,8 +259,10 @@ impl MemoryJob {
 /// `mragent ask`, resolved.
 #[derive(Debug, Clone)]
 pub struct AskJob {
-    /// Conversation id.
-    pub conversation: String,
+    /// A conversation, or a user's conversations.
+    pub scope: Scope,
+    /// Answer as known at this time (RFC 3339 UTC).
+    pub as_of: Option<String>,
     /// The question.
     pub question: String,
     /// Print the report as JSON.
@@ -177,7 +279,12 @@ impl AskJob {
     ) -> anyhow::Result<Self> {
         let mut own = OwnSettings::resolve(paths, &args.models, env)?;
         own.with_rules(paths, args.meta_rules.as_deref())?;
-        Ok(Self { conversation: args.conversation, question: args.question, json: args.json, own })
+        let scope = match (args.user, args.conversation) {
+            (Some(user), _) => Scope::User(user),
+            (None, conversation) => Scope::Conversation(conversation.unwrap_or_default()),
+        };
+        let as_of = args.as_of.and_then(|at| time_bound(&at, true));
+        Ok(Self { scope, as_of, question: args.question, json: args.json, own })
     }
 }
 
@@ -204,8 +311,13 @@ impl ServeJob {
         own.service.session_gap = args.session_gap;
         own.service.workers = args.workers as usize;
         own.with_rules(paths, args.meta_rules.as_deref())?;
+        let named_tokens = match env.var(crate::serve::TOKENS_ENV) {
+            Some(text) => crate::serve::parse_named_tokens(&text).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        };
         let options = ServeOptions {
             token,
+            named_tokens,
             max_body_bytes: args.max_body_bytes,
             max_concurrency: args.max_concurrency as usize,
         };

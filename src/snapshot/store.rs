@@ -9,8 +9,9 @@ use indexmap::IndexMap;
 use super::{LoadedMemgas, MemgasMemory, Snapshot};
 use crate::ingest::SampleEmbeddings;
 use crate::llm::Embedder;
+use crate::memory::input::PersonalFact;
 use crate::retrieval::MemoryIndex;
-use crate::store::{StoredConversation, StoredOutputs};
+use crate::store::{StoredConversation, StoredFact, StoredOutputs};
 
 /// Vectors by id, in order.
 type IdVectors = Vec<(String, Vec<f32>)>;
@@ -29,7 +30,16 @@ impl Snapshot {
     ) -> Result<Self, String> {
         let built: Vec<&StoredOutputs> =
             stored.sessions.iter().filter_map(|session| session.outputs.as_ref()).collect();
-        let rewrites: Vec<_> = built.iter().map(|outputs| outputs.rewrite.clone()).collect();
+        // The facts are the store's rows (corrections applied), not the rewrite's own list.
+        let rewrites: Vec<_> = stored
+            .sessions
+            .iter()
+            .filter_map(|session| {
+                let mut rewrite = session.outputs.as_ref()?.rewrite.clone();
+                rewrite.personal_facts = session.facts.iter().map(personal_fact).collect();
+                Some(rewrite)
+            })
+            .collect();
         let keywords: Vec<_> =
             built.iter().map(|outputs| outputs.keywords.keywords.clone()).collect();
         let vectors = |pick: fn(&StoredOutputs) -> &IdVectors| {
@@ -49,8 +59,24 @@ impl Snapshot {
         let mut snapshot =
             Self::from_stage_outputs(stored.to_conversation(), &rewrites, &keywords, embeddings)
                 .map_err(|error| format!("building the memory graph: {error}"))?;
+        for fact in stored.sessions.iter().flat_map(|session| &session.facts) {
+            if let Some(until) = &fact.valid_to {
+                snapshot.graph.mark_earlier(&fact.key, until.chars().take(10).collect());
+            }
+        }
         let loaded = LoadedMemgas { index, embedder: Arc::new(embedder) };
         snapshot.memgas = Some(MemgasMemory::ready(loaded));
         Ok(snapshot)
+    }
+}
+
+/// A stored fact as the memory graph takes it.
+fn personal_fact(fact: &StoredFact) -> PersonalFact {
+    PersonalFact {
+        id: fact.key.clone(),
+        person: fact.person.clone(),
+        aspect: fact.aspect.clone(),
+        fact: fact.value.clone(),
+        origins: fact.origins.clone(),
     }
 }

@@ -3,7 +3,9 @@
 
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
+use serde_json::{Value, json};
 
+use super::audit::{Edit, FORGET_MESSAGE, record_edit};
 use super::read::session_messages;
 use super::write::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
@@ -19,6 +21,8 @@ pub struct ForgottenMessage {
     pub session: String,
     /// The session held no other message and is gone too.
     pub session_removed: bool,
+    /// The edit's id in the audit log (`memory undo` reverts it).
+    pub edit: i64,
 }
 
 impl Store {
@@ -50,29 +54,53 @@ impl Store {
     /// Deletes message `message` (its id, the content hash) of `conversation`; the session it
     /// was in loses its outputs (they were made with the message) and is deleted when it holds
     /// nothing else. Errors when the conversation or the message does not exist.
+    /// The edit is logged as `actor`'s (see `audit`), in the same transaction. The session's
+    /// facts go with its outputs; the rebuild extracts them again from the messages left.
     pub fn forget_message(
         &self,
         conversation: &str,
         message: &str,
+        actor: &str,
     ) -> Result<ForgottenMessage, StoreError> {
         check_conversation_id(conversation)?;
         crate::names::check_name(crate::names::NameKind::Message, message)?;
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let number: u32 = transaction
+        let row = transaction
             .query_row(
-                "SELECT session_number FROM messages WHERE conversation_id = ?1 AND hash = ?2",
+                "SELECT m.session_number, s.key, m.seq, m.speaker, m.text, m.timestamp,
+                        m.sort_time, m.tags
+                 FROM messages m JOIN sessions s
+                   ON s.conversation_id = m.conversation_id AND s.number = m.session_number
+                 WHERE m.conversation_id = ?1 AND m.hash = ?2",
                 params![conversation, message],
-                |row| row.get(0),
+                |row| {
+                    Ok((
+                        row.get::<_, u32>(0)?,
+                        json!({
+                            "id": message, "session": row.get::<_, u32>(0)?,
+                            "session_key": row.get::<_, Option<String>>(1)?,
+                            "seq": row.get::<_, i64>(2)?, "speaker": row.get::<_, String>(3)?,
+                            "text": row.get::<_, String>(4)?,
+                            "timestamp": row.get::<_, Option<String>>(5)?,
+                            "sort_time": row.get::<_, Option<String>>(6)?,
+                            "tags": row.get::<_, Option<String>>(7)?,
+                        }),
+                    ))
+                },
             )
-            .optional()?
-            .ok_or_else(|| StoreError::UnknownMessage {
-                conversation: conversation.to_string(),
-                message: message.to_string(),
-            })?;
+            .optional()?;
+        let (number, before) = row.ok_or_else(|| StoreError::UnknownMessage {
+            conversation: conversation.to_string(),
+            message: message.to_string(),
+        })?;
         transaction.execute(
             "DELETE FROM messages WHERE conversation_id = ?1 AND hash = ?2",
             params![conversation, message],
+        )?;
+        transaction.execute(
+            "DELETE FROM facts WHERE conversation_id = ?1 AND session_number = ?2",
+            params![conversation, number],
         )?;
         let (left, _) = session_messages(&transaction, conversation, number)?;
         let session_removed = left.is_empty();
@@ -82,6 +110,15 @@ impl Store {
                 params![conversation, number],
             )?;
         }
+        let edit = record_edit(
+            &transaction,
+            actor,
+            FORGET_MESSAGE,
+            conversation,
+            message,
+            (Some(&before), None),
+            None,
+        )?;
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;
         Ok(ForgottenMessage {
@@ -89,6 +126,75 @@ impl Store {
             message: message.to_string(),
             session: format!("D{number}"),
             session_removed,
+            edit,
         })
     }
+}
+
+/// Puts a forgotten message (an edit's `before`) back into its session, re-creating the
+/// session when the forget removed it. `StoreError::Corrupt` says why it cannot.
+pub(super) fn restore_message(
+    transaction: &rusqlite::Transaction<'_>,
+    edit: &Edit,
+) -> Result<Value, StoreError> {
+    let refuse = |why: &str| StoreError::Corrupt(why.to_string());
+    let message = edit.before.as_ref().ok_or_else(|| refuse("the log holds no message"))?;
+    let number = message["session"].as_i64().ok_or_else(|| refuse("the log holds no session"))?;
+    let exists = |sql: &str, key: &dyn rusqlite::ToSql| -> Result<bool, StoreError> {
+        Ok(transaction.query_row(sql, params![edit.conversation, key], |row| row.get(0))?)
+    };
+    let conversation_exists: bool = transaction.query_row(
+        "SELECT EXISTS(SELECT 1 FROM conversations WHERE id = ?1)",
+        [&edit.conversation],
+        |row| row.get(0),
+    )?;
+    if !conversation_exists {
+        return Err(refuse("its conversation was forgotten"));
+    }
+    if exists(
+        "SELECT EXISTS(SELECT 1 FROM messages WHERE conversation_id = ?1 AND hash = ?2)",
+        &edit.target,
+    )? {
+        return Err(refuse("the message is stored again already"));
+    }
+    let session_key = message["session_key"].as_str();
+    if exists(
+        "SELECT EXISTS(SELECT 1 FROM sessions WHERE conversation_id = ?1 AND number = ?2)",
+        &number,
+    )? {
+        let key: Option<String> = transaction.query_row(
+            "SELECT key FROM sessions WHERE conversation_id = ?1 AND number = ?2",
+            params![edit.conversation, number],
+            |row| row.get(0),
+        )?;
+        if key.as_deref() != session_key {
+            return Err(refuse("its session number now holds another session"));
+        }
+    } else {
+        transaction.execute(
+            "INSERT INTO sessions (conversation_id, number, key) VALUES (?1, ?2, ?3)",
+            params![edit.conversation, number, session_key],
+        )?;
+    }
+    transaction.execute(
+        "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text,
+           timestamp, sort_time, tags)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            edit.conversation,
+            edit.target,
+            number,
+            message["seq"].as_i64(),
+            message["speaker"].as_str(),
+            message["text"].as_str(),
+            message["timestamp"].as_str(),
+            message["sort_time"].as_str(),
+            message["tags"].as_str()
+        ],
+    )?;
+    transaction.execute(
+        "DELETE FROM facts WHERE conversation_id = ?1 AND session_number = ?2",
+        params![edit.conversation, number],
+    )?;
+    Ok(json!({"restored": edit.target, "session": format!("D{number}")}))
 }

@@ -18,9 +18,12 @@
 //! Synchronous by design: callers in async code run it in `spawn_blocking`. Each call opens its
 //! own connection (cheap for SQLite), so the store is `Clone + Send + Sync` without a pool.
 
+mod audit;
 mod edit;
+mod facts;
 mod read;
 mod schema;
+mod view;
 mod words;
 mod write;
 
@@ -30,10 +33,13 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use serde::Serialize;
 
+pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
 pub use edit::ForgottenMessage;
+pub use facts::{FactPair, FactVerdict, StoredFact};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
-pub use write::Added;
+pub use view::SessionOrigin;
+pub use write::{AddScope, Added};
 
 /// How long a writer waits for another writer's transaction before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,6 +74,34 @@ pub enum StoreError {
         conversation: String,
         /// The message id asked for.
         message: String,
+    },
+    /// No fact with this id.
+    #[error("unknown fact {0}; `mragent memory facts` lists the facts with their ids")]
+    UnknownFact(i64),
+    /// No edit with this id.
+    #[error("unknown edit {0}; `mragent memory history` lists the edits")]
+    UnknownEdit(i64),
+    /// The edit cannot be undone.
+    #[error("edit {edit} cannot be undone: {why}")]
+    NotUndoable {
+        /// The edit.
+        edit: i64,
+        /// Why not.
+        why: String,
+    },
+    /// An add names another user (or agent) than the conversation has.
+    #[error(
+        "conversation {conversation:?} belongs to {field} {stored:?}, not {requested:?}; a conversation keeps the {field} it was created with"
+    )]
+    ScopeMismatch {
+        /// Conversation id.
+        conversation: String,
+        /// `user` or `agent`.
+        field: &'static str,
+        /// What it has.
+        stored: String,
+        /// What the add named.
+        requested: String,
     },
     /// The database file was written by a newer mragent.
     #[error("{path}: schema version {found} is newer than this mragent's {supported}")]
@@ -112,6 +146,10 @@ pub struct ConversationInfo {
     pub embedder: String,
     /// When it was first added to (RFC 3339).
     pub created_at: String,
+    /// The user it belongs to, if any.
+    pub user: Option<String>,
+    /// The agent it belongs to, if any.
+    pub agent: Option<String>,
     /// Messages stored.
     pub messages: i64,
     /// Sessions stored.
@@ -196,9 +234,18 @@ impl Store {
 
     /// Every conversation, by id.
     pub fn list(&self) -> Result<Vec<ConversationInfo>, StoreError> {
+        self.list_of(None)
+    }
+
+    /// The conversations of `user` (all when `None`), by id.
+    pub fn list_of(&self, user: Option<&str>) -> Result<Vec<ConversationInfo>, StoreError> {
+        if let Some(user) = user {
+            crate::names::check_name(crate::names::NameKind::User, user)?;
+        }
         let connection = self.connect()?;
-        let mut statement = connection.prepare(&format!("{INFO_QUERY} ORDER BY c.id"))?;
-        let rows = statement.query_map([], info_of_row)?;
+        let mut statement = connection
+            .prepare(&format!("{INFO_QUERY} WHERE ?1 IS NULL OR c.user_id = ?1 ORDER BY c.id"))?;
+        let rows = statement.query_map([user], info_of_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -227,7 +274,7 @@ impl Store {
     }
 }
 
-const INFO_QUERY: &str = "SELECT c.id, c.embedder, c.created_at,
+const INFO_QUERY: &str = "SELECT c.id, c.embedder, c.created_at, c.user_id, c.agent_id,
     (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
     (SELECT COUNT(*) FROM sessions s WHERE s.conversation_id = c.id),
     (SELECT COUNT(*) FROM session_outputs o WHERE o.conversation_id = c.id),
@@ -240,11 +287,13 @@ fn info_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationInfo> {
         id: row.get(0)?,
         embedder: row.get(1)?,
         created_at: row.get(2)?,
-        messages: row.get(3)?,
-        sessions: row.get(4)?,
-        built_sessions: row.get(5)?,
-        first_message: row.get(6)?,
-        last_message: row.get(7)?,
+        user: row.get(3)?,
+        agent: row.get(4)?,
+        messages: row.get(5)?,
+        sessions: row.get(6)?,
+        built_sessions: row.get(7)?,
+        first_message: row.get(8)?,
+        last_message: row.get(9)?,
     })
 }
 

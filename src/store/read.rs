@@ -1,10 +1,13 @@
 //! Reads: a whole conversation with its sessions, messages and valid stage outputs, and its
 //! conversion into the pipeline's `dataset::Conversation`.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, NaiveDate};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
+use super::facts::StoredFact;
 use super::{
     ConversationInfo, INFO_QUERY, Store, StoreError, check_conversation_id, content_id, info_of_row,
 };
@@ -38,6 +41,9 @@ pub struct StoredMessage {
     /// The time used for ordering (own or inherited; RFC 3339 UTC), if any.
     #[serde(skip)]
     pub sort_time: Option<String>,
+    /// The tags given when it was added.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// What the stages made of a session.
@@ -72,6 +78,8 @@ pub struct StoredSession {
     pub outputs: Option<StoredOutputs>,
     /// Without outputs: the last build failure of exactly this content, if one was recorded.
     pub failure: Option<SessionFailure>,
+    /// The facts drawn from it, with their validity (empty until it is built).
+    pub facts: Vec<StoredFact>,
 }
 
 impl StoredSession {
@@ -121,6 +129,8 @@ pub struct StoredConversation {
     pub sessions: Vec<StoredSession>,
     /// The conversation's revision when it was read (see [`Store::revision`]).
     pub revision: i64,
+    /// The time this view shows the conversation as of (`None`: as stored; see `view`).
+    pub as_of: Option<String>,
 }
 
 impl StoredConversation {
@@ -194,6 +204,7 @@ impl Store {
             let rows = statement.query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))?;
             rows.collect::<Result<_, _>>()?
         };
+        let mut facts = super::facts::conversation_facts(&transaction, id)?;
         let mut sessions = Vec::with_capacity(numbers.len());
         for (number, key) in numbers {
             let (messages, content_hash) = session_messages(&transaction, id, number)?;
@@ -202,7 +213,19 @@ impl Store {
                 Some(_) => None,
                 None => session_failure(&transaction, id, number, &content_hash)?,
             };
-            sessions.push(StoredSession { number, key, messages, content_hash, outputs, failure });
+            let (own, rest): (Vec<StoredFact>, Vec<StoredFact>) =
+                facts.into_iter().partition(|fact| fact.session_number() == number);
+            facts = rest;
+            let facts = if outputs.is_some() { own } else { Vec::new() };
+            sessions.push(StoredSession {
+                number,
+                key,
+                messages,
+                content_hash,
+                outputs,
+                failure,
+                facts,
+            });
         }
         sessions.sort_by(|a, b| {
             let start = |session: &StoredSession| {
@@ -210,7 +233,7 @@ impl Store {
             };
             (start(a).is_none(), start(a), a.number).cmp(&(start(b).is_none(), start(b), b.number))
         });
-        Ok(StoredConversation { info, sessions, revision })
+        Ok(StoredConversation { info, sessions, revision, as_of: None })
     }
 
     /// The conversation's revision: it changes with every write that changes the conversation
@@ -236,7 +259,7 @@ pub(super) fn session_messages(
     number: u32,
 ) -> Result<(Vec<StoredMessage>, String), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT hash, speaker, text, timestamp, sort_time FROM messages
+        "SELECT hash, speaker, text, timestamp, sort_time, tags FROM messages
          WHERE conversation_id = ?1 AND session_number = ?2
          ORDER BY sort_time IS NULL, sort_time, seq",
     )?;
@@ -247,6 +270,10 @@ pub(super) fn session_messages(
             text: row.get(2)?,
             timestamp: row.get(3)?,
             sort_time: row.get(4)?,
+            tags: row
+                .get::<_, Option<String>>(5)?
+                .and_then(|tags| serde_json::from_str(&tags).ok())
+                .unwrap_or_default(),
         })
     })?;
     let messages: Vec<StoredMessage> = rows.collect::<Result<_, _>>()?;

@@ -78,6 +78,67 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         FOREIGN KEY (conversation_id, session_number)
             REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
     ) STRICT;",
+    // 6: scopes, facts with validity, and the audit log of single edits.
+    // - A conversation may belong to a user (and an agent); messages keep the key/value tags
+    //   given when they were added (a JSON object).
+    // - `facts`: the personal facts of each built session as rows. `value` is what memory holds
+    //   (a correction replaces it), `extracted` what the build made. A fact superseded by a
+    //   later one gets `valid_to` and `superseded_by`; neither is ever deleted for that.
+    //   Deleting the superseding fact (its session rebuilt or forgotten) makes the older one
+    //   current again (trigger). `checked`: whether its conflicts were decided.
+    // - `fact_verdicts`: the model's cached conflict verdicts, by a hash of the pair.
+    // - `edits`: append-only (triggers refuse UPDATE and DELETE); an undo is a new row.
+    "ALTER TABLE conversations ADD COLUMN user_id TEXT;
+    ALTER TABLE conversations ADD COLUMN agent_id TEXT;
+    CREATE INDEX conversations_by_user ON conversations(user_id);
+    ALTER TABLE messages ADD COLUMN tags TEXT;
+    CREATE TABLE facts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL,
+        session_number INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        person TEXT NOT NULL,
+        aspect TEXT NOT NULL,
+        value TEXT NOT NULL,
+        extracted TEXT NOT NULL,
+        origins TEXT NOT NULL,
+        valid_from TEXT,
+        valid_to TEXT,
+        superseded_by INTEGER,
+        checked INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (conversation_id, session_number, key),
+        FOREIGN KEY (conversation_id, session_number)
+            REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
+    ) STRICT;
+    CREATE INDEX facts_by_aspect ON facts(person, aspect);
+    CREATE INDEX facts_by_successor ON facts(superseded_by);
+    CREATE TRIGGER facts_successor_gone AFTER DELETE ON facts BEGIN
+        UPDATE facts SET valid_to = NULL, superseded_by = NULL WHERE superseded_by = OLD.id;
+    END;
+    CREATE TABLE fact_verdicts (
+        key TEXT PRIMARY KEY,
+        replaces INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        decided_at TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE edits (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        target TEXT NOT NULL,
+        before TEXT,
+        after TEXT,
+        undoes INTEGER
+    ) STRICT;
+    CREATE INDEX edits_by_conversation ON edits(conversation_id);
+    CREATE TRIGGER edits_no_update BEFORE UPDATE ON edits BEGIN
+        SELECT RAISE(ABORT, 'the audit log is append-only');
+    END;
+    CREATE TRIGGER edits_no_delete BEFORE DELETE ON edits BEGIN
+        SELECT RAISE(ABORT, 'the audit log is append-only');
+    END;",
 ];
 
 /// The version this code reads and writes.

@@ -51,12 +51,16 @@ fn migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows() {
 fn adding_the_same_messages_twice_is_a_no_op() {
     let (_dir, store) = store();
     let messages = parse(WEEK_ONE).unwrap();
-    let first = store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    let first = store
+        .add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP)
+        .unwrap();
     assert!(first.created);
     assert_eq!((first.new_messages, first.duplicates), (4, 0));
     assert_eq!(first.new_sessions, vec![1, 2]);
     let before = store.load("c1").unwrap();
-    let again = store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    let again = store
+        .add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP)
+        .unwrap();
     assert_eq!((again.created, again.new_messages, again.duplicates), (false, 0, 4));
     assert!(again.new_sessions.is_empty() && again.changed_sessions.is_empty());
     assert_eq!(store.load("c1").unwrap(), before);
@@ -65,12 +69,21 @@ fn adding_the_same_messages_twice_is_a_no_op() {
 #[test]
 fn a_late_message_is_placed_by_its_timestamp() {
     let (_dir, store) = store();
-    store.add_messages("c1", "local", &parse(WEEK_ONE).unwrap(), DEFAULT_SESSION_GAP).unwrap();
+    store
+        .add_messages(
+            "c1",
+            "local",
+            &Default::default(),
+            &parse(WEEK_ONE).unwrap(),
+            DEFAULT_SESSION_GAP,
+        )
+        .unwrap();
     let late = parse(
         r#"[{"speaker": "Bob", "text": "Nice colour", "timestamp": "2024-05-01T10:01:30Z"}]"#,
     )
     .unwrap();
-    let added = store.add_messages("c1", "local", &late, DEFAULT_SESSION_GAP).unwrap();
+    let added =
+        store.add_messages("c1", "local", &Default::default(), &late, DEFAULT_SESSION_GAP).unwrap();
     assert_eq!(added.changed_sessions, vec![1]);
     assert!(added.new_sessions.is_empty());
     let conversation = store.load("c1").unwrap().to_conversation();
@@ -83,7 +96,7 @@ fn a_late_message_is_placed_by_its_timestamp() {
     let earlier =
         parse(r#"[{"speaker": "Ann", "text": "Shopping tomorrow", "timestamp": "2024-04-20"}]"#)
             .unwrap();
-    store.add_messages("c1", "local", &earlier, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c1", "local", &Default::default(), &earlier, DEFAULT_SESSION_GAP).unwrap();
     let numbers: Vec<u32> =
         store.load("c1").unwrap().sessions.iter().map(|session| session.number).collect();
     assert_eq!(numbers, vec![3, 1, 2]);
@@ -92,8 +105,15 @@ fn a_late_message_is_placed_by_its_timestamp() {
 #[test]
 fn the_gap_is_configurable() {
     let (_dir, store) = store();
-    let added =
-        store.add_messages("c1", "local", &parse(WEEK_ONE).unwrap(), TimeDelta::days(30)).unwrap();
+    let added = store
+        .add_messages(
+            "c1",
+            "local",
+            &Default::default(),
+            &parse(WEEK_ONE).unwrap(),
+            TimeDelta::days(30),
+        )
+        .unwrap();
     assert_eq!(added.new_sessions, vec![1]);
 }
 
@@ -104,11 +124,13 @@ fn unknown_conversations_bad_ids_and_other_embedders_are_errors() {
     assert!(matches!(store.forget("nope"), Err(StoreError::UnknownConversation(_))));
     let messages = parse(WEEK_ONE).unwrap();
     assert!(matches!(
-        store.add_messages("", "local", &messages, DEFAULT_SESSION_GAP),
+        store.add_messages("", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP),
         Err(StoreError::InvalidName(_))
     ));
-    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
-    let error = store.add_messages("c1", "openai/x", &messages, DEFAULT_SESSION_GAP).unwrap_err();
+    store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
+    let error = store
+        .add_messages("c1", "openai/x", &Default::default(), &messages, DEFAULT_SESSION_GAP)
+        .unwrap_err();
     assert!(matches!(error, StoreError::EmbedderMismatch { .. }), "{error}");
     assert!(store.list().unwrap().iter().all(|info| info.id == "c1"));
 }
@@ -117,8 +139,8 @@ fn unknown_conversations_bad_ids_and_other_embedders_are_errors() {
 fn forget_deletes_everything_of_one_conversation() {
     let (_dir, store) = store();
     let messages = parse(WEEK_ONE).unwrap();
-    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
-    store.add_messages("c2", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c2", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     let forgotten = store.forget("c1").unwrap();
     assert_eq!((forgotten.messages, forgotten.sessions), (4, 2));
     let ids: Vec<String> = store.list().unwrap().into_iter().map(|info| info.id).collect();
@@ -157,18 +179,22 @@ fn conversation_locks_exclude_each_other() {
 fn revisions_change_with_every_write_and_are_never_reused() {
     let (_dir, store) = store();
     let messages = parse(WEEK_ONE).unwrap();
-    store.add_messages("c1", "local", &messages[..2], DEFAULT_SESSION_GAP).unwrap();
+    store
+        .add_messages("c1", "local", &Default::default(), &messages[..2], DEFAULT_SESSION_GAP)
+        .unwrap();
     let first = store.revision("c1").unwrap();
     assert_eq!(store.load("c1").unwrap().revision, first);
-    store.add_messages("c1", "local", &messages[..2], DEFAULT_SESSION_GAP).unwrap();
+    store
+        .add_messages("c1", "local", &Default::default(), &messages[..2], DEFAULT_SESSION_GAP)
+        .unwrap();
     assert_eq!(store.revision("c1").unwrap(), first, "a no-op add keeps the revision");
-    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     let second = store.revision("c1").unwrap();
     assert!(second > first);
-    store.add_messages("c2", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c2", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     store.forget("c1").unwrap();
     assert!(matches!(store.revision("c1"), Err(StoreError::UnknownConversation(_))));
-    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     assert!(store.revision("c1").unwrap() > store.revision("c2").unwrap());
     assert!(store.revision("c2").unwrap() > second);
 }
@@ -177,8 +203,8 @@ fn revisions_change_with_every_write_and_are_never_reused() {
 fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them() {
     let (_dir, store) = store();
     let messages = parse(WEEK_ONE).unwrap();
-    store.add_messages("c1", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
-    store.add_messages("c2", "local", &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
+    store.add_messages("c2", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     let revision = store.revision("c1").unwrap();
     let words = |names: &[&str]| names.iter().map(|w| w.to_string()).collect::<Vec<_>>();
     assert!(store.word_vectors("c1", &words(&["bike"])).unwrap().is_empty());

@@ -32,17 +32,22 @@ impl Store {
     /// Stores `messages` in `conversation` (created with `embedder` if new) in one
     /// transaction. Messages whose content hash is stored already are skipped; the others are
     /// placed into sessions by `place_messages` with `gap`.
+    ///
+    /// `scope` gives the conversation's user and agent (set when it is created; an add naming
+    /// others is refused) and the tags every message of this add carries.
     pub fn add_messages(
         &self,
         conversation: &str,
         embedder: &str,
+        scope: &AddScope,
         messages: &[Message],
         gap: TimeDelta,
     ) -> Result<Added, StoreError> {
         check_conversation_id(conversation)?;
+        scope.check()?;
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let created = ensure_conversation(&transaction, conversation, embedder)?;
+        let created = ensure_conversation(&transaction, conversation, embedder, scope)?;
         let (fresh, duplicates) = fresh_messages(&transaction, conversation, messages)?;
         let mut added = Added {
             created,
@@ -52,7 +57,8 @@ impl Store {
             changed_sessions: Vec::new(),
         };
         if !fresh.is_empty() {
-            insert_messages(&transaction, conversation, &fresh, gap, &mut added)?;
+            let tags = scope.tags_json()?;
+            insert_messages(&transaction, conversation, &fresh, gap, tags.as_deref(), &mut added)?;
             bump_revision(&transaction, conversation)?;
         }
         transaction.commit()?;
@@ -73,7 +79,7 @@ impl Store {
         check_conversation_id(conversation)?;
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (_, current) = session_messages(&transaction, conversation, number)?;
+        let (messages, current) = session_messages(&transaction, conversation, number)?;
         if current != content_hash {
             return Ok(false);
         }
@@ -97,6 +103,14 @@ impl Store {
             "DELETE FROM session_failures WHERE conversation_id = ?1 AND session_number = ?2",
             params![conversation, number],
         )?;
+        let known_from = messages.first().and_then(|message| message.sort_time.as_deref());
+        super::facts::replace_session_facts(
+            &transaction,
+            conversation,
+            number,
+            &outputs.rewrite,
+            known_from,
+        )?;
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;
         Ok(true)
@@ -117,6 +131,42 @@ pub(super) fn bump_revision(
     Ok(())
 }
 
+/// Who a conversation belongs to, and the tags of the messages of one add.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AddScope {
+    /// The user the conversation belongs to.
+    pub user: Option<String>,
+    /// The agent it belongs to.
+    pub agent: Option<String>,
+    /// Free key/value tags every message of the add carries (search filters on them).
+    pub tags: BTreeMap<String, String>,
+}
+
+impl AddScope {
+    /// Checks the user, the agent and every tag key and value against the one id rule.
+    pub fn check(&self) -> Result<(), StoreError> {
+        use crate::names::{NameKind, check_name};
+        for user in self.user.iter().chain(&self.agent) {
+            check_name(NameKind::User, user)?;
+        }
+        for (key, value) in &self.tags {
+            check_name(NameKind::Tag, key)?;
+            check_name(NameKind::Tag, value)?;
+        }
+        Ok(())
+    }
+
+    /// The tags as stored (a JSON object), `None` without tags.
+    fn tags_json(&self) -> Result<Option<String>, StoreError> {
+        if self.tags.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(&self.tags)
+            .map(Some)
+            .map_err(|error| StoreError::Corrupt(error.to_string()))
+    }
+}
+
 /// A new message: as given, with the time used for placement, and its content hash.
 type Fresh<'a> = (&'a Message, Message, String);
 
@@ -126,27 +176,51 @@ fn ensure_conversation(
     transaction: &rusqlite::Transaction<'_>,
     conversation: &str,
     embedder: &str,
+    scope: &AddScope,
 ) -> Result<bool, StoreError> {
-    let stored: Option<String> = transaction
-        .query_row("SELECT embedder FROM conversations WHERE id = ?1", [conversation], |row| {
-            row.get(0)
-        })
+    type Row = (String, Option<String>, Option<String>);
+    let stored: Option<Row> = transaction
+        .query_row(
+            "SELECT embedder, user_id, agent_id FROM conversations WHERE id = ?1",
+            [conversation],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
         .optional()?;
-    match stored {
-        Some(stored) if stored != embedder => Err(StoreError::EmbedderMismatch {
+    let Some((stored, user, agent)) = stored else {
+        transaction.execute(
+            "INSERT INTO conversations (id, embedder, created_at, user_id, agent_id)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                conversation,
+                embedder,
+                chrono::Utc::now().to_rfc3339(),
+                scope.user,
+                scope.agent
+            ],
+        )?;
+        return Ok(true);
+    };
+    if stored != embedder {
+        return Err(StoreError::EmbedderMismatch {
             conversation: conversation.to_string(),
             stored,
             requested: embedder.to_string(),
-        }),
-        Some(_) => Ok(false),
-        None => {
-            transaction.execute(
-                "INSERT INTO conversations (id, embedder, created_at) VALUES (?1, ?2, ?3)",
-                params![conversation, embedder, chrono::Utc::now().to_rfc3339()],
-            )?;
-            Ok(true)
+        });
+    }
+    for (field, stored, requested) in [("user", user, &scope.user), ("agent", agent, &scope.agent)]
+    {
+        if let Some(requested) = requested
+            && stored.as_ref() != Some(requested)
+        {
+            return Err(StoreError::ScopeMismatch {
+                conversation: conversation.to_string(),
+                field,
+                stored: stored.unwrap_or_else(|| "nobody".into()),
+                requested: requested.clone(),
+            });
         }
     }
+    Ok(false)
 }
 
 /// The messages not stored yet (content hashes with occurrence counts, effective times over
@@ -186,6 +260,7 @@ fn insert_messages(
     conversation: &str,
     fresh: &[Fresh<'_>],
     gap: TimeDelta,
+    tags: Option<&str>,
     added: &mut Added,
 ) -> Result<(), StoreError> {
     let spans = session_spans(transaction, conversation)?;
@@ -219,8 +294,8 @@ fn insert_messages(
             .timestamp
             .map(|stamp| stamp.instant().to_rfc3339_opts(SecondsFormat::Secs, true));
         transaction.execute(
-            "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text, timestamp, sort_time)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text, timestamp, sort_time, tags)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 conversation,
                 hash,
@@ -229,7 +304,8 @@ fn insert_messages(
                 original.speaker,
                 original.text,
                 original.timestamp.map(Timestamp::canonical),
-                sort_time
+                sort_time,
+                tags
             ],
         )?;
     }

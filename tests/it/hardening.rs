@@ -302,7 +302,7 @@ async fn one_message_can_be_forgotten_and_its_session_is_rebuilt_without_it() {
     service.add("pets", two_sessions()).await.unwrap();
     let stored = service.store().load("pets").unwrap();
     let poisoned = stored.sessions[1].messages[0].id.clone();
-    let (forgotten, rebuilt) = service.forget_message("pets", &poisoned).await.unwrap();
+    let (forgotten, rebuilt) = service.forget_message("pets", &poisoned, "test").await.unwrap();
     assert_eq!((forgotten.session.as_str(), forgotten.session_removed), ("D2", false));
     assert_eq!(rebuilt.built_sessions, ["D2"], "{rebuilt}");
     let stored = service.store().load("pets").unwrap();
@@ -311,9 +311,9 @@ async fn one_message_can_be_forgotten_and_its_session_is_rebuilt_without_it() {
     assert!(stored.sessions.iter().flat_map(|s| &s.messages).all(|m| m.id != poisoned));
     let hits = service.search("pets", "pottery classes", 10).await.unwrap();
     assert!(hits.iter().all(|hit| !hit.text.contains(UNBUILDABLE)), "{hits:?}");
-    let error = service.forget_message("pets", &poisoned).await.unwrap_err();
+    let error = service.forget_message("pets", &poisoned, "test").await.unwrap_err();
     assert!(error.to_string().contains("has no message"), "{error}");
-    let error = service.forget_message("pets", "../x").await.unwrap_err();
+    let error = service.forget_message("pets", "../x", "test").await.unwrap_err();
     assert!(error.to_string().contains("invalid message"), "{error}");
 }
 

@@ -303,8 +303,12 @@ async fn every_ask_over_http_uses_the_services_rules() {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/conversations/demo/ask", listener.local_addr().unwrap());
-    let options =
-        mragent::serve::ServeOptions { token: None, max_body_bytes: 16 * 1024, max_concurrency: 2 };
+    let options = mragent::serve::ServeOptions {
+        token: None,
+        named_tokens: Vec::new(),
+        max_body_bytes: 16 * 1024,
+        max_concurrency: 2,
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(mragent::serve::serve(listener, Arc::new(service), options, async move {
         let _ = stopped.await;

@@ -81,6 +81,7 @@ async fn schemathesis_finds_no_failure() {
 
     let options = ServeOptions {
         token: Some(TOKEN.into()),
+        named_tokens: Vec::new(),
         // Large enough that a body schemathesis makes invalid by `maxItems` or `maxLength`
         // reaches the handler and gets its 400, not a 413 from the size limit.
         max_body_bytes: 256 * 1024 * 1024,

@@ -27,6 +27,7 @@ impl Api {
         let service = Arc::new(service(scripted, root));
         let options = ServeOptions {
             token: Some(TOKEN.into()),
+            named_tokens: Vec::new(),
             max_body_bytes: 16 * 1024,
             max_concurrency: 4,
         };

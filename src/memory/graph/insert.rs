@@ -202,6 +202,7 @@ impl MemoryGraph {
             aspect: aspect.clone(),
             text: fact.fact.clone(),
             origins,
+            earlier_until: None,
         }));
         self.facts.insert(fact.id.clone(), fact_node);
         self.graph.add_edge(person_node, fact_node, Edge::Aspect(aspect));

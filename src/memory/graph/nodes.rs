@@ -121,6 +121,9 @@ pub struct Fact {
     pub text: String,
     /// Source dia_ids that exist in the conversation.
     pub origins: Vec<String>,
+    /// When a later fact replaced this one (`YYYY-MM-DD`): it is an earlier value (own memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earlier_until: Option<String>,
 }
 
 /// A raw dialogue turn.

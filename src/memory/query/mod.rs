@@ -139,7 +139,8 @@ pub fn query_personal_information(
     }
 }
 
-/// `query_personal_aspect`: the facts about a person under one aspect, in insertion order.
+/// `query_personal_aspect`: the facts about a person under one aspect, in insertion order,
+/// current facts before earlier values (facts a later one replaced, own memory).
 pub fn query_personal_aspect(
     memory: &MemoryGraph,
     person: &str,
@@ -155,7 +156,7 @@ pub fn query_personal_aspect(
         aspects: found.aspects.clone(),
     };
     let canonical = memory.canonical_aspect(aspect).ok_or_else(unknown_aspect)?;
-    let facts: Vec<FactHit> = memory
+    let mut facts: Vec<FactHit> = memory
         .out_edges(node)
         .into_iter()
         .filter(|(edge, _)| matches!(edge, Edge::Aspect(label) if label == canonical))
@@ -164,10 +165,18 @@ pub fn query_personal_aspect(
                 fact_id: fact.id.clone(),
                 origins: fact.origins.clone(),
                 text: fact.text.clone(),
+                earlier_until: fact.earlier_until.clone(),
             }),
             _ => None,
         })
         .collect();
+    // Current facts first (in insertion order), then earlier values, latest replaced first.
+    facts.sort_by(|a, b| {
+        let rank = |hit: &FactHit| {
+            (hit.earlier_until.is_some(), std::cmp::Reverse(hit.earlier_until.clone()))
+        };
+        rank(a).cmp(&rank(b))
+    });
     if facts.is_empty() {
         return Err(unknown_aspect());
     }

@@ -124,11 +124,18 @@ pub struct FactHit {
     pub origins: Vec<String>,
     /// The fact.
     pub text: String,
+    /// When a later fact replaced it, if one did (an earlier value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earlier_until: Option<String>,
 }
 
 impl fmt::Display for FactHit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.origins.join(","), self.text)
+        write!(f, "{}:{}", self.origins.join(","), self.text)?;
+        if let Some(until) = &self.earlier_until {
+            write!(f, " (earlier value, replaced on {until})")?;
+        }
+        Ok(())
     }
 }
 

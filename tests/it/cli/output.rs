@@ -27,7 +27,15 @@ async fn memory_show_into_a_reader_that_stops_early_ends_quietly() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(Store::default_path(dir.path())).unwrap();
     // 1600 messages: far more than a pipe buffer (64 KiB) of JSON.
-    store.add_messages("demo", EMBEDDER, &long_conversation(400), DEFAULT_SESSION_GAP).unwrap();
+    store
+        .add_messages(
+            "demo",
+            EMBEDDER,
+            &Default::default(),
+            &long_conversation(400),
+            DEFAULT_SESSION_GAP,
+        )
+        .unwrap();
     let mut command =
         mragent_command(dir.path(), &["memory", "show", "--conversation", "demo", "--json"]);
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();

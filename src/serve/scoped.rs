@@ -1,0 +1,372 @@
+//! The routes over a user's conversations, facts and edits:
+//! - `POST /v1/users/{user}/search`, `POST /v1/users/{user}/ask`: as for one conversation, over
+//!   all of the user's (each line names its conversation);
+//! - `GET /v1/users/{user}/facts`, `GET /v1/conversations/{id}/facts`: facts with validity;
+//! - `POST /v1/facts/{fact}/correct` `{"value": ...}`: correct one fact;
+//! - `GET /v1/edits`: the audit log; `POST /v1/edits/{edit}/undo`: revert one edit.
+//!
+//! Every edit is logged under the name of the token that made it.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::response::Response;
+use axum::{Extension, Json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::IntoParams;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::api::{ConversationId, SearchRequest, name_schema, time_schema};
+use super::handlers::{Id, Shared, answer, object};
+use super::openapi::{EditErrors, IdErrors, QueryErrors};
+use super::{Actor, ApiError, fields};
+use crate::names::{NameKind, check_name};
+use crate::service::{FactQuery, ListedFact, Scope, SearchHit, UndoReport};
+use crate::store::Edit;
+
+/// The `{user}` of the path, checked against the id rule.
+pub(super) struct UserId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for UserId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(user) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::bad("user", rejection.body_text()))?;
+        check_name(NameKind::User, &user)
+            .map_err(|error| ApiError::bad("user", error.to_string()))?;
+        Ok(UserId(user))
+    }
+}
+
+/// A numeric id in the path (`{fact}`, `{edit}`): a whole number from 1.
+pub(super) struct Number<const FACT: bool>(i64);
+
+impl<S: Send + Sync, const FACT: bool> FromRequestParts<S> for Number<FACT> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let field = if FACT { "fact" } else { "edit" };
+        let Path(text) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::bad(field, rejection.body_text()))?;
+        match text.parse::<i64>() {
+            Ok(number) if number >= 1 && text.bytes().all(|byte| byte.is_ascii_digit()) => {
+                Ok(Number(number))
+            }
+            _ => Err(ApiError::bad(field, format!("expected a whole number from 1, not {text:?}"))),
+        }
+    }
+}
+
+/// A path parameter of the scoped routes.
+fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(utoipa::openapi::Required::True)
+        .description(Some(description))
+        .schema(Some(schema))
+        .build()
+}
+
+fn id_number() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(i64::MAX as f64))
+}
+
+/// `{user}`.
+pub(super) struct UserPath;
+
+impl IntoParams for UserPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![path_parameter("user", "user id", name_schema("user id"))]
+    }
+}
+
+/// `{fact}`.
+pub(super) struct FactPath;
+
+impl IntoParams for FactPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![path_parameter("fact", "fact id, as the facts listing gives it", id_number())]
+    }
+}
+
+/// `{edit}`.
+pub(super) struct EditPath;
+
+impl IntoParams for EditPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![path_parameter("edit", "edit id, as the audit log gives it", id_number())]
+    }
+}
+
+/// A query parameter.
+fn query_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Query)
+        .required(utoipa::openapi::Required::False)
+        .description(Some(description))
+        .schema(Some(schema))
+        .build()
+}
+
+/// The query of a facts listing.
+pub(super) struct FactParams;
+
+impl IntoParams for FactParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let text = |description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(crate::names::MAX_NAME_CHARS))
+                .pattern(Some(super::api::NON_BLANK_PATTERN))
+                .description(Some(description))
+        };
+        let history =
+            ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["true", "false"]));
+        vec![
+            query_parameter(
+                "person",
+                "only facts about this person (letter case aside)",
+                text("a person"),
+            ),
+            query_parameter("aspect", "only this aspect (letter case aside)", text("an aspect")),
+            query_parameter("history", "earlier values too (default false)", history),
+            query_parameter(
+                "as_of",
+                "as known at this time (a date: its end)",
+                time_schema("a time"),
+            ),
+        ]
+    }
+}
+
+/// The query of the audit log.
+pub(super) struct EditParams;
+
+impl IntoParams for EditParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            query_parameter(
+                "user",
+                "only edits of this user's conversations",
+                name_schema("user id"),
+            ),
+            query_parameter(
+                "conversation",
+                "only edits of this conversation",
+                name_schema("conversation id"),
+            ),
+        ]
+    }
+}
+
+type Params = Result<Query<BTreeMap<String, String>>, QueryRejection>;
+
+/// The query parameters, refusing any but `known`.
+fn params(given: Params, known: &[&str]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let Query(given) = given.map_err(|rejection| ApiError::bad("query", rejection.body_text()))?;
+    if let Some(unknown) = given.keys().find(|key| !known.contains(&key.as_str())) {
+        return Err(ApiError::bad(
+            unknown,
+            format!("unknown parameter; known: {}", known.join(", ")),
+        ));
+    }
+    Ok(given.into_iter().map(|(key, value)| (key, Value::String(value))).collect())
+}
+
+/// A facts query from the parameters.
+fn fact_query(given: Params) -> Result<FactQuery, ApiError> {
+    let map = params(given, &["person", "aspect", "history", "as_of"])?;
+    let history = match map.get("history").and_then(Value::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::bad("history", "expected true or false")),
+    };
+    let max = crate::names::MAX_NAME_CHARS;
+    Ok(FactQuery {
+        person: fields::text(&map, "person", max)?,
+        aspect: fields::text(&map, "aspect", max)?,
+        history,
+        as_of: fields::time(&map, "as_of", true)?,
+        ..FactQuery::default()
+    })
+}
+
+/// `GET …/facts`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct FactList {
+    /// The facts, current first within each person and aspect.
+    pub(crate) facts: Vec<ListedFact>,
+}
+
+/// `GET /v1/edits`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct EditList {
+    /// The edits, oldest first.
+    pub(crate) edits: Vec<Edit>,
+}
+
+/// `POST /v1/users/{user}/search`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct UserSearchReply {
+    /// The user.
+    pub(crate) user: String,
+    /// The query as given.
+    pub(crate) query: String,
+    /// The lines found, best first, each naming its conversation.
+    pub(crate) hits: Vec<SearchHit>,
+}
+
+/// `POST /v1/facts/{fact}/correct`.
+#[derive(Debug, Clone)]
+pub(crate) struct CorrectRequest;
+
+impl PartialSchema for CorrectRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let value = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("the fact's value from now on"))
+            .min_length(Some(1))
+            .max_length(Some(crate::names::MAX_MESSAGE_CHARS))
+            .pattern(Some(super::api::NON_BLANK_PATTERN));
+        ObjectBuilder::new().property("value", value).required("value").into()
+    }
+}
+
+impl ToSchema for CorrectRequest {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/users/{user}/search",
+    params(UserPath),
+    request_body = SearchRequest,
+    responses((status = 200, description = "ranked memory lines of all the user's conversations (no chat model)", body = UserSearchReply), QueryErrors)
+)]
+pub(super) async fn user_search(
+    State(state): Shared,
+    UserId(user): UserId,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<UserSearchReply>, ApiError> {
+    let map = object(body)?;
+    let request = SearchRequest::parse(&map)?;
+    state.validators.search(&Value::Object(map))?;
+    let scope = Scope::User(user.clone());
+    let hits = state
+        .service
+        .search_scoped(&scope, &request.query, request.k as usize, &request.filters)
+        .await?;
+    Ok(Json(UserSearchReply { user, query: request.query, hits }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/users/{user}/ask",
+    params(UserPath),
+    request_body = super::api::AskRequest,
+    responses(
+        (status = 200, description = "the answer over all the user's conversations (as `POST /v1/conversations/{id}/ask`); each supporting line names its conversation",
+            content((crate::service::AskReport = "application/json"), (String = "text/event-stream"))),
+        QueryErrors
+    )
+)]
+pub(super) async fn user_ask(
+    State(state): Shared,
+    UserId(user): UserId,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    answer(state, Scope::User(user), body).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user}/facts",
+    params(UserPath, FactParams),
+    responses((status = 200, description = "the facts of the user's conversations", body = FactList), IdErrors)
+)]
+pub(super) async fn user_facts(
+    State(state): Shared,
+    UserId(user): UserId,
+    given: Params,
+) -> Result<Json<FactList>, ApiError> {
+    let query = FactQuery { user: Some(user.clone()), ..fact_query(given)? };
+    state.service.check_scope(&Scope::User(user)).await?;
+    Ok(Json(FactList { facts: state.service.facts(&query).await? }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/conversations/{id}/facts",
+    params(ConversationId, FactParams),
+    responses((status = 200, description = "the facts of the conversation", body = FactList), IdErrors)
+)]
+pub(super) async fn conversation_facts(
+    State(state): Shared,
+    Id(id): Id,
+    given: Params,
+) -> Result<Json<FactList>, ApiError> {
+    let query = FactQuery { conversation: Some(id.clone()), ..fact_query(given)? };
+    state.service.check_conversation(&id).await?;
+    Ok(Json(FactList { facts: state.service.facts(&query).await? }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/facts/{fact}/correct",
+    params(FactPath),
+    request_body = CorrectRequest,
+    responses((status = 200, description = "the correction's row in the audit log", body = Edit), EditErrors)
+)]
+pub(super) async fn correct(
+    State(state): Shared,
+    Extension(actor): Extension<Actor>,
+    Number(fact): Number<true>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Edit>, ApiError> {
+    let map = object(body)?;
+    let value = fields::text(&map, "value", crate::names::MAX_MESSAGE_CHARS)?
+        .ok_or_else(|| ApiError::bad("value", "missing"))?;
+    state.validators.correct(&Value::Object(map))?;
+    Ok(Json(state.service.correct_fact(fact, &value, &actor.0).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/edits",
+    params(EditParams),
+    responses((status = 200, description = "the audit log, oldest first", body = EditList), IdErrors)
+)]
+pub(super) async fn history(
+    State(state): Shared,
+    given: Params,
+) -> Result<Json<EditList>, ApiError> {
+    let map = params(given, &["user", "conversation"])?;
+    let user = fields::name(&map, "user", NameKind::User)?;
+    let conversation = fields::name(&map, "conversation", NameKind::Conversation)?;
+    let edits = state.service.history(user.as_deref(), conversation.as_deref()).await?;
+    Ok(Json(EditList { edits }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/edits/{edit}/undo",
+    params(EditPath),
+    responses((status = 200, description = "the undo's row in the audit log, and the rebuild of a restored message's session", body = UndoReport), EditErrors)
+)]
+pub(super) async fn undo(
+    State(state): Shared,
+    Extension(actor): Extension<Actor>,
+    Number(edit): Number<false>,
+) -> Result<Json<UndoReport>, ApiError> {
+    Ok(Json(state.service.undo(edit, &actor.0).await?))
+}

@@ -1,0 +1,236 @@
+//! Single edits and their append-only audit log (`edits`, schema migration 6): correcting one
+//! fact, forgetting one message (`edit.rs`), and undoing either. Each edit and its log row are
+//! one transaction, so a kill -9 leaves the store before or after the edit, never between. The
+//! log is never rewritten (triggers refuse it); an undo is a new row naming the edit it undoes.
+
+use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::facts::{FACT_COLUMNS, fact_of_row};
+use super::write::bump_revision;
+use super::{Store, StoreError};
+
+/// Forgetting one message.
+pub const FORGET_MESSAGE: &str = "forget_message";
+/// Correcting one fact.
+pub const CORRECT_FACT: &str = "correct_fact";
+/// Undoing an edit.
+pub const UNDO: &str = "undo";
+
+/// One row of the audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Edit {
+    /// Its id (`memory undo ID`).
+    pub id: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Who: the HTTP token's name, or `cli`.
+    pub actor: String,
+    /// `forget_message`, `correct_fact` or `undo`.
+    pub kind: String,
+    /// The conversation it changed.
+    pub conversation: String,
+    /// What it changed: a message id, a fact id, or the edit undone.
+    pub target: String,
+    /// The state before (the message, or the fact's value).
+    #[schema(value_type = Option<Object>)]
+    pub before: Option<Value>,
+    /// The state after.
+    #[schema(value_type = Option<Object>)]
+    pub after: Option<Value>,
+    /// The edit this one undoes.
+    pub undoes: Option<i64>,
+    /// The edit that undid this one, if any.
+    pub undone_by: Option<i64>,
+}
+
+const EDIT_COLUMNS: &str = "e.id, e.at, e.actor, e.kind, e.conversation_id, e.target, e.before,
+    e.after, e.undoes, (SELECT u.id FROM edits u WHERE u.undoes = e.id)";
+
+fn edit_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edit> {
+    let value = |text: Option<String>| text.and_then(|text| serde_json::from_str(&text).ok());
+    Ok(Edit {
+        id: row.get(0)?,
+        at: row.get(1)?,
+        actor: row.get(2)?,
+        kind: row.get(3)?,
+        conversation: row.get(4)?,
+        target: row.get(5)?,
+        before: value(row.get(6)?),
+        after: value(row.get(7)?),
+        undoes: row.get(8)?,
+        undone_by: row.get(9)?,
+    })
+}
+
+/// Appends an edit to the log inside `transaction`; returns its id.
+pub(super) fn record_edit(
+    transaction: &rusqlite::Transaction<'_>,
+    actor: &str,
+    kind: &str,
+    conversation: &str,
+    target: &str,
+    (before, after): (Option<&Value>, Option<&Value>),
+    undoes: Option<i64>,
+) -> Result<i64, StoreError> {
+    transaction.execute(
+        "INSERT INTO edits (at, actor, kind, conversation_id, target, before, after, undoes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            chrono::Utc::now().to_rfc3339(),
+            actor,
+            kind,
+            conversation,
+            target,
+            before.map(Value::to_string),
+            after.map(Value::to_string),
+            undoes
+        ],
+    )?;
+    Ok(transaction.last_insert_rowid())
+}
+
+fn load_edit(connection: &rusqlite::Connection, id: i64) -> Result<Edit, StoreError> {
+    connection
+        .query_row(
+            &format!("SELECT {EDIT_COLUMNS} FROM edits e WHERE e.id = ?1"),
+            [id],
+            edit_of_row,
+        )
+        .optional()?
+        .ok_or(StoreError::UnknownEdit(id))
+}
+
+impl Store {
+    /// The audit log, oldest first: a user's conversations, one conversation, or all.
+    pub fn history(
+        &self,
+        user: Option<&str>,
+        conversation: Option<&str>,
+    ) -> Result<Vec<Edit>, StoreError> {
+        if let Some(user) = user {
+            crate::names::check_name(crate::names::NameKind::User, user)?;
+        }
+        if let Some(conversation) = conversation {
+            super::check_conversation_id(conversation)?;
+        }
+        let connection = self.connect()?;
+        let mut statement = connection.prepare(&format!(
+            "SELECT {EDIT_COLUMNS} FROM edits e
+             WHERE (?1 IS NULL OR e.conversation_id IN
+                     (SELECT id FROM conversations WHERE user_id = ?1))
+               AND (?2 IS NULL OR e.conversation_id = ?2)
+             ORDER BY e.id"
+        ))?;
+        let rows = statement.query_map(params![user, conversation], edit_of_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One edit.
+    pub fn edit(&self, id: i64) -> Result<Edit, StoreError> {
+        load_edit(&self.connect()?, id)
+    }
+
+    /// Sets fact `id`'s value to `value` (what memory holds from now on; the extracted value
+    /// stays beside it), logged as `actor`'s edit.
+    pub fn correct_fact(&self, id: i64, value: &str, actor: &str) -> Result<Edit, StoreError> {
+        let mut connection = self.connect()?;
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let fact = transaction
+            .query_row(
+                &format!("SELECT {FACT_COLUMNS} FROM facts f WHERE f.id = ?1"),
+                [id],
+                fact_of_row,
+            )
+            .optional()?
+            .ok_or(StoreError::UnknownFact(id))?;
+        transaction.execute("UPDATE facts SET value = ?1 WHERE id = ?2", params![value, id])?;
+        let where_ = json!({"session": fact.session, "key": fact.key, "extracted": fact.extracted});
+        let before = json!({"value": fact.value, "fact": where_});
+        let after = json!({"value": value, "fact": where_});
+        let edit = record_edit(
+            &transaction,
+            actor,
+            CORRECT_FACT,
+            &fact.conversation,
+            &id.to_string(),
+            (Some(&before), Some(&after)),
+            None,
+        )?;
+        bump_revision(&transaction, &fact.conversation)?;
+        transaction.commit()?;
+        self.edit(edit)
+    }
+
+    /// Reverts edit `id` as `actor`'s edit, in one transaction; returns the undo's log row.
+    /// An undone forget puts the message back into its session (whose outputs then need a
+    /// rebuild, as after an add); an undone correction restores the fact's value.
+    pub fn undo(&self, id: i64, actor: &str) -> Result<Edit, StoreError> {
+        let mut connection = self.connect()?;
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let edit = load_edit(&transaction, id)?;
+        let refuse = |why: &str| StoreError::NotUndoable { edit: id, why: why.to_string() };
+        if let Some(undo) = edit.undone_by {
+            return Err(refuse(&format!("edit {undo} undid it already")));
+        }
+        let after = match edit.kind.as_str() {
+            FORGET_MESSAGE => {
+                super::edit::restore_message(&transaction, &edit).map_err(|why| match why {
+                    StoreError::Corrupt(why) => refuse(&why),
+                    other => other,
+                })?
+            }
+            CORRECT_FACT => restore_value(&transaction, &edit).map_err(|why| match why {
+                StoreError::Corrupt(why) => refuse(&why),
+                other => other,
+            })?,
+            _ => return Err(refuse("an undo is not undone; make the edit again")),
+        };
+        let undo = record_edit(
+            &transaction,
+            actor,
+            UNDO,
+            &edit.conversation,
+            &id.to_string(),
+            (edit.after.as_ref(), Some(&after)),
+            Some(id),
+        )?;
+        bump_revision(&transaction, &edit.conversation)?;
+        transaction.commit()?;
+        self.edit(undo)
+    }
+}
+
+/// Puts back the value a correction replaced: on the fact it corrected, or (its session was
+/// rebuilt since) on the fact with the same session, key and extracted value.
+fn restore_value(
+    transaction: &rusqlite::Transaction<'_>,
+    edit: &Edit,
+) -> Result<Value, StoreError> {
+    let gone = || StoreError::Corrupt("the fact it corrected is no longer in memory".into());
+    let before = edit.before.as_ref().ok_or_else(gone)?;
+    let value = before["value"].as_str().ok_or_else(gone)?;
+    let fact = &before["fact"];
+    let number: u32 = fact["session"]
+        .as_str()
+        .and_then(|session| session.trim_start_matches('D').parse().ok())
+        .ok_or_else(gone)?;
+    let changed = transaction.execute(
+        "UPDATE facts SET value = ?1
+         WHERE id = ?2 OR (conversation_id = ?3 AND session_number = ?4 AND key = ?5
+                           AND extracted = ?6)",
+        params![
+            value,
+            edit.target.parse::<i64>().unwrap_or(-1),
+            edit.conversation,
+            number,
+            fact["key"].as_str().unwrap_or_default(),
+            fact["extracted"].as_str().unwrap_or_default()
+        ],
+    )?;
+    if changed == 0 {
+        return Err(gone());
+    }
+    Ok(json!({"value": value, "fact": fact}))
+}
