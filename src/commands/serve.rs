@@ -15,8 +15,11 @@ pub async fn execute(job: &ServeJob) -> anyhow::Result<Outcome> {
     let listener = tokio::net::TcpListener::bind(job.bind)
         .await
         .with_context(|| format!("binding {}", job.bind))?;
-    tracing::info!(address = %job.bind, auth = job.options.token.is_some(), "serving");
-    eprintln!("serving on http://{} (OpenAPI at /openapi.json)", job.bind);
+    // The address bound (with port 0, the one the system chose).
+    let address = listener.local_addr().unwrap_or(job.bind);
+    let auth = job.options.token.is_some() || !job.options.named_tokens.is_empty();
+    tracing::info!(%address, auth, "serving");
+    eprintln!("serving on http://{address} (OpenAPI at /openapi.json)");
     let rules = &job.own.service.rules;
     if !rules.is_empty() {
         eprintln!("every ask uses {} meta rules ({})", rules.rules.len(), rules.hash());

@@ -18,6 +18,7 @@ mod llm;
 mod memory;
 mod meta_rules;
 mod own;
+mod own_memory;
 mod retrieval;
 mod schemathesis;
 mod serve;

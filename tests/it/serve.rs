@@ -11,23 +11,33 @@ use serde_json::{Value, json};
 
 use crate::own::{example_file, server, service};
 
-const TOKEN: &str = "s3cret-token";
+pub(crate) const TOKEN: &str = "s3cret-token";
 
-struct Api {
+pub(crate) struct Api {
     base: String,
     client: reqwest::Client,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Api {
-    async fn start(
+    pub(crate) async fn start(
         scripted: &mragent::llm::scripted::ScriptedServer,
         root: &std::path::Path,
+    ) -> Self {
+        Self::start_with(scripted, root, Vec::new()).await
+    }
+
+    /// The API over a service of `scripted` under `root`, accepting [`TOKEN`] and
+    /// `named_tokens`.
+    pub(crate) async fn start_with(
+        scripted: &mragent::llm::scripted::ScriptedServer,
+        root: &std::path::Path,
+        named_tokens: Vec<(String, String)>,
     ) -> Self {
         let service = Arc::new(service(scripted, root));
         let options = ServeOptions {
             token: Some(TOKEN.into()),
-            named_tokens: Vec::new(),
+            named_tokens,
             max_body_bytes: 16 * 1024,
             max_concurrency: 4,
         };
@@ -40,7 +50,7 @@ impl Api {
         Self { base, client: reqwest::Client::new(), _stop: stop }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         path: &str,
@@ -65,11 +75,11 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call("GET", path, None, Some(TOKEN)).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call("POST", path, Some(body), Some(TOKEN)).await
     }
 }
