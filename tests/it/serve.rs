@@ -368,6 +368,13 @@ async fn the_document_declares_every_route_constraint_and_error() {
         ("/v1/conversations/{id}/messages/{message}", vec!["delete"]),
         ("/v1/conversations/{id}/search", vec!["post"]),
         ("/v1/conversations/{id}/ask", vec!["post"]),
+        ("/v1/conversations/{id}/facts", vec!["get"]),
+        ("/v1/users/{user}/search", vec!["post"]),
+        ("/v1/users/{user}/ask", vec!["post"]),
+        ("/v1/users/{user}/facts", vec!["get"]),
+        ("/v1/facts/{fact}/correct", vec!["post"]),
+        ("/v1/edits", vec!["get"]),
+        ("/v1/edits/{edit}/undo", vec!["post"]),
     ];
     let mut sorted: Vec<(String, Vec<String>)> = routes
         .into_iter()
@@ -386,7 +393,12 @@ async fn the_document_declares_every_route_constraint_and_error() {
     // Every documented operation is served (neither the 404 fallback nor 405).
     for (path, methods) in &want {
         for method in methods {
-            let concrete = path.replace("{id}", "nobody").replace("{message}", "m1");
+            let concrete = path
+                .replace("{id}", "nobody")
+                .replace("{message}", "m1")
+                .replace("{user}", "nobody")
+                .replace("{fact}", "7")
+                .replace("{edit}", "7");
             let body = (method == "post").then(|| json!({}));
             let (status, reply) =
                 api.call(&method.to_uppercase(), &concrete, body, Some(TOKEN)).await;
@@ -395,12 +407,18 @@ async fn the_document_declares_every_route_constraint_and_error() {
         }
     }
 
-    let ask = &document["paths"]["/v1/conversations/{id}/ask"]["post"];
-    let content = ask["responses"]["200"]["content"].as_object().unwrap();
-    let events = &content["text/event-stream"]["itemSchema"];
-    assert_eq!(events["required"], json!(["event", "data"]), "the SSE reply is declared: {ask}");
-    assert_eq!(events["properties"]["event"]["enum"][3], "error", "{ask}");
-    assert!(content.contains_key("application/json"), "{ask}");
+    for path in ["/v1/conversations/{id}/ask", "/v1/users/{user}/ask"] {
+        let ask = &document["paths"][path]["post"];
+        let content = ask["responses"]["200"]["content"].as_object().unwrap();
+        let events = &content["text/event-stream"]["itemSchema"];
+        assert_eq!(
+            events["required"],
+            json!(["event", "data"]),
+            "the SSE reply is declared: {ask}"
+        );
+        assert_eq!(events["properties"]["event"]["enum"][3], "error", "{ask}");
+        assert!(content.contains_key("application/json"), "{ask}");
+    }
     for (path, item) in document["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
             let responses = operation["responses"].as_object().unwrap();
@@ -436,6 +454,30 @@ async fn the_document_declares_every_route_constraint_and_error() {
     for report in ["AddReport", "AskReport", "SearchHit", "ConversationInfo", "ErrorBody"] {
         assert!(schemas[report]["properties"].is_object(), "{report} has its full schema");
     }
+    // The fields of scopes, filters, facts and edits.
+    for (schema, fields) in [
+        ("AddRequest", &["user", "agent", "tags"][..]),
+        ("SearchRequest", &["speaker", "from", "to", "conversation", "tags"]),
+        ("AskRequest", &["as_of"]),
+        ("CorrectRequest", &["value"]),
+        ("ConversationInfo", &["user", "agent"]),
+        ("SearchHit", &["conversation", "tags"]),
+        ("Edit", &["actor", "kind", "before", "after", "undoes", "undone_by"]),
+        ("AddReport", &["facts"]),
+    ] {
+        for field in fields {
+            assert!(schemas[schema]["properties"][field].is_object(), "{schema}.{field}");
+        }
+    }
+    for field in ["valid_from", "valid_to", "superseded_by", "value", "extracted"] {
+        assert!(schemas["StoredFact"]["properties"][field].is_object(), "StoredFact.{field}");
+    }
+    let listed = serde_json::to_string(&schemas["ListedFact"]).unwrap();
+    assert!(listed.contains("StoredFact") && listed.contains("current"), "{listed}");
+    let facts = &document["paths"]["/v1/users/{user}/facts"]["get"]["parameters"];
+    let names: Vec<&str> =
+        facts.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["user", "person", "aspect", "history", "as_of"]);
 }
 
 /// Errors that axum itself would answer in plain text are the JSON error body too.
