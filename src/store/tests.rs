@@ -229,3 +229,50 @@ fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_th
         connection.query_row("SELECT COUNT(*) FROM word_vectors", [], |row| row.get(0)).unwrap();
     assert_eq!(left, 0);
 }
+
+#[test]
+fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mragent.sqlite");
+    {
+        // The store as the previous release (schema version 5) left it.
+        let mut connection = Connection::open(&path).unwrap();
+        assert_eq!(schema::migrate_to(&mut connection, 5).unwrap(), 5);
+        connection
+            .execute_batch(
+                "INSERT INTO conversations (id, embedder, created_at, revision)
+                   VALUES ('old', 'local', '2024-01-01T00:00:00Z', 3);
+                 UPDATE counters SET value = 3 WHERE name = 'revision';
+                 INSERT INTO sessions VALUES ('old', 1, 's1');
+                 INSERT INTO messages VALUES ('old', 'h1', 1, 1, 'Ann', 'I live in Paris',
+                   '2024-01-05T10:00:00Z', '2024-01-05T10:00:00Z');",
+            )
+            .unwrap();
+        assert!(connection.prepare("SELECT * FROM facts").is_err(), "version 5 has no facts");
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(schema::version(&Connection::open(&path).unwrap()).unwrap(), SCHEMA_VERSION);
+    let loaded = store.load("old").unwrap();
+    assert_eq!((loaded.info.user.as_deref(), loaded.revision), (None, 3));
+    assert_eq!(loaded.sessions[0].messages[0].text, "I live in Paris");
+    assert!(loaded.sessions[0].messages[0].tags.is_empty() && loaded.sessions[0].facts.is_empty());
+    assert!(store.history(None, None).unwrap().is_empty());
+    // The old conversation takes the first user an add names, then keeps it.
+    let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };
+    let later = parse(r#"[{"speaker": "Ann", "text": "Moved", "timestamp": "2024-03-01"}]"#).unwrap();
+    store.add_messages("old", "local", &scope, &later, DEFAULT_SESSION_GAP).unwrap();
+    assert_eq!(store.list_of(Some("ann")).unwrap()[0].id, "old");
+    let other = AddScope { user: Some("bob".into()), ..AddScope::default() };
+    let refused = store.add_messages("old", "local", &other, &later, DEFAULT_SESSION_GAP);
+    assert!(matches!(refused, Err(StoreError::ScopeMismatch { field: "user", .. })), "{refused:?}");
+    // A forget is logged, and the log refuses rewrites.
+    let forgotten = store.forget_message("old", "h1", "cli").unwrap();
+    let log = store.history(Some("ann"), None).unwrap();
+    assert_eq!((log.len(), log[0].id, log[0].actor.as_str()), (1, forgotten.edit, "cli"));
+    let connection = Connection::open(&path).unwrap();
+    assert!(connection.execute("DELETE FROM edits", []).is_err());
+    let undo = store.undo(forgotten.edit, "cli").unwrap();
+    assert_eq!(undo.undoes, Some(forgotten.edit));
+    assert_eq!(store.load("old").unwrap().sessions[0].messages[0].id, "h1");
+    assert!(matches!(store.undo(forgotten.edit, "cli"), Err(StoreError::NotUndoable { .. })));
+}

@@ -207,17 +207,26 @@ fn ensure_conversation(
             requested: embedder.to_string(),
         });
     }
-    for (field, stored, requested) in [("user", user, &scope.user), ("agent", agent, &scope.agent)]
-    {
-        if let Some(requested) = requested
-            && stored.as_ref() != Some(requested)
-        {
-            return Err(StoreError::ScopeMismatch {
-                conversation: conversation.to_string(),
-                field,
-                stored: stored.unwrap_or_else(|| "nobody".into()),
-                requested: requested.clone(),
-            });
+    // A conversation without a user (one stored before scopes existed) takes the first one an
+    // add names; after that, it keeps it.
+    let owners = [("user", "user_id", user, &scope.user), ("agent", "agent_id", agent, &scope.agent)];
+    for (field, column, stored, requested) in owners {
+        match (stored, requested) {
+            (None, Some(requested)) => {
+                transaction.execute(
+                    &format!("UPDATE conversations SET {column} = ?1 WHERE id = ?2"),
+                    params![requested, conversation],
+                )?;
+            }
+            (Some(stored), Some(requested)) if stored != *requested => {
+                return Err(StoreError::ScopeMismatch {
+                    conversation: conversation.to_string(),
+                    field,
+                    stored,
+                    requested: requested.clone(),
+                });
+            }
+            _ => {}
         }
     }
     Ok(false)

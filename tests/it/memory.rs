@@ -237,6 +237,26 @@ fn personal_information_and_aspects() {
 }
 
 #[test]
+fn an_earlier_value_comes_after_the_current_facts_with_its_date() {
+    let mut memory = fixture();
+    // Sam's first hobby fact was replaced (own memory marks it from the store's facts).
+    memory.mark_earlier("D1:p3", "2024-02-01".into());
+    memory.mark_earlier("no-such-fact", "2024-02-01".into());
+    let shown: Vec<_> = query_personal_aspect(&memory, "Sam", "hobby")
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "D2:1:Sam finished the city marathon in 4 hours",
+            "D1:4,D1:6:Sam runs marathons (earlier value, replaced on 2024-02-01)"
+        ]
+    );
+}
+
+#[test]
 fn topic_events_are_deduplicated_by_origin() {
     let memory = fixture();
     // D1:6-1 and D1:6-2 both belong to D1:t3 and come from one turn: shown once.
