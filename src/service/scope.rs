@@ -108,10 +108,10 @@ where
         }
         let ids: Vec<String> = listed.into_iter().map(|info| info.id).collect();
         match only {
-            Some(only) if !ids.iter().any(|id| id == only) => Err(ServiceError::invalid(
-                "conversation",
-                format!("conversation {only:?} does not belong to user {user:?}"),
-            )),
+            // Not one of the user's: unknown, whether or not another user has it.
+            Some(only) if !ids.iter().any(|id| id == only) => {
+                Err(crate::store::StoreError::UnknownConversation(only.to_string()).into())
+            }
             Some(only) => Ok(vec![only.to_string()]),
             None => Ok(ids),
         }

@@ -85,7 +85,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     //   (a correction replaces it), `extracted` what the build made. A fact superseded by a
     //   later one gets `valid_to` and `superseded_by`; neither is ever deleted for that.
     //   Deleting the superseding fact (its session rebuilt or forgotten) makes the older one
-    //   current again (trigger). `checked`: whether its conflicts were decided.
+    //   current again (trigger). `checked`: whether its conflicts were decided. The facts of the
+    //   sessions built before are copied from their stored rewrites (the next add decides them).
     // - `fact_verdicts`: the model's cached conflict verdicts, by a hash of the pair.
     // - `edits`: append-only (triggers refuse UPDATE and DELETE); an undo is a new row.
     "ALTER TABLE conversations ADD COLUMN user_id TEXT;
@@ -110,6 +111,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         FOREIGN KEY (conversation_id, session_number)
             REFERENCES sessions(conversation_id, number) ON DELETE CASCADE
     ) STRICT;
+    INSERT OR IGNORE INTO facts (conversation_id, session_number, key, person, aspect, value,
+        extracted, origins, valid_from)
+    SELECT o.conversation_id, o.session_number, json_extract(f.value, '$.id'),
+        COALESCE(json_extract(f.value, '$.person'), ''),
+        COALESCE(json_extract(f.value, '$.aspect'), ''),
+        COALESCE(json_extract(f.value, '$.fact'), ''),
+        COALESCE(json_extract(f.value, '$.fact'), ''),
+        COALESCE(json_extract(f.value, '$.origins'), '[]'),
+        (SELECT MIN(m.sort_time) FROM messages m
+         WHERE m.conversation_id = o.conversation_id AND m.session_number = o.session_number)
+    FROM session_outputs o, json_each(o.rewrite, '$.personal_facts') f
+    WHERE json_extract(f.value, '$.id') IS NOT NULL;
     CREATE INDEX facts_by_aspect ON facts(person, aspect);
     CREATE INDEX facts_by_successor ON facts(superseded_by);
     CREATE TRIGGER facts_successor_gone AFTER DELETE ON facts BEGIN

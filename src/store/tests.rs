@@ -240,12 +240,16 @@ fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_fact
         assert_eq!(schema::migrate_to(&mut connection, 5).unwrap(), 5);
         connection
             .execute_batch(
-                "INSERT INTO conversations (id, embedder, created_at, revision)
+                r#"INSERT INTO conversations (id, embedder, created_at, revision)
                    VALUES ('old', 'local', '2024-01-01T00:00:00Z', 3);
                  UPDATE counters SET value = 3 WHERE name = 'revision';
                  INSERT INTO sessions VALUES ('old', 1, 's1');
                  INSERT INTO messages VALUES ('old', 'h1', 1, 1, 'Ann', 'I live in Paris',
-                   '2024-01-05T10:00:00Z', '2024-01-05T10:00:00Z');",
+                   '2024-01-05T10:00:00Z', '2024-01-05T10:00:00Z');
+                 INSERT INTO session_outputs VALUES ('old', 1, 'stale', 'm',
+                   '{"session": "D1", "sentences": [], "personal_facts": [{"id": "D1:p1",
+                     "person": "Ann", "aspect": "home", "fact": "Ann lives in Paris",
+                     "origins": ["D1:1"]}]}', '{}', 0, x'', x'');"#,
             )
             .unwrap();
         assert!(connection.prepare("SELECT * FROM facts").is_err(), "version 5 has no facts");
@@ -255,11 +259,21 @@ fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_fact
     let loaded = store.load("old").unwrap();
     assert_eq!((loaded.info.user.as_deref(), loaded.revision), (None, 3));
     assert_eq!(loaded.sessions[0].messages[0].text, "I live in Paris");
-    assert!(loaded.sessions[0].messages[0].tags.is_empty() && loaded.sessions[0].facts.is_empty());
+    assert!(loaded.sessions[0].messages[0].tags.is_empty());
+    // The facts of the stored rewrites became rows, valid from their session's first message.
+    let facts = store.facts(None, Some("old")).unwrap();
+    assert_eq!(facts.len(), 1);
+    assert_eq!(
+        (facts[0].value.as_str(), facts[0].origins.as_slice()),
+        ("Ann lives in Paris", &["D1:1".to_string()][..])
+    );
+    assert_eq!(facts[0].valid_from.as_deref(), Some("2024-01-05T10:00:00Z"));
+    assert_eq!(store.unchecked_facts("old").unwrap().len(), 1, "the next add decides them");
     assert!(store.history(None, None).unwrap().is_empty());
     // The old conversation takes the first user an add names, then keeps it.
     let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };
-    let later = parse(r#"[{"speaker": "Ann", "text": "Moved", "timestamp": "2024-03-01"}]"#).unwrap();
+    let later =
+        parse(r#"[{"speaker": "Ann", "text": "Moved", "timestamp": "2024-03-01"}]"#).unwrap();
     store.add_messages("old", "local", &scope, &later, DEFAULT_SESSION_GAP).unwrap();
     assert_eq!(store.list_of(Some("ann")).unwrap()[0].id, "old");
     let other = AddScope { user: Some("bob".into()), ..AddScope::default() };

@@ -209,7 +209,8 @@ fn ensure_conversation(
     }
     // A conversation without a user (one stored before scopes existed) takes the first one an
     // add names; after that, it keeps it.
-    let owners = [("user", "user_id", user, &scope.user), ("agent", "agent_id", agent, &scope.agent)];
+    let owners =
+        [("user", "user_id", user, &scope.user), ("agent", "agent_id", agent, &scope.agent)];
     for (field, column, stored, requested) in owners {
         match (stored, requested) {
             (None, Some(requested)) => {

@@ -140,7 +140,7 @@ async fn a_late_message_rebuilds_only_its_session_and_search_and_ask_answer() {
     assert!(unknown.to_string().contains("unknown conversation"), "{unknown}");
 }
 
-async fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
+pub(crate) async fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
     let output = mragent_command(dir, args).output().await.unwrap();
     (
         output.status.success(),
@@ -149,7 +149,11 @@ async fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn add_args<'a>(base_url: &'a str, conversation: &'a str, file: &'a str) -> Vec<&'a str> {
+pub(crate) fn add_args<'a>(
+    base_url: &'a str,
+    conversation: &'a str,
+    file: &'a str,
+) -> Vec<&'a str> {
     vec![
         "memory",
         "add",

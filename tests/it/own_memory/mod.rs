@@ -3,6 +3,7 @@
 //! by a sloppy model, cached), answers as of a date, single edits with their audit log and
 //! undo, and (`kill`) a kill -9 during an edit.
 
+mod cli;
 mod kill;
 
 use std::time::Duration;
@@ -138,10 +139,8 @@ async fn users_never_see_each_others_lines_and_filters_narrow_a_search() {
     let (_, one) = narrow(json!({"conversation": "u1-chat"})).await;
     assert!(one["hits"].as_array().unwrap().iter().all(|hit| hit["conversation"] == "u1-chat"));
     let (status, reply) = narrow(json!({"conversation": "u2-chat"})).await;
-    assert_eq!(
-        (status, &reply["error"]["field"]),
-        (StatusCode::BAD_REQUEST, &json!("conversation"))
-    );
+    let code = &reply["error"]["code"];
+    assert_eq!((status, code), (StatusCode::NOT_FOUND, &json!("unknown_conversation")));
 
     let (status, asked) =
         api.post("/v1/users/u1/ask", json!({"question": "Where does Eve adore hiking?"})).await;
