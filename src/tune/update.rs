@@ -299,3 +299,119 @@ fn best_candidate(variants: &[&[Variant]], half: usize) -> usize {
     }
     best.0
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::tune::metrics::Evidence;
+
+    fn ids(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn ku() -> Category {
+        Category::LongMemEval(KNOWLEDGE_UPDATE.to_string())
+    }
+
+    fn at(text: &str) -> Option<NaiveDateTime> {
+        NaiveDateTime::parse_from_str(text, "%Y/%m/%d %H:%M").ok()
+    }
+
+    /// D1 oldest, D3 newest, D2 in between.
+    fn time_of(id: &str) -> Option<NaiveDateTime> {
+        match id {
+            "D1" => at("2023/01/01 10:00"),
+            "D2" => at("2023/05/01 10:00"),
+            "D3" => at("2023/05/01 11:00"),
+            _ => None,
+        }
+    }
+
+    fn evidence(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_updating_session_is_the_newest_evidence_session() {
+        let ranking = ids(&["D2", "D9", "D3", "D1"]);
+        let outcome = update_outcome(&ku(), &evidence(&["D1", "D3"]), &ranking, time_of).unwrap();
+        assert_eq!(outcome, UpdateOutcome { updating_rank: 3, outdated_rank: 4 });
+        assert!(outcome.above());
+        // Two outdated sessions: the best-ranked one counts (same day, earlier hour is older).
+        let all = evidence(&["D1", "D2", "D3"]);
+        let outcome = update_outcome(&ku(), &all, &ranking, time_of).unwrap();
+        assert_eq!(outcome, UpdateOutcome { updating_rank: 3, outdated_rank: 1 });
+        assert!(!outcome.above());
+    }
+
+    #[test]
+    fn other_types_single_or_undated_evidence_are_not_measured() {
+        let ranking = ids(&["D1", "D2", "D3"]);
+        let other = Category::LongMemEval("multi-session".to_string());
+        assert_eq!(update_outcome(&other, &evidence(&["D1", "D3"]), &ranking, time_of), None);
+        assert_eq!(update_outcome(&ku(), &evidence(&["D3"]), &ranking, time_of), None);
+        assert_eq!(update_outcome(&ku(), &evidence(&["D1", "D9"]), &ranking, time_of), None);
+        let same = |_: &str| at("2023/01/01 10:00");
+        assert_eq!(update_outcome(&ku(), &evidence(&["D1", "D2"]), &ranking, same), None);
+    }
+
+    #[test]
+    fn update_tables_average_ranks_and_count_updates_above() {
+        let outcomes = [
+            UpdateOutcome { updating_rank: 1, outdated_rank: 2 },
+            UpdateOutcome { updating_rank: 3, outdated_rank: 1 },
+        ];
+        let table = UpdateTable::average(&outcomes).unwrap();
+        assert_eq!(table.n_questions, 2);
+        assert_eq!(table.updating_above, 50.0);
+        assert_eq!((table.mean_updating_rank, table.mean_outdated_rank), (2.0, 1.5));
+        assert_eq!(UpdateTable::average(&[]), None);
+    }
+
+    #[test]
+    fn session_times_read_the_hour_when_given() {
+        let session = |text: &str| Session {
+            index: 1,
+            date_time: Some(text.to_string()),
+            date: chrono::NaiveDate::from_ymd_opt(2023, 5, 20),
+            turns: Vec::new(),
+        };
+        assert_eq!(session_time(&session("2023/05/20 (Sat) 02:21")), at("2023/05/20 02:21"));
+        assert_eq!(session_time(&session("1:56 pm on 20 May, 2023")), at("2023/05/20 00:00"));
+    }
+
+    /// Question `q` of a KU test: variant 0 (plain) puts the outdated session first, variant 1
+    /// the update, variant 2 the update too but loses the evidence from the top 5.
+    fn variants() -> Vec<Variant> {
+        let evidence = Evidence::parse(&ids(&["D1:1", "D3:1"]));
+        let variant = |ranking: &[&str]| {
+            let ranking = ids(ranking);
+            Variant {
+                metrics: QuestionMetrics::score(&evidence, &ranking, None),
+                update: update_outcome(&ku(), &evidence.sessions, &ranking, time_of),
+                top_sessions: ranking,
+            }
+        };
+        vec![
+            variant(&["D1", "D3", "D2"]),
+            variant(&["D3", "D1", "D2"]),
+            variant(&["D2", "D4", "D5", "D6", "D7", "D3", "D1"]),
+        ]
+    }
+
+    #[test]
+    fn held_out_choice_tunes_each_half_on_the_other() {
+        let questions = [variants(), variants(), variants()];
+        let all: Vec<&[Variant]> = questions.iter().map(Vec::as_slice).collect();
+        let (chosen, _) = choose(None, &all);
+        assert_eq!(chosen, vec![0, 0, 0]);
+        let fixed = PreferNewer { margin: 0.1, threshold: 0.5 };
+        let (chosen, settings) = choose(Some(PreferNewerMode::Fixed(fixed)), &all);
+        assert_eq!((chosen, settings), (vec![1, 1, 1], vec![fixed]));
+        // Only candidates 1 and 2 exist here: 1 keeps recall@5 and puts the update first.
+        let (chosen, settings) = choose(Some(PreferNewerMode::HeldOut), &all);
+        assert_eq!(chosen, vec![1, 1, 1]);
+        assert_eq!(settings, vec![grid()[0], grid()[0]]);
+    }
+}
