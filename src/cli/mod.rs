@@ -258,6 +258,16 @@ pub struct RetrieveArgs {
     /// (`eval/<dataset>/retrieve/folds.md`).
     #[arg(long)]
     pub folds: bool,
+    /// Validity-aware ranking: of two sessions about the same thing that both score near the
+    /// top, rank the newer first. `held-out` chooses the margin and threshold on half of the
+    /// questions for the other half (and back); `MARGIN,THRESHOLD` fixes them (margin: fraction
+    /// of the score range below the top; threshold: similarity of "the same thing").
+    #[arg(long, value_name = "held-out|MARGIN,THRESHOLD")]
+    pub prefer_newer: Option<String>,
+    /// What makes two sessions about the same thing for --prefer-newer: `vector` (cosine of the
+    /// session vectors) or `words` (shared content words over the smaller session's).
+    #[arg(long, default_value = "vector", value_parser = ["vector", "words"])]
+    pub same_topic: String,
 }
 
 /// `mragent run`.

@@ -8,9 +8,10 @@
 //! methods: plain dense or lexical ranking per granularity, MemGAS (entropy [`router`], seed
 //! selection, personalized PageRank [`ppr`]), or a weighted fusion of normalised lexical and
 //! dense scores with session↔turn propagation (the best offline method), optionally boosting
-//! sessions dated in a month the question names ([`dates`]). [`cache`] keeps embeddings on disk
-//! and [`stored`] built indexes. Running the methods over a dataset and scoring them is
-//! `tune`'s job (the `retrieve` command); nothing here imports it.
+//! sessions dated in a month the question names ([`dates`]). [`newer`] reorders a ranking so
+//! that of two sessions about the same thing the newer comes first (validity-aware ranking).
+//! [`cache`] keeps embeddings on disk and [`stored`] built indexes. Running the methods over a
+//! dataset and scoring them is `tune`'s job (the `retrieve` command); nothing here imports it.
 //!
 //! Tuned settings are chosen honestly by `retrieve --folds` (`tune::folds`):
 //! leave-one-conversation-out, each fold's coordinate ascent starting from the settings fixed
@@ -30,6 +31,7 @@ pub mod dates;
 pub mod gmm;
 pub mod graph;
 pub mod index;
+pub mod newer;
 pub mod ppr;
 pub mod router;
 pub mod stored;
@@ -44,6 +46,7 @@ pub use index::{
     Method, Normalisation, QueryWords, Ranking, Scored, SessionAggregate, SessionHit,
     SessionStructure, TurnHit, TurnRouting, WordError,
 };
+pub use newer::{PreferNewer, prefer_newer};
 pub use router::RouterFormula;
 pub use stored::{IndexFileCache, IndexSource};
 pub use units::{

@@ -7,7 +7,9 @@ use crate::cli::RetrieveArgs;
 use crate::dataset::DatasetKind;
 use crate::ingest::BuildSettings;
 use crate::retrieval::Method;
+use crate::retrieval::PreferNewer;
 use crate::tune::RetrieveSettings;
+use crate::tune::update::{PreferNewerMode, SameTopic};
 
 /// `mragent retrieve`, resolved.
 #[derive(Debug, Clone)]
@@ -25,7 +27,18 @@ impl RetrieveJob {
         quiet: bool,
     ) -> anyhow::Result<Self> {
         let data = DataSettings::resolve(paths, &args.data);
-        Ok(Self { settings: retrieve_settings(paths, &data, args, quiet)?, folds: args.folds })
+        let mut settings = retrieve_settings(paths, &data, args, quiet)?;
+        if let Some(text) = &args.prefer_newer {
+            if args.folds {
+                anyhow::bail!(
+                    "--prefer-newer is measured by one evaluation (held out within it), not by --folds: drop one of them"
+                );
+            }
+            settings.prefer_newer = Some(parse_prefer_newer(text)?);
+        }
+        settings.same_topic =
+            if args.same_topic == "words" { SameTopic::Words } else { SameTopic::Vector };
+        Ok(Self { settings, folds: args.folds })
     }
 }
 
@@ -89,4 +102,40 @@ fn retrieve_selection(data: &DataSettings, settings: &mut RetrieveSettings) -> a
         data.question_type.map(crate::dataset::LongMemEvalType::from_ca_index).transpose()?;
     settings.drop_assistant_turns = data.drop_assistant_turns;
     Ok(())
+}
+
+/// `--prefer-newer held-out` or `--prefer-newer MARGIN,THRESHOLD`.
+fn parse_prefer_newer(text: &str) -> anyhow::Result<PreferNewerMode> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("held-out") {
+        return Ok(PreferNewerMode::HeldOut);
+    }
+    let parsed = text.split_once(',').and_then(|(margin, threshold)| {
+        Some((margin.trim().parse::<f64>().ok()?, threshold.trim().parse::<f64>().ok()?))
+    });
+    match parsed {
+        Some((margin, threshold)) if margin.is_finite() && threshold.is_finite() => {
+            Ok(PreferNewerMode::Fixed(PreferNewer { margin, threshold }))
+        }
+        _ => anyhow::bail!(
+            "--prefer-newer takes `held-out` or `MARGIN,THRESHOLD` (two numbers, e.g. 0.2,0.6), not `{text}`"
+        ),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefer_newer_parses_held_out_and_fixed_settings() {
+        assert_eq!(parse_prefer_newer("held-out").unwrap(), PreferNewerMode::HeldOut);
+        assert_eq!(
+            parse_prefer_newer("0.2, 0.6").unwrap(),
+            PreferNewerMode::Fixed(PreferNewer { margin: 0.2, threshold: 0.6 })
+        );
+        assert!(parse_prefer_newer("0.2").is_err());
+        assert!(parse_prefer_newer("nan,0.5").is_err());
+    }
 }

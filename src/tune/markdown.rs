@@ -1,5 +1,6 @@
 //! `summary.md` of a retrieval evaluation: session-level, turn-level and per-category tables.
 
+use super::update::{PlainScores, UpdateTable};
 use super::{MethodReport, RetrieveReport};
 use crate::tune::metrics::{CUTOFFS, MetricTable};
 
@@ -38,6 +39,7 @@ pub fn render_markdown(report: &RetrieveReport) -> String {
     session_table(&mut out, &ran);
     turn_table(&mut out, &ran);
     category_tables(&mut out, &ran, report.n_questions);
+    update_tables(&mut out, &ran);
 
     let t = &report.timings;
     push(
@@ -150,6 +152,102 @@ fn category_tables(out: &mut String, ran: &[&MethodReport], n_questions: usize) 
                     .map(|(name, _)| fmt(method.by_category.get(name).and_then(value))),
             );
             row.push(fmt(value(&method.overall)));
+            table_row(out, &row);
+        }
+    }
+}
+
+/// The knowledge-update table (and, with `--prefer-newer`, the plain and reordered rankings side
+/// by side, by category), when some method measured it.
+fn update_tables(out: &mut String, ran: &[&MethodReport]) {
+    if ran.iter().all(|m| m.knowledge_update.is_none() && m.prefer_newer.is_none()) {
+        return;
+    }
+    let mut rows: Vec<(String, PlainScores)> = Vec::new();
+    for method in ran {
+        let with = PlainScores {
+            overall: method.overall.clone(),
+            by_category: method.by_category.clone(),
+            knowledge_update: method.knowledge_update.clone(),
+        };
+        match &method.prefer_newer {
+            Some(newer) => {
+                let settings: Vec<String> = newer
+                    .settings
+                    .iter()
+                    .map(|s| format!("{}/{}", s.margin, s.threshold))
+                    .collect();
+                rows.push((method.method.to_string(), newer.plain.clone()));
+                let label = format!(
+                    "{} + prefer-newer ({:?}, margin/threshold {})",
+                    method.method,
+                    newer.same_topic,
+                    settings.join(", ")
+                );
+                rows.push((label, with));
+            }
+            None => rows.push((method.method.to_string(), with)),
+        }
+    }
+    push(out, "\n## Knowledge update: the updating session above the outdated one\n".to_string());
+    let header = [
+        "ranking",
+        "KU n",
+        "above %",
+        "rank updating",
+        "rank outdated",
+        "R_any@1",
+        "R_any@3",
+        "R_any@5",
+        "R_all@5",
+    ];
+    table_header(out, &header.map(String::from));
+    for (label, scores) in &rows {
+        let update = scores.knowledge_update.clone().unwrap_or_default();
+        let mut row = vec![label.clone(), update.n_questions.to_string()];
+        row.extend(ku_cells(&update));
+        for (metric, k) in
+            [("recall_any", 1), ("recall_any", 3), ("recall_any", 5), ("recall_all", 5)]
+        {
+            row.push(fmt(scores.overall.session_at(metric, k)));
+        }
+        table_row(out, &row);
+    }
+    if ran.iter().any(|m| m.prefer_newer.is_some()) {
+        by_category_side_by_side(out, &rows);
+    }
+}
+
+fn ku_cells(update: &UpdateTable) -> [String; 3] {
+    if update.n_questions == 0 {
+        return ["–".to_string(), "–".to_string(), "–".to_string()];
+    }
+    [
+        format!("{:.2}", update.updating_above),
+        format!("{:.2}", update.mean_updating_rank),
+        format!("{:.2}", update.mean_outdated_rank),
+    ]
+}
+
+/// Session recall_any@1 and recall_all@5 per category, plain and reordered.
+fn by_category_side_by_side(out: &mut String, rows: &[(String, PlainScores)]) {
+    let categories: Vec<String> =
+        rows.first().map(|(_, s)| s.by_category.keys().cloned().collect()).unwrap_or_default();
+    for (metric, k) in [("recall_any", 1), ("recall_all", 5)] {
+        push(
+            out,
+            format!("\n### Session {metric}@{k} by category, with and without prefer-newer\n"),
+        );
+        let mut header = vec!["ranking".to_string()];
+        header.extend(categories.iter().cloned());
+        header.push("all".to_string());
+        table_header(out, &header);
+        for (label, scores) in rows {
+            let mut row = vec![label.clone()];
+            row.extend(categories.iter().map(|name| {
+                fmt(scores.by_category.get(name).and_then(|t| t.session_at(metric, k)))
+            }));
+            row.push(fmt(scores.overall.session_at(metric, k)));
             table_row(out, &row);
         }
     }

@@ -16,6 +16,7 @@ mod markdown;
 pub mod metrics;
 mod progress;
 mod steps;
+pub mod update;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ use crate::retrieval::index::{IndexNeeds, IndexOptions, Method};
 use crate::retrieval::units::Granularity;
 use embed::Embedding;
 use steps::{Scoreboard, read_llm_units};
+use update::{PreferNewerMode, PreferNewerReport, SameTopic, SessionContext, UpdateTable};
 
 /// Resolved settings of a retrieval evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +78,13 @@ pub struct RetrieveSettings {
     pub granules: Option<BuildSettings>,
     /// Index, graph, router and fusion options.
     pub index: IndexOptions,
+    /// `--prefer-newer`: reorder sessions so that the newer of two about the same thing comes
+    /// first ([`update`]); `None` ranks as the methods do.
+    #[serde(default)]
+    pub prefer_newer: Option<PreferNewerMode>,
+    /// `--same-topic`: what makes two sessions about the same thing for `--prefer-newer`.
+    #[serde(default)]
+    pub same_topic: SameTopic,
 }
 
 impl RetrieveSettings {
@@ -96,6 +105,8 @@ impl RetrieveSettings {
             llm_units: None,
             granules: None,
             index: IndexOptions::default(),
+            prefer_newer: None,
+            same_topic: SameTopic::default(),
         }
     }
 
@@ -118,6 +129,12 @@ pub struct MethodReport {
     pub by_category: IndexMap<String, MetricTable>,
     /// Seconds spent ranking (all questions).
     pub query_seconds: f64,
+    /// Knowledge-update questions: the updating session above the outdated one ([`update`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knowledge_update: Option<UpdateTable>,
+    /// With `--prefer-newer`: the settings used and the scores without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_newer: Option<PreferNewerReport>,
 }
 
 /// Wall-clock costs of a run.
@@ -205,7 +222,10 @@ pub fn run_retrieval_eval_until(
     };
     let conversations = dataset::load(settings.dataset, &settings.data_path, &options)?;
     let llm_units = read_llm_units(settings)?;
-    let needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
+    let mut needs = IndexNeeds::for_methods(&settings.methods, &settings.index);
+    if settings.prefer_newer.is_some() && settings.same_topic == SameTopic::Vector {
+        needs.vectors.session = true;
+    }
     tracing::info!(
         dataset = settings.dataset.as_str(),
         file = %settings.data_path.display(),
@@ -221,7 +241,8 @@ pub fn run_retrieval_eval_until(
     let output_dir = settings.output_dir();
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("creating {}", output_dir.display()))?;
-    let mut board = Scoreboard::new(settings.methods.len());
+    let mut board =
+        Scoreboard::new(settings.methods.len(), update::candidates(settings.prefer_newer));
 
     for conversation in &conversations {
         if stop.load(Ordering::Relaxed) {
@@ -237,9 +258,11 @@ pub fn run_retrieval_eval_until(
             break;
         };
         board.record_index(&index, conversation);
+        let reorders = settings.prefer_newer.is_some();
+        let context = SessionContext::new(&index, conversation, settings.same_topic, reorders);
         for (slot, &method) in settings.methods.iter().enumerate() {
             let questions = (&question_vectors[..], &query_words);
-            board.rank_questions(slot, method, &index, conversation, questions)?;
+            board.rank_questions(slot, method, (&index, &context), conversation, questions)?;
         }
         tracing::debug!(sample = %conversation.sample_id, "retrieve: conversation done");
     }

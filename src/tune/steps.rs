@@ -13,21 +13,36 @@ use super::{LlmUnit, LlmUnits, MethodReport, RetrieveSettings};
 use crate::dataset::{Category, Conversation};
 use crate::ingest::{ConversationGranules, load_granules};
 use crate::retrieval::index::{IndexError, MemoryIndex, Method, QueryWords, ranking_ids};
+use crate::retrieval::newer::PreferNewer;
 use crate::retrieval::units::{Granularity, SessionUnits};
 use crate::tune::metrics::{Evidence, MetricTable, QuestionMetrics};
+use crate::tune::update::{
+    PlainScores, PreferNewerReport, SessionContext, UpdateOutcome, UpdateTable, Variant, choose,
+    update_outcome,
+};
 
 /// One question's line in `<method>.jsonl`.
 #[derive(Serialize)]
-struct QuestionLine<'a> {
-    question_id: &'a str,
-    category: &'a Category,
-    question: &'a str,
-    evidence: &'a [String],
+struct QuestionLine {
+    question_id: String,
+    category: Category,
+    question: String,
+    evidence: Vec<String>,
     top_sessions: Vec<String>,
     top_turns: Option<Vec<String>>,
-    metrics: &'a QuestionMetrics,
+    metrics: QuestionMetrics,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     router_weights: Vec<(Granularity, f64)>,
+    /// Knowledge-update questions: where the updating and outdated sessions rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    knowledge_update: Option<UpdateOutcome>,
+}
+
+/// A question ranked by one method: its line (filled in with the reported variant) and its
+/// variants (plain first, then one per `--prefer-newer` candidate).
+struct Pending {
+    line: QuestionLine,
+    variants: Vec<Variant>,
 }
 
 /// The `--llm-units` file, or no units.
@@ -45,8 +60,8 @@ pub(super) fn read_llm_units(settings: &RetrieveSettings) -> anyhow::Result<LlmU
 /// What the run has gathered so far; per-method vectors are indexed by the method's position
 /// in [`RetrieveSettings::methods`].
 pub(super) struct Scoreboard {
-    method_lines: Vec<Vec<u8>>,
-    per_question: Vec<Vec<(Category, QuestionMetrics)>>,
+    pending: Vec<Vec<Pending>>,
+    candidates: Vec<PreferNewer>,
     skipped: Vec<Option<String>>,
     query_seconds: Vec<f64>,
     pub(super) granularities: Option<Vec<Granularity>>,
@@ -60,11 +75,11 @@ pub(super) struct Scoreboard {
 }
 
 impl Scoreboard {
-    /// Nothing gathered yet, for `n_methods` methods.
-    pub(super) fn new(n_methods: usize) -> Self {
+    /// Nothing gathered yet, for `n_methods` methods and the `--prefer-newer` candidates.
+    pub(super) fn new(n_methods: usize, candidates: Vec<PreferNewer>) -> Self {
         Self {
-            method_lines: vec![Vec::new(); n_methods],
-            per_question: vec![Vec::new(); n_methods],
+            pending: (0..n_methods).map(|_| Vec::new()).collect(),
+            candidates,
             skipped: vec![None; n_methods],
             query_seconds: vec![0.0; n_methods],
             granularities: None,
@@ -120,13 +135,14 @@ impl Scoreboard {
         self.n_conversations += 1;
     }
 
-    /// Rank every question of the conversation with the method in `slot` and score it; a method
-    /// whose units the index lacks is marked skipped.
+    /// Rank every question of the conversation with the method in `slot` and score it (under
+    /// every `--prefer-newer` candidate too); a method whose units the index lacks is marked
+    /// skipped.
     pub(super) fn rank_questions(
         &mut self,
         slot: usize,
         method: Method,
-        index: &MemoryIndex,
+        (index, context): (&MemoryIndex, &SessionContext),
         conversation: &Conversation,
         (question_vectors, query_words): (&[Vec<f32>], &QueryWords),
     ) -> anyhow::Result<()> {
@@ -146,20 +162,38 @@ impl Scoreboard {
             };
             let (sessions, turns) = ranking_ids(index, &ranking);
             let evidence = Evidence::parse(&question.evidence);
-            let metrics = QuestionMetrics::score(&evidence, &sessions, turns.as_deref());
-            let line = QuestionLine {
-                question_id: &question.id,
-                category: &question.category,
-                question: &question.question,
-                evidence: &question.evidence,
-                top_sessions: sessions.into_iter().take(10).collect(),
-                top_turns: turns.map(|turns| turns.into_iter().take(10).collect()),
-                metrics: &metrics,
-                router_weights: ranking.router_weights.clone(),
+            let variant = |sessions: Vec<String>| {
+                let time_of = |id: &str| context.time_of(index, id);
+                Variant {
+                    metrics: QuestionMetrics::score(&evidence, &sessions, turns.as_deref()),
+                    update: update_outcome(
+                        &question.category,
+                        &evidence.sessions,
+                        &sessions,
+                        time_of,
+                    ),
+                    top_sessions: sessions.into_iter().take(10).collect(),
+                }
             };
-            serde_json::to_writer(&mut self.method_lines[slot], &line)?;
-            self.method_lines[slot].push(b'\n');
-            self.per_question[slot].push((question.category.clone(), metrics));
+            let mut variants = vec![variant(sessions)];
+            for &setting in &self.candidates {
+                let reordered = context.reorder(&ranking.sessions, setting);
+                variants.push(variant(
+                    reordered.iter().map(|hit| index.session_id(hit.index).to_string()).collect(),
+                ));
+            }
+            let line = QuestionLine {
+                question_id: question.id.clone(),
+                category: question.category.clone(),
+                question: question.question.clone(),
+                evidence: question.evidence.clone(),
+                top_sessions: Vec::new(),
+                top_turns: turns.map(|turns| turns.into_iter().take(10).collect()),
+                metrics: variants[0].metrics.clone(),
+                router_weights: ranking.router_weights.clone(),
+                knowledge_update: None,
+            };
+            self.pending[slot].push(Pending { line, variants });
         }
         self.query_seconds[slot] += query_started.elapsed().as_secs_f64();
         Ok(())
@@ -181,19 +215,20 @@ impl Scoreboard {
                     overall: MetricTable::default(),
                     by_category: IndexMap::new(),
                     query_seconds: 0.0,
+                    knowledge_update: None,
+                    prefer_newer: None,
                 });
                 continue;
             }
-            let questions = &self.per_question[slot];
+            let pending = std::mem::take(&mut self.pending[slot]);
+            let (report, lines) = reported(settings, pending)?;
             methods.push(MethodReport {
                 method,
-                skipped: None,
-                overall: MetricTable::average(questions.iter().map(|(_, m)| m)),
-                by_category: by_category(questions),
                 query_seconds: self.query_seconds[slot],
+                ..report
             });
             let path = output_dir.join(format!("{method}.jsonl"));
-            crate::fsutil::write_atomic(&path, &self.method_lines[slot])?;
+            crate::fsutil::write_atomic(&path, &lines)?;
         }
         Ok(methods)
     }
@@ -219,6 +254,55 @@ impl Scoreboard {
             );
         }
     }
+}
+
+/// A method's report (without its timing) and its `<method>.jsonl`, each question under the
+/// variant [`choose`] picks; with `--prefer-newer`, the plain ranking's scores beside.
+fn reported(
+    settings: &RetrieveSettings,
+    pending: Vec<Pending>,
+) -> anyhow::Result<(MethodReport, Vec<u8>)> {
+    let all_variants: Vec<&[Variant]> = pending.iter().map(|p| p.variants.as_slice()).collect();
+    let (chosen, chosen_settings) = choose(settings.prefer_newer, &all_variants);
+    let scores = |pick: &dyn Fn(usize) -> usize| {
+        let metrics: Vec<(Category, QuestionMetrics)> = pending
+            .iter()
+            .enumerate()
+            .map(|(q, p)| (p.line.category.clone(), p.variants[pick(q)].metrics.clone()))
+            .collect();
+        let outcomes = pending.iter().enumerate().filter_map(|(q, p)| p.variants[pick(q)].update);
+        let outcomes: Vec<UpdateOutcome> = outcomes.collect();
+        PlainScores {
+            overall: MetricTable::average(metrics.iter().map(|(_, m)| m)),
+            by_category: by_category(&metrics),
+            knowledge_update: UpdateTable::average(&outcomes),
+        }
+    };
+    let with = scores(&|q| chosen[q]);
+    let prefer_newer = settings.prefer_newer.map(|_| PreferNewerReport {
+        settings: chosen_settings,
+        same_topic: settings.same_topic,
+        plain: scores(&|_| 0),
+    });
+    let mut lines = Vec::new();
+    for (q, mut question) in pending.into_iter().enumerate() {
+        let variant = question.variants.swap_remove(chosen[q]);
+        question.line.metrics = variant.metrics;
+        question.line.top_sessions = variant.top_sessions;
+        question.line.knowledge_update = variant.update;
+        serde_json::to_writer(&mut lines, &question.line)?;
+        lines.push(b'\n');
+    }
+    let report = MethodReport {
+        method: Method::Session,
+        skipped: None,
+        overall: with.overall,
+        by_category: with.by_category,
+        query_seconds: 0.0,
+        knowledge_update: with.knowledge_update,
+        prefer_newer,
+    };
+    Ok((report, lines))
 }
 
 /// Average metrics per category, in category order, keyed by category label.

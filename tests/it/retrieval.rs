@@ -221,3 +221,39 @@ async fn query_returns_ranked_sessions_and_turns_with_ids_and_dates() {
     ));
     assert!(index.query(question, &vector[..10], 3).is_err());
 }
+
+/// A hand-made knowledge-update haystack: the outdated session (Paris) repeats the question's
+/// words, the update (Berlin) barely does. BM25 ranks the outdated one first; `--prefer-newer`
+/// by shared words (no embedder needed) puts the update above it.
+#[test]
+fn knowledge_update_metric_and_prefer_newer_on_a_tiny_haystack() {
+    use mragent::retrieval::PreferNewer;
+    use mragent::tune::update::{PreferNewerMode, SameTopic, UpdateOutcome};
+
+    let scratch = tempfile::tempdir().unwrap();
+    let mut settings = RetrieveSettings::new(&repo_root(), DatasetKind::LongMemEval);
+    settings.data_path = repo_root().join("tests/fixtures/longmemeval_knowledge_update.json");
+    settings.data_dir = scratch.path().join("data");
+    settings.eval_dir = scratch.path().join("eval");
+    settings.methods = vec![Method::Bm25];
+    let plain = run_retrieval_eval(&settings).unwrap();
+    let table = plain.methods[0].knowledge_update.clone().unwrap();
+    assert_eq!((table.n_questions, table.updating_above), (1, 0.0));
+    assert_eq!((table.mean_updating_rank, table.mean_outdated_rank), (2.0, 1.0));
+    assert!(plain.methods[0].prefer_newer.is_none());
+
+    settings.prefer_newer =
+        Some(PreferNewerMode::Fixed(PreferNewer { margin: 1.0, threshold: 0.1 }));
+    settings.same_topic = SameTopic::Words;
+    let newer = run_retrieval_eval(&settings).unwrap();
+    let method = &newer.methods[0];
+    let table = method.knowledge_update.clone().unwrap();
+    assert_eq!((table.updating_above, table.mean_updating_rank), (100.0, 1.0));
+    let kept = method.prefer_newer.as_ref().unwrap();
+    assert_eq!(kept.plain.knowledge_update.as_ref().unwrap().updating_above, 0.0);
+    assert!(newer.markdown.contains("## Knowledge update"));
+    let lines = std::fs::read_to_string(newer.json_path.with_file_name("bm25.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    let outcome: UpdateOutcome = serde_json::from_value(line["knowledge_update"].clone()).unwrap();
+    assert_eq!(outcome, UpdateOutcome { updating_rank: 1, outdated_rank: 2 });
+}

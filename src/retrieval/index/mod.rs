@@ -308,6 +308,15 @@ impl MemoryIndex {
         &self.sessions[index].units.session_id
     }
 
+    /// The session vector of session `index`, when the index holds session vectors.
+    pub fn session_vector(&self, index: usize) -> Option<&[f32]> {
+        self.nodes
+            .iter()
+            .zip(&self.vectors)
+            .find(|(node, _)| node.session == index && node.granularity == Granularity::Session)
+            .map(|(_, vector)| vector.as_slice())
+    }
+
     /// Dia_id of turn `index`.
     pub fn turn_id(&self, index: usize) -> &str {
         let entry = self.turns[index];

@@ -65,7 +65,7 @@ pub fn run_retrieval_folds(settings: &RetrieveSettings) -> anyhow::Result<FoldsO
     // Folds have no stop of their own (they run from the cache in about a minute).
     let never = std::sync::atomic::AtomicBool::new(false);
     let mut embedding = Embedding::new(settings, needs, &conversations, &never);
-    let mut board = Scoreboard::new(0);
+    let mut board = Scoreboard::new(0, Vec::new());
     let mut prepared = Vec::new();
     for conversation in &conversations {
         let granules = board.granules(settings, conversation)?;
