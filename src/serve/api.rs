@@ -279,6 +279,24 @@ impl PartialSchema for AskRequest {
 
 impl ToSchema for AskRequest {}
 
+/// `POST /v1/facts/{fact}/correct`.
+#[derive(Debug, Clone)]
+pub(crate) struct CorrectRequest;
+
+impl PartialSchema for CorrectRequest {
+    fn schema() -> RefOr<Schema> {
+        let value = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("the fact's value from now on"))
+            .min_length(Some(1))
+            .max_length(Some(crate::names::MAX_MESSAGE_CHARS))
+            .pattern(Some(NON_BLANK_PATTERN));
+        ObjectBuilder::new().property("value", value).required("value").into()
+    }
+}
+
+impl ToSchema for CorrectRequest {}
+
 /// The `{id}` path parameter: a conversation id ([`crate::names::check_name`]'s rule).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConversationId;

@@ -14,8 +14,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr};
 use utoipa::{IntoResponses, ToSchema};
 
-use super::api::{AddRequest, AskRequest, ErrorBody, SearchRequest};
-use super::scoped::CorrectRequest;
+use super::api::{AddRequest, AskRequest, CorrectRequest, ErrorBody, SearchRequest};
 use super::{ApiError, AppState};
 
 /// The parts of the document no handler carries: title, security, the error body.

@@ -18,11 +18,11 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::IntoParams;
+use utoipa::ToSchema;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
-use utoipa::{PartialSchema, ToSchema};
 
-use super::api::{ConversationId, SearchRequest, name_schema, time_schema};
+use super::api::{ConversationId, CorrectRequest, SearchRequest, name_schema, time_schema};
 use super::handlers::{Id, Shared, answer, object};
 use super::openapi::{EditErrors, IdErrors, QueryErrors};
 use super::{Actor, ApiError, fields};
@@ -227,24 +227,6 @@ pub(crate) struct UserSearchReply {
     /// The lines found, best first, each naming its conversation.
     pub(crate) hits: Vec<SearchHit>,
 }
-
-/// `POST /v1/facts/{fact}/correct`.
-#[derive(Debug, Clone)]
-pub(crate) struct CorrectRequest;
-
-impl PartialSchema for CorrectRequest {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        let value = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .description(Some("the fact's value from now on"))
-            .min_length(Some(1))
-            .max_length(Some(crate::names::MAX_MESSAGE_CHARS))
-            .pattern(Some(super::api::NON_BLANK_PATTERN));
-        ObjectBuilder::new().property("value", value).required("value").into()
-    }
-}
-
-impl ToSchema for CorrectRequest {}
 
 #[utoipa::path(
     post,

@@ -3,11 +3,11 @@
 
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::audit::{Edit, FORGET_MESSAGE, record_edit};
+use super::audit::{FORGET_MESSAGE, record_edit};
 use super::read::session_messages;
-use super::write::bump_revision;
+use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 
 /// What forgetting one message changed.
@@ -129,72 +129,4 @@ impl Store {
             edit,
         })
     }
-}
-
-/// Puts a forgotten message (an edit's `before`) back into its session, re-creating the
-/// session when the forget removed it. `StoreError::Corrupt` says why it cannot.
-pub(super) fn restore_message(
-    transaction: &rusqlite::Transaction<'_>,
-    edit: &Edit,
-) -> Result<Value, StoreError> {
-    let refuse = |why: &str| StoreError::Corrupt(why.to_string());
-    let message = edit.before.as_ref().ok_or_else(|| refuse("the log holds no message"))?;
-    let number = message["session"].as_i64().ok_or_else(|| refuse("the log holds no session"))?;
-    let exists = |sql: &str, key: &dyn rusqlite::ToSql| -> Result<bool, StoreError> {
-        Ok(transaction.query_row(sql, params![edit.conversation, key], |row| row.get(0))?)
-    };
-    let conversation_exists: bool = transaction.query_row(
-        "SELECT EXISTS(SELECT 1 FROM conversations WHERE id = ?1)",
-        [&edit.conversation],
-        |row| row.get(0),
-    )?;
-    if !conversation_exists {
-        return Err(refuse("its conversation was forgotten"));
-    }
-    if exists(
-        "SELECT EXISTS(SELECT 1 FROM messages WHERE conversation_id = ?1 AND hash = ?2)",
-        &edit.target,
-    )? {
-        return Err(refuse("the message is stored again already"));
-    }
-    let session_key = message["session_key"].as_str();
-    if exists(
-        "SELECT EXISTS(SELECT 1 FROM sessions WHERE conversation_id = ?1 AND number = ?2)",
-        &number,
-    )? {
-        let key: Option<String> = transaction.query_row(
-            "SELECT key FROM sessions WHERE conversation_id = ?1 AND number = ?2",
-            params![edit.conversation, number],
-            |row| row.get(0),
-        )?;
-        if key.as_deref() != session_key {
-            return Err(refuse("its session number now holds another session"));
-        }
-    } else {
-        transaction.execute(
-            "INSERT INTO sessions (conversation_id, number, key) VALUES (?1, ?2, ?3)",
-            params![edit.conversation, number, session_key],
-        )?;
-    }
-    transaction.execute(
-        "INSERT INTO messages (conversation_id, hash, session_number, seq, speaker, text,
-           timestamp, sort_time, tags)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![
-            edit.conversation,
-            edit.target,
-            number,
-            message["seq"].as_i64(),
-            message["speaker"].as_str(),
-            message["text"].as_str(),
-            message["timestamp"].as_str(),
-            message["sort_time"].as_str(),
-            message["tags"].as_str()
-        ],
-    )?;
-    transaction.execute(
-        "DELETE FROM facts WHERE conversation_id = ?1 AND session_number = ?2",
-        params![edit.conversation, number],
-    )?;
-    Ok(json!({"restored": edit.target, "session": format!("D{number}")}))
 }

@@ -299,7 +299,7 @@ impl Store {
         touched.sort_unstable();
         touched.dedup();
         for conversation in touched {
-            super::write::bump_revision(&transaction, conversation)?;
+            super::revision::bump_revision(&transaction, conversation)?;
         }
         transaction.commit()?;
         Ok(superseded)

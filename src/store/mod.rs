@@ -22,6 +22,7 @@ mod audit;
 mod edit;
 mod facts;
 mod read;
+mod revision;
 mod schema;
 mod view;
 mod words;

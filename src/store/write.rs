@@ -8,6 +8,7 @@ use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 
 use super::read::{encode_vectors, session_messages};
+use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 use crate::convo::{Message, Placement, SessionSpan, Timestamp, effective_times, place_messages};
 use crate::ingest::SessionOutputs;
@@ -115,20 +116,6 @@ impl Store {
         transaction.commit()?;
         Ok(true)
     }
-}
-
-/// Gives `conversation` the next store-wide revision (see schema migration 3).
-pub(super) fn bump_revision(
-    transaction: &rusqlite::Transaction<'_>,
-    conversation: &str,
-) -> Result<(), StoreError> {
-    transaction.execute("UPDATE counters SET value = value + 1 WHERE name = 'revision'", [])?;
-    transaction.execute(
-        "UPDATE conversations SET revision = (SELECT value FROM counters WHERE name = 'revision')
-         WHERE id = ?1",
-        [conversation],
-    )?;
-    Ok(())
 }
 
 /// Who a conversation belongs to, and the tags of the messages of one add.

@@ -58,10 +58,7 @@ async fn the_command_line_lists_facts_corrects_one_and_undoes_it() {
     let (ok, stdout, stderr) = run(dir.path(), &undo).await;
     assert!(ok && stdout.contains(&format!("undo {edit}")), "{stdout}\n{stderr}");
     let (_, history, _) = run(dir.path(), &["memory", "history", "--user", "carol"]).await;
-    assert!(
-        history.contains("(undone by edit") && history.lines().count() == 2,
-        "{history}"
-    );
+    assert!(history.contains("(undone by edit") && history.lines().count() == 2, "{history}");
     let (ok, _, stderr) = run(dir.path(), &undo).await;
     assert!(!ok && stderr.contains("cannot be undone"), "{stderr}");
 
