@@ -281,8 +281,21 @@ pub(super) async fn user_facts(
     UserId(user): UserId,
     given: Params,
 ) -> Result<Json<FactList>, ApiError> {
-    let query = FactQuery { user: Some(user.clone()), ..fact_query(given)? };
-    state.service.check_scope(&Scope::User(user)).await?;
+    list_facts(state, Scope::User(user), given).await
+}
+
+/// The facts of `scope` the parameters ask for.
+async fn list_facts(
+    state: std::sync::Arc<super::AppState>,
+    scope: Scope,
+    given: Params,
+) -> Result<Json<FactList>, ApiError> {
+    let mut query = fact_query(given)?;
+    match &scope {
+        Scope::User(user) => query.user = Some(user.clone()),
+        Scope::Conversation(id) => query.conversation = Some(id.clone()),
+    }
+    state.service.check_scope(&scope).await?;
     Ok(Json(FactList { facts: state.service.facts(&query).await? }))
 }
 
@@ -297,9 +310,7 @@ pub(super) async fn conversation_facts(
     Id(id): Id,
     given: Params,
 ) -> Result<Json<FactList>, ApiError> {
-    let query = FactQuery { conversation: Some(id.clone()), ..fact_query(given)? };
-    state.service.check_conversation(&id).await?;
-    Ok(Json(FactList { facts: state.service.facts(&query).await? }))
+    list_facts(state, Scope::Conversation(id), given).await
 }
 
 #[utoipa::path(

@@ -77,6 +77,20 @@ pub(crate) fn moving_messages() -> Value {
     ])
 }
 
+/// The API (accepting `named` tokens too) over a new store holding Carol's move, as user
+/// `carol`, and the add's report.
+async fn carol_moved(
+    named: Vec<(String, String)>,
+) -> (ScriptedServer, tempfile::TempDir, Api, Value) {
+    let server = facts_server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start_with(&server, dir.path(), named).await;
+    let body = json!({"user": "carol", "messages": moving_messages()});
+    let (status, added) = api.post("/v1/conversations/moving/messages", body).await;
+    assert_eq!(status, StatusCode::OK, "{added}");
+    (server, dir, api, added)
+}
+
 fn conflict_requests(server: &ScriptedServer) -> usize {
     server.requests().iter().filter(|request| is_conflict_request(request)).count()
 }
@@ -166,16 +180,7 @@ async fn users_never_see_each_others_lines_and_filters_narrow_a_search() {
 
 #[tokio::test]
 async fn a_new_fact_supersedes_the_old_one_which_keeps_its_history_and_verdicts_are_cached() {
-    let server = facts_server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
-    let api = Api::start(&server, dir.path()).await;
-    let (status, added) = api
-        .post(
-            "/v1/conversations/moving/messages",
-            json!({"user": "carol", "messages": moving_messages()}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{added}");
+    let (server, dir, api, added) = carol_moved(Vec::new()).await;
     assert_eq!(added["facts"]["superseded"], 1, "{added}");
     assert_eq!(added["facts"]["undecided"], 0, "{added}");
     assert_eq!(conflict_requests(&server), 1, "one batched call for the session with a rival");
@@ -228,16 +233,7 @@ async fn a_new_fact_supersedes_the_old_one_which_keeps_its_history_and_verdicts_
 
 #[tokio::test]
 async fn an_answer_as_of_a_date_never_sees_what_came_after() {
-    let server = facts_server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
-    let api = Api::start(&server, dir.path()).await;
-    let (status, _) = api
-        .post(
-            "/v1/conversations/moving/messages",
-            json!({"user": "carol", "messages": moving_messages()}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let (server, _dir, api, _) = carol_moved(Vec::new()).await;
     let mentions_berlin = |from: usize| {
         server.requests()[from..].iter().any(|request| request.body.to_string().contains("Berlin"))
     };
@@ -274,17 +270,8 @@ async fn an_answer_as_of_a_date_never_sees_what_came_after() {
 
 #[tokio::test]
 async fn forget_correct_and_undo_are_logged_by_token_name_and_reverted() {
-    let server = facts_server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
     let named = vec![("alice".to_string(), "alice-secret".to_string())];
-    let api = Api::start_with(&server, dir.path(), named).await;
-    let (status, _) = api
-        .post(
-            "/v1/conversations/moving/messages",
-            json!({"user": "carol", "messages": moving_messages()}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let (server, dir, api, _) = carol_moved(named).await;
     let store =
         mragent::store::Store::open(mragent::store::Store::default_path(dir.path())).unwrap();
     let moved = store.load("moving").unwrap().sessions[1].messages[0].id.clone();
