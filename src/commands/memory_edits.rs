@@ -70,6 +70,10 @@ pub(super) async fn correct(
     if value.is_empty() {
         anyhow::bail!("the new value is empty");
     }
+    let limit = crate::names::MAX_MESSAGE_CHARS;
+    if value.chars().count() > limit {
+        anyhow::bail!("the new value is over {limit} characters");
+    }
     let edit = {
         let _lock = store.lock_conversation(&store.fact(fact)?.conversation)?;
         store.correct_fact(fact, value, ACTOR)?

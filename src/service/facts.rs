@@ -139,7 +139,9 @@ where
         let (store, owned) = (self.store.clone(), facts.to_vec());
         let pairs = blocking(move || store.fact_rivals(&owned)).await?;
         report.pairs += pairs.len();
-        let model = self.settings.model.clone();
+        // Verdicts are the model's under this prompt: a new prompt asks again.
+        let model =
+            format!("{}@{}", self.settings.model, crate::prompts::FACT_CONFLICTS.version());
         let mut verdicts = Vec::new();
         let mut open = Vec::new();
         for pair in pairs {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::cache::Cached;
 use super::{MemoryService, ServiceError, blocking};
 use crate::llm::Embedder;
-use crate::store::{SessionOrigin, StoredConversation};
+use crate::store::{SessionOrigin, StoreError, StoredConversation};
 
 /// What a query runs over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,10 +95,15 @@ where
         only: Option<&str>,
     ) -> Result<Vec<String>, ServiceError> {
         let user = match scope {
-            Scope::Conversation(id) if only.is_some_and(|only| only != id) => {
-                return Ok(Vec::new());
+            Scope::Conversation(id) => {
+                // It must exist even when a `conversation` filter names another one.
+                let (store, owned) = (self.store.clone(), id.clone());
+                if blocking(move || store.info(&owned)).await?.is_none() {
+                    return Err(StoreError::UnknownConversation(id.clone()).into());
+                }
+                let other = only.is_some_and(|only| only != id);
+                return Ok(if other { Vec::new() } else { vec![id.clone()] });
             }
-            Scope::Conversation(id) => return Ok(vec![id.clone()]),
             Scope::User(user) => user,
         };
         let (store, owned) = (self.store.clone(), user.clone());
@@ -110,7 +115,7 @@ where
         match only {
             // Not one of the user's: unknown, whether or not another user has it.
             Some(only) if !ids.iter().any(|id| id == only) => {
-                Err(crate::store::StoreError::UnknownConversation(only.to_string()).into())
+                Err(StoreError::UnknownConversation(only.to_string()).into())
             }
             Some(only) => Ok(vec![only.to_string()]),
             None => Ok(ids),

@@ -61,7 +61,8 @@ impl Snapshot {
                 .map_err(|error| format!("building the memory graph: {error}"))?;
         for fact in stored.sessions.iter().flat_map(|session| &session.facts) {
             if let Some(until) = &fact.valid_to {
-                snapshot.graph.mark_earlier(&fact.key, until.chars().take(10).collect());
+                let day = |time: &String| time.chars().take(10).collect::<String>();
+                snapshot.graph.mark_earlier(&fact.key, fact.valid_from.as_ref().map(day), day(until));
             }
         }
         let loaded = LoadedMemgas { index, embedder: Arc::new(embedder) };

@@ -209,27 +209,37 @@ fn restore_value(
     let gone = || StoreError::Corrupt("the fact it corrected is no longer in memory".into());
     let before = edit.before.as_ref().ok_or_else(gone)?;
     let value = before["value"].as_str().ok_or_else(gone)?;
+    let corrected = edit.after.as_ref().and_then(|after| after["value"].as_str());
     let fact = &before["fact"];
     let number: u32 = fact["session"]
         .as_str()
         .and_then(|session| session.trim_start_matches('D').parse().ok())
         .ok_or_else(gone)?;
-    let changed = transaction.execute(
-        "UPDATE facts SET value = ?1
-         WHERE id = ?2 OR (conversation_id = ?3 AND session_number = ?4 AND key = ?5
-                           AND extracted = ?6)",
-        params![
-            value,
-            edit.target.parse::<i64>().unwrap_or(-1),
-            edit.conversation,
-            number,
-            fact["key"].as_str().unwrap_or_default(),
-            fact["extracted"].as_str().unwrap_or_default()
-        ],
-    )?;
-    if changed == 0 {
-        return Err(gone());
+    let matching = "(id = ?1 OR (conversation_id = ?2 AND session_number = ?3 AND key = ?4
+                     AND extracted = ?5))";
+    let target = edit.target.parse::<i64>().unwrap_or(-1);
+    let (key, extracted) =
+        (fact["key"].as_str().unwrap_or_default(), fact["extracted"].as_str().unwrap_or_default());
+    let current: Option<String> = transaction
+        .query_row(
+            &format!("SELECT value FROM facts WHERE {matching} ORDER BY id DESC LIMIT 1"),
+            params![target, edit.conversation, number, key, extracted],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match current {
+        None => return Err(gone()),
+        Some(current) if Some(current.as_str()) != corrected => {
+            return Err(StoreError::Corrupt(format!(
+                "the fact holds {current:?} now, not the corrected value; correct it again"
+            )));
+        }
+        Some(_) => {}
     }
+    transaction.execute(
+        &format!("UPDATE facts SET value = ?6 WHERE {matching}"),
+        params![target, edit.conversation, number, key, extracted, value],
+    )?;
     Ok(json!({"value": value, "fact": fact}))
 }
 
@@ -269,7 +279,8 @@ fn restore_message(
             params![edit.conversation, number],
             |row| row.get(0),
         )?;
-        if key.as_deref() != session_key {
+        // The forget removed the session, so a session with its number now is a later one.
+        if key.as_deref() != session_key || message["session_removed"] == json!(true) {
             return Err(refuse("its session number now holds another session"));
         }
     } else {
@@ -294,9 +305,6 @@ fn restore_message(
             message["tags"].as_str()
         ],
     )?;
-    transaction.execute(
-        "DELETE FROM facts WHERE conversation_id = ?1 AND session_number = ?2",
-        params![edit.conversation, number],
-    )?;
+    super::facts::delete_facts(transaction, &edit.conversation, u32::try_from(number).ok())?;
     Ok(json!({"restored": edit.target, "session": format!("D{number}")}))
 }

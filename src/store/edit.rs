@@ -98,12 +98,11 @@ impl Store {
             "DELETE FROM messages WHERE conversation_id = ?1 AND hash = ?2",
             params![conversation, message],
         )?;
-        transaction.execute(
-            "DELETE FROM facts WHERE conversation_id = ?1 AND session_number = ?2",
-            params![conversation, number],
-        )?;
+        super::facts::delete_facts(&transaction, conversation, Some(number))?;
         let (left, _) = session_messages(&transaction, conversation, number)?;
         let session_removed = left.is_empty();
+        let mut before = before;
+        before["session_removed"] = json!(session_removed);
         if session_removed {
             transaction.execute(
                 "DELETE FROM sessions WHERE conversation_id = ?1 AND number = ?2",

@@ -10,6 +10,8 @@
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 
+use super::read::StoredMessage;
+use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 use crate::memory::input::SessionRewrite;
 
@@ -86,14 +88,56 @@ pub(super) fn fact_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredFac
     })
 }
 
-/// Replaces the facts of session `number` with those of `rewrite`, valid from `valid_from`.
-/// A correction of a fact (same key, same extracted value) carries over to its new row.
+/// Deletes the facts of session `number` (every session with `None`) of `conversation`. The
+/// facts they replaced go to their successors or become current again (the schema's trigger);
+/// those in other conversations get a new revision, so no cached view keeps them replaced.
+pub(super) fn delete_facts(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    number: Option<u32>,
+) -> Result<(), StoreError> {
+    let dependents: Vec<String> = {
+        let mut statement = transaction.prepare(
+            "SELECT DISTINCT d.conversation_id FROM facts d JOIN facts f ON d.superseded_by = f.id
+             WHERE f.conversation_id = ?1 AND (?2 IS NULL OR f.session_number = ?2)
+               AND d.conversation_id != ?1 ORDER BY d.conversation_id",
+        )?;
+        let rows = statement.query_map(params![conversation, number], |row| row.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    transaction.execute(
+        "DELETE FROM facts WHERE conversation_id = ?1 AND (?2 IS NULL OR session_number = ?2)",
+        params![conversation, number],
+    )?;
+    for dependent in dependents {
+        bump_revision(transaction, &dependent)?;
+    }
+    Ok(())
+}
+
+/// When a fact became known: the time of the first of its origin turns (`D3:2`: the second of
+/// `messages`, the session's messages in order), else of the session's first message.
+fn known_from<'a>(origins: &[String], messages: &'a [StoredMessage]) -> Option<&'a str> {
+    let at = |origin: &String| {
+        let position: usize = origin.rsplit(':').next()?.parse().ok()?;
+        messages.get(position.checked_sub(1)?)?.sort_time.as_deref()
+    };
+    origins
+        .iter()
+        .filter_map(at)
+        .min()
+        .or_else(|| messages.first().and_then(|message| message.sort_time.as_deref()))
+}
+
+/// Replaces the facts of session `number` (whose messages are `messages`) with those of
+/// `rewrite`. A correction of a fact (same key, same extracted value) carries over to its new
+/// row.
 pub(super) fn replace_session_facts(
     transaction: &rusqlite::Transaction<'_>,
     conversation: &str,
     number: u32,
     rewrite: &SessionRewrite,
-    valid_from: Option<&str>,
+    messages: &[StoredMessage],
 ) -> Result<(), StoreError> {
     let corrections: Vec<(String, String, String)> = {
         let mut statement = transaction.prepare(
@@ -105,10 +149,7 @@ pub(super) fn replace_session_facts(
         })?;
         rows.collect::<Result<_, _>>()?
     };
-    transaction.execute(
-        "DELETE FROM facts WHERE conversation_id = ?1 AND session_number = ?2",
-        params![conversation, number],
-    )?;
+    delete_facts(transaction, conversation, Some(number))?;
     for fact in &rewrite.personal_facts {
         let corrected = corrections
             .iter()
@@ -129,7 +170,7 @@ pub(super) fn replace_session_facts(
                 corrected.unwrap_or(&fact.fact),
                 fact.fact,
                 origins,
-                valid_from
+                known_from(&fact.origins, messages)
             ],
         )?;
     }
@@ -271,7 +312,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = chrono::Utc::now().to_rfc3339();
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let mut superseded = 0;
         let mut touched: Vec<&str> = Vec::new();
         for verdict in verdicts {
@@ -299,7 +340,7 @@ impl Store {
         touched.sort_unstable();
         touched.dedup();
         for conversation in touched {
-            super::revision::bump_revision(&transaction, conversation)?;
+            bump_revision(&transaction, conversation)?;
         }
         transaction.commit()?;
         Ok(superseded)

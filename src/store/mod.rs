@@ -269,6 +269,8 @@ impl Store {
             .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
             .optional()?
             .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
+        // The facts first: those of other conversations they replaced are handed on or revived.
+        facts::delete_facts(&transaction, id, None)?;
         transaction.execute("DELETE FROM conversations WHERE id = ?1", [id])?;
         transaction.commit()?;
         Ok(info)

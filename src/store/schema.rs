@@ -84,8 +84,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // - `facts`: the personal facts of each built session as rows. `value` is what memory holds
     //   (a correction replaces it), `extracted` what the build made. A fact superseded by a
     //   later one gets `valid_to` and `superseded_by`; neither is ever deleted for that.
-    //   Deleting the superseding fact (its session rebuilt or forgotten) makes the older one
-    //   current again (trigger). `checked`: whether its conflicts were decided. The facts of the
+    //   Deleting the superseding fact (its session rebuilt or forgotten) hands the older one to
+    //   the deleted fact's own successor, or makes it current again and undecided (trigger).
+    //   `checked`: whether its conflicts were decided. The facts of the
     //   sessions built before are copied from their stored rewrites (the next add decides them).
     // - `fact_verdicts`: the model's cached conflict verdicts, by a hash of the pair.
     // - `edits`: append-only (triggers refuse UPDATE and DELETE); an undo is a new row.
@@ -126,7 +127,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX facts_by_aspect ON facts(person, aspect);
     CREATE INDEX facts_by_successor ON facts(superseded_by);
     CREATE TRIGGER facts_successor_gone AFTER DELETE ON facts BEGIN
-        UPDATE facts SET valid_to = NULL, superseded_by = NULL WHERE superseded_by = OLD.id;
+        UPDATE facts SET valid_to = OLD.valid_to, superseded_by = OLD.superseded_by,
+            checked = CASE WHEN OLD.superseded_by IS NULL THEN 0 ELSE checked END
+        WHERE superseded_by = OLD.id;
     END;
     CREATE TABLE fact_verdicts (
         key TEXT PRIMARY KEY,

@@ -290,3 +290,76 @@ fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_fact
     assert_eq!(store.load("old").unwrap().sessions[0].messages[0].id, "h1");
     assert!(matches!(store.undo(forgotten.edit, "cli"), Err(StoreError::NotUndoable { .. })));
 }
+
+/// Two conversations of user `ann`, one session each, and facts `rows` (id, conversation,
+/// session, value, valid_from, valid_to, superseded_by) about Ann's home.
+fn facts_store(rows: &[(i64, &str, u32, &str, &str, Option<&str>, Option<i64>)]) -> (tempfile::TempDir, Store) {
+    let (dir, store) = store();
+    let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };
+    // c1: one session; c2: D1 (1 May) and D2 (8 May).
+    for (conversation, gap) in [("c1", TimeDelta::days(30)), ("c2", DEFAULT_SESSION_GAP)] {
+        let messages = parse(WEEK_ONE).unwrap();
+        store.add_messages(conversation, "local", &scope, &messages, gap).unwrap();
+    }
+    let connection = Connection::open(store.path()).unwrap();
+    for (id, conversation, session, value, from, to, by) in rows {
+        connection
+            .execute(
+                "INSERT INTO facts (id, conversation_id, session_number, key, person, aspect,
+                   value, extracted, origins, valid_from, valid_to, superseded_by, checked)
+                 VALUES (?1, ?2, ?3, ?4, 'Ann', 'home', ?5, ?5, '[]', ?6, ?7, ?8, 1)",
+                rusqlite::params![id, conversation, session, format!("D{session}:p{id}"), value, from, to, by],
+            )
+            .unwrap();
+    }
+    (dir, store)
+}
+
+#[test]
+fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere() {
+    // Paris (c1) was replaced by Berlin (c2 D1), Berlin by Rome (c2 D2).
+    let (_dir, store) = facts_store(&[
+        (1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", Some("2024-02-01T00:00:00Z"), Some(2)),
+        (2, "c2", 1, "Berlin", "2024-02-01T00:00:00Z", Some("2024-03-01T00:00:00Z"), Some(3)),
+        (3, "c2", 2, "Rome", "2024-03-01T00:00:00Z", None, None),
+    ]);
+    // A message added to c2's D1: its facts go until the rebuild.
+    let before = store.revision("c1").unwrap();
+    let more = parse(r#"[{"speaker": "Ann", "text": "Also", "timestamp": "2024-05-01T10:05:00Z"}]"#);
+    let added = store.add_messages("c2", "local", &AddScope::default(), &more.unwrap(), DEFAULT_SESSION_GAP);
+    assert_eq!(added.unwrap().changed_sessions, [1]);
+    assert!(matches!(store.fact(2), Err(StoreError::UnknownFact(2))));
+    let paris = store.fact(1).unwrap();
+    assert_eq!(paris.superseded_by, Some(3), "handed on to Berlin's successor");
+    assert_eq!(paris.valid_to.as_deref(), Some("2024-03-01T00:00:00Z"));
+    assert!(store.revision("c1").unwrap() > before, "the other conversation's views are stale");
+    // c2 forgotten, Rome with it: Paris is current again, and to be decided anew.
+    let before = store.revision("c1").unwrap();
+    store.forget("c2").unwrap();
+    let paris = store.fact(1).unwrap();
+    assert_eq!((paris.valid_to, paris.superseded_by), (None, None));
+    assert_eq!(store.unchecked_facts("c1").unwrap().len(), 1);
+    assert!(store.revision("c1").unwrap() > before);
+}
+
+#[test]
+fn an_undo_refuses_when_what_it_changed_has_changed_since() {
+    let (_dir, store) = facts_store(&[(1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", None, None)]);
+    let first = store.correct_fact(1, "Lyon", "cli").unwrap();
+    store.correct_fact(1, "Nice", "cli").unwrap();
+    let refused = store.undo(first.id, "cli");
+    assert!(matches!(refused, Err(StoreError::NotUndoable { .. })), "{refused:?}");
+    assert_eq!(store.fact(1).unwrap().value, "Nice");
+    // A forget that removed its session, whose number a later add took.
+    let stored = store.load("c2").unwrap();
+    let last = stored.sessions.last().unwrap();
+    let only = last.messages[0].id.clone();
+    assert_eq!(last.messages.len(), 1, "the fixture's last session holds one message");
+    let forgotten = store.forget_message("c2", &only, "cli").unwrap();
+    assert!(forgotten.session_removed);
+    let later = parse(r#"[{"speaker": "Bob", "text": "Hi again", "timestamp": "2024-07-01T10:00:00Z"}]"#);
+    store.add_messages("c2", "local", &AddScope::default(), &later.unwrap(), DEFAULT_SESSION_GAP).unwrap();
+    assert_eq!(store.load("c2").unwrap().sessions.last().unwrap().number, last.number);
+    let refused = store.undo(forgotten.edit, "cli");
+    assert!(matches!(refused, Err(StoreError::NotUndoable { .. })), "{refused:?}");
+}

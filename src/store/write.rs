@@ -104,13 +104,12 @@ impl Store {
             "DELETE FROM session_failures WHERE conversation_id = ?1 AND session_number = ?2",
             params![conversation, number],
         )?;
-        let known_from = messages.first().and_then(|message| message.sort_time.as_deref());
         super::facts::replace_session_facts(
             &transaction,
             conversation,
             number,
             &outputs.rewrite,
-            known_from,
+            &messages,
         )?;
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;
@@ -205,6 +204,7 @@ fn ensure_conversation(
                     &format!("UPDATE conversations SET {column} = ?1 WHERE id = ?2"),
                     params![requested, conversation],
                 )?;
+                bump_revision(transaction, conversation)?;
             }
             (Some(stored), Some(requested)) if stored != *requested => {
                 return Err(StoreError::ScopeMismatch {
@@ -307,6 +307,11 @@ fn insert_messages(
         )?;
     }
     added.changed_sessions.sort_unstable();
+    // A changed session's facts were drawn from content it no longer has; its rebuild
+    // extracts them again.
+    for number in &added.changed_sessions {
+        super::facts::delete_facts(transaction, conversation, Some(*number))?;
+    }
     Ok(())
 }
 

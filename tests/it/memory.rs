@@ -240,8 +240,8 @@ fn personal_information_and_aspects() {
 fn an_earlier_value_comes_after_the_current_facts_with_its_date() {
     let mut memory = fixture();
     // Sam's first hobby fact was replaced (own memory marks it from the store's facts).
-    memory.mark_earlier("D1:p3", "2024-02-01".into());
-    memory.mark_earlier("no-such-fact", "2024-02-01".into());
+    memory.mark_earlier("D1:p3", Some("2023-03-03".into()), "2024-02-01".into());
+    memory.mark_earlier("no-such-fact", None, "2024-02-01".into());
     let shown: Vec<_> = query_personal_aspect(&memory, "Sam", "hobby")
         .unwrap()
         .iter()
@@ -251,7 +251,7 @@ fn an_earlier_value_comes_after_the_current_facts_with_its_date() {
         shown,
         [
             "D2:1:Sam finished the city marathon in 4 hours",
-            "D1:4,D1:6:Sam runs marathons (earlier value, replaced on 2024-02-01)"
+            "D1:4,D1:6:Sam runs marathons (earlier value, held from 2023-03-03, replaced on 2024-02-01)"
         ]
     );
 }

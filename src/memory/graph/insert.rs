@@ -203,6 +203,7 @@ impl MemoryGraph {
             text: fact.fact.clone(),
             origins,
             earlier_until: None,
+            earlier_since: None,
         }));
         self.facts.insert(fact.id.clone(), fact_node);
         self.graph.add_edge(person_node, fact_node, Edge::Aspect(aspect));

@@ -111,12 +111,14 @@ pub fn build_graph(
 }
 
 impl MemoryGraph {
-    /// Marks fact `id` as an earlier value, replaced on `until` (`YYYY-MM-DD`); the personal
-    /// tools list it after the current facts. Unknown ids are ignored.
-    pub fn mark_earlier(&mut self, id: &str, until: String) {
+    /// Marks fact `id` as an earlier value, held since `since` and replaced on `until`
+    /// (`YYYY-MM-DD`); the personal tools list it after the current facts. Unknown ids are
+    /// ignored.
+    pub fn mark_earlier(&mut self, id: &str, since: Option<String>, until: String) {
         if let Some(&node) = self.facts.get(id)
             && let Node::Fact(fact) = &mut self.graph[node]
         {
+            fact.earlier_since = since;
             fact.earlier_until = Some(until);
         }
     }

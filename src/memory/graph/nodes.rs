@@ -124,6 +124,9 @@ pub struct Fact {
     /// When a later fact replaced this one (`YYYY-MM-DD`): it is an earlier value (own memory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub earlier_until: Option<String>,
+    /// For an earlier value, since when it held (`YYYY-MM-DD`), if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earlier_since: Option<String>,
 }
 
 /// A raw dialogue turn.

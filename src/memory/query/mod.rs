@@ -166,6 +166,7 @@ pub fn query_personal_aspect(
                 origins: fact.origins.clone(),
                 text: fact.text.clone(),
                 earlier_until: fact.earlier_until.clone(),
+                earlier_since: fact.earlier_since.clone(),
             }),
             _ => None,
         })

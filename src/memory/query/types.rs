@@ -127,13 +127,20 @@ pub struct FactHit {
     /// When a later fact replaced it, if one did (an earlier value).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub earlier_until: Option<String>,
+    /// Since when an earlier value held, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earlier_since: Option<String>,
 }
 
 impl fmt::Display for FactHit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.origins.join(","), self.text)?;
-        if let Some(until) = &self.earlier_until {
-            write!(f, " (earlier value, replaced on {until})")?;
+        match (&self.earlier_since, &self.earlier_until) {
+            (Some(since), Some(until)) => {
+                write!(f, " (earlier value, held from {since}, replaced on {until})")?
+            }
+            (None, Some(until)) => write!(f, " (earlier value, replaced on {until})")?,
+            _ => {}
         }
         Ok(())
     }

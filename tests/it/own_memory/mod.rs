@@ -345,3 +345,30 @@ async fn forget_correct_and_undo_are_logged_by_token_name_and_reverted() {
         api.post(&format!("/v1/facts/{berlin}/correct"), json!({"value": "  "})).await;
     assert_eq!((status, &reply["error"]["field"]), (StatusCode::BAD_REQUEST, &json!("value")));
 }
+
+#[tokio::test]
+async fn a_fact_replaced_later_in_its_own_session_holds_until_the_replacing_message() {
+    let server = facts_server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&server, dir.path()).await;
+    let messages = json!([
+        {"speaker": "Carol", "timestamp": "2024-05-01T10:00:00Z", "text": "I live in Lyon these days"},
+        {"speaker": "Carol", "timestamp": "2024-05-01T10:30:00Z", "text": "Well, I moved to Nice this morning"},
+    ]);
+    let body = json!({"user": "carol", "messages": messages});
+    let (status, added) = api.post("/v1/conversations/sameday/messages", body).await;
+    assert_eq!((status, &added["facts"]["superseded"]), (StatusCode::OK, &json!(1)), "{added}");
+    let (_, all) = api.get("/v1/users/carol/facts?aspect=home&history=true").await;
+    let (nice, lyon) = (&all["facts"][0], &all["facts"][1]);
+    assert_eq!((nice["value"].as_str(), nice["valid_from"].as_str()), (Some("Carol lives in Nice"), Some("2024-05-01T10:30:00Z")));
+    assert_eq!(lyon["valid_to"], "2024-05-01T10:30:00Z", "{all}");
+    let (_, then) = api.get("/v1/users/carol/facts?aspect=home&as_of=2024-05-01T10:15:00Z").await;
+    assert_eq!(facts_of(&then), [("Carol lives in Lyon".to_string(), true)], "{then}");
+    let before = server.request_count();
+    let ask = json!({"question": "Where does Carol live?", "as_of": "2024-05-01T10:15:00Z"});
+    let (status, reply) = api.post("/v1/users/carol/ask", ask).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let asked = &server.requests()[before..];
+    assert!(asked.iter().all(|request| !request.body.to_string().contains("Nice")));
+    assert!(asked.iter().any(|request| request.body.to_string().contains("Lyon")));
+}
