@@ -140,8 +140,7 @@ where
         let pairs = blocking(move || store.fact_rivals(&owned)).await?;
         report.pairs += pairs.len();
         // Verdicts are the model's under this prompt: a new prompt asks again.
-        let model =
-            format!("{}@{}", self.settings.model, crate::prompts::FACT_CONFLICTS.version());
+        let model = format!("{}@{}", self.settings.model, crate::prompts::FACT_CONFLICTS.version());
         let mut verdicts = Vec::new();
         let mut open = Vec::new();
         for pair in pairs {

@@ -62,7 +62,11 @@ impl Snapshot {
         for fact in stored.sessions.iter().flat_map(|session| &session.facts) {
             if let Some(until) = &fact.valid_to {
                 let day = |time: &String| time.chars().take(10).collect::<String>();
-                snapshot.graph.mark_earlier(&fact.key, fact.valid_from.as_ref().map(day), day(until));
+                snapshot.graph.mark_earlier(
+                    &fact.key,
+                    fact.valid_from.as_ref().map(day),
+                    day(until),
+                );
             }
         }
         let loaded = LoadedMemgas { index, embedder: Arc::new(embedder) };

@@ -10,7 +10,6 @@
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 
-use super::read::StoredMessage;
 use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 use crate::memory::input::SessionRewrite;
@@ -116,28 +115,24 @@ pub(super) fn delete_facts(
 }
 
 /// When a fact became known: the time of the first of its origin turns (`D3:2`: the second of
-/// `messages`, the session's messages in order), else of the session's first message.
-fn known_from<'a>(origins: &[String], messages: &'a [StoredMessage]) -> Option<&'a str> {
+/// `times`, the times of the session's messages in order), else of the session's first message.
+fn known_from<'a>(origins: &[String], times: &[Option<&'a str>]) -> Option<&'a str> {
     let at = |origin: &String| {
         let position: usize = origin.rsplit(':').next()?.parse().ok()?;
-        messages.get(position.checked_sub(1)?)?.sort_time.as_deref()
+        *times.get(position.checked_sub(1)?)?
     };
-    origins
-        .iter()
-        .filter_map(at)
-        .min()
-        .or_else(|| messages.first().and_then(|message| message.sort_time.as_deref()))
+    origins.iter().filter_map(at).min().or_else(|| times.first().copied().flatten())
 }
 
-/// Replaces the facts of session `number` (whose messages are `messages`) with those of
-/// `rewrite`. A correction of a fact (same key, same extracted value) carries over to its new
+/// Replaces the facts of session `number` (whose messages were sent at `times`, in order) with
+/// those of `rewrite`. A correction of a fact (same key, same extracted value) carries over to its new
 /// row.
 pub(super) fn replace_session_facts(
     transaction: &rusqlite::Transaction<'_>,
     conversation: &str,
     number: u32,
     rewrite: &SessionRewrite,
-    messages: &[StoredMessage],
+    times: &[Option<&str>],
 ) -> Result<(), StoreError> {
     let corrections: Vec<(String, String, String)> = {
         let mut statement = transaction.prepare(
@@ -170,7 +165,7 @@ pub(super) fn replace_session_facts(
                 corrected.unwrap_or(&fact.fact),
                 fact.fact,
                 origins,
-                known_from(&fact.origins, messages)
+                known_from(&fact.origins, times)
             ],
         )?;
     }

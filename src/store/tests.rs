@@ -291,9 +291,12 @@ fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_fact
     assert!(matches!(store.undo(forgotten.edit, "cli"), Err(StoreError::NotUndoable { .. })));
 }
 
+/// A fact row: id, conversation, session, value, valid from, valid to, superseded by.
+type FactRow<'a> = (i64, &'a str, u32, &'a str, &'a str, Option<&'a str>, Option<i64>);
+
 /// Two conversations of user `ann`, one session each, and facts `rows` (id, conversation,
 /// session, value, valid_from, valid_to, superseded_by) about Ann's home.
-fn facts_store(rows: &[(i64, &str, u32, &str, &str, Option<&str>, Option<i64>)]) -> (tempfile::TempDir, Store) {
+fn facts_store(rows: &[FactRow]) -> (tempfile::TempDir, Store) {
     let (dir, store) = store();
     let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };
     // c1: one session; c2: D1 (1 May) and D2 (8 May).
@@ -308,7 +311,16 @@ fn facts_store(rows: &[(i64, &str, u32, &str, &str, Option<&str>, Option<i64>)])
                 "INSERT INTO facts (id, conversation_id, session_number, key, person, aspect,
                    value, extracted, origins, valid_from, valid_to, superseded_by, checked)
                  VALUES (?1, ?2, ?3, ?4, 'Ann', 'home', ?5, ?5, '[]', ?6, ?7, ?8, 1)",
-                rusqlite::params![id, conversation, session, format!("D{session}:p{id}"), value, from, to, by],
+                rusqlite::params![
+                    id,
+                    conversation,
+                    session,
+                    format!("D{session}:p{id}"),
+                    value,
+                    from,
+                    to,
+                    by
+                ],
             )
             .unwrap();
     }
@@ -325,8 +337,15 @@ fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere() {
     ]);
     // A message added to c2's D1: its facts go until the rebuild.
     let before = store.revision("c1").unwrap();
-    let more = parse(r#"[{"speaker": "Ann", "text": "Also", "timestamp": "2024-05-01T10:05:00Z"}]"#);
-    let added = store.add_messages("c2", "local", &AddScope::default(), &more.unwrap(), DEFAULT_SESSION_GAP);
+    let more =
+        parse(r#"[{"speaker": "Ann", "text": "Also", "timestamp": "2024-05-01T10:05:00Z"}]"#);
+    let added = store.add_messages(
+        "c2",
+        "local",
+        &AddScope::default(),
+        &more.unwrap(),
+        DEFAULT_SESSION_GAP,
+    );
     assert_eq!(added.unwrap().changed_sessions, [1]);
     assert!(matches!(store.fact(2), Err(StoreError::UnknownFact(2))));
     let paris = store.fact(1).unwrap();
@@ -357,8 +376,11 @@ fn an_undo_refuses_when_what_it_changed_has_changed_since() {
     assert_eq!(last.messages.len(), 1, "the fixture's last session holds one message");
     let forgotten = store.forget_message("c2", &only, "cli").unwrap();
     assert!(forgotten.session_removed);
-    let later = parse(r#"[{"speaker": "Bob", "text": "Hi again", "timestamp": "2024-07-01T10:00:00Z"}]"#);
-    store.add_messages("c2", "local", &AddScope::default(), &later.unwrap(), DEFAULT_SESSION_GAP).unwrap();
+    let later =
+        parse(r#"[{"speaker": "Bob", "text": "Hi again", "timestamp": "2024-07-01T10:00:00Z"}]"#);
+    store
+        .add_messages("c2", "local", &AddScope::default(), &later.unwrap(), DEFAULT_SESSION_GAP)
+        .unwrap();
     assert_eq!(store.load("c2").unwrap().sessions.last().unwrap().number, last.number);
     let refused = store.undo(forgotten.edit, "cli");
     assert!(matches!(refused, Err(StoreError::NotUndoable { .. })), "{refused:?}");

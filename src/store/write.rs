@@ -104,12 +104,14 @@ impl Store {
             "DELETE FROM session_failures WHERE conversation_id = ?1 AND session_number = ?2",
             params![conversation, number],
         )?;
+        let times: Vec<Option<&str>> =
+            messages.iter().map(|message| message.sort_time.as_deref()).collect();
         super::facts::replace_session_facts(
             &transaction,
             conversation,
             number,
             &outputs.rewrite,
-            &messages,
+            &times,
         )?;
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;

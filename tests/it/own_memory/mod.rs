@@ -165,6 +165,13 @@ async fn users_never_see_each_others_lines_and_filters_narrow_a_search() {
         supporting.iter().all(|hit| hit["conversation"].as_str().unwrap().starts_with("u1-")),
         "{asked}"
     );
+    // A conversation that does not exist is unknown, whatever the filter names.
+    let body = json!({"query": "x", "conversation": "u1-chat"});
+    let (status, reply) = api.post("/v1/conversations/ghost/search", body).await;
+    assert_eq!(
+        (status, &reply["error"]["code"]),
+        (StatusCode::NOT_FOUND, &json!("unknown_conversation"))
+    );
     let (status, reply) = api.post("/v1/users/nobody/search", json!({"query": "x"})).await;
     assert_eq!((status, &reply["error"]["code"]), (StatusCode::NOT_FOUND, &json!("unknown_user")));
     let (status, reply) = api
@@ -360,7 +367,10 @@ async fn a_fact_replaced_later_in_its_own_session_holds_until_the_replacing_mess
     assert_eq!((status, &added["facts"]["superseded"]), (StatusCode::OK, &json!(1)), "{added}");
     let (_, all) = api.get("/v1/users/carol/facts?aspect=home&history=true").await;
     let (nice, lyon) = (&all["facts"][0], &all["facts"][1]);
-    assert_eq!((nice["value"].as_str(), nice["valid_from"].as_str()), (Some("Carol lives in Nice"), Some("2024-05-01T10:30:00Z")));
+    assert_eq!(
+        (nice["value"].as_str(), nice["valid_from"].as_str()),
+        (Some("Carol lives in Nice"), Some("2024-05-01T10:30:00Z"))
+    );
     assert_eq!(lyon["valid_to"], "2024-05-01T10:30:00Z", "{all}");
     let (_, then) = api.get("/v1/users/carol/facts?aspect=home&as_of=2024-05-01T10:15:00Z").await;
     assert_eq!(facts_of(&then), [("Carol lives in Lyon".to_string(), true)], "{then}");
