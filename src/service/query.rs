@@ -12,7 +12,7 @@ use super::scope::{Scope, SearchFilters, View};
 use super::{MemoryService, ServiceError};
 use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
-use crate::agent::tools::{MemgasQueryError, query_memgas};
+use crate::agent::tools::{MemgasQueryError, query_memgas_each};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder};
 use crate::results::Status;
@@ -124,38 +124,41 @@ where
             return Err(ServiceError::invalid("query", "empty query"));
         }
         let members = self.scope_members(scope, filters.conversation.as_deref()).await?;
-        let ranked = futures::future::try_join_all(
-            members.iter().map(|id| self.rank_filtered(id, query.trim(), filters)),
-        )
-        .await?;
-        let mut hits: Vec<SearchHit> = ranked.into_iter().flatten().collect();
+        let entries =
+            futures::future::try_join_all(members.iter().map(|id| self.cached(id))).await?;
+        // Every line of each conversation is ranked, so that filters never leave fewer than
+        // `k` lines that pass; the query is embedded once for all of them.
+        let indices: Vec<_> = entries
+            .iter()
+            .map(|entry| {
+                let lines = entry.stored.sessions.iter().map(|session| session.messages.len());
+                (entry.index.as_ref(), lines.sum::<usize>().max(1))
+            })
+            .collect();
+        let ranked =
+            query_memgas_each(&indices, &self.embedder, query.trim()).await.map_err(|error| {
+                match error {
+                    MemgasQueryError::Embed(error) => {
+                        anyhow::anyhow!("embedding the query: {error}")
+                    }
+                    MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
+                }
+            })?;
+        let mut hits: Vec<SearchHit> = entries
+            .iter()
+            .zip(&ranked)
+            .flat_map(|(entry, ranked)| {
+                let stored = &entry.stored;
+                ranked
+                    .turns
+                    .iter()
+                    .filter(|turn| admits(stored, &turn.dia_id, filters))
+                    .filter_map(|turn| hit(stored, &turn.dia_id, turn.score))
+            })
+            .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(k.max(1));
         Ok(hits)
-    }
-
-    /// Every line of conversation `id` that passes `filters`, ranked for `query`.
-    async fn rank_filtered(
-        &self,
-        id: &str,
-        query: &str,
-        filters: &SearchFilters,
-    ) -> Result<Vec<SearchHit>, ServiceError> {
-        let entry = self.cached(id).await?;
-        let stored = &entry.stored;
-        let turns = stored.sessions.iter().map(|session| session.messages.len()).sum::<usize>();
-        let hits = query_memgas(&entry.index, &self.embedder, query, turns.max(1)).await.map_err(
-            |error| match error {
-                MemgasQueryError::Embed(error) => anyhow::anyhow!("embedding the query: {error}"),
-                MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
-            },
-        )?;
-        Ok(hits
-            .turns
-            .iter()
-            .filter(|turn| admits(stored, &turn.dia_id, filters))
-            .filter_map(|turn| hit(stored, &turn.dia_id, turn.score))
-            .collect())
     }
 }
 

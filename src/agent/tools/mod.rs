@@ -41,7 +41,9 @@ use serde_json::{Value, json};
 
 pub(crate) use self::query_event_keywords::score_tags;
 pub(crate) use self::query_memgas::call as call_memgas;
-pub use self::query_memgas::{MEMGAS_DEFAULT_K, MEMGAS_MAX_K, MemgasQueryError, query_memgas};
+pub use self::query_memgas::{
+    MEMGAS_DEFAULT_K, MEMGAS_MAX_K, MemgasQueryError, query_memgas, query_memgas_each,
+};
 use crate::ingest::SampleEmbeddings;
 use crate::memory::MemoryGraph;
 use crate::memory::query::{KeyTags, QueryError};

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::args::{ArgSpec, ArgType, clean, typed};
 use super::{Applied, Tool, ToolContext, ToolError};
-use crate::retrieval::{IndexError, MemgasHits, MemoryIndex};
+use crate::retrieval::{IndexError, MemgasHits, MemoryIndex, QueryWords};
 use crate::snapshot::QueryEmbedder;
 
 /// The tool's name.
@@ -81,9 +81,53 @@ pub async fn query_memgas(
     let missing = index.query_words_missing(query);
     let (vector, words) =
         embedder.embed_query_and_words(query, &missing).await.map_err(MemgasQueryError::Embed)?;
-    let words = missing.into_iter().zip(words).collect();
+    let words: QueryWords = missing.into_iter().zip(words).collect();
+    rank(index, query, &vector, &words, k)
+}
+
+/// One index's top `k` for `query`, embedded as `vector`, with the vectors of the query words
+/// it lacks.
+fn rank(
+    index: &MemoryIndex,
+    query: &str,
+    vector: &[f32],
+    words: &QueryWords,
+    k: usize,
+) -> Result<MemgasHits, MemgasQueryError> {
     let method = index.options().query_method;
-    index.query_with(method, query, &vector, &words, k).map_err(MemgasQueryError::Retrieve)
+    index.query_with(method, query, vector, words, k).map_err(MemgasQueryError::Retrieve)
+}
+
+/// [`query_memgas`] over several indices sharing one embedder (the conversations of one user),
+/// each with its own `k`: the query and the union of the words they lack are embedded in one
+/// request, then each index ranks with the words it lacks. The hits in `indices`' order.
+pub async fn query_memgas_each(
+    indices: &[(&MemoryIndex, usize)],
+    embedder: &dyn QueryEmbedder,
+    query: &str,
+) -> Result<Vec<MemgasHits>, MemgasQueryError> {
+    let lacking: Vec<Vec<String>> =
+        indices.iter().map(|(index, _)| index.query_words_missing(query)).collect();
+    let mut missing: Vec<String> = Vec::new();
+    for word in lacking.iter().flatten() {
+        if !missing.contains(word) {
+            missing.push(word.clone());
+        }
+    }
+    let (vector, words) =
+        embedder.embed_query_and_words(query, &missing).await.map_err(MemgasQueryError::Embed)?;
+    let words: QueryWords = missing.into_iter().zip(words).collect();
+    indices
+        .iter()
+        .zip(&lacking)
+        .map(|((index, k), lacks)| {
+            let own: QueryWords = lacks
+                .iter()
+                .filter_map(|word| Some((word.clone(), words.get(word)?.clone())))
+                .collect();
+            rank(index, query, &vector, &own, *k)
+        })
+        .collect()
 }
 
 /// The tool message of an [`Applied::Memgas`] call: the index loaded (on the first call),

@@ -131,6 +131,12 @@ async fn users_never_see_each_others_lines_and_filters_narrow_a_search() {
         hits.iter().map(|hit| hit["conversation"].as_str().unwrap()).collect();
     assert_eq!(conversations, ["u1-chat", "u1-notes"].into(), "{reply}");
     assert!(hits.iter().all(|hit| !hit["text"].as_str().unwrap().contains("Andes")), "{reply}");
+    // The query is embedded once for all the user's conversations (their indices are warm now).
+    let before = server.request_count();
+    let (status, _) = api.post("/v1/users/u1/search", json!({"query": "Rex trail June"})).await;
+    assert_eq!(status, StatusCode::OK);
+    let embeddings = server.requests()[before..].iter().filter(|r| r.is_embeddings()).count();
+    assert_eq!(embeddings, 1, "one embedding request for two conversations");
     let (_, other) =
         api.post("/v1/users/u2/search", json!({"query": "adore hiking Alps", "k": 50})).await;
     assert!(
