@@ -24,7 +24,7 @@ use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
 use super::{Actor, ApiError, AppState, fields};
 use crate::agent::events::LoopEvents;
 use crate::names::{NameKind, check_name};
-use crate::service::{AddReport, AskReport, Scope, SearchFilters, ServiceError};
+use crate::service::{AddReport, AskReport, Scope, SearchFilters, SearchHit, ServiceError};
 use crate::store::ConversationInfo;
 
 pub(super) type Shared = State<Arc<AppState>>;
@@ -235,15 +235,22 @@ pub(super) async fn search(
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SearchReply>, ApiError> {
+    let (query, hits) = find(&state, &Scope::Conversation(id.clone()), body).await?;
+    Ok(Json(SearchReply { conversation: id, query, hits }))
+}
+
+/// A search over `scope`: the query as given and the lines found.
+pub(super) async fn find(
+    state: &AppState,
+    scope: &Scope,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(String, Vec<SearchHit>), ApiError> {
     let map = object(body)?;
     let request = SearchRequest::parse(&map)?;
     state.validators.search(&Value::Object(map))?;
-    let scope = Scope::Conversation(id.clone());
-    let hits = state
-        .service
-        .search_scoped(&scope, &request.query, request.k as usize, &request.filters)
-        .await?;
-    Ok(Json(SearchReply { conversation: id, query: request.query, hits }))
+    let k = request.k as usize;
+    let hits = state.service.search_scoped(scope, &request.query, k, &request.filters).await?;
+    Ok((request.query, hits))
 }
 
 impl AskRequest {

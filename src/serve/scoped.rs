@@ -23,7 +23,7 @@ use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 
 use super::api::{ConversationId, CorrectRequest, SearchRequest, name_schema, time_schema};
-use super::handlers::{Id, Shared, answer, object};
+use super::handlers::{Id, Shared, answer, find, object};
 use super::openapi::{EditErrors, IdErrors, QueryErrors};
 use super::{Actor, ApiError, fields};
 use crate::names::{NameKind, check_name};
@@ -240,15 +240,8 @@ pub(super) async fn user_search(
     UserId(user): UserId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UserSearchReply>, ApiError> {
-    let map = object(body)?;
-    let request = SearchRequest::parse(&map)?;
-    state.validators.search(&Value::Object(map))?;
-    let scope = Scope::User(user.clone());
-    let hits = state
-        .service
-        .search_scoped(&scope, &request.query, request.k as usize, &request.filters)
-        .await?;
-    Ok(Json(UserSearchReply { user, query: request.query, hits }))
+    let (query, hits) = find(&state, &Scope::User(user.clone()), body).await?;
+    Ok(Json(UserSearchReply { user, query, hits }))
 }
 
 #[utoipa::path(
