@@ -11,9 +11,9 @@ use crate::convo::Message;
 use crate::dataset::Conversation;
 use crate::ingest::SessionError;
 use crate::ingest::pipeline::{AskSettings, Models, run_stages, session_unit};
-use crate::llm::{ChatModel, Embedder};
+use crate::llm::{ChatModel, Embedder, Usage};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD};
-use crate::store::{AddScope, ForgottenMessage};
+use crate::store::{AddScope, ForgottenMessage, JobError, JobStep};
 
 /// A session the stages could not build; the next add retries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -139,6 +139,18 @@ pub fn check_limits(messages: &[Message]) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// The checks of every add, before anything is stored: the id, the limits, the scope.
+pub(super) fn check_add(
+    conversation: &str,
+    scope: &AddScope,
+    messages: &[Message],
+) -> Result<(), ServiceError> {
+    crate::store::check_conversation_id(conversation)
+        .map_err(|error| ServiceError::invalid("conversation", error.to_string()))?;
+    check_limits(messages)?;
+    scope.check().map_err(|error| ServiceError::invalid("scope", error.to_string()))
+}
+
 /// The content hash recorded for session `number` when the build started.
 fn content_hash(hashes: &[(u32, String)], number: u32) -> String {
     hashes.iter().find(|(n, _)| *n == number).map(|(_, hash)| hash.clone()).unwrap_or_default()
@@ -171,10 +183,7 @@ where
         messages: Vec<Message>,
     ) -> Result<AddReport, ServiceError> {
         let started = Instant::now();
-        crate::store::check_conversation_id(conversation)
-            .map_err(|error| ServiceError::invalid("conversation", error.to_string()))?;
-        check_limits(&messages)?;
-        scope.check().map_err(|error| ServiceError::invalid("scope", error.to_string()))?;
+        check_add(conversation, &scope, &messages)?;
         let (store, id) = (self.store.clone(), conversation.to_string());
         let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
         // The lock is taken and the messages written by one blocking task: if the caller is
@@ -192,7 +201,7 @@ where
             added.new_messages,
             added.duplicates,
         );
-        self.build_pending(&mut report).await?;
+        self.build_pending(&mut report, None).await?;
         drop(lock);
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(report)
@@ -218,7 +227,7 @@ where
         })
         .await?;
         let mut report = AddReport::before_build(conversation, false, 0, 0);
-        self.build_pending(&mut report).await?;
+        self.build_pending(&mut report, None).await?;
         drop(lock);
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok((forgotten, report))
@@ -227,7 +236,12 @@ where
     /// Builds every session of `report.conversation` without outputs for its content (the
     /// caller holds the conversation's lock), recording each failure in the store so that
     /// `memory show` and `ask` can say which sessions are missing and why.
-    pub(super) async fn build_pending(&self, report: &mut AddReport) -> Result<(), ServiceError> {
+    /// With `job`, each session's outcome is counted in that job's row as soon as it is known.
+    pub(super) async fn build_pending(
+        &self,
+        report: &mut AddReport,
+        job: Option<i64>,
+    ) -> Result<(), ServiceError> {
         let conversation = report.conversation.as_str();
         let stored = self.load_checked(conversation).await?;
         let pending = stored.pending();
@@ -247,10 +261,18 @@ where
             .buffer_unordered(self.settings.workers.max(1));
         let mut built = Vec::new();
         while let Some((number, result)) = results.next().await {
+            let mut step = JobStep::default();
             match result {
-                Ok(calls) => {
+                Ok((calls, usage)) => {
                     report.chat_calls += calls;
                     built.push(number);
+                    step = JobStep {
+                        built: true,
+                        chat_calls: u64::from(calls),
+                        prompt_tokens: usage.prompt_tokens,
+                        completion_tokens: usage.completion_tokens,
+                        error: None,
+                    };
                 }
                 Err(SessionError::Fatal(error)) => {
                     return Err(
@@ -263,10 +285,14 @@ where
                     let (store, id, why) =
                         (self.store.clone(), conversation.to_string(), error.clone());
                     blocking(move || store.record_failure(&id, number, &hash, &why)).await?;
-                    report
-                        .failed_sessions
-                        .push(FailedSession { session: format!("D{number}"), error });
+                    let session = format!("D{number}");
+                    step.error = Some(JobError { session: Some(session.clone()), error: error.clone() });
+                    report.failed_sessions.push(FailedSession { session, error });
                 }
+            }
+            if let Some(job) = job {
+                let store = self.store.clone();
+                blocking(move || store.job_step(job, &step)).await?;
             }
         }
         drop(results);
@@ -290,7 +316,7 @@ where
         conversation: &Conversation,
         number: u32,
         hashes: &[(u32, String)],
-    ) -> Result<u32, SessionError> {
+    ) -> Result<(u32, Usage), SessionError> {
         let unit = session_unit(conversation, number).ok_or(SessionError::NoSuchSession(number))?;
         let ask = AskSettings {
             model: self.settings.model.clone(),
@@ -299,6 +325,6 @@ where
         let models = Models { chat: &self.chat, embedder: &self.embedder, ask: &ask };
         let sink = StoreSink::new(self, conversation, number, content_hash(hashes, number));
         run_stages(&models, &sink, &unit).await?;
-        Ok(sink.chat_calls())
+        Ok(sink.spent())
     }
 }

@@ -118,7 +118,7 @@ where
         .await?;
         let rebuilt = if kind == FORGET_MESSAGE {
             let mut report = AddReport::before_build(&undo.conversation, false, 0, 0);
-            self.build_pending(&mut report).await?;
+            self.build_pending(&mut report, None).await?;
             Some(report)
         } else {
             None

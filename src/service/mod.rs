@@ -19,6 +19,7 @@ mod add;
 mod cache;
 mod edits;
 mod facts;
+mod jobs;
 mod query;
 mod scope;
 mod sink;
@@ -38,6 +39,7 @@ pub use add::{AddReport, FailedSession, check_limits};
 pub use cache::IndexStats;
 pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
 pub use facts::FactsReport;
+pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued};
 pub use query::{AskReport, MissingSession, SearchHit};
 pub use scope::{Scope, SearchFilters, time_bound};
 
@@ -132,6 +134,8 @@ pub struct MemoryService<M, E> {
     chat: M,
     embedder: E,
     cache: cache::ConversationCache,
+    /// Wakes this service's job runner when an add queues a job.
+    jobs_wake: tokio::sync::Notify,
 }
 
 impl<M, E> MemoryService<M, E>
@@ -140,7 +144,14 @@ where
 {
     /// A service (`chat` is only called by `add` and `ask`); `settings.embedder` must name `embedder`.
     pub fn new(store: Store, settings: ServiceSettings, chat: M, embedder: E) -> Self {
-        Self { store, settings, chat, embedder, cache: cache::ConversationCache::default() }
+        Self {
+            store,
+            settings,
+            chat,
+            embedder,
+            cache: cache::ConversationCache::default(),
+            jobs_wake: tokio::sync::Notify::new(),
+        }
     }
 
     /// How the per-conversation index cache has served queries so far.

@@ -54,9 +54,10 @@ impl<'s, M, E> StoreSink<'s, M, E> {
         Self { service, conversation, number, content_hash, made: Mutex::default() }
     }
 
-    /// Chat calls made so far, re-asks included.
-    pub(super) fn chat_calls(&self) -> u32 {
-        self.made().chat_calls
+    /// Chat calls made so far, re-asks included, and their tokens.
+    pub(super) fn spent(&self) -> (u32, Usage) {
+        let made = self.made();
+        (made.chat_calls, made.usage)
     }
 
     fn made(&self) -> std::sync::MutexGuard<'_, Made> {

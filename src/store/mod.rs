@@ -21,6 +21,7 @@
 mod audit;
 mod edit;
 mod facts;
+mod jobs;
 mod read;
 mod revision;
 mod schema;
@@ -37,6 +38,7 @@ use serde::Serialize;
 pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
 pub use edit::ForgottenMessage;
 pub use facts::{FactPair, FactVerdict, StoredFact};
+pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
 pub use view::SessionOrigin;
@@ -79,6 +81,9 @@ pub enum StoreError {
     /// No fact with this id.
     #[error("unknown fact {0}; `mragent memory facts` lists the facts with their ids")]
     UnknownFact(i64),
+    /// No job with this id.
+    #[error("unknown job {0}; `mragent memory jobs` lists the jobs")]
+    UnknownJob(i64),
     /// No edit with this id.
     #[error("unknown edit {0}; `mragent memory history` lists the edits")]
     UnknownEdit(i64),
@@ -226,11 +231,32 @@ impl Store {
     /// serialises adds across processes and is released when the process dies. Held by the
     /// returned file until it is dropped.
     pub fn lock_conversation(&self, conversation: &str) -> Result<std::fs::File, StoreError> {
+        let file = self.lock_file_of(conversation)?;
+        file.lock()?;
+        Ok(file)
+    }
+
+    /// The lock file of `conversation`, opened (created if new), not locked.
+    fn lock_file_of(&self, conversation: &str) -> Result<std::fs::File, StoreError> {
         check_conversation_id(conversation)?;
         let dir = self.path.with_extension("locks");
         std::fs::create_dir_all(&dir)?;
-        let name = format!("{}.lock", content_id(conversation));
-        lock_file(&dir.join(name))
+        let path = dir.join(format!("{}.lock", content_id(conversation)));
+        Ok(std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?)
+    }
+
+    /// [`Store::lock_conversation`] without waiting: `None` while another holder (in this
+    /// process or another) has it.
+    pub fn try_lock_conversation(
+        &self,
+        conversation: &str,
+    ) -> Result<Option<std::fs::File>, StoreError> {
+        let file = self.lock_file_of(conversation)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(error)) => Err(error.into()),
+        }
     }
 
     /// Every conversation, by id.

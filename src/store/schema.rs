@@ -155,6 +155,32 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER edits_no_delete BEFORE DELETE ON edits BEGIN
         SELECT RAISE(ABORT, 'the audit log is append-only');
     END;",
+    // 6 → 7: background build jobs (`POST …/messages` with `"wait": false`, `memory add
+    // --no-wait`). A job is queued in the transaction that stores its messages; a runner builds
+    // the conversation's pending sessions and keeps the counters current after each session.
+    // `state`: queued, running, done (every session built) or failed (some session failed, or
+    // the job could not run: `errors` says why). A running job whose runner died is queued
+    // again by the next runner that takes its conversation's lock (`attempts` counts the runs).
+    "CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed')),
+        created_at TEXT NOT NULL,
+        started_at TEXT,
+        finished_at TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        new_messages INTEGER NOT NULL,
+        duplicates INTEGER NOT NULL,
+        sessions_done INTEGER NOT NULL DEFAULT 0,
+        sessions_failed INTEGER NOT NULL DEFAULT 0,
+        sessions_pending INTEGER NOT NULL DEFAULT 0,
+        chat_calls INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        errors TEXT NOT NULL DEFAULT '[]'
+    ) STRICT;
+    CREATE INDEX jobs_by_conversation ON jobs(conversation_id);
+    CREATE INDEX jobs_open ON jobs(state) WHERE state IN ('queued', 'running');",
 ];
 
 /// The version this code reads and writes.

@@ -48,20 +48,7 @@ impl Store {
         scope.check()?;
         let mut connection = self.connect()?;
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let created = ensure_conversation(&transaction, conversation, embedder, scope)?;
-        let (fresh, duplicates) = fresh_messages(&transaction, conversation, messages)?;
-        let mut added = Added {
-            created,
-            new_messages: fresh.len(),
-            duplicates,
-            new_sessions: Vec::new(),
-            changed_sessions: Vec::new(),
-        };
-        if !fresh.is_empty() {
-            let tags = scope.tags_json()?;
-            insert_messages(&transaction, conversation, &fresh, gap, tags.as_deref(), &mut added)?;
-            bump_revision(&transaction, conversation)?;
-        }
+        let added = add_in(&transaction, conversation, embedder, scope, messages, gap)?;
         transaction.commit()?;
         Ok(added)
     }
@@ -347,4 +334,30 @@ fn session_spans(
         spans.push(SessionSpan { number, key, range });
     }
     Ok(spans)
+}
+
+/// The body of [`Store::add_messages`] inside the caller's transaction (ids and scope checked).
+pub(super) fn add_in(
+    transaction: &rusqlite::Transaction<'_>,
+    conversation: &str,
+    embedder: &str,
+    scope: &AddScope,
+    messages: &[Message],
+    gap: TimeDelta,
+) -> Result<Added, StoreError> {
+    let created = ensure_conversation(transaction, conversation, embedder, scope)?;
+    let (fresh, duplicates) = fresh_messages(transaction, conversation, messages)?;
+    let mut added = Added {
+        created,
+        new_messages: fresh.len(),
+        duplicates,
+        new_sessions: Vec::new(),
+        changed_sessions: Vec::new(),
+    };
+    if !fresh.is_empty() {
+        let tags = scope.tags_json()?;
+        insert_messages(transaction, conversation, &fresh, gap, tags.as_deref(), &mut added)?;
+        bump_revision(transaction, conversation)?;
+    }
+    Ok(added)
 }

@@ -1,0 +1,224 @@
+//! Adds that do not wait: [`MemoryService::add_queued`] stores the messages and a job in one
+//! transaction and returns at once; [`MemoryService::run_jobs`] (started by `serve`, by
+//! `memory jobs --run`, and by the worker `memory add --no-wait` leaves behind) builds them.
+//!
+//! A runner takes a job only with its conversation's lock, taken without waiting (the OS file
+//! lock of `Store::lock_conversation`, released when its holder dies). So two runners (two
+//! processes, or a runner and a blocking add) never build one conversation at once, and a job
+//! whose runner was killed is taken up again as soon as another runner looks: its row still
+//! says `running`, but its lock is free. A job builds only the sessions without outputs for
+//! their current content, so what a dead runner committed is never built again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::add::check_add;
+use super::{AddReport, MemoryService, ServiceError, blocking};
+use crate::convo::Message;
+use crate::llm::{ChatModel, Embedder};
+use crate::store::{AddScope, Job, JobError, StoreError};
+
+/// Jobs a runner builds at once (each builds up to `workers` sessions at once; the model
+/// client's adaptive limit bounds the requests in flight across all of them).
+pub const MAX_RUNNING_JOBS: usize = 8;
+
+/// How often an idle runner looks for jobs queued by another process, or freed by a dead one.
+const POLL: Duration = Duration::from_millis(500);
+
+/// What an add that does not wait answers: what it stored, and the job that builds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Queued {
+    /// Conversation id.
+    pub conversation: String,
+    /// The conversation was created by this add.
+    pub created: bool,
+    /// Messages stored now.
+    pub new_messages: usize,
+    /// Messages that were stored already (skipped).
+    pub duplicates: usize,
+    /// The build job (`GET /v1/jobs/{id}`, `mragent memory jobs ID`).
+    pub job: Job,
+}
+
+/// What a runner did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobsRun {
+    /// The jobs it ended, by id, with the state they ended in.
+    pub ended: BTreeMap<i64, Job>,
+}
+
+impl<M, E> MemoryService<M, E>
+where
+    M: ChatModel + 'static,
+    E: Embedder + Clone + 'static,
+{
+    /// Stores `messages` in `conversation` (created if new) with a job that builds them, and
+    /// wakes this service's runner. Checks as [`MemoryService::add_scoped`] does.
+    pub async fn add_queued(
+        &self,
+        conversation: &str,
+        scope: AddScope,
+        messages: Vec<Message>,
+    ) -> Result<Queued, ServiceError> {
+        check_add(conversation, &scope, &messages)?;
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
+        // No lock: a build in progress keeps its outputs only for sessions whose content did
+        // not change (`Store::save_outputs`), and the new job builds the rest.
+        let (added, job) =
+            blocking(move || store.queue_messages(&id, &embedder, &scope, &messages, gap)).await?;
+        self.jobs_wake.notify_one();
+        tracing::info!(conversation, job = job.id, new = added.new_messages, "queued");
+        Ok(Queued {
+            conversation: conversation.to_string(),
+            created: added.created,
+            new_messages: added.new_messages,
+            duplicates: added.duplicates,
+            job,
+        })
+    }
+
+    /// One job.
+    pub async fn job(&self, id: i64) -> Result<Job, ServiceError> {
+        let store = self.store.clone();
+        blocking(move || store.job(id)).await
+    }
+
+    /// Sessions stored in `scope` but not built yet (a job or an add is building them, or
+    /// they failed and wait for the next), so a search can say what it could not see yet.
+    pub async fn pending_sessions(&self, scope: &super::Scope) -> Result<u64, ServiceError> {
+        let (store, scope) = (self.store.clone(), scope.clone());
+        blocking(move || {
+            let infos = match &scope {
+                super::Scope::Conversation(id) => store.info(id)?.into_iter().collect(),
+                super::Scope::User(user) => store.list_of(Some(user))?,
+            };
+            let pending = infos.iter().map(|info| info.sessions - info.built_sessions);
+            Ok(pending.map(|count| count.max(0) as u64).sum())
+        })
+        .await
+    }
+
+    /// Runs the unfinished jobs of conversations embedded with this service's embedder, up to
+    /// [`MAX_RUNNING_JOBS`] at once. With `until_idle`, returns once none is left that this
+    /// runner can take (jobs locked by another runner are left to it); otherwise runs until
+    /// the task is dropped, waking on [`MemoryService::add_queued`] and every [`POLL`].
+    pub async fn run_jobs(self: Arc<Self>, until_idle: bool) -> JobsRun {
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut busy: BTreeMap<tokio::task::Id, String> = BTreeMap::new();
+        let mut run = JobsRun::default();
+        loop {
+            let taken: BTreeSet<String> = busy.values().cloned().collect();
+            match self.claim_jobs(&taken, MAX_RUNNING_JOBS.saturating_sub(tasks.len())).await {
+                Ok(claimed) => {
+                    for (id, conversation, lock) in claimed {
+                        let service = Arc::clone(&self);
+                        let name = conversation.clone();
+                        let task = tasks.spawn(async move {
+                            let result = service.run_job(id, &conversation, lock).await;
+                            (id, result)
+                        });
+                        busy.insert(task.id(), name);
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "looking for jobs"),
+            }
+            if until_idle && tasks.is_empty() {
+                return run;
+            }
+            tokio::select! {
+                () = self.jobs_wake.notified() => {}
+                () = tokio::time::sleep(POLL) => {}
+                Some(joined) = tasks.join_next_with_id() => match joined {
+                    Ok((task, (id, result))) => {
+                        busy.remove(&task);
+                        match result {
+                            Ok(job) => {
+                                tracing::info!(job = id, state = job.state.name(), "job ended");
+                                run.ended.insert(id, job);
+                            }
+                            Err(error) => tracing::warn!(job = id, %error, "job left unfinished"),
+                        }
+                    }
+                    Err(error) => {
+                        busy.remove(&error.id());
+                        tracing::error!(%error, "a job task failed");
+                    }
+                },
+            }
+        }
+    }
+
+    /// Up to `room` unfinished jobs this runner can take now, oldest first, each with its
+    /// conversation's lock: not of a conversation in `taken` (one job per conversation at
+    /// once), not of one embedded otherwise, not of one whose lock another holder has.
+    async fn claim_jobs(
+        &self,
+        taken: &BTreeSet<String>,
+        room: usize,
+    ) -> Result<Vec<(i64, String, std::fs::File)>, ServiceError> {
+        if room == 0 {
+            return Ok(Vec::new());
+        }
+        let (store, taken) = (self.store.clone(), taken.clone());
+        let embedder = self.settings.embedder.clone();
+        blocking(move || {
+            let mut claimed: Vec<(i64, String, std::fs::File)> = Vec::new();
+            for (id, conversation) in store.unfinished_jobs()? {
+                if claimed.len() == room
+                    || taken.contains(&conversation)
+                    || claimed.iter().any(|(_, other, _)| *other == conversation)
+                {
+                    continue;
+                }
+                let other_embedder = store
+                    .info(&conversation)?
+                    .is_some_and(|info| info.embedder != embedder);
+                if other_embedder {
+                    continue;
+                }
+                if let Some(lock) = store.try_lock_conversation(&conversation)? {
+                    claimed.push((id, conversation, lock));
+                }
+            }
+            Ok(claimed)
+        })
+        .await
+    }
+
+    /// Runs job `id` of `conversation`, whose lock the caller took; the job as it ended.
+    async fn run_job(
+        &self,
+        id: i64,
+        conversation: &str,
+        lock: std::fs::File,
+    ) -> Result<Job, ServiceError> {
+        let pending = match self.load_checked(conversation).await {
+            Ok(stored) => stored.pending().len(),
+            Err(ServiceError::Store(StoreError::UnknownConversation(_))) => {
+                let why = "the conversation was forgotten before its job ran";
+                return self.end_job(id, Some(why.to_string())).await;
+            }
+            Err(error) => return self.end_job(id, Some(error.to_string())).await,
+        };
+        let store = self.store.clone();
+        let Some(job) = blocking(move || store.start_job(id, pending)).await? else {
+            // Another runner ended it between the listing and the lock.
+            return self.job(id).await;
+        };
+        tracing::info!(conversation, job = id, attempt = job.attempts, pending, "job started");
+        let mut report = AddReport::before_build(conversation, false, 0, 0);
+        let built = self.build_pending(&mut report, Some(id)).await;
+        drop(lock);
+        self.end_job(id, built.err().map(|error| error.to_string())).await
+    }
+
+    async fn end_job(&self, id: i64, error: Option<String>) -> Result<Job, ServiceError> {
+        let store = self.store.clone();
+        let error = error.map(|error| JobError { session: None, error });
+        blocking(move || store.finish_job(id, error)).await
+    }
+}
