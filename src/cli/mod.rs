@@ -16,8 +16,8 @@ pub use self::eval::{CompareArgs, EvalArgs, EvalProtocolArg, JudgeProtocolArg, S
 pub use self::learn::LearnArgs;
 pub use self::own::{
     AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryCorrectArgs, MemoryFactsArgs,
-    MemoryForgetArgs, MemoryHistoryArgs, MemoryListArgs, MemorySearchArgs, MemoryShowArgs,
-    MemoryUndoArgs, ScopeArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
+    MemoryForgetArgs, MemoryHistoryArgs, MemoryJobsArgs, MemoryListArgs, MemorySearchArgs,
+    MemoryShowArgs, MemoryUndoArgs, ScopeArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
 };
 pub use self::record::{ExportArgs, ReplayArgs, VerifyArgs};
 

@@ -60,6 +60,64 @@ pub enum MemoryCommand {
     History(MemoryHistoryArgs),
     /// Revert one edit of the audit log.
     Undo(MemoryUndoArgs),
+    /// Background build jobs (`memory add --no-wait`, `"wait": false`): list them, show one,
+    /// or (`--run`) build the unfinished ones now.
+    Jobs(MemoryJobsArgs),
+}
+
+/// `mragent memory jobs`.
+#[derive(Debug, Args)]
+pub struct MemoryJobsArgs {
+    /// One job (else the newest jobs).
+    pub job: Option<i64>,
+    /// Only jobs of this conversation.
+    #[arg(long, value_parser = crate::names::conversation_id, conflicts_with = "job")]
+    pub conversation: Option<String>,
+    /// Only queued and running jobs.
+    #[arg(long, conflicts_with = "job")]
+    pub unfinished: bool,
+    /// Build the unfinished jobs (of conversations with this `--embedder`) now, then exit:
+    /// what a worker of `memory add --no-wait` runs, and how to finish jobs a killed worker
+    /// left.
+    #[arg(long, conflicts_with = "job")]
+    pub run: bool,
+    /// Sessions built at once, per job.
+    #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub models: StoreModelArgs,
+}
+
+impl StoreModelArgs {
+    /// These options as the environment variables that set them, so that a worker process
+    /// started with them resolves the same endpoint, models and embedder (the key is not
+    /// among them: the worker reads it from the environment or `.env`, as this process did).
+    pub fn as_env(&self) -> Vec<(&'static str, String)> {
+        let model = &self.model;
+        let mut env = vec![
+            ("MRAGENT_MODEL", model.model.clone()),
+            ("MRAGENT_TIMEOUT", model.timeout.to_string()),
+            ("MRAGENT_STORE_EMBEDDER", self.embed.embedder.clone()),
+        ];
+        let optional = [
+            ("MRAGENT_RE_MODEL", model.re_model.clone()),
+            ("MRAGENT_BASE_URL", model.base_url.clone()),
+            ("MRAGENT_RPM", model.rpm.map(|rpm| rpm.to_string())),
+            ("MRAGENT_TPM", model.tpm.map(|tpm| tpm.to_string())),
+            ("MRAGENT_MAX_TOKENS", model.max_tokens.clone()),
+            ("MRAGENT_STRUCTURED_OUTPUT", model.structured_output.then(|| "true".to_string())),
+            ("MRAGENT_NO_HEDGE", model.no_hedge.then(|| "true".to_string())),
+            (
+                "MRAGENT_EMBED_MODEL_DIR",
+                self.embed.embed_model_dir.as_ref().map(|dir| dir.display().to_string()),
+            ),
+        ];
+        env.extend(optional.into_iter().filter_map(|(name, value)| Some((name, value?))));
+        env
+    }
 }
 
 /// A user and optionally one of their conversations, or one conversation.
@@ -152,10 +210,20 @@ pub struct MemoryUndoArgs {
 #[derive(Debug, Args)]
 pub struct MemoryAddArgs {
     /// Conversation id (created on first add): 1-128 ASCII letters, digits and . _ - : @ +.
-    #[arg(long, value_parser = crate::names::conversation_id)]
-    pub conversation: String,
+    #[arg(long, value_parser = crate::names::conversation_id, required_unless_present = "batch")]
+    pub conversation: Option<String>,
     /// The messages: a JSON or JSONL file, or `-` for stdin (format: data/examples/README.md).
-    pub file: PathBuf,
+    #[arg(required_unless_present = "batch")]
+    pub file: Option<PathBuf>,
+    /// Many conversations at once, built concurrently: a JSON file (or `-`) of the body of
+    /// `POST /v1/conversations`, `{"conversations": [{"conversation", "messages", "user",
+    /// "agent", "tags"}]}`.
+    #[arg(long, conflicts_with_all = ["conversation", "file", "user", "agent", "tags"])]
+    pub batch: Option<PathBuf>,
+    /// Store the messages and queue their build as a job, then return at once; a worker
+    /// process builds it in the background (`memory jobs` shows its progress).
+    #[arg(long)]
+    pub no_wait: bool,
     /// The user the conversation belongs to (set when it is created).
     #[arg(long, value_parser = crate::names::user_id)]
     pub user: Option<String>,

@@ -1,29 +1,21 @@
 //! `mragent memory …`: add messages to the store, search, list, show and forget own
 //! conversations, and print what was done.
 
-use std::io::Read as _;
-use std::path::Path;
-
-use anyhow::Context as _;
-
 use super::Outcome;
 use super::output::{out, outln};
 use super::own::{open_store, recorded_embedder, scope_embedder, service};
-use crate::service::{AddReport, LOCAL_EMBEDDER, Scope, SearchHit};
+use crate::service::{LOCAL_EMBEDDER, Scope, SearchHit};
 use crate::settings::{MemoryJob, OwnSettings, ProjectPaths};
-use crate::store::AddScope;
 
 /// Does the job and prints its report; partial when some sessions could not be built.
 pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
     match job {
-        MemoryJob::Add { conversation, file, json, own, scope } => {
-            let report = add(&own, &conversation, &file, scope).await?;
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&report)?)?;
-            } else {
-                outln!("{report}")?;
-            }
-            Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
+        MemoryJob::Add { input, wait, worker_env, json, own } => {
+            super::memory_jobs::add(&own, input, wait, &worker_env, json).await
+        }
+        MemoryJob::Jobs { job, conversation, unfinished, run, json, own } => {
+            super::memory_jobs::jobs(&own, job, conversation.as_deref(), unfinished, run, json)
+                .await
         }
         MemoryJob::Search { scope, filters, query, k, json, own } => {
             let spec = scope_embedder(&own.paths, &scope)?;
@@ -58,34 +50,6 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
             forget(&paths, &conversation, message.as_ref()).await
         }
     }
-}
-
-/// `memory add`: parse first (a bad file changes nothing), then add.
-async fn add(
-    own: &OwnSettings,
-    conversation: &str,
-    file: &Path,
-    scope: AddScope,
-) -> anyhow::Result<AddReport> {
-    let text = if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).context("reading messages from stdin")?;
-        text
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
-    };
-    let messages = crate::convo::parse(&text)
-        .with_context(|| format!("{} is not a usable conversation", file.display()))?;
-    crate::store::check_conversation_id(conversation)?;
-    crate::service::check_limits(&messages)
-        .with_context(|| format!("{} cannot be added", file.display()))?;
-    own.models.require_key()?;
-    let spec = match open_store(&own.paths)?.info(conversation)? {
-        Some(info) => info.embedder,
-        None => own.service.embedder.clone(),
-    };
-    let service = service(own, &spec).await?;
-    Ok(service.add_scoped(conversation, scope, messages).await?)
 }
 
 /// The hits (over a user: each with its conversation).

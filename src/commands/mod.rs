@@ -15,6 +15,7 @@ pub mod interrupt;
 pub mod learn;
 pub mod memory;
 mod memory_edits;
+mod memory_jobs;
 pub mod output;
 pub mod ping;
 pub mod retrieve;

@@ -177,16 +177,26 @@ pub(crate) struct AddRequest {
     pub(crate) messages: Vec<crate::convo::Message>,
     /// Who the conversation belongs to, and the messages' tags.
     pub(crate) scope: crate::store::AddScope,
+    /// Whether to answer only once the sessions are built.
+    pub(crate) wait: bool,
 }
 
 impl PartialSchema for AddRequest {
     fn schema() -> RefOr<Schema> {
+        AddRequest::object().into()
+    }
+}
+
+impl AddRequest {
+    /// The add body's object schema (a batch entry extends it with `conversation`).
+    pub(crate) fn object() -> ObjectBuilder {
         let messages = ArrayBuilder::new()
             .items(Message::schema())
             .min_items(Some(1))
             .max_items(Some(MAX_MESSAGES_PER_ADD));
         ObjectBuilder::new()
             .property("messages", messages)
+            .property("wait", wait_schema())
             .property(
                 "user",
                 name_schema("the user the conversation belongs to (set when it is created)"),
@@ -200,11 +210,21 @@ impl PartialSchema for AddRequest {
                 tags_schema("tags every message of this add carries (search filters on them)"),
             )
             .required("messages")
-            .into()
     }
 }
 
 impl ToSchema for AddRequest {}
+
+/// The `wait` flag of an add.
+pub(crate) fn wait_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+        .description(Some(
+            "true (the default): answer when the new sessions are built; false: store the \
+             messages, answer 202 with a job at once, and build in the background \
+             (`GET /v1/jobs/{job}`)",
+        ))
+}
 
 /// `POST /v1/conversations/{id}/search` and `POST /v1/users/{user}/search`.
 #[derive(Debug, Clone)]
@@ -371,6 +391,9 @@ pub(crate) struct SearchReply {
     pub(crate) query: String,
     /// The lines found, best first.
     pub(crate) hits: Vec<SearchHit>,
+    /// Sessions stored but not built yet (a background job is building them, or they failed
+    /// and the next add retries them): their lines cannot be found yet.
+    pub(crate) pending_sessions: u64,
 }
 
 /// What went wrong, for a client to act on.
@@ -393,6 +416,8 @@ pub(crate) enum ErrorCode {
     UnknownFact,
     /// No such edit (404).
     UnknownEdit,
+    /// No such job (404).
+    UnknownJob,
     /// The edit cannot be undone (409).
     NotUndoable,
     /// The add names another user or agent than the conversation has (409).

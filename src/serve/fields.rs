@@ -87,3 +87,12 @@ pub(super) fn time(
         Some(_) => Err(ApiError::bad(field, "expected a string")),
     }
 }
+
+/// An optional boolean field.
+pub(super) fn flag(map: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+    match map.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(value)) => Ok(Some(*value)),
+        Some(_) => Err(ApiError::bad(field, "expected true or false")),
+    }
+}

@@ -24,7 +24,7 @@ use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
 use super::{Actor, ApiError, AppState, fields};
 use crate::agent::events::LoopEvents;
 use crate::names::{NameKind, check_name};
-use crate::service::{AddReport, AskReport, Scope, SearchFilters, SearchHit, ServiceError};
+use crate::service::{AddReport, AskReport, Queued, Scope, SearchFilters, SearchHit, ServiceError};
 use crate::store::ConversationInfo;
 
 pub(super) type Shared = State<Arc<AppState>>;
@@ -154,7 +154,7 @@ pub(super) async fn forget_message(
 }
 
 impl AddRequest {
-    fn parse(mut map: Map<String, Value>) -> Result<Self, ApiError> {
+    pub(super) fn parse(mut map: Map<String, Value>) -> Result<Self, ApiError> {
         let items = match map.remove("messages") {
             Some(Value::Array(items)) => items,
             Some(_) => return Err(ApiError::bad("messages", "expected an array of messages")),
@@ -167,7 +167,8 @@ impl AddRequest {
             agent: fields::name(&map, "agent", NameKind::User)?,
             tags: fields::tags(&map)?,
         };
-        Ok(Self { messages, scope })
+        let wait = fields::flag(&map, "wait")?.unwrap_or(true);
+        Ok(Self { messages, scope, wait })
     }
 }
 
@@ -178,6 +179,7 @@ impl AddRequest {
     request_body = AddRequest,
     responses(
         (status = 200, description = "what the add stored and built (idempotent: only new sessions are built)", body = AddReport),
+        (status = 202, description = "with `wait: false`: what the add stored, and the job that builds it in the background", body = Queued),
         AddErrors
     )
 )]
@@ -185,7 +187,7 @@ pub(super) async fn add(
     State(state): Shared,
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<AddReport>, ApiError> {
+) -> Result<Response, ApiError> {
     let map = object(body)?;
     let whole = Value::Object(map.clone());
     let request = AddRequest::parse(map)?;
@@ -193,7 +195,13 @@ pub(super) async fn add(
     // whole body against the published schema.
     crate::service::check_limits(&request.messages)?;
     state.validators.add(&whole)?;
-    Ok(Json(state.service.add_scoped(&id, request.scope, request.messages).await?))
+    let AddRequest { messages, scope, wait } = request;
+    if wait {
+        Ok(Json(state.service.add_scoped(&id, scope, messages).await?).into_response())
+    } else {
+        let queued = state.service.add_queued(&id, scope, messages).await?;
+        Ok((StatusCode::ACCEPTED, Json(queued)).into_response())
+    }
 }
 
 impl SearchRequest {
@@ -235,22 +243,24 @@ pub(super) async fn search(
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SearchReply>, ApiError> {
-    let (query, hits) = find(&state, &Scope::Conversation(id.clone()), body).await?;
-    Ok(Json(SearchReply { conversation: id, query, hits }))
+    let (query, hits, pending_sessions) =
+        find(&state, &Scope::Conversation(id.clone()), body).await?;
+    Ok(Json(SearchReply { conversation: id, query, hits, pending_sessions }))
 }
 
-/// A search over `scope`: the query as given and the lines found.
+/// A search over `scope`: the query as given, the lines found, and the sessions not built yet.
 pub(super) async fn find(
     state: &AppState,
     scope: &Scope,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(String, Vec<SearchHit>), ApiError> {
+) -> Result<(String, Vec<SearchHit>, u64), ApiError> {
     let map = object(body)?;
     let request = SearchRequest::parse(&map)?;
     state.validators.search(&Value::Object(map))?;
     let k = request.k as usize;
     let hits = state.service.search_scoped(scope, &request.query, k, &request.filters).await?;
-    Ok((request.query, hits))
+    let pending = state.service.pending_sessions(scope).await?;
+    Ok((request.query, hits, pending))
 }
 
 impl AskRequest {

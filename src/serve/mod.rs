@@ -21,6 +21,7 @@
 mod api;
 mod fields;
 mod handlers;
+mod jobs;
 mod openapi;
 mod scoped;
 
@@ -99,7 +100,7 @@ struct AppState {
 fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(openapi::Base::openapi())
         .routes(routes!(openapi::document))
-        .routes(routes!(handlers::list))
+        .routes(routes!(handlers::list, jobs::batch_add))
         .routes(routes!(handlers::show, handlers::forget))
         .routes(routes!(handlers::add))
         .routes(routes!(handlers::forget_message))
@@ -112,6 +113,8 @@ fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
         .routes(routes!(scoped::correct))
         .routes(routes!(scoped::history))
         .routes(routes!(scoped::undo))
+        .routes(routes!(jobs::job))
+        .routes(routes!(jobs::jobs))
         .split_for_parts()
 }
 
@@ -148,10 +151,15 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(service, &options)?)
+    // The background builds (`"wait": false`) and the jobs a killed server left unfinished
+    // run beside the requests, until the server stops.
+    let runner = tokio::spawn(Arc::clone(&service).run_jobs(false));
+    let served = axum::serve(listener, router(service, &options)?)
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(|error| anyhow::anyhow!("the server failed: {error}"))
+        .map_err(|error| anyhow::anyhow!("the server failed: {error}"));
+    runner.abort();
+    served
 }
 
 /// 401 unless the request carries `Authorization: Bearer <token>` (when a token is set).
@@ -241,6 +249,17 @@ impl ApiError {
     pub(crate) fn bad(field: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, ErrorCode::Invalid, field, message)
     }
+
+    /// The error of a field inside `prefix` (say `conversations[2]`): its field is prefixed.
+    pub(crate) fn within(mut self, prefix: &str) -> Self {
+        let field = &self.detail.field;
+        self.detail.field = if field.is_empty() || field == "body" {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{field}")
+        };
+        self
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -259,6 +278,9 @@ impl From<ServiceError> for ApiError {
             }
             ServiceError::Store(StoreError::UnknownFact(_)) => {
                 ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownFact, "fact", message)
+            }
+            ServiceError::Store(StoreError::UnknownJob(_)) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownJob, "job", message)
             }
             ServiceError::Store(StoreError::UnknownEdit(_)) => {
                 ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownEdit, "edit", message)

@@ -161,6 +161,7 @@ pub(super) struct Validators {
     search: jsonschema::Validator,
     ask: jsonschema::Validator,
     correct: jsonschema::Validator,
+    batch: jsonschema::Validator,
 }
 
 impl Validators {
@@ -180,6 +181,7 @@ impl Validators {
             search: compile(SearchRequest::name())?,
             ask: compile(AskRequest::name())?,
             correct: compile(CorrectRequest::name())?,
+            batch: compile(super::jobs::BatchRequest::name())?,
         })
     }
 
@@ -197,6 +199,10 @@ impl Validators {
 
     pub(super) fn correct(&self, body: &Value) -> Result<(), ApiError> {
         check(&self.correct, body)
+    }
+
+    pub(super) fn batch(&self, body: &Value) -> Result<(), ApiError> {
+        check(&self.batch, body)
     }
 }
 

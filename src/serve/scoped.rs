@@ -46,14 +46,25 @@ impl<S: Send + Sync> FromRequestParts<S> for UserId {
     }
 }
 
-/// A numeric id in the path (`{fact}`, `{edit}`): a whole number from 1.
-pub(super) struct Number<const FACT: bool>(i64);
+/// [`Number`] of a `{fact}`.
+pub(super) const FACT: u8 = 0;
+/// [`Number`] of an `{edit}`.
+pub(super) const EDIT: u8 = 1;
+/// [`Number`] of a `{job}`.
+pub(super) const JOB: u8 = 2;
 
-impl<S: Send + Sync, const FACT: bool> FromRequestParts<S> for Number<FACT> {
+/// A numeric id in the path (`{fact}`, `{edit}`, `{job}`): a whole number from 1.
+pub(super) struct Number<const KIND: u8>(pub(super) i64);
+
+impl<S: Send + Sync, const KIND: u8> FromRequestParts<S> for Number<KIND> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let field = if FACT { "fact" } else { "edit" };
+        let field = match KIND {
+            FACT => "fact",
+            EDIT => "edit",
+            _ => "job",
+        };
         let Path(text) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|rejection| ApiError::bad(field, rejection.body_text()))?;
@@ -67,7 +78,7 @@ impl<S: Send + Sync, const FACT: bool> FromRequestParts<S> for Number<FACT> {
 }
 
 /// A path parameter of the scoped routes.
-fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+pub(super) fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
     ParameterBuilder::new()
         .name(name)
         .parameter_in(ParameterIn::Path)
@@ -77,7 +88,7 @@ fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Param
         .build()
 }
 
-fn id_number() -> ObjectBuilder {
+pub(super) fn id_number() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(i64::MAX as f64))
 }
 
@@ -109,7 +120,7 @@ impl IntoParams for EditPath {
 }
 
 /// A query parameter.
-fn query_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+pub(super) fn query_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
     ParameterBuilder::new()
         .name(name)
         .parameter_in(ParameterIn::Query)
@@ -171,10 +182,13 @@ impl IntoParams for EditParams {
     }
 }
 
-type Params = Result<Query<BTreeMap<String, String>>, QueryRejection>;
+pub(super) type Params = Result<Query<BTreeMap<String, String>>, QueryRejection>;
 
 /// The query parameters, refusing any but `known`.
-fn params(given: Params, known: &[&str]) -> Result<serde_json::Map<String, Value>, ApiError> {
+pub(super) fn params(
+    given: Params,
+    known: &[&str],
+) -> Result<serde_json::Map<String, Value>, ApiError> {
     let Query(given) = given.map_err(|rejection| ApiError::bad("query", rejection.body_text()))?;
     if let Some(unknown) = given.keys().find(|key| !known.contains(&key.as_str())) {
         return Err(ApiError::bad(
@@ -226,6 +240,9 @@ pub(crate) struct UserSearchReply {
     pub(crate) query: String,
     /// The lines found, best first, each naming its conversation.
     pub(crate) hits: Vec<SearchHit>,
+    /// Sessions of the user's conversations stored but not built yet (see the conversation
+    /// search).
+    pub(crate) pending_sessions: u64,
 }
 
 #[utoipa::path(
@@ -240,8 +257,8 @@ pub(super) async fn user_search(
     UserId(user): UserId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UserSearchReply>, ApiError> {
-    let (query, hits) = find(&state, &Scope::User(user.clone()), body).await?;
-    Ok(Json(UserSearchReply { user, query, hits }))
+    let (query, hits, pending_sessions) = find(&state, &Scope::User(user.clone()), body).await?;
+    Ok(Json(UserSearchReply { user, query, hits, pending_sessions }))
 }
 
 #[utoipa::path(
@@ -316,7 +333,7 @@ pub(super) async fn conversation_facts(
 pub(super) async fn correct(
     State(state): Shared,
     Extension(actor): Extension<Actor>,
-    Number(fact): Number<true>,
+    Number(fact): Number<FACT>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Edit>, ApiError> {
     let map = object(body)?;
@@ -352,7 +369,7 @@ pub(super) async fn history(
 pub(super) async fn undo(
     State(state): Shared,
     Extension(actor): Extension<Actor>,
-    Number(edit): Number<false>,
+    Number(edit): Number<EDIT>,
 ) -> Result<Json<UndoReport>, ApiError> {
     Ok(Json(state.service.undo(edit, &actor.0).await?))
 }

@@ -286,7 +286,8 @@ where
                         (self.store.clone(), conversation.to_string(), error.clone());
                     blocking(move || store.record_failure(&id, number, &hash, &why)).await?;
                     let session = format!("D{number}");
-                    step.error = Some(JobError { session: Some(session.clone()), error: error.clone() });
+                    step.error =
+                        Some(JobError { session: Some(session.clone()), error: error.clone() });
                     report.failed_sessions.push(FailedSession { session, error });
                 }
             }

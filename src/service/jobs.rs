@@ -87,6 +87,17 @@ where
         blocking(move || store.job(id)).await
     }
 
+    /// Jobs, newest first (see [`crate::store::Store::jobs`]).
+    pub async fn jobs(
+        &self,
+        conversation: Option<String>,
+        unfinished: bool,
+        limit: usize,
+    ) -> Result<Vec<Job>, ServiceError> {
+        let store = self.store.clone();
+        blocking(move || store.jobs(conversation.as_deref(), unfinished, limit)).await
+    }
+
     /// Sessions stored in `scope` but not built yet (a job or an add is building them, or
     /// they failed and wait for the next), so a search can say what it could not see yet.
     pub async fn pending_sessions(&self, scope: &super::Scope) -> Result<u64, ServiceError> {
@@ -174,9 +185,8 @@ where
                 {
                     continue;
                 }
-                let other_embedder = store
-                    .info(&conversation)?
-                    .is_some_and(|info| info.embedder != embedder);
+                let other_embedder =
+                    store.info(&conversation)?.is_some_and(|info| info.embedder != embedder);
                 if other_embedder {
                     continue;
                 }

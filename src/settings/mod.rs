@@ -33,7 +33,7 @@ pub use self::data::{DataSettings, dataset_kind};
 pub use self::eval::{CompareJob, EvalJob, Scoring};
 pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
-pub use self::own::{AskJob, MemoryJob, OwnSettings, ServeJob};
+pub use self::own::{AddInput, AskJob, MemoryJob, OwnSettings, ServeJob};
 pub use self::record::{ExportJob, ReplaySettings, VerifyJob, replay_args};
 pub use self::retrieve::RetrieveJob;
 pub use self::rules::MetaRules;

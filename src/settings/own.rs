@@ -61,21 +61,55 @@ impl OwnSettings {
     }
 }
 
-/// `mragent memory …`, resolved.
+/// What `memory add` adds.
 #[derive(Debug, Clone)]
-pub enum MemoryJob {
-    /// Add the messages of `file` (`-`: standard input).
-    Add {
+pub enum AddInput {
+    /// The messages of `file` to `conversation`.
+    One {
         /// Conversation id.
         conversation: String,
         /// The messages file.
         file: PathBuf,
+        /// The conversation's user and agent, and the messages' tags.
+        scope: AddScope,
+    },
+    /// A batch file: `{"conversations": [{"conversation", "messages", …}]}`.
+    Batch {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+/// `mragent memory …`, resolved.
+#[derive(Debug, Clone)]
+pub enum MemoryJob {
+    /// Add the messages of one file, or a batch (`-`: standard input).
+    Add {
+        /// What to add.
+        input: AddInput,
+        /// Whether to build before returning (else: queue a job and start a worker).
+        wait: bool,
+        /// The endpoint, model and embedder options as environment variables, for a worker.
+        worker_env: Vec<(&'static str, String)>,
         /// Print the report as JSON.
         json: bool,
         /// Store and models (with the session gap and the workers of the build).
         own: OwnSettings,
-        /// The conversation's user and agent, and the messages' tags.
-        scope: AddScope,
+    },
+    /// List or show background jobs, or build the unfinished ones.
+    Jobs {
+        /// One job.
+        job: Option<i64>,
+        /// Only jobs of this conversation.
+        conversation: Option<String>,
+        /// Only unfinished jobs.
+        unfinished: bool,
+        /// Build the unfinished jobs now.
+        run: bool,
+        /// Print JSON.
+        json: bool,
+        /// Store and models.
+        own: OwnSettings,
     },
     /// Rank memory lines for `query`.
     Search {
@@ -187,8 +221,29 @@ impl MemoryJob {
                     agent: args.agent,
                     tags: args.tags.into_iter().collect(),
                 };
-                let (conversation, file, json) = (args.conversation, args.file, args.json);
-                Self::Add { conversation, file, json, own, scope }
+                let mut worker_env = args.models.as_env();
+                worker_env.push(("MRAGENT_WORKERS", args.workers.to_string()));
+                let input = match (args.batch, args.conversation, args.file) {
+                    (Some(file), _, _) => AddInput::Batch { file },
+                    (None, Some(conversation), Some(file)) => {
+                        AddInput::One { conversation, file, scope }
+                    }
+                    // clap requires both unless `--batch` is given.
+                    _ => anyhow::bail!("memory add needs --conversation and a file, or --batch"),
+                };
+                Self::Add { input, wait: !args.no_wait, worker_env, json: args.json, own }
+            }
+            MemoryCommand::Jobs(args) => {
+                let mut own = OwnSettings::resolve(paths, &args.models, env)?;
+                own.service.workers = args.workers as usize;
+                Self::Jobs {
+                    job: args.job,
+                    conversation: args.conversation,
+                    unfinished: args.unfinished,
+                    run: args.run,
+                    json: args.json,
+                    own,
+                }
             }
             MemoryCommand::Search(args) => {
                 let (scope, conversation) = scope_of(args.scope);

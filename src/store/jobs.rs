@@ -133,7 +133,8 @@ pub struct JobStep {
     pub error: Option<JobError>,
 }
 
-const JOB_COLUMNS: &str = "id, conversation_id, state, created_at, started_at, finished_at, attempts,
+const JOB_COLUMNS: &str =
+    "id, conversation_id, state, created_at, started_at, finished_at, attempts,
     new_messages, duplicates, sessions_done, sessions_failed, sessions_pending, chat_calls,
     prompt_tokens, completion_tokens, errors";
 

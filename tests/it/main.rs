@@ -14,6 +14,7 @@ mod eval_paired;
 mod granules;
 mod hardening;
 mod ingest;
+mod jobs;
 mod llm;
 mod memory;
 mod meta_rules;

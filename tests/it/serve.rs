@@ -362,7 +362,7 @@ async fn the_document_declares_every_route_constraint_and_error() {
         .collect();
     let expected = [
         ("/openapi.json", vec!["get"]),
-        ("/v1/conversations", vec!["get"]),
+        ("/v1/conversations", vec!["get", "post"]),
         ("/v1/conversations/{id}", vec!["delete", "get"]),
         ("/v1/conversations/{id}/messages", vec!["post"]),
         ("/v1/conversations/{id}/messages/{message}", vec!["delete"]),
@@ -375,6 +375,8 @@ async fn the_document_declares_every_route_constraint_and_error() {
         ("/v1/facts/{fact}/correct", vec!["post"]),
         ("/v1/edits", vec!["get"]),
         ("/v1/edits/{edit}/undo", vec!["post"]),
+        ("/v1/jobs", vec!["get"]),
+        ("/v1/jobs/{job}", vec!["get"]),
     ];
     let mut sorted: Vec<(String, Vec<String>)> = routes
         .into_iter()
@@ -398,7 +400,8 @@ async fn the_document_declares_every_route_constraint_and_error() {
                 .replace("{message}", "m1")
                 .replace("{user}", "nobody")
                 .replace("{fact}", "7")
-                .replace("{edit}", "7");
+                .replace("{edit}", "7")
+                .replace("{job}", "7");
             let body = (method == "post").then(|| json!({}));
             let (status, reply) =
                 api.call(&method.to_uppercase(), &concrete, body, Some(TOKEN)).await;

@@ -30,7 +30,10 @@ fn many_moves() -> Value {
 }
 
 /// `mragent serve` on a port the system picks; its address once it listens.
-async fn serve(dir: &std::path::Path, base_url: &str) -> (tokio::process::Child, String) {
+pub(crate) async fn serve(
+    dir: &std::path::Path,
+    base_url: &str,
+) -> (tokio::process::Child, String) {
     let args = ["serve", "--bind", "127.0.0.1:0", "--base-url", base_url, "--model", "local/tiny"];
     let mut command = mragent_command(dir, &args);
     command.args(["--embedder", EMBEDDER, "--workers", "1"]).env("MRAGENT_SERVE_TOKEN", "t");

@@ -4,7 +4,7 @@
 //! undo, and (`kill`) a kill -9 during an edit.
 
 mod cli;
-mod kill;
+pub(crate) mod kill;
 
 use std::time::Duration;
 

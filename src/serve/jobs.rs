@@ -1,0 +1,232 @@
+//! Background builds and batch adds:
+//! - `GET /v1/jobs/{job}`: one job (an add with `"wait": false` answers 202 with it);
+//! - `GET /v1/jobs?conversation=&unfinished=`: the jobs, newest first;
+//! - `POST /v1/conversations` `{"conversations": [{"conversation", "messages", …}], "wait"}`:
+//!   adds to many conversations in one request. Every entry is checked before anything is
+//!   stored; then the adds run concurrently (their model calls share the client's adaptive
+//!   limit), or with `wait: false` each is queued as a job. Each entry answers on its own: its
+//!   report or job, or its error (say, a conversation of another user).
+
+use std::collections::BTreeSet;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::path::{Parameter, ParameterIn};
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+
+use super::api::{AddRequest, ErrorDetail, name_schema, wait_schema};
+use super::handlers::{Shared, object};
+use super::openapi::{AddErrors, IdErrors};
+use super::scoped::{JOB, Number, Params, id_number, params, path_parameter, query_parameter};
+use super::{ApiError, fields};
+use crate::names::NameKind;
+use crate::service::{AddReport, Queued};
+use crate::store::Job;
+
+/// Most conversations in one batch add.
+pub(crate) const MAX_BATCH: usize = 100;
+
+/// Most jobs one listing returns.
+const MAX_LISTED_JOBS: usize = 1000;
+
+/// `{job}`.
+pub(super) struct JobPath;
+
+impl IntoParams for JobPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![path_parameter("job", "job id, as the add that queued it answered", id_number())]
+    }
+}
+
+/// The query of the job listing.
+pub(super) struct JobParams;
+
+impl IntoParams for JobParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let flag =
+            ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["true", "false"]));
+        vec![
+            query_parameter(
+                "conversation",
+                "only jobs of this conversation",
+                name_schema("conversation id"),
+            ),
+            query_parameter("unfinished", "only queued and running jobs (default false)", flag),
+        ]
+    }
+}
+
+/// `GET /v1/jobs`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct JobList {
+    /// The jobs, newest first (at most 1000).
+    pub(crate) jobs: Vec<Job>,
+}
+
+/// `POST /v1/conversations`.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchRequest {
+    /// Each conversation with its add.
+    pub(crate) adds: Vec<(String, AddRequest)>,
+    /// Whether to answer only once every session is built.
+    pub(crate) wait: bool,
+}
+
+impl PartialSchema for BatchRequest {
+    fn schema() -> RefOr<Schema> {
+        let entry = AddRequest::object()
+            .property("conversation", name_schema("conversation id (created on first add)"))
+            .required("conversation");
+        let adds = ArrayBuilder::new()
+            .items(entry)
+            .min_items(Some(1))
+            .max_items(Some(MAX_BATCH))
+            .description(Some("one add per conversation (each conversation at most once)"));
+        ObjectBuilder::new()
+            .property("conversations", adds)
+            .property("wait", wait_schema())
+            .required("conversations")
+            .into()
+    }
+}
+
+impl ToSchema for BatchRequest {}
+
+/// One entry's outcome.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct BatchResult {
+    /// The conversation.
+    pub(crate) conversation: String,
+    /// What the add stored and built (`wait: true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) added: Option<AddReport>,
+    /// What the add stored, and its job (`wait: false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) queued: Option<Queued>,
+    /// Why this entry failed (the others are unaffected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<ErrorDetail>,
+}
+
+/// `POST /v1/conversations`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct BatchReply {
+    /// One result per entry, in the request's order.
+    pub(crate) results: Vec<BatchResult>,
+}
+
+impl BatchRequest {
+    fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
+        let entries = match map.get("conversations") {
+            Some(Value::Array(entries)) if !entries.is_empty() && entries.len() <= MAX_BATCH => {
+                entries
+            }
+            Some(Value::Array(_)) => {
+                let problem = format!("expected 1 to {MAX_BATCH} conversations");
+                return Err(ApiError::bad("conversations", problem));
+            }
+            Some(_) => return Err(ApiError::bad("conversations", "expected an array")),
+            None => return Err(ApiError::bad("conversations", "missing")),
+        };
+        let mut seen = BTreeSet::new();
+        let mut adds = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            let within = |error: ApiError| error.within(&format!("conversations[{index}]"));
+            let Value::Object(entry) = entry else {
+                return Err(within(ApiError::bad("body", "expected an object")));
+            };
+            let id = fields::name(entry, "conversation", NameKind::Conversation)
+                .and_then(|id| id.ok_or_else(|| ApiError::bad("conversation", "missing")))
+                .map_err(within)?;
+            if !seen.insert(id.clone()) {
+                let problem = format!("{id:?} comes twice; give each conversation once");
+                return Err(within(ApiError::bad("conversation", problem)));
+            }
+            let request = AddRequest::parse(entry.clone()).map_err(within)?;
+            crate::service::check_limits(&request.messages)
+                .map_err(|error| within(error.into()))?;
+            adds.push((id, request));
+        }
+        Ok(Self { adds, wait: fields::flag(map, "wait")?.unwrap_or(true) })
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/conversations",
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "each conversation's add report or error, in order", body = BatchReply),
+        (status = 202, description = "with `wait: false`: each conversation's job or error, in order", body = BatchReply),
+        AddErrors
+    )
+)]
+pub(super) async fn batch_add(
+    State(state): Shared,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let map = object(body)?;
+    let request = BatchRequest::parse(&map)?;
+    state.validators.batch(&Value::Object(map))?;
+    let service = &state.service;
+    let error = |error: crate::service::ServiceError| Some(ApiError::from(error).detail);
+    let results = futures::future::join_all(request.adds.into_iter().map(|(id, add)| async move {
+        let mut result =
+            BatchResult { conversation: id.clone(), added: None, queued: None, error: None };
+        let AddRequest { messages, scope, wait: _ } = add;
+        if request.wait {
+            match service.add_scoped(&id, scope, messages).await {
+                Ok(report) => result.added = Some(report),
+                Err(failure) => result.error = error(failure),
+            }
+        } else {
+            match service.add_queued(&id, scope, messages).await {
+                Ok(queued) => result.queued = Some(queued),
+                Err(failure) => result.error = error(failure),
+            }
+        }
+        result
+    }))
+    .await;
+    let status = if request.wait { StatusCode::OK } else { StatusCode::ACCEPTED };
+    Ok((status, Json(BatchReply { results })).into_response())
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{job}",
+    params(JobPath),
+    responses((status = 200, description = "the job: state, sessions done, failed and pending, tokens, errors", body = Job), IdErrors)
+)]
+pub(super) async fn job(
+    State(state): Shared,
+    Number(id): Number<JOB>,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(state.service.job(id).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    params(JobParams),
+    responses((status = 200, description = "the jobs, newest first", body = JobList), IdErrors)
+)]
+pub(super) async fn jobs(State(state): Shared, given: Params) -> Result<Json<JobList>, ApiError> {
+    let map = params(given, &["conversation", "unfinished"])?;
+    let conversation = fields::name(&map, "conversation", NameKind::Conversation)?;
+    let unfinished = match map.get("unfinished").and_then(Value::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::bad("unfinished", "expected true or false")),
+    };
+    let jobs = state.service.jobs(conversation, unfinished, MAX_LISTED_JOBS).await?;
+    Ok(Json(JobList { jobs }))
+}
