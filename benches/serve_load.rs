@@ -34,7 +34,6 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 mod stages;
 
 #[path = "support/run.rs"]
-#[allow(dead_code)]
 mod run;
 
 const TOKEN: &str = "load-token";

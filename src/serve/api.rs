@@ -226,6 +226,38 @@ pub(crate) fn wait_schema() -> ObjectBuilder {
         ))
 }
 
+/// Most conversations in one batch add.
+pub(crate) const MAX_BATCH: usize = 100;
+
+/// `POST /v1/conversations`.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchRequest {
+    /// Each conversation with its add.
+    pub(crate) adds: Vec<(String, AddRequest)>,
+    /// Whether to answer only once every session is built.
+    pub(crate) wait: bool,
+}
+
+impl PartialSchema for BatchRequest {
+    fn schema() -> RefOr<Schema> {
+        let entry = AddRequest::object()
+            .property("conversation", name_schema("conversation id (created on first add)"))
+            .required("conversation");
+        let adds = ArrayBuilder::new()
+            .items(entry)
+            .min_items(Some(1))
+            .max_items(Some(MAX_BATCH))
+            .description(Some("one add per conversation (each conversation at most once)"));
+        ObjectBuilder::new()
+            .property("conversations", adds)
+            .property("wait", wait_schema())
+            .required("conversations")
+            .into()
+    }
+}
+
+impl ToSchema for BatchRequest {}
+
 /// `POST /v1/conversations/{id}/search` and `POST /v1/users/{user}/search`.
 #[derive(Debug, Clone)]
 pub(crate) struct SearchRequest {

@@ -17,12 +17,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use utoipa::openapi::RefOr;
 use utoipa::openapi::path::{Parameter, ParameterIn};
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
-use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::{IntoParams, ToSchema};
 
-use super::api::{AddRequest, ErrorDetail, name_schema, wait_schema};
+use super::api::{AddRequest, BatchRequest, ErrorDetail, MAX_BATCH, name_schema};
 use super::handlers::{Shared, object};
 use super::openapi::{AddErrors, IdErrors};
 use super::scoped::{JOB, Number, Params, id_number, params, path_parameter, query_parameter};
@@ -30,9 +29,6 @@ use super::{ApiError, fields};
 use crate::names::NameKind;
 use crate::service::{AddReport, Queued};
 use crate::store::Job;
-
-/// Most conversations in one batch add.
-pub(crate) const MAX_BATCH: usize = 100;
 
 /// Most jobs one listing returns.
 const MAX_LISTED_JOBS: usize = 1000;
@@ -70,35 +66,6 @@ pub(crate) struct JobList {
     /// The jobs, newest first (at most 1000).
     pub(crate) jobs: Vec<Job>,
 }
-
-/// `POST /v1/conversations`.
-#[derive(Debug, Clone)]
-pub(crate) struct BatchRequest {
-    /// Each conversation with its add.
-    pub(crate) adds: Vec<(String, AddRequest)>,
-    /// Whether to answer only once every session is built.
-    pub(crate) wait: bool,
-}
-
-impl PartialSchema for BatchRequest {
-    fn schema() -> RefOr<Schema> {
-        let entry = AddRequest::object()
-            .property("conversation", name_schema("conversation id (created on first add)"))
-            .required("conversation");
-        let adds = ArrayBuilder::new()
-            .items(entry)
-            .min_items(Some(1))
-            .max_items(Some(MAX_BATCH))
-            .description(Some("one add per conversation (each conversation at most once)"));
-        ObjectBuilder::new()
-            .property("conversations", adds)
-            .property("wait", wait_schema())
-            .required("conversations")
-            .into()
-    }
-}
-
-impl ToSchema for BatchRequest {}
 
 /// One entry's outcome.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -181,7 +181,7 @@ impl Validators {
             search: compile(SearchRequest::name())?,
             ask: compile(AskRequest::name())?,
             correct: compile(CorrectRequest::name())?,
-            batch: compile(super::jobs::BatchRequest::name())?,
+            batch: compile(super::api::BatchRequest::name())?,
         })
     }
 
