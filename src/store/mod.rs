@@ -19,6 +19,7 @@
 //! own connection (cheap for SQLite), so the store is `Clone + Send + Sync` without a pool.
 
 mod audit;
+mod counts;
 mod edit;
 mod facts;
 mod read;
@@ -35,6 +36,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use serde::Serialize;
 
 pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
+pub use counts::StoreCounts;
 pub use edit::ForgottenMessage;
 pub use facts::{FactPair, FactVerdict, StoredFact};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};

@@ -17,6 +17,7 @@ mod ingest;
 mod llm;
 mod memory;
 mod meta_rules;
+mod metrics;
 mod own;
 mod own_memory;
 mod retrieval;
