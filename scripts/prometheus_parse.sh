@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parses a Prometheus text exposition (stdin) with the official Python client's parser
-# (`prometheus_client.parser`, pinned, from PyPI) and prints it as JSON (scripts/prometheus_parse.py).
-# The venv is ~/.cache/mragent-metrics (or $MRAGENT_METRICS_VENV), made once.
+# (`prometheus_client.parser`, pinned, from PyPI) and prints it as JSON
+# (scripts/prometheus_parse.py). The venv is ~/.cache/mragent-metrics (or
+# $MRAGENT_METRICS_VENV), made once.
 # tests/it/metrics.rs pipes a live `serve`'s `GET /metrics` through it.
 set -euo pipefail
 version=0.26.0

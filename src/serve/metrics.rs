@@ -248,32 +248,32 @@ impl Collector for ModelCollector {
             &mut encoder,
             "model_requests",
             "HTTP requests sent to the model endpoint (every attempt: retries and hedges too), \
-             by step",
+             by step.",
             per_step(|totals| totals.requests),
         )?;
         counters(
             &mut encoder,
             "model_failed_requests",
-            "Requests that brought no usable reply (error status, timeout, bad body), by step",
+            "Requests that brought no usable reply (error status, timeout, bad body), by step.",
             per_step(|totals| totals.failed_requests),
         )?;
         counters(
             &mut encoder,
             "model_retries",
-            "Failed requests that the retry layer sent again, by step",
+            "Failed requests that the retry layer sent again, by step.",
             per_step(|totals| totals.retries),
         )?;
         counters(
             &mut encoder,
             "model_errors",
             "Model calls that failed for good (after their retries, or refused at once after a \
-             fatal error), by step",
+             fatal error), by step.",
             per_step(|totals| totals.errors),
         )?;
         counters(
             &mut encoder,
             "model_hedges",
-            "Second requests sent because the first was slow, by step",
+            "Second requests sent because the first was slow, by step.",
             per_step(|totals| totals.hedges),
         )?;
         let tokens = shares.iter().flat_map(|(step, totals)| {
@@ -285,7 +285,7 @@ impl Collector for ModelCollector {
         counters(
             &mut encoder,
             "model_tokens",
-            "Tokens the endpoint reported, by step and type (prompt or completion)",
+            "Tokens the endpoint reported, by step and type (prompt or completion).",
             tokens,
         )
     }
@@ -307,22 +307,22 @@ impl StoreCollector {
         gauges(
             encoder,
             "store_conversations",
-            "Conversations in the store",
+            "Conversations in the store.",
             [(none, counts.conversations)],
         )?;
-        gauges(encoder, "store_messages", "Messages in the store", [(none, counts.messages)])?;
+        gauges(encoder, "store_messages", "Messages in the store.", [(none, counts.messages)])?;
         let unbuilt = counts.sessions - counts.built_sessions;
         gauges(
             encoder,
             "store_sessions",
             "Sessions in the store, by state: built (stage outputs stored) or unbuilt (new, \
-             changed or failed; the next add builds them)",
+             changed or failed; the next add builds them).",
             [([("state", "built")], counts.built_sessions), ([("state", "unbuilt")], unbuilt)],
         )?;
         gauges(
             encoder,
             "store_facts",
-            "Personal facts in the store, by state: current, or superseded by a newer fact",
+            "Personal facts in the store, by state: current, or superseded by a newer fact.",
             [
                 ([("state", "current")], counts.current_facts),
                 ([("state", "superseded")], counts.superseded_facts),

@@ -261,6 +261,10 @@ async fn metrics_equal_a_scripted_workload_as_the_python_parser_reads_them() {
     client.call(("GET", "/metrics", "/metrics"), None, StatusCode::UNAUTHORIZED, true).await;
     client.sent.clear();
     workload(&mut client).await;
+    let route = ("GET", "/openapi.json", "/openapi.json");
+    let document: Value =
+        serde_json::from_str(&client.call(route, None, StatusCode::OK, false).await).unwrap();
+    assert!(document["paths"].get("/metrics").is_none(), "the document is the JSON API's only");
     let (kind, text) = client.scrape().await;
     assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
     let families = parse(&text);
