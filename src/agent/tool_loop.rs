@@ -40,7 +40,7 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
     loop {
         match run.next_step() {
             Step::CallModel(mut request) => {
-                request.max_tokens = shared.model.max_tokens(crate::llm::Step::Answer);
+                request.for_step(Some(crate::llm::Step::Answer), &shared.model);
                 request_number += 1;
                 let call_started = Instant::now();
                 let response =

@@ -58,7 +58,7 @@ pub async fn ping(settings: &ModelSettings) -> anyhow::Result<PingReport> {
     let client = crate::llm::build_chat_model(&config).context("building the model client")?;
     let text = crate::prompts::PING.render(&[]).context("rendering the ping prompt")?;
     let mut request = ChatRequest::new(config.model.clone(), vec![Message::user(text)]);
-    request.max_tokens = client.max_tokens(crate::llm::Step::Ping);
+    request.for_step(Some(crate::llm::Step::Ping), &client);
     request.temperature = Some(0.0);
     let started = Instant::now();
     let response =

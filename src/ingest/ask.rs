@@ -67,8 +67,7 @@ where
     loop {
         let mut request = ChatRequest::new(settings.model.clone(), messages.clone());
         request.temperature = Some(0.0);
-        request.max_tokens =
-            llm::Step::for_schema(&schema.name).and_then(|step| chat.max_tokens(step));
+        request.for_step(llm::Step::for_schema(&schema.name), chat);
         let response = match chat_json(chat, request, schema, settings.max_reasks).await {
             Ok(response) => response,
             Err(error) => {

@@ -103,8 +103,7 @@ pub(crate) async fn ask_salvaging<M: ChatModel, S: Salvage>(
         let mut request = ChatRequest::new(settings.model.clone(), messages.clone());
         request.temperature = Some(0.0);
         request.response_format = Some(schema.clone());
-        request.max_tokens =
-            crate::llm::Step::for_schema(&schema.name).and_then(|step| chat.max_tokens(step));
+        request.for_step(crate::llm::Step::for_schema(&schema.name), chat);
         attempts += 1;
         let response = chat.chat(&request).await.map_err(|error| AskFailure {
             error: error.to_string(),

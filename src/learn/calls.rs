@@ -99,7 +99,7 @@ impl CallCache {
         let mut request = ChatRequest::new(model_id, vec![Message::user(prompt)]);
         request.temperature = Some(0.0);
         request.seed = Some(0);
-        request.max_tokens = model.max_tokens(crate::llm::Step::Learn);
+        request.for_step(Some(crate::llm::Step::Learn), model);
         let response = chat_json(model, request, schema, MAX_REASKS)
             .await
             .with_context(|| format!("{stage}: the model gave no usable reply"))?;

@@ -93,7 +93,7 @@ impl Step {
         }
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         Step::ALL.iter().position(|step| *step == self).unwrap_or(0)
     }
 }

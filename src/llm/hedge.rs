@@ -179,7 +179,7 @@ impl<M: ChatModel> ChatModel for Hedged<M> {
             "request slower than the hedging deadline: sending a second one"
         );
         if let Some(meter) = &self.meter {
-            meter.record_hedge();
+            meter.record_hedge(request.step);
         }
         let hedge = self.hedge(request);
         tokio::pin!(hedge);

@@ -187,6 +187,11 @@ pub struct ChatRequest {
     /// Structured-output schema sent as `response_format` (only when enabled by settings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<JsonSchemaSpec>,
+    /// The step the request belongs to, set with [`ChatRequest::for_step`]: never sent nor
+    /// recorded (so not part of a recorded call's key), only counted per step by the
+    /// [`UsageMeter`].
+    #[serde(skip)]
+    pub step: Option<Step>,
 }
 
 impl ChatRequest {
@@ -202,7 +207,16 @@ impl ChatRequest {
             max_tokens: None,
             seed: None,
             response_format: None,
+            step: None,
         }
+    }
+
+    /// Makes this a request of `step` (`None`: of no known step): its `max_tokens` is the
+    /// step's budget on `model` ([`ChatModel::max_tokens`]) and the meter counts it under the
+    /// step.
+    pub fn for_step(&mut self, step: Option<Step>, model: &impl ChatModel) {
+        self.step = step;
+        self.max_tokens = step.and_then(|step| model.max_tokens(step));
     }
 }
 

@@ -14,10 +14,13 @@
 //! loop in the stack.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 
+use super::budget::Step;
+use super::usage::UsageMeter;
 use super::{
     ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, RetryRecord, Usage,
 };
@@ -242,12 +245,24 @@ where
 pub struct Retrying<M> {
     inner: M,
     policy: RetryPolicy,
+    meter: Option<Arc<UsageMeter>>,
 }
 
 impl<M> Retrying<M> {
     /// Retry calls to `inner` under `policy`.
     pub fn new(inner: M, policy: RetryPolicy) -> Self {
-        Self { inner, policy }
+        Self { inner, policy, meter: None }
+    }
+
+    /// The same, counting each retry in `meter` (under the request's step).
+    pub fn with_meter(self, meter: Arc<UsageMeter>) -> Self {
+        Self { meter: Some(meter), ..self }
+    }
+
+    fn count_retries(&self, step: Option<Step>, retries: &[RetryRecord]) {
+        if let Some(meter) = &self.meter {
+            retries.iter().for_each(|_| meter.record_retry(step));
+        }
     }
 
     /// The wrapped model.
@@ -262,7 +277,9 @@ impl<M: ChatModel> ChatModel for Retrying<M> {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
         let mut retries = Vec::new();
         let retried =
-            retry_loop(&self.policy, "chat", &mut retries, || self.inner.chat(request)).await?;
+            retry_loop(&self.policy, "chat", &mut retries, || self.inner.chat(request)).await;
+        self.count_retries(request.step, &retries);
+        let retried = retried?;
         let mut response = retried.value;
         response.usage += retried.failed_usage;
         response.calls.attempts = retried.attempts;
@@ -276,8 +293,12 @@ impl<E: Embedder> Embedder for Retrying<E> {
         self.inner.name()
     }
 
-    fn embed(&self, texts: &[String]) -> impl Future<Output = Result<Embeddings, Error>> + Send {
-        with_retries(&self.policy, "embed", move || self.inner.embed(texts))
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, Error> {
+        let mut retries = Vec::new();
+        let retried =
+            retry_loop(&self.policy, "embed", &mut retries, || self.inner.embed(texts)).await;
+        self.count_retries(None, &retries);
+        retried.map(|retried| retried.value)
     }
 }
 

@@ -9,9 +9,10 @@
 //! when the request is sent, not from when it started waiting for a slot.
 //!
 //! The returned [`Client`] / [`EmbedClient`] are cheap to clone; every clone shares the same
-//! limiters, meter and latch, so hand one clone (or an `Arc`) to each worker.
+//! limiters, meter and latch, so hand one clone (or an `Arc`) to each worker. The meter counts
+//! at every level what that level knows (see `usage`): attempts and tokens in the transport,
+//! hedges and retries in their layers, and the calls that failed here, at the top.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use super::budget::{Step, TokenBudget};
@@ -55,7 +56,8 @@ pub fn build_chat_model(config: &LlmConfig) -> Result<Client, Error> {
         Some(Arc::clone(&limits)),
         Some(Arc::clone(&meter)),
     );
-    let retrying = Retrying::new(RateLimited::new(hedged, Arc::clone(&limits)), config.retry);
+    let retrying = Retrying::new(RateLimited::new(hedged, Arc::clone(&limits)), config.retry)
+        .with_meter(Arc::clone(&meter));
     let stack = Latched::new(retrying, &config.key_variable);
     Ok(Client { stack, meter, limits, budget: config.budget, model: config.model.clone() })
 }
@@ -69,7 +71,8 @@ pub fn build_embedder(config: &LlmConfig, embedder: &EmbedderConfig) -> Result<E
     let meter = Arc::new(UsageMeter::new());
     let transport = OpenAiEmbedder::new(config, &embedder.model, Arc::clone(&meter))?;
     let retrying =
-        Retrying::new(RateLimited::new(transport, Arc::new(config.rate_limits())), config.retry);
+        Retrying::new(RateLimited::new(transport, Arc::new(config.rate_limits())), config.retry)
+            .with_meter(Arc::clone(&meter));
     let stack = Latched::new(retrying, &config.key_variable).with_embed_model(&embedder.model);
     Ok(EmbedClient { stack, meter, batch_size: embedder.batch_size })
 }
@@ -113,11 +116,12 @@ impl Client {
 }
 
 impl ChatModel for Client {
-    fn chat(
-        &self,
-        request: &ChatRequest,
-    ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
-        self.stack.chat(request)
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, Error> {
+        let result = self.stack.chat(request).await;
+        if result.is_err() {
+            self.meter.record_error(request.step);
+        }
+        result
     }
 
     fn max_tokens(&self, step: Step) -> Option<u32> {
@@ -151,7 +155,9 @@ impl Embedder for EmbedClient {
         let mut vectors = Vec::with_capacity(texts.len());
         let mut usage = Usage::default();
         for batch in texts.chunks(self.batch_size) {
-            let embeddings = self.stack.embed(batch).await?;
+            let embeddings = self.stack.embed(batch).await.inspect_err(|_| {
+                self.meter.record_error(None);
+            })?;
             vectors.extend(embeddings.vectors);
             usage += embeddings.usage;
         }

@@ -10,10 +10,13 @@
 //! - `POST /v1/conversations/{id}/search` `{"query": "...", "k": 10}`: search.
 //! - `POST /v1/conversations/{id}/ask` `{"question": "..."}`: ask; with `"stream": true` the
 //!   answer comes as server-sent events (`started`, then `answer` or `error`).
+//! - `GET /metrics`: Prometheus metrics (`metrics`; not in the OpenAPI document).
 //!
-//! Guards, outermost first: the concurrency limit (tower's `ConcurrencyLimitLayer`: requests
-//! beyond it wait), the bearer token (when `MRAGENT_SERVE_TOKEN` is set, a request without it
-//! gets 401), the body size limit (axum's `DefaultBodyLimit`: 413). Every error is
+//! Layers, outermost first: the metrics (`metrics::track`: counts and times every request, a
+//! 401 or a wait for a slot included), the concurrency limit (tower's
+//! `GlobalConcurrencyLimitLayer`, one semaphore for all routes: requests beyond it wait), the
+//! bearer token (when `MRAGENT_SERVE_TOKEN` is set, a request
+//! without it gets 401), the body size limit (axum's `DefaultBodyLimit`: 413). Every error is
 //! `{"error": {"code", "field", "message"}}` (`api::ErrorBody`), whatever the route or the cause
 //! (unknown route, wrong method, an id that is not UTF-8), with a 4xx status for bad input, so a
 //! client can tell which field to fix; bad input never reaches the store.
@@ -22,6 +25,7 @@ mod api;
 mod fields;
 mod handlers;
 mod jobs;
+mod metrics;
 mod openapi;
 mod scoped;
 
@@ -134,13 +138,16 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
         .map(|token| (DEFAULT_TOKEN_NAME.to_string(), token.clone()))
         .chain(options.named_tokens.iter().cloned())
         .collect();
+    let metrics = metrics::Metrics::new(&service);
     let state = Arc::new(AppState { service, tokens, document, validators });
     Ok(routes
+        .merge(metrics.router())
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authorize))
-        .layer(tower::limit::ConcurrencyLimitLayer::new(options.max_concurrency.max(1)))
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(options.max_concurrency.max(1)))
+        .layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
         .with_state(state))
 }
 

@@ -181,7 +181,7 @@ where
         let mut request = ChatRequest::new(&self.settings.model, vec![Message::user(prompt)]);
         request.temperature = Some(0.0);
         request.seed = Some(0);
-        request.max_tokens = self.chat.max_tokens(Step::Facts);
+        request.for_step(Some(Step::Facts), &self.chat);
         let reply = chat_json(&self.chat, request, &schema(), MAX_REASKS)
             .await
             .map_err(|error| anyhow::anyhow!("deciding {} fact pairs: {error}", pairs.len()))?;

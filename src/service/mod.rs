@@ -164,6 +164,16 @@ where
         &self.store
     }
 
+    /// The chat model of the build stages and the answer loop.
+    pub fn chat(&self) -> &M {
+        &self.chat
+    }
+
+    /// The embedder.
+    pub fn embedder(&self) -> &E {
+        &self.embedder
+    }
+
     /// The settings.
     pub fn settings(&self) -> &ServiceSettings {
         &self.settings
@@ -276,6 +286,16 @@ pub enum OwnEmbedder {
     Local(LocalEmbedder),
     /// An embedding model of the endpoint (boxed: the client stack is large).
     Api(Box<EmbedClient>),
+}
+
+impl OwnEmbedder {
+    /// The usage meter of an endpoint's embedder (the local one sends no request).
+    pub fn meter(&self) -> Option<&Arc<crate::llm::UsageMeter>> {
+        match self {
+            OwnEmbedder::Local(_) => None,
+            OwnEmbedder::Api(api) => Some(api.meter()),
+        }
+    }
 }
 
 impl Embedder for OwnEmbedder {

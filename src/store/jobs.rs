@@ -261,22 +261,6 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Jobs per state, in [`JobState::ALL`] order.
-    pub fn job_counts(&self) -> Result<Vec<(JobState, u64)>, StoreError> {
-        let connection = self.connect()?;
-        JobState::ALL
-            .iter()
-            .map(|state| {
-                let count: i64 = connection.query_row(
-                    "SELECT COUNT(*) FROM jobs WHERE state = ?1",
-                    [state.as_str()],
-                    |row| row.get(0),
-                )?;
-                Ok((*state, count.max(0) as u64))
-            })
-            .collect()
-    }
-
     /// Starts a run of job `id` (the caller holds its conversation's lock) with `pending`
     /// sessions to build. `None` when the job has ended meanwhile (another runner did it).
     pub fn start_job(&self, id: i64, pending: usize) -> Result<Option<Job>, StoreError> {

@@ -19,6 +19,7 @@
 //! own connection (cheap for SQLite), so the store is `Clone + Send + Sync` without a pool.
 
 mod audit;
+mod counts;
 mod edit;
 mod facts;
 mod jobs;
@@ -36,6 +37,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use serde::Serialize;
 
 pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
+pub use counts::StoreCounts;
 pub use edit::ForgottenMessage;
 pub use facts::{FactPair, FactVerdict, StoredFact};
 pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};

@@ -18,6 +18,7 @@ mod jobs;
 mod llm;
 mod memory;
 mod meta_rules;
+mod metrics;
 mod own;
 mod own_memory;
 mod retrieval;

@@ -28,8 +28,7 @@ pub(super) async fn ask_json<M: ChatModel>(
         ChatRequest::new(call.model, vec![Message::system(system), Message::user(user)]);
     request.temperature = call.temperature;
     request.seed = call.seed;
-    request.max_tokens =
-        crate::llm::Step::for_schema(&schema.name).and_then(|step| model.max_tokens(step));
+    request.for_step(crate::llm::Step::for_schema(&schema.name), model);
     let messages = request.messages.clone();
     let started = Instant::now();
     let recording = Recording { inner: model, replies: Mutex::default(), calls: Mutex::default() };

@@ -367,7 +367,7 @@ async fn judge_one<M: ChatModel>(
     let text = task.prompt.render(&task.question, &task.gold, &task.prediction)?;
     let mut request = ChatRequest::new(judge_model, vec![Message::user(text)]);
     request.temperature = Some(0.0);
-    request.max_tokens = model.max_tokens(crate::llm::Step::Judge);
+    request.for_step(Some(crate::llm::Step::Judge), model);
     // The run index is the seed, so repeated runs are distinct requests even to a
     // request-level cache.
     request.seed = Some(i64::from(task.run));

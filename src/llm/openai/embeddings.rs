@@ -62,16 +62,16 @@ impl Embedder for OpenAiEmbedder {
             }
             let result: Result<WireEmbeddingResponse, Error> = self
                 .transport
-                .send(|client| async move { client.embeddings().create_byot(request).await })
+                .send(None, |client| async move { client.embeddings().create_byot(request).await })
                 .await;
             let embeddings = result.and_then(|wire| self.transport.embeddings(wire, expected));
             match &embeddings {
                 Ok(embeddings) => {
-                    self.transport.meter.record_usage(embeddings.usage);
+                    self.transport.meter.record_usage(None, embeddings.usage);
                     tracing::debug!(model = %self.model, texts = expected, "embeddings");
                 }
                 Err(error) => {
-                    self.transport.meter.record_failure();
+                    self.transport.meter.record_failure(None);
                     tracing::debug!(model = %self.model, error = %error, "embedding attempt failed");
                 }
             }

@@ -92,16 +92,17 @@ impl ChatModel for OpenAiChat {
     ) -> impl Future<Output = Result<ChatResponse, Error>> + Send {
         let wire = to_wire_request(request, self.structured_output);
         let model = request.model.clone();
+        let step = request.step;
         async move {
             let started = Instant::now();
             let result: Result<WireChatResponse, Error> = self
                 .transport
-                .send(|client| async move { client.chat().create_byot(wire).await })
+                .send(step, |client| async move { client.chat().create_byot(wire).await })
                 .await;
             let response = result.and_then(|wire| self.transport.chat_response(wire));
             match &response {
                 Ok(response) => {
-                    self.transport.meter.record_usage(response.usage);
+                    self.transport.meter.record_usage(step, response.usage);
                     tracing::debug!(
                         model = %model,
                         prompt_tokens = response.usage.prompt_tokens,
@@ -117,8 +118,8 @@ impl ChatModel for OpenAiChat {
                     );
                 }
                 Err(error) => {
-                    self.transport.meter.record_failure();
-                    self.transport.meter.record_usage(error.usage());
+                    self.transport.meter.record_failure(step);
+                    self.transport.meter.record_usage(step, error.usage());
                     tracing::debug!(model = %model, error = %error, "chat attempt failed");
                 }
             }

@@ -14,6 +14,7 @@ use reqwest::header::{AUTHORIZATION, HeaderName, RETRY_AFTER};
 
 use super::errors::{ErrorMapping, HttpStatusError};
 use crate::llm::Error;
+use crate::llm::budget::Step;
 use crate::llm::config::LlmConfig;
 use crate::llm::retry::parse_retry_after;
 use crate::llm::usage::UsageMeter;
@@ -60,13 +61,14 @@ impl Transport {
         })
     }
 
-    /// Run one request under the per-attempt timeout, mapping every failure to a typed error.
-    pub(super) async fn send<T, F, Fut>(&self, call: F) -> Result<T, Error>
+    /// Run one request (of `step`, when it names one) under the per-attempt timeout, mapping
+    /// every failure to a typed error.
+    pub(super) async fn send<T, F, Fut>(&self, step: Option<Step>, call: F) -> Result<T, Error>
     where
         F: FnOnce(async_openai::Client<OpenAIConfig>) -> Fut,
         Fut: Future<Output = Result<T, OpenAIError>>,
     {
-        self.meter.record_request();
+        self.meter.record_request(step);
         match tokio::time::timeout(self.errors.timeout, call(self.client.clone())).await {
             Err(_elapsed) => Err(Error::Timeout { attempts: 1, timeout: self.errors.timeout }),
             Ok(Err(error)) => Err(self.errors.map_error(error)),
