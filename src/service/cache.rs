@@ -102,6 +102,10 @@ pub struct IndexStats {
 #[derive(Default)]
 pub(super) struct ConversationCache {
     entries: RwLock<HashMap<String, Arc<Cached>>>,
+    /// One gate per conversation, held while its entry is loaded and built: the queries that
+    /// find the entry stale at once wait for one build and share it, instead of each loading
+    /// and indexing the conversation (and embedding its words) again.
+    gates: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     hits: AtomicU64,
     builds: AtomicU64,
     extensions: AtomicU64,
@@ -141,6 +145,13 @@ impl ConversationCache {
     /// Drops the entry of `id`.
     pub(super) fn remove(&self, id: &str) {
         self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        self.gates.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+    }
+
+    /// The build gate of `id`.
+    pub(super) fn gate(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(gates.entry(id.to_string()).or_default())
     }
 
     pub(super) fn stats(&self) -> IndexStats {

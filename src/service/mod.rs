@@ -238,6 +238,13 @@ where
         if let (Some(entry), true) = (&previous, current) {
             return Ok(Arc::clone(entry));
         }
+        let gate = self.cache.gate(id);
+        let _building = gate.lock().await;
+        // Another query may have built it while this one waited at the gate.
+        let (previous, current) = self.cache.lookup(id, revision);
+        if let (Some(entry), true) = (&previous, current) {
+            return Ok(Arc::clone(entry));
+        }
         let stored = self.load_checked(id).await?;
         let updated =
             tokio::task::spawn_blocking(move || cache::Cached::update(stored, previous.as_deref()))

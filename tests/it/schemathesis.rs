@@ -162,7 +162,21 @@ fn no_use_after_delete(entries: &[serde_json::Value]) -> Result<(), String> {
         let body: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
         let ok = (200..300).contains(&status);
         let what = format!("request {index}: {method} {url} → {status}");
-        if url.split(['?', '#']).next().unwrap_or_default().ends_with("/v1/conversations") {
+        let collection =
+            url.split(['?', '#']).next().unwrap_or_default().ends_with("/v1/conversations");
+        if collection && method == "POST" {
+            // A batch add re-creates each conversation it added to (`created` in its report).
+            for result in body["results"].as_array().into_iter().flatten() {
+                let id = result["conversation"].as_str().unwrap_or_default();
+                let report =
+                    if result["added"].is_object() { &result["added"] } else { &result["queued"] };
+                if report.is_object() && deleted.remove(id) && report["created"] != true {
+                    return Err(format!("{what} added to deleted {id:?} without creating it"));
+                }
+            }
+            continue;
+        }
+        if collection {
             let listed = body["conversations"].as_array().into_iter().flatten();
             if let Some(id) =
                 listed.filter_map(|c| c["id"].as_str()).find(|id| deleted.contains(*id))
