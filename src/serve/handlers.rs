@@ -154,7 +154,7 @@ pub(super) async fn forget_message(
 }
 
 impl AddRequest {
-    fn parse(mut map: Map<String, Value>) -> Result<Self, ApiError> {
+    pub(super) fn parse(mut map: Map<String, Value>) -> Result<Self, ApiError> {
         let items = match map.remove("messages") {
             Some(Value::Array(items)) => items,
             Some(_) => return Err(ApiError::bad("messages", "expected an array of messages")),

@@ -10,6 +10,8 @@
 //! - `POST /v1/conversations/{id}/search` `{"query": "...", "k": 10}`: search.
 //! - `POST /v1/conversations/{id}/ask` `{"question": "..."}`: ask; with `"stream": true` the
 //!   answer comes as server-sent events (`started`, then `answer` or `error`).
+//! - `/mcp`: the same operations as MCP tools over streamable HTTP (`mcp`; not in the OpenAPI
+//!   document, which describes the JSON API alone).
 //!
 //! Guards, outermost first: the concurrency limit (tower's `ConcurrencyLimitLayer`: requests
 //! beyond it wait), the bearer token (when `MRAGENT_SERVE_TOKEN` is set, a request without it
@@ -21,6 +23,7 @@
 mod api;
 mod fields;
 mod handlers;
+pub mod mcp;
 mod openapi;
 mod scoped;
 
@@ -133,6 +136,7 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
         .collect();
     let state = Arc::new(AppState { service, tokens, document, validators });
     Ok(routes
+        .route_service("/mcp", mcp::http_service(Arc::clone(&state.service), options)?)
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(options.max_body_bytes))

@@ -15,6 +15,7 @@ mod granules;
 mod hardening;
 mod ingest;
 mod llm;
+mod mcp;
 mod memory;
 mod meta_rules;
 mod own;
