@@ -15,9 +15,10 @@ mod record;
 pub use self::eval::{CompareArgs, EvalArgs, EvalProtocolArg, JudgeProtocolArg, ScoringArgs};
 pub use self::learn::LearnArgs;
 pub use self::own::{
-    AskArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryCorrectArgs, MemoryFactsArgs,
+    AskArgs, McpArgs, MemoryAddArgs, MemoryArgs, MemoryCommand, MemoryCorrectArgs, MemoryFactsArgs,
     MemoryForgetArgs, MemoryHistoryArgs, MemoryJobsArgs, MemoryListArgs, MemorySearchArgs,
-    MemoryShowArgs, MemoryUndoArgs, ScopeArgs, ServeArgs, StoreEmbedArgs, StoreModelArgs,
+    MemoryShowArgs, MemoryUndoArgs, ScopeArgs, ServeArgs, ServiceArgs, StoreEmbedArgs,
+    StoreModelArgs,
 };
 pub use self::record::{ExportArgs, ReplayArgs, VerifyArgs};
 
@@ -98,6 +99,9 @@ pub enum Command {
     Ask(AskArgs),
     /// Serve the store as a JSON HTTP API (add, search, ask, list, delete; /openapi.json).
     Serve(ServeArgs),
+    /// Serve the store as MCP tools on standard input and output, for an MCP client to start
+    /// (`serve` also answers MCP, at /mcp).
+    Mcp(McpArgs),
 }
 
 /// Which benchmark to work on.

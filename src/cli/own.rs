@@ -1,4 +1,4 @@
-//! Arguments of the own-conversation commands: `memory …`, `ask`, `serve`.
+//! Arguments of the own-conversation commands: `memory …`, `ask`, `serve`, `mcp`.
 
 use std::path::PathBuf;
 
@@ -349,6 +349,21 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+/// `mragent mcp`: the memory tools over MCP on standard input and output.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+/// The memory service that `serve` and `mcp` run: how adds build, how asks answer, and the
+/// endpoint, models and embedder.
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
     /// A gap without messages that starts a new session.
     #[arg(long, default_value = "4h", value_parser = crate::convo::parse_gap)]
     pub session_gap: chrono::TimeDelta,
@@ -356,7 +371,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
     /// The rules file `mragent learn` writes (data/<dataset>/meta/<name>/rules.json): its rules
-    /// go as one block at the end of the answer loop's system prompt (every ask over HTTP).
+    /// go as one block at the end of the answer loop's system prompt (every ask).
     #[arg(long, value_name = "FILE")]
     pub meta_rules: Option<PathBuf>,
     #[command(flatten)]

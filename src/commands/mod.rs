@@ -13,6 +13,7 @@ pub mod eval;
 pub mod export;
 pub mod interrupt;
 pub mod learn;
+pub mod mcp;
 pub mod memory;
 mod memory_edits;
 mod memory_jobs;
@@ -58,6 +59,7 @@ pub fn name(command: &Command) -> &'static str {
         Command::Memory(_) => "memory",
         Command::Ask(_) => "ask",
         Command::Serve(_) => "serve",
+        Command::Mcp(_) => "mcp",
         Command::Replay(_) => "replay",
         Command::Export(_) => "export",
         Command::Verify(_) => "verify",

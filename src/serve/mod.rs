@@ -11,6 +11,8 @@
 //! - `POST /v1/conversations/{id}/ask` `{"question": "..."}`: ask; with `"stream": true` the
 //!   answer comes as server-sent events (`started`, then `answer` or `error`).
 //! - `GET /metrics`: Prometheus metrics (`metrics`; not in the OpenAPI document).
+//! - `/mcp`: the same operations as MCP tools over streamable HTTP (`mcp`; not in the OpenAPI
+//!   document, which describes the JSON API alone).
 //!
 //! Layers, outermost first: the metrics (`metrics::track`: counts and times every request, a
 //! 401 or a wait for a slot included), the concurrency limit (tower's
@@ -25,6 +27,7 @@ mod api;
 mod fields;
 mod handlers;
 mod jobs;
+pub mod mcp;
 mod metrics;
 mod openapi;
 mod scoped;
@@ -142,6 +145,7 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
     let state = Arc::new(AppState { service, tokens, document, validators });
     Ok(routes
         .merge(metrics.router())
+        .route_service("/mcp", mcp::http_service(Arc::clone(&state.service), options)?)
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(options.max_body_bytes))

@@ -9,8 +9,8 @@
 //! it) they decide as they go.
 //!
 //! One file per group of commands: `data` and `models` (shared), `batch` (`build`, `run`),
-//! `eval`, `retrieve`, `own` (`memory`, `ask`, `serve`), `rules` (their `--meta-rules`); `ping`
-//! and `trace` are resolved here.
+//! `eval`, `retrieve`, `own` (`memory`, `ask`, `serve`, `mcp`), `rules` (their
+//! `--meta-rules`); `ping` and `trace` are resolved here.
 
 use std::path::{Path, PathBuf};
 
@@ -33,7 +33,7 @@ pub use self::data::{DataSettings, dataset_kind};
 pub use self::eval::{CompareJob, EvalJob, Scoring};
 pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
-pub use self::own::{AddInput, AskJob, MemoryJob, OwnSettings, ServeJob};
+pub use self::own::{AddInput, AskJob, McpJob, MemoryJob, OwnSettings, ServeJob};
 pub use self::record::{ExportJob, ReplaySettings, VerifyJob, replay_args};
 pub use self::retrieve::RetrieveJob;
 pub use self::rules::MetaRules;
@@ -109,6 +109,8 @@ pub enum Job {
     Ask(AskJob),
     /// `mragent serve`.
     Serve(ServeJob),
+    /// `mragent mcp`.
+    Mcp(McpJob),
     /// `mragent export`.
     Export(ExportJob),
     /// `mragent verify`.
@@ -136,6 +138,7 @@ pub fn resolve(
         Command::Memory(args) => Job::Memory(MemoryJob::resolve(paths, args.command, env)?),
         Command::Ask(args) => Job::Ask(AskJob::resolve(paths, args, env)?),
         Command::Serve(args) => Job::Serve(ServeJob::resolve(paths, &args, env)?),
+        Command::Mcp(args) => Job::Mcp(McpJob::resolve(paths, &args, env)?),
         Command::Replay(args) => {
             Job::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
         }

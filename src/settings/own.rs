@@ -1,10 +1,12 @@
-//! The own-conversation commands, `memory …`, `ask` and `serve`: [`OwnSettings`] (the store,
+//! The own-conversation commands, `memory …`, `ask`, `serve` and `mcp`: [`OwnSettings`] (the store,
 //! the models, the embedders) and one job per command.
 
 use std::path::{Path, PathBuf};
 
 use super::{Env, MetaRules, ModelSettings, ProjectPaths};
-use crate::cli::{AskArgs, MemoryCommand, ScopeArgs, ServeArgs, StoreModelArgs};
+use crate::cli::{
+    AskArgs, McpArgs, MemoryCommand, ScopeArgs, ServeArgs, ServiceArgs, StoreModelArgs,
+};
 use crate::embedding::ModelSource;
 use crate::serve::ServeOptions;
 use crate::service::{FactQuery, Scope, SearchFilters, ServiceSettings, time_bound};
@@ -45,6 +47,20 @@ impl OwnSettings {
             models_root: paths.root.join("data").join("models"),
         };
         Ok(Self { paths: paths.clone(), models, service, local_model })
+    }
+
+    /// The settings of the long-running service (`serve`, `mcp`): its session gap, build
+    /// workers and the rules every ask uses.
+    fn for_service(
+        paths: &ProjectPaths,
+        args: &ServiceArgs,
+        env: &impl Env,
+    ) -> anyhow::Result<Self> {
+        let mut own = Self::resolve(paths, &args.models, env)?;
+        own.service.session_gap = args.session_gap;
+        own.service.workers = args.workers as usize;
+        own.with_rules(paths, args.meta_rules.as_deref())?;
+        Ok(own)
     }
 
     /// Loads the rules of `--meta-rules` (when given) into the service's asks.
@@ -362,10 +378,7 @@ impl ServeJob {
         env: &impl Env,
     ) -> anyhow::Result<Self> {
         let token = env.var(crate::serve::TOKEN_ENV).filter(|token| !token.is_empty());
-        let mut own = OwnSettings::resolve(paths, &args.models, env)?;
-        own.service.session_gap = args.session_gap;
-        own.service.workers = args.workers as usize;
-        own.with_rules(paths, args.meta_rules.as_deref())?;
+        let own = OwnSettings::for_service(paths, &args.service, env)?;
         let named_tokens = match env.var(crate::serve::TOKENS_ENV) {
             Some(text) => crate::serve::parse_named_tokens(&text).map_err(anyhow::Error::msg)?,
             None => Vec::new(),
@@ -377,5 +390,22 @@ impl ServeJob {
             max_concurrency: args.max_concurrency as usize,
         };
         Ok(Self { bind: args.bind, options, own })
+    }
+}
+
+/// `mragent mcp`, resolved.
+#[derive(Debug, Clone)]
+pub struct McpJob {
+    /// Store and models, as for `serve`.
+    pub own: OwnSettings,
+}
+
+impl McpJob {
+    pub(super) fn resolve(
+        paths: &ProjectPaths,
+        args: &McpArgs,
+        env: &impl Env,
+    ) -> anyhow::Result<Self> {
+        Ok(Self { own: OwnSettings::for_service(paths, &args.service, env)? })
     }
 }

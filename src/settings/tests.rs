@@ -45,6 +45,24 @@ fn serve_reads_its_token_from_the_environment() {
 }
 
 #[test]
+fn mcp_resolves_the_service_as_serve_does() {
+    let argv = ["mcp", "--workers", "3", "--session-gap", "2h", "--embedder", "e", "--model", "m"];
+    let Job::Mcp(mcp) = job(&argv, &[("OPENAI_API_KEY", "k")]).unwrap() else {
+        panic!("not mcp");
+    };
+    assert_eq!(mcp.own.service.workers, 3);
+    assert_eq!(mcp.own.service.session_gap, chrono::TimeDelta::hours(2));
+    assert_eq!(mcp.own.service.embedder, "e");
+    assert_eq!(mcp.own.service.model, "m");
+    let mut serve_argv = vec!["serve"];
+    serve_argv.extend_from_slice(&argv[1..]);
+    let Job::Serve(serve) = job(&serve_argv, &[("OPENAI_API_KEY", "k")]).unwrap() else {
+        panic!("not serve");
+    };
+    assert_eq!(serve.own.service, mcp.own.service);
+}
+
+#[test]
 fn forgetting_a_conversation_resolves_no_model() {
     let whole = ["memory", "forget", "--conversation", "c", "--base-url", "localhost"];
     assert!(matches!(job(&whole, &[]).unwrap(), Job::Memory(MemoryJob::Forget { .. })));

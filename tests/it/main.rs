@@ -16,6 +16,7 @@ mod hardening;
 mod ingest;
 mod jobs;
 mod llm;
+mod mcp;
 mod memory;
 mod meta_rules;
 mod metrics;
