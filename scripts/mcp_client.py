@@ -94,6 +94,9 @@ async def scenario(target, messages):
             {"conversation": "demo", "messages": messages, "user": "maya", "tags": {"source": "mcp"}},
         )
         calls["add_again"] = await call(client, "add_messages", {"conversation": "demo", "messages": messages})
+        calls["add_no_wait"] = await call(
+            client, "add_messages", {"conversation": "demo", "messages": messages, "wait": False}
+        )
         calls["list"] = await call(client, "list_conversations", {})
         calls["list_user"] = await call(client, "list_conversations", {"user": "maya"})
         calls["list_other_user"] = await call(client, "list_conversations", {"user": "nobody"})

@@ -94,7 +94,7 @@ fn check_scenario(summary: &Value) {
     let tool = |name: &str| tools.iter().find(|tool| tool["name"] == name).unwrap();
     assert_eq!(
         tool("add_messages")["properties"],
-        json!(["agent", "conversation", "messages", "tags", "user"])
+        json!(["agent", "conversation", "messages", "tags", "user", "wait"])
     );
     assert_eq!(
         tool("search_memory")["properties"],
@@ -116,6 +116,10 @@ fn check_scenario(summary: &Value) {
     assert_eq!(added["built_sessions"], json!(["D1", "D2", "D3"]), "{added:#}");
     let again = body(summary, "add_again", false);
     assert_eq!((&again["new_messages"], &again["duplicates"]), (&json!(0), &json!(11)));
+    // `wait: false` answers at once with the job that builds in the background.
+    let queued = body(summary, "add_no_wait", false);
+    assert_eq!((&queued["duplicates"], &queued["job"]["state"]), (&json!(11), &json!("queued")));
+    assert!(queued["job"]["id"].as_i64().is_some_and(|id| id >= 1), "{queued}");
 
     let listed = body(summary, "list", false)["conversations"].as_array().unwrap();
     assert_eq!(listed.len(), 1);
