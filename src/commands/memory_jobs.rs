@@ -176,7 +176,6 @@ fn read_batch(text: &str) -> anyhow::Result<Vec<Entry>> {
     let Some(Value::Array(items)) = value.get("conversations") else {
         anyhow::bail!("expected an object with a `conversations` array");
     };
-    let mut seen = std::collections::BTreeSet::new();
     let mut entries = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         let at = format!("conversations[{index}]");
@@ -189,7 +188,6 @@ fn read_batch(text: &str) -> anyhow::Result<Vec<Entry>> {
         };
         let conversation =
             text("conversation")?.with_context(|| format!("{at}.conversation: missing"))?;
-        anyhow::ensure!(seen.insert(conversation.clone()), "{at}: {conversation:?} comes twice");
         let Some(Value::Array(messages)) = item.get("messages") else {
             anyhow::bail!("{at}.messages: expected an array of messages");
         };

@@ -247,7 +247,9 @@ impl PartialSchema for BatchRequest {
             .items(entry)
             .min_items(Some(1))
             .max_items(Some(MAX_BATCH))
-            .description(Some("one add per conversation (each conversation at most once)"));
+            .description(Some(
+                "the adds (entries naming one conversation run one after the other)",
+            ));
         ObjectBuilder::new()
             .property("conversations", adds)
             .property("wait", wait_schema())

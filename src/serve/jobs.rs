@@ -4,10 +4,9 @@
 //! - `POST /v1/conversations` `{"conversations": [{"conversation", "messages", …}], "wait"}`:
 //!   adds to many conversations in one request. Every entry is checked before anything is
 //!   stored; then the adds run concurrently (their model calls share the client's adaptive
-//!   limit), or with `wait: false` each is queued as a job. Each entry answers on its own: its
+//!   limit; entries naming one conversation wait for each other on its lock), or with
+//!   `wait: false` each is queued as a job. Each entry answers on its own: its
 //!   report or job, or its error (say, a conversation of another user).
-
-use std::collections::BTreeSet;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -103,7 +102,6 @@ impl BatchRequest {
             Some(_) => return Err(ApiError::bad("conversations", "expected an array")),
             None => return Err(ApiError::bad("conversations", "missing")),
         };
-        let mut seen = BTreeSet::new();
         let mut adds = Vec::with_capacity(entries.len());
         for (index, entry) in entries.iter().enumerate() {
             let within = |error: ApiError| error.within(&format!("conversations[{index}]"));
@@ -113,10 +111,6 @@ impl BatchRequest {
             let id = fields::name(entry, "conversation", NameKind::Conversation)
                 .and_then(|id| id.ok_or_else(|| ApiError::bad("conversation", "missing")))
                 .map_err(within)?;
-            if !seen.insert(id.clone()) {
-                let problem = format!("{id:?} comes twice; give each conversation once");
-                return Err(within(ApiError::bad("conversation", problem)));
-            }
             let request = AddRequest::parse(entry.clone()).map_err(within)?;
             crate::service::check_limits(&request.messages)
                 .map_err(|error| within(error.into()))?;

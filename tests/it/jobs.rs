@@ -182,13 +182,17 @@ async fn a_batch_adds_many_conversations_each_answering_on_its_own() {
         let done = wait_for(&api, job, ended).await;
         assert_eq!(done["sessions"]["done"], sessions, "{done}");
     }
-    // Bad batches change nothing.
+    // Two entries naming one conversation are both added, one after the other.
     let twice = json!({"conversations": [
         {"conversation": "c1", "messages": messages("x", 1)},
-        {"conversation": "c1", "messages": messages("y", 1)}]});
-    let (status, bad) = api.post("/v1/conversations", twice).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
-    assert_eq!(bad["error"]["field"], "conversations[1].conversation", "{bad}");
+        {"conversation": "c1", "messages": messages("x", 2)}]});
+    let (status, reply) = api.post("/v1/conversations", twice).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let news: Vec<&Value> =
+        reply["results"].as_array().unwrap().iter().map(|r| &r["added"]["new_messages"]).collect();
+    let (first, second) = (news[0].as_u64().unwrap(), news[1].as_u64().unwrap());
+    assert_eq!(first + second, 4, "the second entry's two new messages, stored once: {reply}");
+    // Bad batches change nothing.
     let empty = json!({"conversations": [{"conversation": "c2", "messages": []}]});
     let (status, bad) = api.post("/v1/conversations", empty).await;
     assert_eq!(
@@ -202,7 +206,7 @@ async fn a_batch_adds_many_conversations_each_answering_on_its_own() {
         .iter()
         .map(|c| c["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["a1", "a2", "b1", "b2", "theirs"], "{listed}");
+    assert_eq!(ids, ["a1", "a2", "b1", "b2", "c1", "theirs"], "{listed}");
 }
 
 /// `PRAGMA integrity_check` of the project's store.
