@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbosity: i8 = if cli.global.quiet { -1 } else { cli.global.verbose.min(3) as i8 };
     let paths = match ProjectPaths::resolve(&cli.global.root) {
-        Ok(paths) => paths,
+        Ok(paths) => paths.with_store(cli.global.store.clone()),
         Err(error) => return report(error),
     };
     let _log = match mragent::logging::init(&paths.root, commands::name(&cli.command), verbosity) {

@@ -47,6 +47,11 @@ pub struct GlobalArgs {
     /// Project directory holding data/, result/, log/ and eval/.
     #[arg(long, global = true, env = "MRAGENT_ROOT", default_value = ".")]
     pub root: PathBuf,
+    /// The own-data store (`memory`, `serve`, `mcp`): `postgres://user:password@host:port/db`
+    /// for a PostgreSQL database shared by several processes, or `sqlite:PATH`; default: the
+    /// SQLite file data/store/mragent.sqlite under the root.
+    #[arg(long, global = true, env = "MRAGENT_STORE_URL", value_name = "URL", hide_env_values = true)]
+    pub store: Option<String>,
 }
 
 /// The commands.

@@ -18,6 +18,23 @@ pub async fn first_ctrl_c() {
     }
 }
 
+/// Resolves at the first Ctrl-C or SIGTERM (what Kubernetes and systemd send to stop a
+/// service): a long-running server then shuts down gracefully either way.
+pub async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = first_ctrl_c() => {}
+        () = term => {}
+    }
+}
+
 /// Whether a stop was asked for (the first Ctrl-C): a flag for blocking code to poll, a future
 /// for async code to await.
 #[derive(Debug, Clone)]

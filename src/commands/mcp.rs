@@ -3,7 +3,7 @@
 //! Standard output carries the protocol alone: logs go to stderr and the log file.
 
 use super::Outcome;
-use super::interrupt::first_ctrl_c;
+use super::interrupt::stop_signal;
 use super::own::service;
 use crate::settings::McpJob;
 
@@ -12,6 +12,6 @@ pub async fn execute(job: &McpJob) -> anyhow::Result<Outcome> {
     job.own.models.require_key()?;
     let service = service(&job.own, &job.own.service.embedder).await?;
     tracing::info!(embedder = %job.own.service.embedder, "serving MCP on stdio");
-    crate::serve::mcp::serve_stdio(std::sync::Arc::new(service), first_ctrl_c()).await?;
+    crate::serve::mcp::serve_stdio(std::sync::Arc::new(service), stop_signal()).await?;
     Ok(Outcome::Success)
 }

@@ -19,7 +19,7 @@ use super::own::{open_store, service};
 use crate::convo::Message;
 use crate::llm::Client;
 use crate::service::{AddReport, MemoryService, OwnEmbedder, Queued};
-use crate::settings::{AddInput, OwnSettings};
+use crate::settings::{AddInput, OwnSettings, ProjectPaths};
 use crate::store::{AddScope, Job};
 
 /// One conversation's add.
@@ -70,7 +70,7 @@ pub(super) async fn add(
         .await;
     if !wait {
         for spec in services.keys() {
-            let pid = start_worker(&own.paths.root, worker_env, spec)?;
+            let pid = start_worker(&own.paths, worker_env, spec)?;
             tracing::info!(pid, embedder = %spec, "started a build worker");
         }
     }
@@ -206,12 +206,20 @@ fn read_batch(text: &str) -> anyhow::Result<Vec<Entry>> {
 }
 
 /// Starts a detached `mragent memory jobs --run` for conversations embedded with `spec`.
-fn start_worker(root: &Path, env: &[(&'static str, String)], spec: &str) -> anyhow::Result<u32> {
+fn start_worker(
+    paths: &ProjectPaths,
+    env: &[(&'static str, String)],
+    spec: &str,
+) -> anyhow::Result<u32> {
     let exe = std::env::current_exe().context("finding the mragent binary for the worker")?;
     let mut command = std::process::Command::new(exe);
+    // The store URL may hold a password: the environment, not the command line (`ps`).
+    if let Some(url) = &paths.store {
+        command.env("MRAGENT_STORE_URL", url);
+    }
     command
         .arg("--root")
-        .arg(root)
+        .arg(&paths.root)
         .args(["--quiet", "memory", "jobs", "--run"])
         .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .env("MRAGENT_STORE_EMBEDDER", spec)

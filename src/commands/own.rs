@@ -31,8 +31,13 @@ pub(super) async fn service(
     Ok(MemoryService::new(store, own.for_embedder(spec), chat, embedder))
 }
 
-/// The project's store (`data/store/mragent.sqlite`).
+/// The project's store: `--store` (a PostgreSQL or SQLite URL), else the SQLite file
+/// `data/store/mragent.sqlite`.
 pub(super) fn open_store(paths: &ProjectPaths) -> anyhow::Result<Store> {
+    if let Some(url) = &paths.store {
+        return Store::open_url(url)
+            .with_context(|| format!("opening the store {}", crate::store::shown_url(url)));
+    }
     let path = Store::default_path(&paths.root);
     Store::open(&path).with_context(|| format!("opening the store {}", path.display()))
 }

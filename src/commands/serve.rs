@@ -4,7 +4,7 @@
 use anyhow::Context as _;
 
 use super::Outcome;
-use super::interrupt::first_ctrl_c;
+use super::interrupt::stop_signal;
 use super::own::service;
 use crate::settings::ServeJob;
 
@@ -25,6 +25,6 @@ pub async fn execute(job: &ServeJob) -> anyhow::Result<Outcome> {
         eprintln!("every ask uses {} meta rules ({})", rules.rules.len(), rules.hash());
     }
     let options = job.options.clone();
-    crate::serve::serve(listener, std::sync::Arc::new(service), options, first_ctrl_c()).await?;
+    crate::serve::serve(listener, std::sync::Arc::new(service), options, stop_signal()).await?;
     Ok(Outcome::Success)
 }

@@ -342,7 +342,7 @@ async fn replay(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Result<(), 
     args.extend(["--data-file".into(), index.dataset_file.clone(), "--to".into(), to]);
     let cli = crate::cli::Cli::try_parse_from(&args)
         .map_err(|error| anyhow::anyhow!("the archived replay_args do not parse: {error}"))?;
-    let paths = crate::settings::ProjectPaths { root: root.to_path_buf() };
+    let paths = crate::settings::ProjectPaths { root: root.to_path_buf(), store: None };
     let job =
         match crate::settings::resolve(cli.command, &paths, true, &crate::settings::ProcessEnv)? {
             crate::settings::Job::Run(job) => job,

@@ -466,6 +466,8 @@ pub(crate) enum ErrorCode {
     TooLarge,
     /// The service failed (500).
     Internal,
+    /// The store's database cannot be reached now; retry after `Retry-After` seconds (503).
+    StoreUnavailable,
 }
 
 /// The error's details.

@@ -357,3 +357,17 @@ pub(super) async fn method_not_allowed() -> ApiError {
         "the path does not take this method; see /openapi.json",
     )
 }
+
+/// `GET /ready`: 200 while the store answers, else 503 `store_unavailable` (a readiness
+/// probe; no token, outside the OpenAPI document).
+pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let store = state.service.store().clone();
+    let checked = tokio::task::spawn_blocking(move || store.ping()).await;
+    let error = match checked {
+        Ok(Ok(())) => return Json(json!({"status": "ready"})).into_response(),
+        Ok(Err(error)) => error.to_string(),
+        Err(error) => format!("the readiness check failed: {error}"),
+    };
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable, "", error)
+        .into_response()
+}

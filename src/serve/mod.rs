@@ -152,6 +152,9 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authorize))
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(options.max_concurrency.max(1)))
         .layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
+        // After the layers: probes need no token, are not counted, and are not held behind
+        // requests in flight.
+        .route("/ready", axum::routing::get(handlers::ready))
         .with_state(state))
 }
 
@@ -273,9 +276,20 @@ impl ApiError {
     }
 }
 
+/// Seconds a client is asked to wait before retrying a request the store could not serve.
+const STORE_RETRY_AFTER: &str = "2";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(ErrorBody { error: self.detail })).into_response()
+        let retry = matches!(self.detail.code, ErrorCode::StoreUnavailable);
+        let mut response = (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
+        if retry {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(STORE_RETRY_AFTER),
+            );
+        }
+        response
     }
 }
 
@@ -323,6 +337,15 @@ impl From<ServiceError> for ApiError {
                 "conversation",
                 message,
             ),
+            ServiceError::Store(StoreError::Unavailable(_)) => {
+                tracing::warn!(error = %message, "store unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::StoreUnavailable,
+                    "",
+                    message,
+                )
+            }
             ServiceError::Store(_) | ServiceError::Other(_) => {
                 tracing::warn!(error = %message, "request failed");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal, "", message)

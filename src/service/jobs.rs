@@ -2,12 +2,14 @@
 //! transaction and returns at once; [`MemoryService::run_jobs`] (started by `serve`, by
 //! `memory jobs --run`, and by the worker `memory add --no-wait` leaves behind) builds them.
 //!
-//! A runner takes a job only with its conversation's lock, taken without waiting (the OS file
-//! lock of `Store::lock_conversation`, released when its holder dies). So two runners (two
-//! processes, or a runner and a blocking add) never build one conversation at once, and a job
-//! whose runner was killed is taken up again as soon as another runner looks: its row still
-//! says `running`, but its lock is free. A job builds only the sessions without outputs for
-//! their current content, so what a dead runner committed is never built again.
+//! A runner claims jobs with a lease (`Store::claim_jobs`: on PostgreSQL `FOR UPDATE SKIP
+//! LOCKED`), renews it while the job runs, and builds a job only while holding its
+//! conversation's lock, taken without waiting (an OS file lock, or a PostgreSQL advisory lock,
+//! released when its holder dies). So two runners (two processes or replicas, or a runner and a
+//! blocking add) never build one conversation at once, and a job whose runner was killed is
+//! taken over by another runner once its lease expires (`MRAGENT_JOB_LEASE`). A job builds only
+//! the sessions without outputs for their current content, so what a dead runner committed is
+//! never built again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use super::add::check_add;
 use super::{AddReport, MemoryService, ServiceError, blocking};
 use crate::convo::Message;
 use crate::llm::{ChatModel, Embedder};
-use crate::store::{AddScope, Job, JobError, StoreError};
+use crate::store::{AddScope, ConversationLock, Job, JobError, StoreError};
 
 /// Jobs a runner builds at once (each builds up to `workers` sessions at once; the model
 /// client's adaptive limit bounds the requests in flight across all of them).
@@ -163,35 +165,32 @@ where
         }
     }
 
-    /// Up to `room` unfinished jobs this runner can take now, oldest first, each with its
-    /// conversation's lock: not of a conversation in `taken` (one job per conversation at
-    /// once), not of one embedded otherwise, not of one whose lock another holder has.
+    /// Up to `room` unfinished jobs this runner can take now, oldest first, each claimed
+    /// with a lease ([`crate::store::Store::claim_jobs`]) and holding its conversation's lock:
+    /// not of a conversation in `taken` (one job per conversation at once), not of one
+    /// embedded otherwise, not of one whose lock another holder has. A claimed job this runner
+    /// cannot take is released at once.
     async fn claim_jobs(
         &self,
         taken: &BTreeSet<String>,
         room: usize,
-    ) -> Result<Vec<(i64, String, std::fs::File)>, ServiceError> {
+    ) -> Result<Vec<(i64, String, ConversationLock)>, ServiceError> {
         if room == 0 {
             return Ok(Vec::new());
         }
         let (store, taken) = (self.store.clone(), taken.clone());
         let embedder = self.settings.embedder.clone();
+        let (runner, lease) = (self.runner.clone(), self.settings.job_lease);
         blocking(move || {
-            let mut claimed: Vec<(i64, String, std::fs::File)> = Vec::new();
-            for (id, conversation) in store.unfinished_jobs()? {
-                if claimed.len() == room
-                    || taken.contains(&conversation)
-                    || claimed.iter().any(|(_, other, _)| *other == conversation)
-                {
-                    continue;
-                }
-                let other_embedder =
-                    store.info(&conversation)?.is_some_and(|info| info.embedder != embedder);
-                if other_embedder {
-                    continue;
-                }
-                if let Some(lock) = store.try_lock_conversation(&conversation)? {
-                    claimed.push((id, conversation, lock));
+            let mut claimed: Vec<(i64, String, ConversationLock)> = Vec::new();
+            for (id, conversation) in store.claim_jobs(&runner, lease, room)? {
+                let free = !taken.contains(&conversation)
+                    && !claimed.iter().any(|(_, other, _)| *other == conversation)
+                    && !store.info(&conversation)?.is_some_and(|info| info.embedder != embedder);
+                let lock = if free { store.try_lock_conversation(&conversation)? } else { None };
+                match lock {
+                    Some(lock) => claimed.push((id, conversation, lock)),
+                    None => store.release_job(id, &runner)?,
                 }
             }
             Ok(claimed)
@@ -199,12 +198,13 @@ where
         .await
     }
 
-    /// Runs job `id` of `conversation`, whose lock the caller took; the job as it ended.
+    /// Runs job `id` of `conversation`, whose lock the caller took and whose lease it holds
+    /// (renewed every third of the lease while the job runs); the job as it ended.
     async fn run_job(
         &self,
         id: i64,
         conversation: &str,
-        lock: std::fs::File,
+        lock: ConversationLock,
     ) -> Result<Job, ServiceError> {
         let pending = match self.load_checked(conversation).await {
             Ok(stored) => stored.pending().len(),
@@ -216,14 +216,39 @@ where
         };
         let store = self.store.clone();
         let Some(job) = blocking(move || store.start_job(id, pending)).await? else {
-            // Another runner ended it between the listing and the lock.
+            // Another runner ended it between the claim and the lock.
             return self.job(id).await;
         };
         tracing::info!(conversation, job = id, attempt = job.attempts, pending, "job started");
+        let renewal = self.renew_lease(id);
         let mut report = AddReport::before_build(conversation, false, 0, 0);
         let built = self.build_pending(&mut report, Some(id)).await;
+        renewal.abort();
+        let ended = self.end_job(id, built.err().map(|error| error.to_string())).await;
         drop(lock);
-        self.end_job(id, built.err().map(|error| error.to_string())).await
+        ended
+    }
+
+    /// A task renewing this runner's lease on job `id` until aborted.
+    fn renew_lease(&self, id: i64) -> tokio::task::JoinHandle<()> {
+        let (store, runner, lease) =
+            (self.store.clone(), self.runner.clone(), self.settings.job_lease);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(lease / 3);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let (store, runner) = (store.clone(), runner.clone());
+                match blocking(move || store.renew_job(id, &runner, lease)).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(job = id, "the job's lease was lost");
+                        return;
+                    }
+                    Err(error) => tracing::warn!(job = id, %error, "renewing the job's lease"),
+                }
+            }
+        })
     }
 
     async fn end_job(&self, id: i64, error: Option<String>) -> Result<Job, ServiceError> {
@@ -231,4 +256,15 @@ where
         let error = error.map(|error| JobError { session: None, error });
         blocking(move || store.finish_job(id, error)).await
     }
+}
+
+/// A name for this process as a job runner: host (the pod's name under Kubernetes), process
+/// id and start time, unique among the runners sharing one store.
+pub(super) fn runner_name() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_string());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or_default();
+    format!("{host}:{}:{started}", std::process::id())
 }

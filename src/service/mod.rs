@@ -46,6 +46,9 @@ pub use scope::{Scope, SearchFilters, time_bound};
 /// The embedder name recorded for conversations embedded locally.
 pub const LOCAL_EMBEDDER: &str = "local";
 
+/// How long a job runner's claim lasts without renewal, by default.
+pub const DEFAULT_JOB_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Settings of a service.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServiceSettings {
@@ -68,6 +71,9 @@ pub struct ServiceSettings {
     /// Meta-memory rules every `ask` gives its loop (`--meta-rules`; empty: none).
     #[serde(skip)]
     pub rules: Arc<crate::agent::rules::RuleSet>,
+    /// How long a job runner's claim on a job lasts without renewal (`MRAGENT_JOB_LEASE`,
+    /// seconds): a job whose runner died is taken over once it expires.
+    pub job_lease: std::time::Duration,
 }
 
 impl ServiceSettings {
@@ -83,6 +89,7 @@ impl ServiceSettings {
             max_reasks: 3,
             workers: 4,
             rules: Arc::default(),
+            job_lease: DEFAULT_JOB_LEASE,
         }
     }
 }
@@ -136,6 +143,8 @@ pub struct MemoryService<M, E> {
     cache: cache::ConversationCache,
     /// Wakes this service's job runner when an add queues a job.
     jobs_wake: tokio::sync::Notify,
+    /// This service's name as a job runner (the owner of its job leases).
+    runner: String,
 }
 
 impl<M, E> MemoryService<M, E>
@@ -151,6 +160,7 @@ where
             embedder,
             cache: cache::ConversationCache::default(),
             jobs_wake: tokio::sync::Notify::new(),
+            runner: jobs::runner_name(),
         }
     }
 

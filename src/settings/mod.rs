@@ -65,6 +65,8 @@ impl Env for ProcessEnv {
 pub struct ProjectPaths {
     /// Absolute project directory.
     pub root: PathBuf,
+    /// The own-data store's URL (`--store`), when not the SQLite file under the root.
+    pub store: Option<String>,
 }
 
 impl ProjectPaths {
@@ -75,7 +77,12 @@ impl ProjectPaths {
         } else {
             std::env::current_dir().context("reading the current directory")?.join(root)
         };
-        Ok(Self { root })
+        Ok(Self { root, store: None })
+    }
+
+    /// The same paths with the own-data store at `store` (`None`: the SQLite file).
+    pub fn with_store(self, store: Option<String>) -> Self {
+        Self { store, ..self }
     }
 
     /// `path` as given when absolute, else under the project root.

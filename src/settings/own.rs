@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+
 use super::{Env, MetaRules, ModelSettings, ProjectPaths};
 use crate::cli::{
     AskArgs, McpArgs, MemoryCommand, ScopeArgs, ServeArgs, ServiceArgs, StoreModelArgs,
@@ -42,6 +44,17 @@ impl OwnSettings {
             &models.build_model.id,
         );
         service.answer_model = models.answer_model.id.clone();
+        if let Some(seconds) = env.var("MRAGENT_JOB_LEASE") {
+            let seconds: u64 = seconds
+                .trim()
+                .parse()
+                .ok()
+                .filter(|seconds| (1..=3600).contains(seconds))
+                .with_context(|| {
+                    format!("MRAGENT_JOB_LEASE={seconds:?}: expected seconds from 1 to 3600")
+                })?;
+            service.job_lease = std::time::Duration::from_secs(seconds);
+        }
         let local_model = ModelSource {
             explicit_dir: args.embed.embed_model_dir.clone(),
             models_root: paths.root.join("data").join("models"),

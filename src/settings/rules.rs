@@ -62,7 +62,7 @@ mod tests {
     #[test]
     fn a_relative_file_is_read_under_the_root_and_a_bad_one_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = ProjectPaths { root: dir.path().to_path_buf() };
+        let paths = ProjectPaths { root: dir.path().to_path_buf(), store: None };
         let rule = Rule {
             id: "M0".into(),
             text: "Check the session date first.".into(),

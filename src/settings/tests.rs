@@ -23,7 +23,7 @@ impl Env for Fixed {
 
 fn job(argv: &[&str], env: &[(&'static str, &'static str)]) -> anyhow::Result<Job> {
     let cli = Cli::parse_from(std::iter::once("mragent").chain(argv.iter().copied()));
-    let paths = ProjectPaths { root: "/project".into() };
+    let paths = ProjectPaths { root: "/project".into(), store: None };
     resolve(cli.command, &paths, true, &Fixed(env.iter().copied().collect()))
 }
 

@@ -3,10 +3,10 @@
 //! one transaction, so a kill -9 leaves the store before or after the edit, never between. The
 //! log is never rewritten (triggers refuse it); an undo is a new row naming the edit it undoes.
 
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::db::{Conn, Row, ToValue, params};
 use super::facts::{FACT_COLUMNS, fact_of_row};
 use super::revision::bump_revision;
 use super::{Store, StoreError};
@@ -48,7 +48,7 @@ pub struct Edit {
 const EDIT_COLUMNS: &str = "e.id, e.at, e.actor, e.kind, e.conversation_id, e.target, e.before,
     e.after, e.undoes, (SELECT u.id FROM edits u WHERE u.undoes = e.id)";
 
-fn edit_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edit> {
+fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
     let value = |text: Option<String>| text.and_then(|text| serde_json::from_str(&text).ok());
     Ok(Edit {
         id: row.get(0)?,
@@ -66,7 +66,7 @@ fn edit_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edit> {
 
 /// Appends an edit to the log inside `transaction`; returns its id.
 pub(super) fn record_edit(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     actor: &str,
     kind: &str,
     conversation: &str,
@@ -74,9 +74,9 @@ pub(super) fn record_edit(
     (before, after): (Option<&Value>, Option<&Value>),
     undoes: Option<i64>,
 ) -> Result<i64, StoreError> {
-    transaction.execute(
+    transaction.query_row(
         "INSERT INTO edits (at, actor, kind, conversation_id, target, before, after, undoes)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id",
         params![
             chrono::Utc::now().to_rfc3339(),
             actor,
@@ -87,18 +87,17 @@ pub(super) fn record_edit(
             after.map(Value::to_string),
             undoes
         ],
-    )?;
-    Ok(transaction.last_insert_rowid())
+        |row| row.get(0),
+    )
 }
 
-fn load_edit(connection: &rusqlite::Connection, id: i64) -> Result<Edit, StoreError> {
+fn load_edit(connection: &Conn, id: i64) -> Result<Edit, StoreError> {
     connection
-        .query_row(
+        .query_opt(
             &format!("SELECT {EDIT_COLUMNS} FROM edits e WHERE e.id = ?1"),
-            [id],
+            params![id],
             edit_of_row,
-        )
-        .optional()?
+        )?
         .ok_or(StoreError::UnknownEdit(id))
 }
 
@@ -116,15 +115,17 @@ impl Store {
             super::check_conversation_id(conversation)?;
         }
         let connection = self.connect()?;
-        let mut statement = connection.prepare(&format!(
-            "SELECT {EDIT_COLUMNS} FROM edits e
-             WHERE (?1 IS NULL OR e.conversation_id IN
-                     (SELECT id FROM conversations WHERE user_id = ?1))
-               AND (?2 IS NULL OR e.conversation_id = ?2)
-             ORDER BY e.id"
-        ))?;
-        let rows = statement.query_map(params![user, conversation], edit_of_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        connection.query(
+            &format!(
+                "SELECT {EDIT_COLUMNS} FROM edits e
+                 WHERE (?1 IS NULL OR e.conversation_id IN
+                         (SELECT id FROM conversations WHERE user_id = ?1))
+                   AND (?2 IS NULL OR e.conversation_id = ?2)
+                 ORDER BY e.id"
+            ),
+            params![user, conversation],
+            edit_of_row,
+        )
     }
 
     /// One edit.
@@ -136,14 +137,13 @@ impl Store {
     /// stays beside it), logged as `actor`'s edit.
     pub fn correct_fact(&self, id: i64, value: &str, actor: &str) -> Result<Edit, StoreError> {
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let fact = transaction
-            .query_row(
+            .query_opt(
                 &format!("SELECT {FACT_COLUMNS} FROM facts f WHERE f.id = ?1"),
-                [id],
+                params![id],
                 fact_of_row,
-            )
-            .optional()?
+            )?
             .ok_or(StoreError::UnknownFact(id))?;
         transaction.execute("UPDATE facts SET value = ?1 WHERE id = ?2", params![value, id])?;
         let where_ = json!({"session": fact.session, "key": fact.key, "extracted": fact.extracted});
@@ -168,7 +168,7 @@ impl Store {
     /// rebuild, as after an add); an undone correction restores the fact's value.
     pub fn undo(&self, id: i64, actor: &str) -> Result<Edit, StoreError> {
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let edit = load_edit(&transaction, id)?;
         let refuse = |why: &str| StoreError::NotUndoable { edit: id, why: why.to_string() };
         if let Some(undo) = edit.undone_by {
@@ -203,7 +203,7 @@ impl Store {
 /// Puts back the value a correction replaced: on the fact it corrected, or (its session was
 /// rebuilt since) on the fact with the same session, key and extracted value.
 fn restore_value(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     edit: &Edit,
 ) -> Result<Value, StoreError> {
     let gone = || StoreError::Corrupt("the fact it corrected is no longer in memory".into());
@@ -220,13 +220,11 @@ fn restore_value(
     let target = edit.target.parse::<i64>().unwrap_or(-1);
     let (key, extracted) =
         (fact["key"].as_str().unwrap_or_default(), fact["extracted"].as_str().unwrap_or_default());
-    let current: Option<String> = transaction
-        .query_row(
-            &format!("SELECT value FROM facts WHERE {matching} ORDER BY id DESC LIMIT 1"),
-            params![target, edit.conversation, number, key, extracted],
-            |row| row.get(0),
-        )
-        .optional()?;
+    let current: Option<String> = transaction.query_opt(
+        &format!("SELECT value FROM facts WHERE {matching} ORDER BY id DESC LIMIT 1"),
+        params![target, edit.conversation, number, key, extracted],
+        |row| row.get(0),
+    )?;
     match current {
         None => return Err(gone()),
         Some(current) if Some(current.as_str()) != corrected => {
@@ -246,18 +244,18 @@ fn restore_value(
 /// Puts a forgotten message (an edit's `before`) back into its session, re-creating the
 /// session when the forget removed it. `StoreError::Corrupt` says why it cannot.
 fn restore_message(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     edit: &Edit,
 ) -> Result<Value, StoreError> {
     let refuse = |why: &str| StoreError::Corrupt(why.to_string());
     let message = edit.before.as_ref().ok_or_else(|| refuse("the log holds no message"))?;
     let number = message["session"].as_i64().ok_or_else(|| refuse("the log holds no session"))?;
-    let exists = |sql: &str, key: &dyn rusqlite::ToSql| -> Result<bool, StoreError> {
-        Ok(transaction.query_row(sql, params![edit.conversation, key], |row| row.get(0))?)
+    let exists = |sql: &str, key: &dyn ToValue| -> Result<bool, StoreError> {
+        transaction.query_row(sql, params![edit.conversation, key], |row| row.get(0))
     };
     let conversation_exists: bool = transaction.query_row(
         "SELECT EXISTS(SELECT 1 FROM conversations WHERE id = ?1)",
-        [&edit.conversation],
+        params![edit.conversation],
         |row| row.get(0),
     )?;
     if !conversation_exists {

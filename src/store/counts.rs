@@ -1,6 +1,7 @@
 //! How much the store holds, for `serve`'s metrics (`GET /metrics`): a handful of `COUNT`s in
 //! one read, cheap next to any add or query.
 
+use super::db::params;
 use super::{Store, StoreError};
 
 /// Rows of the store, by kind (`i64` like every count the store reads, SQLite's integer).
@@ -38,7 +39,7 @@ impl Store {
                 (SELECT COUNT(*) FROM jobs WHERE state = 'running'),
                 (SELECT COUNT(*) FROM jobs WHERE state = 'done'),
                 (SELECT COUNT(*) FROM jobs WHERE state = 'failed')",
-            [],
+            params![],
             |row| {
                 Ok(StoreCounts {
                     conversations: row.get(0)?,

@@ -1,13 +1,13 @@
 //! Edits beside adding: recording why a session could not be built (read back with the
 //! session as `read::SessionFailure`), and forgetting one message.
 
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 use serde_json::json;
 
 use super::audit::{FORGET_MESSAGE, record_edit};
 use super::read::session_messages;
 use super::revision::bump_revision;
+use super::db::params;
 use super::{Store, StoreError, check_conversation_id};
 
 /// What forgetting one message changed.
@@ -42,7 +42,8 @@ impl Store {
                (conversation_id, session_number, content_hash, error, attempts, failed_at)
              VALUES (?1, ?2, ?3, ?4, 1, ?5)
              ON CONFLICT (conversation_id, session_number) DO UPDATE SET
-               attempts = CASE WHEN content_hash = excluded.content_hash THEN attempts + 1 ELSE 1 END,
+               attempts = CASE WHEN session_failures.content_hash = excluded.content_hash
+                 THEN session_failures.attempts + 1 ELSE 1 END,
                content_hash = excluded.content_hash,
                error = excluded.error,
                failed_at = excluded.failed_at",
@@ -65,9 +66,8 @@ impl Store {
         check_conversation_id(conversation)?;
         crate::names::check_name(crate::names::NameKind::Message, message)?;
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let row = transaction
-            .query_row(
+        let transaction = connection.write()?;
+        let row = transaction.query_opt(
                 "SELECT m.session_number, s.key, m.seq, m.speaker, m.text, m.timestamp,
                         m.sort_time, m.tags
                  FROM messages m JOIN sessions s
@@ -76,20 +76,19 @@ impl Store {
                 params![conversation, message],
                 |row| {
                     Ok((
-                        row.get::<_, u32>(0)?,
+                        row.get::<u32>(0)?,
                         json!({
-                            "id": message, "session": row.get::<_, u32>(0)?,
-                            "session_key": row.get::<_, Option<String>>(1)?,
-                            "seq": row.get::<_, i64>(2)?, "speaker": row.get::<_, String>(3)?,
-                            "text": row.get::<_, String>(4)?,
-                            "timestamp": row.get::<_, Option<String>>(5)?,
-                            "sort_time": row.get::<_, Option<String>>(6)?,
-                            "tags": row.get::<_, Option<String>>(7)?,
+                            "id": message, "session": row.get::<u32>(0)?,
+                            "session_key": row.get::<Option<String>>(1)?,
+                            "seq": row.get::<i64>(2)?, "speaker": row.get::<String>(3)?,
+                            "text": row.get::<String>(4)?,
+                            "timestamp": row.get::<Option<String>>(5)?,
+                            "sort_time": row.get::<Option<String>>(6)?,
+                            "tags": row.get::<Option<String>>(7)?,
                         }),
                     ))
                 },
-            )
-            .optional()?;
+            )?;
         let (number, before) = row.ok_or_else(|| StoreError::UnknownMessage {
             conversation: conversation.to_string(),
             message: message.to_string(),

@@ -7,9 +7,9 @@
 //! ([`Store::fact_rivals`]), caches the verdicts and applies them ([`Store::settle_facts`]). An
 //! older fact that is superseded keeps its row and gets `valid_to` and `superseded_by`.
 
-use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 
+use super::db::{Conn, Row, params};
 use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 use crate::memory::input::SessionRewrite;
@@ -69,12 +69,12 @@ impl StoredFact {
 pub(super) const FACT_COLUMNS: &str = "f.id, f.conversation_id, f.session_number, f.key, f.person,
     f.aspect, f.value, f.extracted, f.origins, f.valid_from, f.valid_to, f.superseded_by";
 
-pub(super) fn fact_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredFact> {
+pub(super) fn fact_of_row(row: &Row) -> Result<StoredFact, StoreError> {
     let origins: String = row.get(8)?;
     Ok(StoredFact {
         id: row.get(0)?,
         conversation: row.get(1)?,
-        session: format!("D{}", row.get::<_, u32>(2)?),
+        session: format!("D{}", row.get::<u32>(2)?),
         key: row.get(3)?,
         person: row.get(4)?,
         aspect: row.get(5)?,
@@ -91,23 +91,29 @@ pub(super) fn fact_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredFac
 /// facts they replaced go to their successors or become current again (the schema's trigger);
 /// those in other conversations get a new revision, so no cached view keeps them replaced.
 pub(super) fn delete_facts(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
     number: Option<u32>,
 ) -> Result<(), StoreError> {
-    let dependents: Vec<String> = {
-        let mut statement = transaction.prepare(
-            "SELECT DISTINCT d.conversation_id FROM facts d JOIN facts f ON d.superseded_by = f.id
-             WHERE f.conversation_id = ?1 AND (?2 IS NULL OR f.session_number = ?2)
-               AND d.conversation_id != ?1 ORDER BY d.conversation_id",
-        )?;
-        let rows = statement.query_map(params![conversation, number], |row| row.get(0))?;
-        rows.collect::<Result<_, _>>()?
-    };
-    transaction.execute(
-        "DELETE FROM facts WHERE conversation_id = ?1 AND (?2 IS NULL OR session_number = ?2)",
+    let dependents: Vec<String> = transaction.query(
+        "SELECT DISTINCT d.conversation_id FROM facts d JOIN facts f ON d.superseded_by = f.id
+         WHERE f.conversation_id = ?1 AND (?2 IS NULL OR f.session_number = ?2)
+           AND d.conversation_id != ?1 ORDER BY d.conversation_id",
         params![conversation, number],
+        |row| row.get(0),
     )?;
+    // One row at a time, by id: the successor hand-off (the `facts_successor_gone` trigger)
+    // then sees every earlier deletion, the same on both backends (PostgreSQL runs row
+    // triggers at the end of their statement, SQLite right after each row).
+    let doomed: Vec<i64> = transaction.query(
+        "SELECT id FROM facts WHERE conversation_id = ?1 AND (?2 IS NULL OR session_number = ?2)
+         ORDER BY id",
+        params![conversation, number],
+        |row| row.get(0),
+    )?;
+    for id in doomed {
+        transaction.execute("DELETE FROM facts WHERE id = ?1", params![id])?;
+    }
     for dependent in dependents {
         bump_revision(transaction, &dependent)?;
     }
@@ -128,22 +134,18 @@ fn known_from<'a>(origins: &[String], times: &[Option<&'a str>]) -> Option<&'a s
 /// those of `rewrite`. A correction of a fact (same key, same extracted value) carries over to its new
 /// row.
 pub(super) fn replace_session_facts(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
     number: u32,
     rewrite: &SessionRewrite,
     times: &[Option<&str>],
 ) -> Result<(), StoreError> {
-    let corrections: Vec<(String, String, String)> = {
-        let mut statement = transaction.prepare(
-            "SELECT key, extracted, value FROM facts
-             WHERE conversation_id = ?1 AND session_number = ?2 AND value != extracted",
-        )?;
-        let rows = statement.query_map(params![conversation, number], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-        })?;
-        rows.collect::<Result<_, _>>()?
-    };
+    let corrections: Vec<(String, String, String)> = transaction.query(
+        "SELECT key, extracted, value FROM facts
+         WHERE conversation_id = ?1 AND session_number = ?2 AND value != extracted",
+        params![conversation, number],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
     delete_facts(transaction, conversation, Some(number))?;
     for fact in &rewrite.personal_facts {
         let corrected = corrections
@@ -153,9 +155,9 @@ pub(super) fn replace_session_facts(
         let origins = serde_json::to_string(&fact.origins)
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
         transaction.execute(
-            "INSERT OR IGNORE INTO facts (conversation_id, session_number, key, person, aspect,
+            "INSERT INTO facts (conversation_id, session_number, key, person, aspect,
                value, extracted, origins, valid_from)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING",
             params![
                 conversation,
                 number,
@@ -174,15 +176,17 @@ pub(super) fn replace_session_facts(
 
 /// The facts of one conversation, by session and key.
 pub(super) fn conversation_facts(
-    connection: &Connection,
+    connection: &Conn,
     conversation: &str,
 ) -> Result<Vec<StoredFact>, StoreError> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1
-         ORDER BY f.session_number, f.key"
-    ))?;
-    let rows = statement.query_map([conversation], fact_of_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    connection.query(
+        &format!(
+            "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1
+             ORDER BY f.session_number, f.key"
+        ),
+        params![conversation],
+        fact_of_row,
+    )
 }
 
 /// One older/newer pair of facts of the same person and aspect with different values, both
@@ -236,15 +240,16 @@ impl Store {
         conversation: &str,
     ) -> Result<Vec<(u32, Vec<StoredFact>)>, StoreError> {
         check_conversation_id(conversation)?;
-        let connection = self.connect()?;
-        let mut statement = connection.prepare(&format!(
-            "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1 AND f.checked = 0
-             ORDER BY f.valid_from IS NULL, f.valid_from, f.session_number, f.key"
-        ))?;
-        let rows = statement.query_map([conversation], fact_of_row)?;
+        let rows = self.connect()?.query(
+            &format!(
+                "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1 AND f.checked = 0
+                 ORDER BY f.valid_from IS NULL, f.valid_from, f.session_number, f.key"
+            ),
+            params![conversation],
+            fact_of_row,
+        )?;
         let mut sessions: Vec<(u32, Vec<StoredFact>)> = Vec::new();
         for fact in rows {
-            let fact = fact?;
             let number = fact.session_number();
             match sessions.iter_mut().find(|(session, _)| *session == number) {
                 Some((_, facts)) => facts.push(fact),
@@ -259,7 +264,7 @@ impl Store {
     /// conversations, or the conversation alone when it has no user.
     pub fn fact_rivals(&self, facts: &[StoredFact]) -> Result<Vec<FactPair>, StoreError> {
         let connection = self.connect()?;
-        let mut statement = connection.prepare_cached(&format!(
+        let sql = format!(
             "SELECT {FACT_COLUMNS} FROM facts f JOIN conversations c ON c.id = f.conversation_id
              WHERE f.valid_to IS NULL AND f.id != ?1
                AND lower(trim(f.person)) = lower(trim(?2)) AND lower(trim(f.aspect)) = lower(trim(?3))
@@ -268,15 +273,16 @@ impl Store {
                          THEN f.conversation_id = ?5
                          ELSE c.user_id = (SELECT user_id FROM conversations WHERE id = ?5) END)
              ORDER BY f.id"
-        ))?;
+        );
         let mut pairs: Vec<FactPair> = Vec::new();
         for fact in facts {
-            let rows = statement.query_map(
+            let rows = connection.query(
+                &sql,
                 params![fact.id, fact.person, fact.aspect, fact.value, fact.conversation],
                 fact_of_row,
             )?;
             for rival in rows {
-                let pair = ordered(rival?, fact.clone());
+                let pair = ordered(rival, fact.clone());
                 let seen = pairs.iter().any(|known| {
                     known.older.id == pair.older.id && known.newer.id == pair.newer.id
                 });
@@ -290,10 +296,11 @@ impl Store {
 
     /// The cached verdict for a pair's key, if any.
     pub fn cached_verdict(&self, key: &str) -> Result<Option<bool>, StoreError> {
-        Ok(self
-            .connect()?
-            .query_row("SELECT replaces FROM fact_verdicts WHERE key = ?1", [key], |row| row.get(0))
-            .optional()?)
+        self.connect()?.query_opt(
+            "SELECT replaces FROM fact_verdicts WHERE key = ?1",
+            params![key],
+            |row| row.get(0),
+        )
     }
 
     /// In one transaction: caches the verdicts new to the cache (by `model`), applies every
@@ -306,14 +313,14 @@ impl Store {
         checked: &[i64],
     ) -> Result<usize, StoreError> {
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let mut superseded = 0;
         let mut touched: Vec<&str> = Vec::new();
         for verdict in verdicts {
             transaction.execute(
-                "INSERT OR IGNORE INTO fact_verdicts (key, replaces, model, decided_at)
-                 VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO fact_verdicts (key, replaces, model, decided_at)
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
                 params![verdict.pair.verdict_key(model), verdict.replaces, model, now],
             )?;
             if !verdict.replaces {
@@ -330,7 +337,7 @@ impl Store {
             touched.push(&older.conversation);
         }
         for id in checked {
-            transaction.execute("UPDATE facts SET checked = 1 WHERE id = ?1", [id])?;
+            transaction.execute("UPDATE facts SET checked = 1 WHERE id = ?1", params![id])?;
         }
         touched.sort_unstable();
         touched.dedup();
@@ -338,18 +345,17 @@ impl Store {
             bump_revision(&transaction, conversation)?;
         }
         transaction.commit()?;
-        Ok(superseded)
+        Ok(superseded as usize)
     }
 
     /// One fact by id.
     pub fn fact(&self, id: i64) -> Result<StoredFact, StoreError> {
         self.connect()?
-            .query_row(
+            .query_opt(
                 &format!("SELECT {FACT_COLUMNS} FROM facts f WHERE f.id = ?1"),
-                [id],
+                params![id],
                 fact_of_row,
-            )
-            .optional()?
+            )?
             .ok_or(StoreError::UnknownFact(id))
     }
 
@@ -366,13 +372,15 @@ impl Store {
         if let Some(conversation) = conversation {
             check_conversation_id(conversation)?;
         }
-        let connection = self.connect()?;
-        let mut statement = connection.prepare(&format!(
-            "SELECT {FACT_COLUMNS} FROM facts f JOIN conversations c ON c.id = f.conversation_id
-             WHERE (?1 IS NULL OR c.user_id = ?1) AND (?2 IS NULL OR f.conversation_id = ?2)
-             ORDER BY f.valid_from IS NULL, f.valid_from, f.conversation_id, f.session_number, f.key"
-        ))?;
-        let rows = statement.query_map(params![user, conversation], fact_of_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.connect()?.query(
+            &format!(
+                "SELECT {FACT_COLUMNS} FROM facts f JOIN conversations c ON c.id = f.conversation_id
+                 WHERE (?1 IS NULL OR c.user_id = ?1) AND (?2 IS NULL OR f.conversation_id = ?2)
+                 ORDER BY f.valid_from IS NULL, f.valid_from, f.conversation_id, f.session_number,
+                   f.key"
+            ),
+            params![user, conversation],
+            fact_of_row,
+        )
     }
 }

@@ -7,9 +7,9 @@
 //! again: a job builds only what has no outputs for its current content.
 
 use chrono::{SecondsFormat, TimeDelta, Utc};
-use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
+use super::db::{Backend, Conn, Row, params};
 use super::write::{AddScope, Added, add_in};
 use super::{Store, StoreError, check_conversation_id};
 use crate::convo::Message;
@@ -138,8 +138,8 @@ const JOB_COLUMNS: &str =
     new_messages, duplicates, sessions_done, sessions_failed, sessions_pending, chat_calls,
     prompt_tokens, completion_tokens, errors";
 
-fn job_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Job, String, String)> {
-    let count = |index: usize| row.get::<_, i64>(index).map(|value| value.max(0) as u64);
+fn job_of_row(row: &Row) -> Result<(Job, String, String), StoreError> {
+    let count = |index: usize| row.get::<i64>(index).map(|value| value.max(0) as u64);
     let job = Job {
         id: row.get(0)?,
         conversation: row.get(1)?,
@@ -167,13 +167,24 @@ fn decode(row: (Job, String, String)) -> Result<Job, StoreError> {
 }
 
 fn now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+    stamp(Utc::now())
 }
 
-fn read_job(connection: &Connection, id: i64) -> Result<Job, StoreError> {
+/// The end of a lease of `lease` from now (at most a day).
+fn lease_end(lease: std::time::Duration) -> String {
+    let day = TimeDelta::days(1);
+    stamp(Utc::now() + TimeDelta::from_std(lease).unwrap_or(day).min(day))
+}
+
+/// A time as the jobs table keeps it: RFC 3339 UTC with milliseconds, fixed width, so that
+/// text order is time order (leases are compared as text on both backends).
+fn stamp(time: chrono::DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn read_job(connection: &Conn, id: i64) -> Result<Job, StoreError> {
     let row = connection
-        .query_row(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"), [id], job_of_row)
-        .optional()?
+        .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"), params![id], job_of_row)?
         .ok_or(StoreError::UnknownJob(id))?;
     decode(row)
 }
@@ -196,19 +207,19 @@ impl Store {
         check_conversation_id(conversation)?;
         scope.check()?;
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let added = add_in(&transaction, conversation, embedder, scope, messages, gap)?;
         let pending: i64 = transaction.query_row(
             "SELECT COUNT(*) FROM sessions s WHERE s.conversation_id = ?1 AND NOT EXISTS
              (SELECT 1 FROM session_outputs o
               WHERE o.conversation_id = s.conversation_id AND o.session_number = s.number)",
-            [conversation],
+            params![conversation],
             |row| row.get(0),
         )?;
-        transaction.execute(
+        let id: i64 = transaction.query_row(
             "INSERT INTO jobs (conversation_id, state, created_at, new_messages, duplicates,
                 sessions_pending)
-             VALUES (?1, 'queued', ?2, ?3, ?4, ?5)",
+             VALUES (?1, 'queued', ?2, ?3, ?4, ?5) RETURNING id",
             params![
                 conversation,
                 now(),
@@ -216,8 +227,8 @@ impl Store {
                 added.duplicates as i64,
                 pending
             ],
+            |row| row.get(0),
         )?;
-        let id = transaction.last_insert_rowid();
         let job = read_job(&transaction, id)?;
         transaction.commit()?;
         Ok((added, job))
@@ -239,26 +250,88 @@ impl Store {
         if let Some(conversation) = conversation {
             check_conversation_id(conversation)?;
         }
-        let connection = self.connect()?;
-        let mut statement = connection.prepare(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs
-             WHERE (?1 IS NULL OR conversation_id = ?1)
-               AND (?2 = 0 OR state IN ('queued', 'running'))
-             ORDER BY id DESC LIMIT ?3"
-        ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = statement.query_map(params![conversation, unfinished, limit], job_of_row)?;
-        rows.map(|row| decode(row?)).collect()
+        let rows = self.connect()?.query(
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM jobs
+                 WHERE (?1 IS NULL OR conversation_id = ?1)
+                   AND (?2 = 0 OR state IN ('queued', 'running'))
+                 ORDER BY id DESC LIMIT ?3"
+            ),
+            params![conversation, unfinished, limit],
+            job_of_row,
+        )?;
+        rows.into_iter().map(decode).collect()
     }
 
-    /// The ids of the unfinished jobs, oldest first (what a runner looks at).
-    pub fn unfinished_jobs(&self) -> Result<Vec<(i64, String)>, StoreError> {
+    /// Claims up to `limit` unfinished jobs for `owner` until `lease` from now, oldest first:
+    /// the queued ones and the running ones whose lease has expired (their runner died or lost
+    /// the database), none claimed by another runner whose lease still holds. On PostgreSQL
+    /// the rows are taken `FOR UPDATE SKIP LOCKED`, so runners claiming at once never wait for
+    /// or take each other's jobs. Returns `(job, conversation)` by id.
+    pub fn claim_jobs(
+        &self,
+        owner: &str,
+        lease: std::time::Duration,
+        limit: usize,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
         let connection = self.connect()?;
-        let mut statement = connection.prepare(
-            "SELECT id, conversation_id FROM jobs WHERE state IN ('queued', 'running') ORDER BY id",
+        let skip_locked = match connection.backend() {
+            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let now = Utc::now();
+        let mut claimed = connection.query(
+            &format!(
+                "UPDATE jobs SET lease_owner = ?1, lease_until = ?2
+                 WHERE id IN (SELECT id FROM jobs
+                     WHERE state IN ('queued', 'running')
+                       AND (lease_until IS NULL OR lease_until < ?3)
+                     ORDER BY id LIMIT ?4 {skip_locked})
+                 RETURNING id, conversation_id"
+            ),
+            params![owner, lease_end(lease), stamp(now), limit],
+            |row| Ok((row.get(0)?, row.get(1)?)),
         )?;
-        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        claimed.sort();
+        Ok(claimed)
+    }
+
+    /// Gives up `owner`'s claim on job `id` (another runner may claim it at once).
+    pub fn release_job(&self, id: i64, owner: &str) -> Result<(), StoreError> {
+        self.connect()?.execute(
+            "UPDATE jobs SET lease_owner = NULL, lease_until = NULL
+             WHERE id = ?1 AND lease_owner = ?2",
+            params![id, owner],
+        )?;
+        Ok(())
+    }
+
+    /// Extends `owner`'s lease on job `id` to `lease` from now; `false` when the claim was lost
+    /// (the job ended, or another runner took it over after the lease expired).
+    pub fn renew_job(
+        &self,
+        id: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let changed = self.connect()?.execute(
+            "UPDATE jobs SET lease_until = ?3
+             WHERE id = ?1 AND lease_owner = ?2 AND state IN ('queued', 'running')",
+            params![id, owner, lease_end(lease)],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// The lease of job `id`: its owner and until when (RFC 3339).
+    pub fn job_lease(&self, id: i64) -> Result<(Option<String>, Option<String>), StoreError> {
+        self.connect()?
+            .query_opt(
+                "SELECT lease_owner, lease_until FROM jobs WHERE id = ?1",
+                params![id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?
+            .ok_or(StoreError::UnknownJob(id))
     }
 
     /// Starts a run of job `id` (the caller holds its conversation's lock) with `pending`
@@ -281,13 +354,14 @@ impl Store {
     /// Counts one session of a running job.
     pub fn job_step(&self, id: i64, step: &JobStep) -> Result<(), StoreError> {
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let mut errors = read_job(&transaction, id)?.errors;
         errors.extend(step.error.clone());
         transaction.execute(
             "UPDATE jobs SET sessions_done = sessions_done + ?2,
                 sessions_failed = sessions_failed + ?3,
-                sessions_pending = MAX(sessions_pending - 1, 0),
+                sessions_pending = CASE WHEN sessions_pending > 0 THEN sessions_pending - 1
+                    ELSE 0 END,
                 chat_calls = chat_calls + ?4, prompt_tokens = prompt_tokens + ?5,
                 completion_tokens = completion_tokens + ?6, errors = ?7
              WHERE id = ?1",
@@ -308,14 +382,15 @@ impl Store {
     /// Ends job `id`: done, or failed with `error` (or with the failed sessions it counted).
     pub fn finish_job(&self, id: i64, error: Option<JobError>) -> Result<Job, StoreError> {
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let mut job = read_job(&transaction, id)?;
         job.errors.extend(error.clone());
         let failed = error.is_some() || job.sessions.failed > 0;
         let state = if failed { JobState::Failed } else { JobState::Done };
         transaction.execute(
             "UPDATE jobs SET state = ?2, finished_at = ?3, errors = ?4,
-                sessions_pending = CASE WHEN ?5 THEN sessions_pending ELSE 0 END
+                sessions_pending = CASE WHEN ?5 = 1 THEN sessions_pending ELSE 0 END,
+                lease_owner = NULL, lease_until = NULL
              WHERE id = ?1",
             params![id, state.as_str(), now(), errors_json(&job.errors)?, error.is_some()],
         )?;

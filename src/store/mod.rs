@@ -1,5 +1,6 @@
 //! The persistent memory store of own conversations: one SQLite database (rusqlite, bundled
-//! SQLite) at `data/store/mragent.sqlite`.
+//! SQLite) at `data/store/mragent.sqlite`, or a PostgreSQL database shared by several
+//! processes (`--store postgres://…`). Both run the same SQL through [`db`].
 //!
 //! Unlike the stage caches under `data/<dataset>/`, this store is a source of truth: the
 //! messages exist nowhere else. Next to them it keeps what the build stages made of every
@@ -16,16 +17,25 @@
 //! - The schema is versioned (`schema.rs`); opening migrates an older database.
 //!
 //! Synchronous by design: callers in async code run it in `spawn_blocking`. Each call opens its
-//! own connection (cheap for SQLite), so the store is `Clone + Send + Sync` without a pool.
+//! own SQLite connection (cheap) or takes one from the PostgreSQL pool, so the store is
+//! `Clone + Send + Sync`.
+//!
+//! On PostgreSQL the same guarantees hold across processes: write transactions take one
+//! advisory lock (serialised like SQLite's `BEGIN IMMEDIATE`), conversation locks are
+//! session-level advisory locks released when their holder's connection ends, and the schema
+//! is versioned in a table of its own (`schema_pg.rs`).
 
 mod audit;
+mod copy;
 mod counts;
+pub(crate) mod db;
 mod edit;
 mod facts;
 mod jobs;
 mod read;
 mod revision;
 mod schema;
+mod schema_pg;
 mod view;
 mod words;
 mod write;
@@ -33,11 +43,13 @@ mod write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
+use db::{Conn, Row, params};
+use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
 pub use counts::StoreCounts;
+pub use db::pg::shown as shown_url;
 pub use edit::ForgottenMessage;
 pub use facts::{FactPair, FactVerdict, StoredFact};
 pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};
@@ -124,6 +136,20 @@ pub enum StoreError {
     /// SQLite failed (the cause is part of the message, so not also the error's `source`).
     #[error("store database: {0}")]
     Sqlite(rusqlite::Error),
+    /// PostgreSQL refused a statement.
+    #[error("store database: {0}")]
+    Postgres(String),
+    /// The database cannot be reached (down, restarting, refusing connections): worth a retry.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A store URL that names neither backend.
+    #[error(
+        "store URL {0:?}: expected postgres://user:password@host:port/database or sqlite:PATH"
+    )]
+    BadUrl(String),
+    /// A copy's destination already holds data, or the copy did not verify.
+    #[error("store copy: {0}")]
+    Copy(String),
     /// The store directory or a lock file could not be used (the cause is part of the
     /// message, so not also the error's `source`).
     #[error("store files: {0}")]
@@ -171,10 +197,34 @@ pub struct ConversationInfo {
     pub last_message: Option<String>,
 }
 
-/// The store at one database path. Cheap to clone.
+/// The store: a SQLite file or a PostgreSQL database. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
-    path: PathBuf,
+    place: Place,
+}
+
+#[derive(Debug, Clone)]
+enum Place {
+    Sqlite(PathBuf),
+    Postgres(db::PgStore),
+}
+
+/// A held conversation lock (see [`Store::lock_conversation`]); released when dropped.
+pub struct ConversationLock {
+    _held: Held,
+}
+
+// Held only for their `Drop`, which releases the lock.
+#[expect(dead_code, reason = "a lock is held, never read")]
+enum Held {
+    File(std::fs::File),
+    Postgres(db::pg::PgLock),
+}
+
+impl std::fmt::Debug for ConversationLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConversationLock")
+    }
 }
 
 impl Store {
@@ -183,68 +233,79 @@ impl Store {
         root.join("data").join("store").join("mragent.sqlite")
     }
 
-    /// Opens (creating it and its directory if needed) and migrates the database at `path`.
+    /// Opens (creating it and its directory if needed) and migrates the SQLite database at
+    /// `path`.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
-        let store = Self { path: path.into() };
-        if let Some(parent) = store.path.parent() {
+        let path: PathBuf = path.into();
+        if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
         // Processes opening one new store at once: SQLite does not wait (busy timeout) for the
         // switch of a new database to WAL, so the first connection and the migrations run under
         // an OS file lock beside the database, released when this returns or the process dies.
-        let _opening = lock_file(&store.path.with_extension("open.lock"))?;
-        let mut connection = store.connect()?;
+        let _opening = lock_file(&path.with_extension("open.lock"))?;
+        let mut connection = sqlite_connect(&path)?;
         let found = schema::version(&connection)?;
-        if found > SCHEMA_VERSION {
-            return Err(StoreError::TooNew {
-                path: store.path.display().to_string(),
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
+        check_version(&path.display().to_string(), found)?;
         if found < SCHEMA_VERSION {
             // Another process may be migrating at the same moment: each step takes the write
             // lock before it re-reads the version (`migrate_to`), so steps never run twice.
             schema::migrate_to(&mut connection, SCHEMA_VERSION)?;
         }
-        Ok(store)
+        Ok(Self { place: Place::Sqlite(path) })
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Opens the store a URL names: `postgres://…` (or `postgresql://…`) for a PostgreSQL
+    /// database, migrated to this version (see `schema_pg`), or `sqlite:PATH` for a SQLite file.
+    pub fn open_url(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pg = db::PgStore::new(url)?;
+            schema_pg::migrate(&pg, SCHEMA_VERSION)?;
+            return Ok(Self { place: Place::Postgres(pg) });
+        }
+        match url.strip_prefix("sqlite:") {
+            Some(path) if !path.is_empty() => Self::open(path),
+            _ => Err(StoreError::BadUrl(db::pg::shown(url))),
+        }
     }
 
-    /// A new connection with the store's settings.
-    fn connect(&self) -> Result<Connection, StoreError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let connection = Connection::open_with_flags(&self.path, flags)?;
-        connection.busy_timeout(BUSY_TIMEOUT)?;
-        connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "FULL")?;
-        connection.pragma_update(None, "foreign_keys", "ON")?;
-        Ok(connection)
+    /// Where the store is, for messages: the SQLite file, or the PostgreSQL URL without its
+    /// password.
+    pub fn location(&self) -> String {
+        match &self.place {
+            Place::Sqlite(path) => format!("sqlite:{}", path.display()),
+            Place::Postgres(pg) => pg.shown().to_string(),
+        }
     }
 
-    /// Takes the exclusive add lock of `conversation` (blocking until it is free): a lock
-    /// file under `locks/` beside the database, locked with the OS file lock, which also
-    /// serialises adds across processes and is released when the process dies. Held by the
-    /// returned file until it is dropped.
-    pub fn lock_conversation(&self, conversation: &str) -> Result<std::fs::File, StoreError> {
-        let file = self.lock_file_of(conversation)?;
-        file.lock()?;
-        Ok(file)
+    /// The SQLite file, for a SQLite store.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.place {
+            Place::Sqlite(path) => Some(path),
+            Place::Postgres(_) => None,
+        }
     }
 
-    /// The lock file of `conversation`, opened (created if new), not locked.
-    fn lock_file_of(&self, conversation: &str) -> Result<std::fs::File, StoreError> {
-        check_conversation_id(conversation)?;
-        let dir = self.path.with_extension("locks");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("{}.lock", content_id(conversation)));
-        Ok(std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?)
+    /// Whether the store is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.place, Place::Postgres(_))
+    }
+
+    /// A connection with the store's settings: a new SQLite connection, or a pooled one.
+    pub(crate) fn connect(&self) -> Result<Conn, StoreError> {
+        match &self.place {
+            Place::Sqlite(path) => Ok(Conn::Sqlite(sqlite_connect(path)?)),
+            Place::Postgres(pg) => Ok(Conn::Pg(std::cell::RefCell::new(pg.get()?))),
+        }
+    }
+
+    /// Takes the exclusive add lock of `conversation` (blocking until it is free). It
+    /// serialises adds across processes and is released when its holder drops it or dies:
+    /// - SQLite: the OS lock of a lock file under `locks/` beside the database;
+    /// - PostgreSQL: a session-level advisory lock on a connection of its own.
+    pub fn lock_conversation(&self, conversation: &str) -> Result<ConversationLock, StoreError> {
+        self.take_lock(conversation, true)?
+            .ok_or_else(|| StoreError::Corrupt("a waiting lock returned without the lock".into()))
     }
 
     /// [`Store::lock_conversation`] without waiting: `None` while another holder (in this
@@ -252,13 +313,51 @@ impl Store {
     pub fn try_lock_conversation(
         &self,
         conversation: &str,
-    ) -> Result<Option<std::fs::File>, StoreError> {
-        let file = self.lock_file_of(conversation)?;
-        match file.try_lock() {
-            Ok(()) => Ok(Some(file)),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-            Err(std::fs::TryLockError::Error(error)) => Err(error.into()),
-        }
+    ) -> Result<Option<ConversationLock>, StoreError> {
+        self.take_lock(conversation, false)
+    }
+
+    fn take_lock(
+        &self,
+        conversation: &str,
+        wait: bool,
+    ) -> Result<Option<ConversationLock>, StoreError> {
+        check_conversation_id(conversation)?;
+        let held = match &self.place {
+            Place::Sqlite(path) => {
+                let dir = path.with_extension("locks");
+                std::fs::create_dir_all(&dir)?;
+                let path = dir.join(format!("{}.lock", content_id(conversation)));
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(path)?;
+                if wait {
+                    file.lock()?;
+                } else {
+                    match file.try_lock() {
+                        Ok(()) => {}
+                        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                        Err(std::fs::TryLockError::Error(error)) => return Err(error.into()),
+                    }
+                }
+                Held::File(file)
+            }
+            Place::Postgres(pg) => {
+                let key = db::pg::lock_key(&format!("conversation {conversation}"));
+                match pg.lock(key, wait)? {
+                    Some(lock) => Held::Postgres(lock),
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some(ConversationLock { _held: held }))
+    }
+
+    /// Whether the database answers (a trivial query), for readiness probes.
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.connect()?.query_row("SELECT 1", params![], |_| Ok(()))
     }
 
     /// Every conversation, by id.
@@ -271,38 +370,58 @@ impl Store {
         if let Some(user) = user {
             crate::names::check_name(crate::names::NameKind::User, user)?;
         }
-        let connection = self.connect()?;
-        let mut statement = connection
-            .prepare(&format!("{INFO_QUERY} WHERE ?1 IS NULL OR c.user_id = ?1 ORDER BY c.id"))?;
-        let rows = statement.query_map([user], info_of_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.connect()?.query(
+            &format!("{INFO_QUERY} WHERE ?1 IS NULL OR c.user_id = ?1 ORDER BY c.id"),
+            params![user],
+            info_of_row,
+        )
     }
 
     /// One conversation's summary, if it exists.
     pub fn info(&self, id: &str) -> Result<Option<ConversationInfo>, StoreError> {
         check_conversation_id(id)?;
-        let connection = self.connect()?;
-        Ok(connection
-            .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
-            .optional()?)
+        self.connect()?.query_opt(&format!("{INFO_QUERY} WHERE c.id = ?1"), params![id], info_of_row)
     }
 
     /// Deletes a conversation with everything stored for it. Errors when it does not exist.
     pub fn forget(&self, id: &str) -> Result<ConversationInfo, StoreError> {
         check_conversation_id(id)?;
         let mut connection = self.connect()?;
-        let transaction =
-            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let info = transaction
-            .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
-            .optional()?
+            .query_opt(&format!("{INFO_QUERY} WHERE c.id = ?1"), params![id], info_of_row)?
             .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
         // The facts first: those of other conversations they replaced are handed on or revived.
         facts::delete_facts(&transaction, id, None)?;
-        transaction.execute("DELETE FROM conversations WHERE id = ?1", [id])?;
+        transaction.execute("DELETE FROM conversations WHERE id = ?1", params![id])?;
         transaction.commit()?;
         Ok(info)
     }
+}
+
+/// A new SQLite connection with the store's settings.
+fn sqlite_connect(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(connection)
+}
+
+/// Refuses a database whose schema is newer than this mragent's.
+fn check_version(place: &str, found: u32) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: place.to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
 }
 
 const INFO_QUERY: &str = "SELECT c.id, c.embedder, c.created_at, c.user_id, c.agent_id,
@@ -313,7 +432,7 @@ const INFO_QUERY: &str = "SELECT c.id, c.embedder, c.created_at, c.user_id, c.ag
     (SELECT MAX(sort_time) FROM messages m WHERE m.conversation_id = c.id)
     FROM conversations c";
 
-fn info_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationInfo> {
+fn info_of_row(row: &Row) -> Result<ConversationInfo, StoreError> {
     Ok(ConversationInfo {
         id: row.get(0)?,
         embedder: row.get(1)?,

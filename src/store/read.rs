@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDate};
-use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
+use super::db::{Conn, params};
 use super::facts::StoredFact;
 use super::{
     ConversationInfo, INFO_QUERY, Store, StoreError, check_conversation_id, content_id, info_of_row,
@@ -191,19 +191,16 @@ impl Store {
         check_conversation_id(id)?;
         let mut connection = self.connect()?;
         // One read transaction: a consistent snapshot even while an add commits.
-        let transaction = connection.transaction()?;
+        let transaction = connection.read()?;
         let info = transaction
-            .query_row(&format!("{INFO_QUERY} WHERE c.id = ?1"), [id], info_of_row)
-            .optional()?
+            .query_opt(&format!("{INFO_QUERY} WHERE c.id = ?1"), params![id], info_of_row)?
             .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
         let revision = revision_of(&transaction, id)?;
-        let numbers: Vec<(u32, Option<String>)> = {
-            let mut statement = transaction.prepare(
-                "SELECT number, key FROM sessions WHERE conversation_id = ?1 ORDER BY number",
-            )?;
-            let rows = statement.query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect::<Result<_, _>>()?
-        };
+        let numbers: Vec<(u32, Option<String>)> = transaction.query(
+            "SELECT number, key FROM sessions WHERE conversation_id = ?1 ORDER BY number",
+            params![id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
         let mut facts = super::facts::conversation_facts(&transaction, id)?;
         let mut sessions = Vec::with_capacity(numbers.len());
         for (number, key) in numbers {
@@ -233,6 +230,7 @@ impl Store {
             };
             (start(a).is_none(), start(a), a.number).cmp(&(start(b).is_none(), start(b), b.number))
         });
+        transaction.commit()?;
         Ok(StoredConversation { info, sessions, revision, as_of: None })
     }
 
@@ -245,25 +243,24 @@ impl Store {
     }
 }
 
-fn revision_of(connection: &Connection, id: &str) -> Result<i64, StoreError> {
+fn revision_of(connection: &Conn, id: &str) -> Result<i64, StoreError> {
     connection
-        .query_row("SELECT revision FROM conversations WHERE id = ?1", [id], |row| row.get(0))
-        .optional()?
+        .query_opt("SELECT revision FROM conversations WHERE id = ?1", params![id], |row| {
+            row.get(0)
+        })?
         .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))
 }
 
 /// A session's messages in order, and the hash of its content.
 pub(super) fn session_messages(
-    connection: &Connection,
+    connection: &Conn,
     conversation: &str,
     number: u32,
 ) -> Result<(Vec<StoredMessage>, String), StoreError> {
-    let mut statement = connection.prepare_cached(
-        "SELECT hash, speaker, text, timestamp, sort_time, tags FROM messages
+    let sql = "SELECT hash, speaker, text, timestamp, sort_time, tags FROM messages
          WHERE conversation_id = ?1 AND session_number = ?2
-         ORDER BY sort_time IS NULL, sort_time, seq",
-    )?;
-    let rows = statement.query_map(params![conversation, number], |row| {
+         ORDER BY sort_time IS NULL, sort_time, seq";
+    let messages: Vec<StoredMessage> = connection.query(sql, params![conversation, number], |row| {
         Ok(StoredMessage {
             id: row.get(0)?,
             speaker: row.get(1)?,
@@ -271,12 +268,11 @@ pub(super) fn session_messages(
             timestamp: row.get(3)?,
             sort_time: row.get(4)?,
             tags: row
-                .get::<_, Option<String>>(5)?
+                .get::<Option<String>>(5)?
                 .and_then(|tags| serde_json::from_str(&tags).ok())
                 .unwrap_or_default(),
         })
     })?;
-    let messages: Vec<StoredMessage> = rows.collect::<Result<_, _>>()?;
     let content: Vec<(&str, &str, Option<&str>)> = messages
         .iter()
         .map(|message| {
@@ -288,28 +284,27 @@ pub(super) fn session_messages(
 }
 
 fn session_outputs(
-    connection: &Connection,
+    connection: &Conn,
     conversation: &str,
     number: u32,
     content_hash: &str,
     messages: &[StoredMessage],
 ) -> Result<Option<StoredOutputs>, StoreError> {
-    let row = connection
-        .prepare_cached(
-            "SELECT model, rewrite, keywords, dims, vectors, units FROM session_outputs
-             WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
-        )?
-        .query_row(params![conversation, number, content_hash], |row| {
+    let row = connection.query_opt(
+        "SELECT model, rewrite, keywords, dims, vectors, units FROM session_outputs
+         WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
+        params![conversation, number, content_hash],
+        |row| {
             Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, i64>(3)?,
-                row.get::<_, Vec<u8>>(4)?,
-                row.get::<_, Vec<u8>>(5)?,
+                row.get::<String>(0)?,
+                row.get::<String>(1)?,
+                row.get::<String>(2)?,
+                row.get::<i64>(3)?,
+                row.get::<Vec<u8>>(4)?,
+                row.get::<Vec<u8>>(5)?,
             ))
-        })
-        .optional()?;
+        },
+    )?;
     let Some((model, rewrite, keywords, dims, vectors, units)) = row else { return Ok(None) };
     let corrupt = |what: &str| StoreError::Corrupt(format!("session D{number}: {what}"));
     let rewrite: SessionRewrite = serde_json::from_str(&rewrite).map_err(|_| corrupt("rewrite"))?;
@@ -362,18 +357,17 @@ pub(super) fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>>
 
 /// The failure recorded for session `number`, if it is for `content_hash`.
 fn session_failure(
-    connection: &rusqlite::Connection,
+    connection: &Conn,
     conversation: &str,
     number: u32,
     content_hash: &str,
 ) -> Result<Option<SessionFailure>, StoreError> {
-    Ok(connection
-        .prepare_cached(
-            "SELECT error, attempts, failed_at FROM session_failures
-             WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
-        )?
-        .query_row(params![conversation, number, content_hash], |row| {
+    connection.query_opt(
+        "SELECT error, attempts, failed_at FROM session_failures
+         WHERE conversation_id = ?1 AND session_number = ?2 AND content_hash = ?3",
+        params![conversation, number, content_hash],
+        |row| {
             Ok(SessionFailure { error: row.get(0)?, attempts: row.get(1)?, failed_at: row.get(2)? })
-        })
-        .optional()?)
+        },
+    )
 }

@@ -181,6 +181,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX jobs_by_conversation ON jobs(conversation_id);
     CREATE INDEX jobs_open ON jobs(state) WHERE state IN ('queued', 'running');",
+    // 7 → 8: job leases. A runner claims a job by writing its own id and a lease end (RFC 3339
+    // UTC, compared as text) and renews the lease while it builds; another runner may take a
+    // running job over once its lease has expired (its runner died or lost the database).
+    "ALTER TABLE jobs ADD COLUMN lease_owner TEXT;
+    ALTER TABLE jobs ADD COLUMN lease_until TEXT;",
 ];
 
 /// The version this code reads and writes.

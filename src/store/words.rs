@@ -3,9 +3,9 @@
 //! writing them does not change the conversation's revision, and forgetting the conversation
 //! deletes them (foreign key cascade).
 
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 
 use super::read::{decode_vectors, encode_vectors};
+use super::db::params;
 use super::{Store, StoreError};
 
 impl Store {
@@ -16,14 +16,13 @@ impl Store {
         words: &[String],
     ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
         let connection = self.connect()?;
-        let mut statement = connection.prepare_cached(
-            "SELECT dims, vector FROM word_vectors WHERE conversation_id = ?1 AND word = ?2",
-        )?;
         let mut found = Vec::new();
         for word in words {
-            let row: Option<(i64, Vec<u8>)> = statement
-                .query_row(params![conversation, word], |row| Ok((row.get(0)?, row.get(1)?)))
-                .optional()?;
+            let row: Option<(i64, Vec<u8>)> = connection.query_opt(
+                "SELECT dims, vector FROM word_vectors WHERE conversation_id = ?1 AND word = ?2",
+                params![conversation, word],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
             if let Some((dims, bytes)) = row {
                 let vector = usize::try_from(dims)
                     .ok()
@@ -47,26 +46,25 @@ impl Store {
         words: &[(String, Vec<f32>)],
     ) -> Result<bool, StoreError> {
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let exists = transaction
-            .query_row("SELECT 1 FROM conversations WHERE id = ?1", [conversation], |_| Ok(()))
-            .optional()?
+            .query_opt("SELECT 1 FROM conversations WHERE id = ?1", params![conversation], |_| {
+                Ok(())
+            })?
             .is_some();
         if !exists {
             return Ok(false);
         }
-        {
-            let mut insert = transaction.prepare(
-                "INSERT OR IGNORE INTO word_vectors (conversation_id, word, dims, vector)
-                 VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            for (word, vector) in words {
-                if vector.is_empty() {
-                    return Err(StoreError::Corrupt(format!("empty vector for word {word:?}")));
-                }
-                let bytes = encode_vectors(std::iter::once(vector), vector.len())?;
-                insert.execute(params![conversation, word, vector.len() as i64, bytes])?;
+        for (word, vector) in words {
+            if vector.is_empty() {
+                return Err(StoreError::Corrupt(format!("empty vector for word {word:?}")));
             }
+            let bytes = encode_vectors(std::iter::once(vector), vector.len())?;
+            transaction.execute(
+                "INSERT INTO word_vectors (conversation_id, word, dims, vector)
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+                params![conversation, word, vector.len() as i64, bytes],
+            )?;
         }
         transaction.commit()?;
         Ok(true)

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{SecondsFormat, TimeDelta};
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 
+use super::db::{Conn, params};
 use super::read::{encode_vectors, session_messages};
 use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
@@ -47,7 +47,7 @@ impl Store {
         check_conversation_id(conversation)?;
         scope.check()?;
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let added = add_in(&transaction, conversation, embedder, scope, messages, gap)?;
         transaction.commit()?;
         Ok(added)
@@ -66,7 +66,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         check_conversation_id(conversation)?;
         let mut connection = self.connect()?;
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let transaction = connection.write()?;
         let (messages, current) = session_messages(&transaction, conversation, number)?;
         if current != content_hash {
             return Ok(false);
@@ -82,9 +82,13 @@ impl Store {
         let unit_vectors =
             encode_vectors(std::iter::once(&units.session).chain(&units.turns), dims)?;
         transaction.execute(
-            "INSERT OR REPLACE INTO session_outputs
+            "INSERT INTO session_outputs
              (conversation_id, session_number, content_hash, model, rewrite, keywords, dims, vectors, units)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (conversation_id, session_number) DO UPDATE SET
+               content_hash = excluded.content_hash, model = excluded.model,
+               rewrite = excluded.rewrite, keywords = excluded.keywords, dims = excluded.dims,
+               vectors = excluded.vectors, units = excluded.units",
             params![conversation, number, content_hash, model, rewrite, keywords, dims as i64, vectors, unit_vectors],
         )?;
         transaction.execute(
@@ -148,19 +152,17 @@ type Fresh<'a> = (&'a Message, Message, String);
 /// Creates the conversation if needed (true when created); errors when it exists with another
 /// embedder.
 fn ensure_conversation(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
     embedder: &str,
     scope: &AddScope,
 ) -> Result<bool, StoreError> {
     type Row = (String, Option<String>, Option<String>);
-    let stored: Option<Row> = transaction
-        .query_row(
-            "SELECT embedder, user_id, agent_id FROM conversations WHERE id = ?1",
-            [conversation],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
-        .optional()?;
+    let stored: Option<Row> = transaction.query_opt(
+        "SELECT embedder, user_id, agent_id FROM conversations WHERE id = ?1",
+        params![conversation],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
     let Some((stored, user, agent)) = stored else {
         transaction.execute(
             "INSERT INTO conversations (id, embedder, created_at, user_id, agent_id)
@@ -212,7 +214,7 @@ fn ensure_conversation(
 /// The messages not stored yet (content hashes with occurrence counts, effective times over
 /// the whole input), and how many were stored already.
 fn fresh_messages<'a>(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
     messages: &'a [Message],
 ) -> Result<(Vec<Fresh<'a>>, usize), StoreError> {
@@ -242,7 +244,7 @@ fn fresh_messages<'a>(
 
 /// Places the fresh messages into sessions (creating new ones) and inserts them.
 fn insert_messages(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
     fresh: &[Fresh<'_>],
     gap: TimeDelta,
@@ -262,7 +264,7 @@ fn insert_messages(
     }
     let mut seq: i64 = transaction.query_row(
         "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE conversation_id = ?1",
-        [conversation],
+        params![conversation],
         |row| row.get(0),
     )?;
     for ((original, placed, hash), placement) in fresh.iter().zip(&placements) {
@@ -306,26 +308,26 @@ fn insert_messages(
 
 /// The spans of a conversation's sessions, by number.
 fn session_spans(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
 ) -> Result<Vec<SessionSpan>, StoreError> {
-    let mut statement = transaction.prepare(
+    let rows = transaction.query(
         "SELECT s.number, s.key, MIN(m.sort_time), MAX(m.sort_time)
          FROM sessions s LEFT JOIN messages m
            ON m.conversation_id = s.conversation_id AND m.session_number = s.number
-         WHERE s.conversation_id = ?1 GROUP BY s.number ORDER BY s.number",
+         WHERE s.conversation_id = ?1 GROUP BY s.number, s.key ORDER BY s.number",
+        params![conversation],
+        |row| {
+            Ok((
+                row.get::<u32>(0)?,
+                row.get::<Option<String>>(1)?,
+                row.get::<Option<String>>(2)?,
+                row.get::<Option<String>>(3)?,
+            ))
+        },
     )?;
-    let rows = statement.query_map([conversation], |row| {
-        Ok((
-            row.get::<_, u32>(0)?,
-            row.get::<_, Option<String>>(1)?,
-            row.get::<_, Option<String>>(2)?,
-            row.get::<_, Option<String>>(3)?,
-        ))
-    })?;
     let mut spans = Vec::new();
-    for row in rows {
-        let (number, key, first, last) = row?;
+    for (number, key, first, last) in rows {
         let parse = |text: Option<String>| {
             text.and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok())
                 .map(|time| time.with_timezone(&chrono::Utc))
@@ -338,7 +340,7 @@ fn session_spans(
 
 /// The body of [`Store::add_messages`] inside the caller's transaction (ids and scope checked).
 pub(super) fn add_in(
-    transaction: &rusqlite::Transaction<'_>,
+    transaction: &Conn,
     conversation: &str,
     embedder: &str,
     scope: &AddScope,
