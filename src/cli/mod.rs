@@ -107,6 +107,39 @@ pub enum Command {
     /// Serve the store as MCP tools on standard input and output, for an MCP client to start
     /// (`serve` also answers MCP, at /mcp).
     Mcp(McpArgs),
+    /// The own-data store itself: `store copy` moves a whole store between SQLite and
+    /// PostgreSQL.
+    Store(StoreArgs),
+}
+
+/// `mragent store …`.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: StoreCommand,
+}
+
+/// The `store` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every row of one store into an empty one (SQLite to PostgreSQL or back), then check
+    /// that each table has the same row count and content hash on both sides.
+    Copy(StoreCopyArgs),
+}
+
+/// `mragent store copy`.
+#[derive(Debug, Args)]
+pub struct StoreCopyArgs {
+    /// The store to copy: `sqlite:PATH` or `postgres://user:password@host:port/database`.
+    #[arg(long, value_name = "URL")]
+    pub from: String,
+    /// The empty store to copy into (created and migrated if new).
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// One JSON object with the tables copied, instead of lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which benchmark to work on.

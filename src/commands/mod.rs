@@ -22,6 +22,7 @@ pub mod ping;
 pub mod retrieve;
 pub mod run;
 pub mod serve;
+pub mod store_copy;
 pub mod trace;
 pub mod verify;
 
@@ -60,6 +61,7 @@ pub fn name(command: &Command) -> &'static str {
         Command::Ask(_) => "ask",
         Command::Serve(_) => "serve",
         Command::Mcp(_) => "mcp",
+        Command::Store(_) => "store",
         Command::Replay(_) => "replay",
         Command::Export(_) => "export",
         Command::Verify(_) => "verify",

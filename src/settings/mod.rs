@@ -118,6 +118,8 @@ pub enum Job {
     Serve(ServeJob),
     /// `mragent mcp`.
     Mcp(McpJob),
+    /// `mragent store copy` (its arguments need no resolving).
+    StoreCopy(crate::cli::StoreCopyArgs),
     /// `mragent export`.
     Export(ExportJob),
     /// `mragent verify`.
@@ -146,6 +148,9 @@ pub fn resolve(
         Command::Ask(args) => Job::Ask(AskJob::resolve(paths, args, env)?),
         Command::Serve(args) => Job::Serve(ServeJob::resolve(paths, &args, env)?),
         Command::Mcp(args) => Job::Mcp(McpJob::resolve(paths, &args, env)?),
+        Command::Store(args) => match args.command {
+            crate::cli::StoreCommand::Copy(copy) => Job::StoreCopy(copy),
+        },
         Command::Replay(args) => {
             Job::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
         }

@@ -48,6 +48,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
+pub use copy::{CopiedTable, copy_store};
 pub use counts::StoreCounts;
 pub use db::pg::shown as shown_url;
 pub use edit::ForgottenMessage;

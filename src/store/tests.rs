@@ -1,14 +1,147 @@
-use chrono::TimeDelta;
-use rusqlite::Connection;
+//! The store's test suite, run on both backends: every test below is a function of the
+//! backend, and `on_both!` makes a SQLite and a PostgreSQL test of each (the PostgreSQL server
+//! is a private one the tests start, `tests/support/private_pg.rs`).
 
+use chrono::TimeDelta;
+
+use super::db::{Conn, params};
 use super::*;
 use crate::convo::{DEFAULT_SESSION_GAP, parse};
 
-fn store() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(Store::default_path(dir.path())).unwrap();
-    (dir, store)
+#[path = "../../tests/support/private_pg.rs"]
+mod private_pg;
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Sqlite,
+    Postgres,
 }
+
+/// A store's place: the SQLite folder (kept until the test ends) or the PostgreSQL URL.
+struct Place {
+    _dir: Option<tempfile::TempDir>,
+    sqlite: Option<std::path::PathBuf>,
+    url: Option<String>,
+}
+
+impl Place {
+    fn new(kind: Kind) -> Self {
+        match kind {
+            Kind::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let path = Store::default_path(dir.path());
+                Place { _dir: Some(dir), sqlite: Some(path), url: None }
+            }
+            Kind::Postgres => Place {
+                _dir: None,
+                sqlite: None,
+                url: Some(private_pg::shared().fresh_database()),
+            },
+        }
+    }
+
+    fn open(&self) -> Result<Store, StoreError> {
+        match (&self.sqlite, &self.url) {
+            (Some(path), _) => Store::open(path),
+            (_, Some(url)) => Store::open_url(url),
+            _ => unreachable!("a place is one or the other"),
+        }
+    }
+
+    /// Brings the empty database to `version` only, then runs `sql` in it.
+    fn at_version(&self, version: u32, sql: &str) {
+        match (&self.sqlite, &self.url) {
+            (Some(path), _) => {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                let mut connection = rusqlite::Connection::open(path).unwrap();
+                assert_eq!(schema::migrate_to(&mut connection, version).unwrap(), version);
+                connection.execute_batch(sql).unwrap();
+            }
+            (_, Some(url)) => {
+                let pg = db::PgStore::new(url).unwrap();
+                assert_eq!(schema_pg::migrate(&pg, version).unwrap(), version);
+                raw_pg(url).execute_batch(sql).unwrap();
+            }
+            _ => unreachable!("a place is one or the other"),
+        }
+    }
+
+    /// A connection to the database outside any store.
+    fn raw(&self) -> Conn {
+        match (&self.sqlite, &self.url) {
+            (Some(path), _) => Conn::Sqlite(rusqlite::Connection::open(path).unwrap()),
+            (_, Some(url)) => raw_pg(url),
+            _ => unreachable!("a place is one or the other"),
+        }
+    }
+
+    fn version(&self) -> u32 {
+        match self.raw() {
+            Conn::Sqlite(connection) => schema::version(&connection).unwrap(),
+            pg => schema_pg::version(&pg).unwrap(),
+        }
+    }
+
+    fn set_version(&self, version: u32) {
+        match self.raw() {
+            Conn::Sqlite(connection) => {
+                connection.pragma_update(None, "user_version", version).unwrap();
+            }
+            pg => {
+                pg.execute("UPDATE mragent_schema SET version = ?1", params![version]).unwrap();
+            }
+        }
+    }
+
+    /// An empty blob in the backend's SQL.
+    fn empty_blob(&self) -> &'static str {
+        if self.sqlite.is_some() { "x''" } else { "decode('', 'hex')" }
+    }
+}
+
+fn raw_pg(url: &str) -> Conn {
+    let pg = db::PgStore::new(url).unwrap();
+    Conn::Pg(std::cell::RefCell::new(pg.get().unwrap()))
+}
+
+fn store(kind: Kind) -> (Place, Store) {
+    let place = Place::new(kind);
+    let store = place.open().unwrap();
+    (place, store)
+}
+
+fn count(store: &Store, sql: &str) -> i64 {
+    store.connect().unwrap().query_row(sql, params![], |row| row.get(0)).unwrap()
+}
+
+/// A SQLite and a PostgreSQL test of each function of the backend.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name(super::Kind::Sqlite) })*
+        }
+        mod postgres {
+            $(#[test] fn $name() { super::$name(super::Kind::Postgres) })*
+        }
+    };
+}
+
+on_both!(
+    migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows,
+    adding_the_same_messages_twice_is_a_no_op,
+    a_late_message_is_placed_by_its_timestamp,
+    the_gap_is_configurable,
+    unknown_conversations_bad_ids_and_other_embedders_are_errors,
+    forget_deletes_everything_of_one_conversation,
+    conversation_locks_exclude_each_other,
+    revisions_change_with_every_write_and_are_never_reused,
+    word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them,
+    a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts,
+    deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere,
+    an_undo_refuses_when_what_it_changed_has_changed_since,
+    an_empty_database_is_migrated_and_several_openers_migrate_once,
+    job_claims_exclude_each_other_until_the_lease_expires,
+);
 
 const WEEK_ONE: &str = r#"[
   {"speaker": "Ann", "text": "I bought a bike", "timestamp": "2024-05-01T10:00:00Z"},
@@ -17,39 +150,77 @@ const WEEK_ONE: &str = r#"[
   {"speaker": "Ann", "text": "Rode it to work", "timestamp": "2024-05-08T09:00:00Z"}
 ]"#;
 
-#[test]
-fn migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.sqlite");
-    {
-        let mut connection = Connection::open(&path).unwrap();
-        assert_eq!(schema::migrate_to(&mut connection, 1).unwrap(), 1);
-        connection
-            .execute_batch(
-                "INSERT INTO conversations VALUES ('c', 'local', '2024-01-01T00:00:00Z');
-                 INSERT INTO sessions VALUES ('c', 1, NULL);
-                 INSERT INTO messages VALUES ('c', 'h1', 1, 1, 'Ann', 'hello', NULL, NULL);",
-            )
-            .unwrap();
-        let missing = connection.prepare("SELECT * FROM session_outputs");
-        assert!(missing.is_err(), "version 1 has no outputs table");
-    }
-    let store = Store::open(&path).unwrap();
-    let connection = Connection::open(&path).unwrap();
-    assert_eq!(schema::version(&connection).unwrap(), SCHEMA_VERSION);
+fn migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows(kind: Kind) {
+    let place = Place::new(kind);
+    place.at_version(
+        1,
+        "INSERT INTO conversations VALUES ('c', 'local', '2024-01-01T00:00:00Z');
+         INSERT INTO sessions VALUES ('c', 1, NULL);
+         INSERT INTO messages VALUES ('c', 'h1', 1, 1, 'Ann', 'hello', NULL, NULL);",
+    );
+    let missing = place.raw().query("SELECT * FROM session_outputs", params![], |_| Ok(()));
+    assert!(missing.is_err(), "version 1 has no outputs table");
+    let store = place.open().unwrap();
+    assert_eq!(place.version(), SCHEMA_VERSION);
     let loaded = store.load("c").unwrap();
     assert_eq!(loaded.sessions.len(), 1);
     assert_eq!(loaded.sessions[0].messages[0].text, "hello");
     assert_eq!(loaded.pending(), vec![1]);
     // Reopening is a no-op; a newer database is refused.
-    Store::open(&path).unwrap();
-    connection.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
-    assert!(matches!(Store::open(&path), Err(StoreError::TooNew { .. })));
+    place.open().unwrap();
+    place.set_version(SCHEMA_VERSION + 1);
+    assert!(matches!(place.open(), Err(StoreError::TooNew { .. })));
 }
 
-#[test]
-fn adding_the_same_messages_twice_is_a_no_op() {
-    let (_dir, store) = store();
+fn an_empty_database_is_migrated_and_several_openers_migrate_once(kind: Kind) {
+    let place = Place::new(kind);
+    let openers: Vec<_> = (0..4)
+        .map(|_| {
+            let place = Place { _dir: None, sqlite: place.sqlite.clone(), url: place.url.clone() };
+            std::thread::spawn(move || place.open().map(|_| ()))
+        })
+        .collect();
+    for opener in openers {
+        opener.join().unwrap().unwrap();
+    }
+    assert_eq!(place.version(), SCHEMA_VERSION);
+    let store = place.open().unwrap();
+    assert!(store.list().unwrap().is_empty());
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM counters"), 1, "migration 3 ran once");
+}
+
+fn job_claims_exclude_each_other_until_the_lease_expires(kind: Kind) {
+    let (_place, store) = store(kind);
+    let messages = parse(WEEK_ONE).unwrap();
+    let gap = DEFAULT_SESSION_GAP;
+    let (_, first) = store.queue_messages("c1", "local", &AddScope::default(), &messages, gap).unwrap();
+    let (_, second) = store.queue_messages("c2", "local", &AddScope::default(), &messages, gap).unwrap();
+    let long = std::time::Duration::from_secs(60);
+    let a = store.claim_jobs("a", long, 1).unwrap();
+    assert_eq!(a, vec![(first.id, "c1".to_string())], "oldest first, at most the limit");
+    let b = store.claim_jobs("b", long, 8).unwrap();
+    assert_eq!(b, vec![(second.id, "c2".to_string())], "a claimed job is not claimed again");
+    assert!(store.claim_jobs("c", long, 8).unwrap().is_empty());
+    // Released: claimable at once. Renewed by its owner only.
+    store.release_job(first.id, "a").unwrap();
+    assert!(!store.renew_job(first.id, "a", long).unwrap());
+    assert_eq!(store.claim_jobs("c", long, 8).unwrap(), vec![(first.id, "c1".to_string())]);
+    assert!(store.renew_job(first.id, "c", long).unwrap());
+    // A running job whose runner stopped renewing is taken over once its lease expires.
+    store.start_job(second.id, 2).unwrap().unwrap();
+    assert!(store.renew_job(second.id, "b", std::time::Duration::from_millis(1)).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(store.claim_jobs("d", long, 8).unwrap(), vec![(second.id, "c2".to_string())]);
+    assert!(!store.renew_job(second.id, "b", long).unwrap(), "b lost it");
+    assert_eq!(store.job_lease(second.id).unwrap().0.as_deref(), Some("d"));
+    // An ended job is nobody's.
+    store.finish_job(second.id, None).unwrap();
+    assert_eq!(store.job_lease(second.id).unwrap(), (None, None));
+    assert!(store.claim_jobs("e", long, 8).unwrap().is_empty());
+}
+
+fn adding_the_same_messages_twice_is_a_no_op(kind: Kind) {
+    let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
     let first = store
         .add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP)
@@ -66,9 +237,8 @@ fn adding_the_same_messages_twice_is_a_no_op() {
     assert_eq!(store.load("c1").unwrap(), before);
 }
 
-#[test]
-fn a_late_message_is_placed_by_its_timestamp() {
-    let (_dir, store) = store();
+fn a_late_message_is_placed_by_its_timestamp(kind: Kind) {
+    let (_place, store) = store(kind);
     store
         .add_messages(
             "c1",
@@ -102,9 +272,8 @@ fn a_late_message_is_placed_by_its_timestamp() {
     assert_eq!(numbers, vec![3, 1, 2]);
 }
 
-#[test]
-fn the_gap_is_configurable() {
-    let (_dir, store) = store();
+fn the_gap_is_configurable(kind: Kind) {
+    let (_place, store) = store(kind);
     let added = store
         .add_messages(
             "c1",
@@ -117,9 +286,8 @@ fn the_gap_is_configurable() {
     assert_eq!(added.new_sessions, vec![1]);
 }
 
-#[test]
-fn unknown_conversations_bad_ids_and_other_embedders_are_errors() {
-    let (_dir, store) = store();
+fn unknown_conversations_bad_ids_and_other_embedders_are_errors(kind: Kind) {
+    let (_place, store) = store(kind);
     assert!(matches!(store.load("nope"), Err(StoreError::UnknownConversation(_))));
     assert!(matches!(store.forget("nope"), Err(StoreError::UnknownConversation(_))));
     let messages = parse(WEEK_ONE).unwrap();
@@ -135,9 +303,8 @@ fn unknown_conversations_bad_ids_and_other_embedders_are_errors() {
     assert!(store.list().unwrap().iter().all(|info| info.id == "c1"));
 }
 
-#[test]
-fn forget_deletes_everything_of_one_conversation() {
-    let (_dir, store) = store();
+fn forget_deletes_everything_of_one_conversation(kind: Kind) {
+    let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
     store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     store.add_messages("c2", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
@@ -145,23 +312,18 @@ fn forget_deletes_everything_of_one_conversation() {
     assert_eq!((forgotten.messages, forgotten.sessions), (4, 2));
     let ids: Vec<String> = store.list().unwrap().into_iter().map(|info| info.id).collect();
     assert_eq!(ids, ["c2"]);
-    let connection = Connection::open(store.path()).unwrap();
-    let left: i64 = connection
-        .query_row("SELECT COUNT(*) FROM messages WHERE conversation_id = 'c1'", [], |row| {
-            row.get(0)
-        })
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM messages WHERE conversation_id = 'c1'"), 0);
 }
 
-#[test]
-fn conversation_locks_exclude_each_other() {
-    let (_dir, store) = store();
+fn conversation_locks_exclude_each_other(kind: Kind) {
+    let (_place, store) = store(kind);
     let held = store.lock_conversation("c1").unwrap();
     let other = store.lock_conversation("c2").unwrap();
-    let path = store.path().with_extension("locks");
-    let files = std::fs::read_dir(path).unwrap().count();
-    assert_eq!(files, 2);
+    if let Some(path) = store.path() {
+        let files = std::fs::read_dir(path.with_extension("locks")).unwrap().count();
+        assert_eq!(files, 2);
+    }
+    assert!(store.try_lock_conversation("c1").unwrap().is_none(), "held");
     let clone = store.clone();
     let (sender, receiver) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
@@ -175,9 +337,8 @@ fn conversation_locks_exclude_each_other() {
     drop(other);
 }
 
-#[test]
-fn revisions_change_with_every_write_and_are_never_reused() {
-    let (_dir, store) = store();
+fn revisions_change_with_every_write_and_are_never_reused(kind: Kind) {
+    let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
     store
         .add_messages("c1", "local", &Default::default(), &messages[..2], DEFAULT_SESSION_GAP)
@@ -199,9 +360,8 @@ fn revisions_change_with_every_write_and_are_never_reused() {
     assert!(store.revision("c2").unwrap() > second);
 }
 
-#[test]
-fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them() {
-    let (_dir, store) = store();
+fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them(kind: Kind) {
+    let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
     store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
     store.add_messages("c2", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
@@ -224,38 +384,32 @@ fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_th
     ));
     store.forget("c1").unwrap();
     assert!(!store.save_word_vectors("c1", &first).unwrap(), "a forgotten conversation");
-    let connection = Connection::open(store.path()).unwrap();
-    let left: i64 =
-        connection.query_row("SELECT COUNT(*) FROM word_vectors", [], |row| row.get(0)).unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM word_vectors"), 0);
 }
 
-#[test]
-fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mragent.sqlite");
-    {
-        // The store as the previous release (schema version 5) left it.
-        let mut connection = Connection::open(&path).unwrap();
-        assert_eq!(schema::migrate_to(&mut connection, 5).unwrap(), 5);
-        connection
-            .execute_batch(
-                r#"INSERT INTO conversations (id, embedder, created_at, revision)
+fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts(kind: Kind) {
+    let place = Place::new(kind);
+    // A store as an earlier release (schema version 5) left it.
+    let blob = place.empty_blob();
+    place.at_version(
+        5,
+        &format!(
+            r#"INSERT INTO conversations (id, embedder, created_at, revision)
                    VALUES ('old', 'local', '2024-01-01T00:00:00Z', 3);
                  UPDATE counters SET value = 3 WHERE name = 'revision';
                  INSERT INTO sessions VALUES ('old', 1, 's1');
                  INSERT INTO messages VALUES ('old', 'h1', 1, 1, 'Ann', 'I live in Paris',
                    '2024-01-05T10:00:00Z', '2024-01-05T10:00:00Z');
                  INSERT INTO session_outputs VALUES ('old', 1, 'stale', 'm',
-                   '{"session": "D1", "sentences": [], "personal_facts": [{"id": "D1:p1",
+                   '{{"session": "D1", "sentences": [], "personal_facts": [{{"id": "D1:p1",
                      "person": "Ann", "aspect": "home", "fact": "Ann lives in Paris",
-                     "origins": ["D1:1"]}]}', '{}', 0, x'', x'');"#,
-            )
-            .unwrap();
-        assert!(connection.prepare("SELECT * FROM facts").is_err(), "version 5 has no facts");
-    }
-    let store = Store::open(&path).unwrap();
-    assert_eq!(schema::version(&Connection::open(&path).unwrap()).unwrap(), SCHEMA_VERSION);
+                     "origins": ["D1:1"]}}]}}', '{{}}', 0, {blob}, {blob});"#
+        ),
+    );
+    let missing = place.raw().query("SELECT * FROM facts", params![], |_| Ok(()));
+    assert!(missing.is_err(), "version 5 has no facts");
+    let store = place.open().unwrap();
+    assert_eq!(place.version(), SCHEMA_VERSION);
     let loaded = store.load("old").unwrap();
     assert_eq!((loaded.info.user.as_deref(), loaded.revision), (None, 3));
     assert_eq!(loaded.sessions[0].messages[0].text, "I live in Paris");
@@ -283,8 +437,7 @@ fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_fact
     let forgotten = store.forget_message("old", "h1", "cli").unwrap();
     let log = store.history(Some("ann"), None).unwrap();
     assert_eq!((log.len(), log[0].id, log[0].actor.as_str()), (1, forgotten.edit, "cli"));
-    let connection = Connection::open(&path).unwrap();
-    assert!(connection.execute("DELETE FROM edits", []).is_err());
+    assert!(place.raw().execute("DELETE FROM edits", params![]).is_err());
     let undo = store.undo(forgotten.edit, "cli").unwrap();
     assert_eq!(undo.undoes, Some(forgotten.edit));
     assert_eq!(store.load("old").unwrap().sessions[0].messages[0].id, "h1");
@@ -296,22 +449,22 @@ type FactRow<'a> = (i64, &'a str, u32, &'a str, &'a str, Option<&'a str>, Option
 
 /// Two conversations of user `ann`, one session each, and facts `rows` (id, conversation,
 /// session, value, valid_from, valid_to, superseded_by) about Ann's home.
-fn facts_store(rows: &[FactRow]) -> (tempfile::TempDir, Store) {
-    let (dir, store) = store();
+fn facts_store(kind: Kind, rows: &[FactRow]) -> (Place, Store) {
+    let (place, store) = store(kind);
     let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };
     // c1: one session; c2: D1 (1 May) and D2 (8 May).
     for (conversation, gap) in [("c1", TimeDelta::days(30)), ("c2", DEFAULT_SESSION_GAP)] {
         let messages = parse(WEEK_ONE).unwrap();
         store.add_messages(conversation, "local", &scope, &messages, gap).unwrap();
     }
-    let connection = Connection::open(store.path()).unwrap();
+    let connection = store.connect().unwrap();
     for (id, conversation, session, value, from, to, by) in rows {
         connection
             .execute(
                 "INSERT INTO facts (id, conversation_id, session_number, key, person, aspect,
                    value, extracted, origins, valid_from, valid_to, superseded_by, checked)
                  VALUES (?1, ?2, ?3, ?4, 'Ann', 'home', ?5, ?5, '[]', ?6, ?7, ?8, 1)",
-                rusqlite::params![
+                params![
                     id,
                     conversation,
                     session,
@@ -324,13 +477,20 @@ fn facts_store(rows: &[FactRow]) -> (tempfile::TempDir, Store) {
             )
             .unwrap();
     }
-    (dir, store)
+    if store.is_postgres() {
+        // Rows inserted with their ids: the identity goes on after them.
+        connection
+            .execute_batch(
+                "SELECT setval(pg_get_serial_sequence('facts', 'id'), (SELECT MAX(id) FROM facts))",
+            )
+            .unwrap();
+    }
+    (place, store)
 }
 
-#[test]
-fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere() {
+fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere(kind: Kind) {
     // Paris (c1) was replaced by Berlin (c2 D1), Berlin by Rome (c2 D2).
-    let (_dir, store) = facts_store(&[
+    let (_place, store) = facts_store(kind, &[
         (1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", Some("2024-02-01T00:00:00Z"), Some(2)),
         (2, "c2", 1, "Berlin", "2024-02-01T00:00:00Z", Some("2024-03-01T00:00:00Z"), Some(3)),
         (3, "c2", 2, "Rome", "2024-03-01T00:00:00Z", None, None),
@@ -361,9 +521,8 @@ fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere() {
     assert!(store.revision("c1").unwrap() > before);
 }
 
-#[test]
-fn an_undo_refuses_when_what_it_changed_has_changed_since() {
-    let (_dir, store) = facts_store(&[(1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", None, None)]);
+fn an_undo_refuses_when_what_it_changed_has_changed_since(kind: Kind) {
+    let (_place, store) = facts_store(kind, &[(1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", None, None)]);
     let first = store.correct_fact(1, "Lyon", "cli").unwrap();
     store.correct_fact(1, "Nice", "cli").unwrap();
     let refused = store.undo(first.id, "cli");

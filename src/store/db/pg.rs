@@ -33,10 +33,41 @@ const WRITE_LOCK: i64 = 0x6d72_6167_656e_7401;
 /// The advisory lock migrations run under.
 pub(crate) const MIGRATE_LOCK: i64 = 0x6d72_6167_656e_7402;
 
+/// Runs blocking client work from wherever the store is called. The `postgres` client drives
+/// its connection with a runtime of its own, which cannot start on a thread that is running
+/// async tasks: on a worker of a multi-threaded runtime (a CLI command calling the store from
+/// its async body) the work moves off the executor first (`block_in_place`); on any other
+/// thread (`spawn_blocking`, plain threads) it runs as is.
+fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
 /// A client with its prepared statements (by the store's SQL text).
 pub(crate) struct PgConn {
-    client: Client,
+    /// Always `Some` until dropped (taken only by `Drop`).
+    client: Option<Client>,
     statements: HashMap<String, Statement>,
+}
+
+impl PgConn {
+    fn client(&mut self) -> &mut Client {
+        // Invariant: `client` is `Some` from construction until `Drop` takes it.
+        self.client.as_mut().expect("a connection's client lives until it is dropped")
+    }
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        // Closing a client blocks on its runtime (see `off_runtime`).
+        if let Some(client) = self.client.take() {
+            off_runtime(move || drop(client));
+        }
+    }
 }
 
 /// A pooled connection.
@@ -53,15 +84,15 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgConn, postgres::Error> {
-        Ok(PgConn { client: self.config.connect(NoTls)?, statements: HashMap::new() })
+        Ok(PgConn { client: Some(self.config.connect(NoTls)?), statements: HashMap::new() })
     }
 
     fn is_valid(&self, connection: &mut PgConn) -> Result<(), postgres::Error> {
-        connection.client.simple_query("").map(|_| ())
+        connection.client().simple_query("").map(|_| ())
     }
 
     fn has_broken(&self, connection: &mut PgConn) -> bool {
-        connection.client.is_closed()
+        connection.client.as_ref().is_none_or(Client::is_closed)
     }
 }
 
@@ -105,7 +136,7 @@ impl PgStore {
 
     /// A pooled connection.
     pub(crate) fn get(&self) -> Result<Pooled, StoreError> {
-        self.pool.get().map_err(|error| {
+        off_runtime(|| self.pool.get()).map_err(|error| {
             StoreError::Unavailable(format!("no connection to PostgreSQL at {}: {error}", self.shown))
         })
     }
@@ -114,6 +145,10 @@ impl PgStore {
     /// that it is released when the lock is dropped or, if this process dies, when the server
     /// sees the connection close. `wait: false` returns `None` while another session holds it.
     pub(crate) fn lock(&self, key: i64, wait: bool) -> Result<Option<PgLock>, StoreError> {
+        off_runtime(|| self.lock_here(key, wait))
+    }
+
+    fn lock_here(&self, key: i64, wait: bool) -> Result<Option<PgLock>, StoreError> {
         let mut client = self.config.connect(NoTls)?;
         if wait {
             client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
@@ -137,7 +172,9 @@ impl Drop for PgLock {
         if let Some(mut client) = self.client.take() {
             // Closing the connection releases the lock too; unlocking first makes the release
             // immediate rather than whenever the server notices the close.
-            let _ = client.simple_query("SELECT pg_advisory_unlock_all()");
+            off_runtime(move || {
+                let _ = client.simple_query("SELECT pg_advisory_unlock_all()");
+            });
         }
     }
 }
@@ -183,7 +220,7 @@ fn statement(connection: &mut PgConn, sql: &str) -> Result<Statement, StoreError
     if let Some(statement) = connection.statements.get(sql) {
         return Ok(statement.clone());
     }
-    let statement = connection.client.prepare(&placeholders(sql))?;
+    let statement = connection.client().prepare(&placeholders(sql))?;
     connection.statements.insert(sql.to_string(), statement.clone());
     Ok(statement)
 }
@@ -198,19 +235,20 @@ pub(super) fn execute(
     sql: &str,
     params: &[Value],
 ) -> Result<u64, StoreError> {
-    let statement = statement(connection, sql)?;
-    Ok(connection.client.execute(&statement, &bound(params))?)
+    off_runtime(|| {
+        let statement = statement(connection, sql)?;
+        Ok(connection.client().execute(&statement, &bound(params))?)
+    })
 }
 
 /// Runs statements without parameters (the simple query protocol).
 pub(super) fn execute_batch(connection: &mut PgConn, sql: &str) -> Result<(), StoreError> {
-    Ok(connection.client.batch_execute(sql)?)
+    Ok(off_runtime(|| connection.client().batch_execute(sql))?)
 }
 
 /// Opens a write transaction: every writer of the store takes one advisory lock.
 pub(super) fn begin_write(connection: &mut PgConn) -> Result<(), StoreError> {
-    connection.client.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"))?;
-    Ok(())
+    execute_batch(connection, &format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"))
 }
 
 /// Every row of a query.
@@ -219,8 +257,10 @@ pub(super) fn query(
     sql: &str,
     params: &[Value],
 ) -> Result<Vec<Row>, StoreError> {
-    let statement = statement(connection, sql)?;
-    let rows = connection.client.query(&statement, &bound(params))?;
+    let rows = off_runtime(|| {
+        let statement = statement(connection, sql)?;
+        Ok::<_, StoreError>(connection.client().query(&statement, &bound(params))?)
+    })?;
     rows.iter()
         .map(|row| (0..row.len()).map(|index| value_of(row, index)).collect::<Result<_, _>>())
         .map(|values| values.map(Row))
