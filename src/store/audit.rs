@@ -118,9 +118,9 @@ impl Store {
         connection.query(
             &format!(
                 "SELECT {EDIT_COLUMNS} FROM edits e
-                 WHERE (?1 IS NULL OR e.conversation_id IN
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR e.conversation_id IN
                          (SELECT id FROM conversations WHERE user_id = ?1))
-                   AND (?2 IS NULL OR e.conversation_id = ?2)
+                   AND (CAST(?2 AS TEXT) IS NULL OR e.conversation_id = ?2)
                  ORDER BY e.id"
             ),
             params![user, conversation],

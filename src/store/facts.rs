@@ -97,7 +97,7 @@ pub(super) fn delete_facts(
 ) -> Result<(), StoreError> {
     let dependents: Vec<String> = transaction.query(
         "SELECT DISTINCT d.conversation_id FROM facts d JOIN facts f ON d.superseded_by = f.id
-         WHERE f.conversation_id = ?1 AND (?2 IS NULL OR f.session_number = ?2)
+         WHERE f.conversation_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR f.session_number = ?2)
            AND d.conversation_id != ?1 ORDER BY d.conversation_id",
         params![conversation, number],
         |row| row.get(0),
@@ -106,7 +106,7 @@ pub(super) fn delete_facts(
     // then sees every earlier deletion, the same on both backends (PostgreSQL runs row
     // triggers at the end of their statement, SQLite right after each row).
     let doomed: Vec<i64> = transaction.query(
-        "SELECT id FROM facts WHERE conversation_id = ?1 AND (?2 IS NULL OR session_number = ?2)
+        "SELECT id FROM facts WHERE conversation_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR session_number = ?2)
          ORDER BY id",
         params![conversation, number],
         |row| row.get(0),
@@ -375,7 +375,7 @@ impl Store {
         self.connect()?.query(
             &format!(
                 "SELECT {FACT_COLUMNS} FROM facts f JOIN conversations c ON c.id = f.conversation_id
-                 WHERE (?1 IS NULL OR c.user_id = ?1) AND (?2 IS NULL OR f.conversation_id = ?2)
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR c.user_id = ?1) AND (CAST(?2 AS TEXT) IS NULL OR f.conversation_id = ?2)
                  ORDER BY f.valid_from IS NULL, f.valid_from, f.conversation_id, f.session_number,
                    f.key"
             ),

@@ -254,7 +254,7 @@ impl Store {
         let rows = self.connect()?.query(
             &format!(
                 "SELECT {JOB_COLUMNS} FROM jobs
-                 WHERE (?1 IS NULL OR conversation_id = ?1)
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR conversation_id = ?1)
                    AND (?2 = 0 OR state IN ('queued', 'running'))
                  ORDER BY id DESC LIMIT ?3"
             ),

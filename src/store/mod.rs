@@ -372,7 +372,7 @@ impl Store {
             crate::names::check_name(crate::names::NameKind::User, user)?;
         }
         self.connect()?.query(
-            &format!("{INFO_QUERY} WHERE ?1 IS NULL OR c.user_id = ?1 ORDER BY c.id"),
+            &format!("{INFO_QUERY} WHERE CAST(?1 AS TEXT) IS NULL OR c.user_id = ?1 ORDER BY c.id"),
             params![user],
             info_of_row,
         )

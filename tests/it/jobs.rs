@@ -17,7 +17,7 @@ use crate::support::{self, EMBEDDER, mragent_command};
 
 /// A server that plays the build stages and the answering agent, every chat reply reporting
 /// 100 prompt and 10 completion tokens and delayed by `delay`.
-async fn server(delay: Duration) -> ScriptedServer {
+pub(crate) async fn server(delay: Duration) -> ScriptedServer {
     let respond = support::build_and_answer(|_| None);
     ScriptedServer::with_responder(move |request: &RecordedRequest| {
         let reply = respond(request);
@@ -32,7 +32,7 @@ async fn server(delay: Duration) -> ScriptedServer {
 }
 
 /// `sessions` sessions of two messages, a day apart, about `topic`.
-fn messages(topic: &str, sessions: u32) -> Value {
+pub(crate) fn messages(topic: &str, sessions: u32) -> Value {
     let lines: Vec<Value> = (1..=sessions)
         .flat_map(|day| {
             let at = |minute: u32| format!("2024-05-{day:02}T10:{minute:02}:00Z");
@@ -48,7 +48,7 @@ fn messages(topic: &str, sessions: u32) -> Value {
 }
 
 /// The rewrite requests per session (`D<n>`) of the recorded requests.
-fn rewrites(requests: &[RecordedRequest]) -> BTreeMap<String, usize> {
+pub(crate) fn rewrites(requests: &[RecordedRequest]) -> BTreeMap<String, usize> {
     let session = regex::Regex::new(r"(?m)^Session (D\d+), date").unwrap();
     let mut counts = BTreeMap::new();
     for request in requests.iter().filter(|request| request.is_chat()) {
@@ -73,7 +73,7 @@ async fn wait_for(api: &Api, job: i64, done: impl Fn(&Value) -> bool) -> Value {
     panic!("job {job} did not get there within a minute");
 }
 
-fn ended(job: &Value) -> bool {
+pub(crate) fn ended(job: &Value) -> bool {
     job["state"] == "done" || job["state"] == "failed"
 }
 
@@ -259,7 +259,7 @@ async fn a_job_survives_a_kill_of_its_server_and_nothing_is_built_twice() {
     assert!(built_before.len() >= 2 && built_before.len() < 6, "{before} {built_before:?}");
     assert_eq!(integrity(dir.path()), "ok");
     let requests_before = scripted.request_count();
-    // A new server takes the job up at once (its runner died with the lock).
+    // A new server takes the job over once its lease (2 s) expires.
     let (_child, address) = serve(dir.path(), scripted.base_url()).await;
     let mut done = Value::Null;
     for _ in 0..600 {

@@ -22,6 +22,9 @@ mod meta_rules;
 mod metrics;
 mod own;
 mod own_memory;
+mod postgres;
+#[path = "../support/private_pg.rs"]
+mod private_pg;
 mod retrieval;
 mod schemathesis;
 mod serve;

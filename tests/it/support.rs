@@ -91,6 +91,8 @@ pub(crate) fn mragent_command(dir: &Path, args: &[&str]) -> tokio::process::Comm
         "MRAGENT_ROOT",
         "RUST_LOG",
         "MRAGENT_WORKERS",
+        "MRAGENT_STORE_URL",
+        "MRAGENT_JOB_LEASE",
     ] {
         command.env_remove(variable);
     }
