@@ -14,6 +14,11 @@
 //!
 //! Run: `cargo bench --bench serve_load` (settings: `LOAD_CLIENTS`, `LOAD_SECONDS`,
 //! `LOAD_KILL_AFTER`, `LOAD_SEED`).
+//!
+//! On PostgreSQL: `LOAD_STORE=postgres` starts a private PostgreSQL (durable: fsync on, as
+//! SQLite's `synchronous=FULL`) and runs `LOAD_REPLICAS` (1 or more) `serve` processes on it,
+//! the clients spread over them round-robin and the jobs built by whichever replica claims
+//! them; the kill phase is the SQLite run's only.
 
 // A benchmark aborts on any setup failure (nothing to recover) and reports on stdout.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
@@ -35,6 +40,9 @@ mod stages;
 
 #[path = "support/run.rs"]
 mod run;
+
+#[path = "../tests/support/private_pg.rs"]
+mod private_pg;
 
 const TOKEN: &str = "load-token";
 
@@ -61,10 +69,12 @@ fn messages(conversation: &Conversation, extra: &str) -> Value {
 }
 
 /// `mragent serve` in `dir` against `base_url`; the child and its address.
-async fn start(dir: &Path, base_url: &str) -> (tokio::process::Child, String) {
+async fn start(dir: &Path, base_url: &str, store: Option<&str>) -> (tokio::process::Child, String) {
+    let store: Vec<&str> = store.map(|url| vec!["--store", url]).unwrap_or_default();
     let mut child = tokio::process::Command::new(run::binary())
         .args(["serve", "--bind", "127.0.0.1:0", "--base-url", base_url, "--model", "local/bench"])
         .args(["--embedder", "bench-embedding", "--max-concurrency", "64"])
+        .args(store)
         .current_dir(dir)
         .env("MRAGENT_SERVE_TOKEN", TOKEN)
         .env_remove("OPENAI_API_KEY")
@@ -100,11 +110,29 @@ fn peak_rss(pid: u32) -> f64 {
 struct Client {
     http: reqwest::Client,
     base: String,
+    /// Other replicas' addresses (`http://…`): requests go round-robin over `base` and these.
+    others: Vec<String>,
 }
 
 impl Client {
     async fn call(&self, get: bool, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
+        self.call_on(0, get, path, body).await
+    }
+
+    /// [`Client::call`] on replica `index` (round-robin).
+    async fn call_on(
+        &self,
+        index: u64,
+        get: bool,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let replicas = 1 + self.others.len() as u64;
+        let base = match index % replicas {
+            0 => &self.base,
+            other => &self.others[other as usize - 1],
+        };
+        let url = format!("{base}{path}");
         let request = if get { self.http.get(url) } else { self.http.post(url) };
         let request = match body {
             Some(body) => request.json(body),
@@ -192,7 +220,7 @@ async fn load(
                         )
                     };
                     let started = Instant::now();
-                    let (status, reply) = client.call(false, &path, Some(&body)).await;
+                    let (status, reply) = client.call_on(index, false, &path, Some(&body)).await;
                     tally.latencies.entry(route).or_default().push(started.elapsed());
                     if status != 200 {
                         let code = reply["error"]["code"].as_str().unwrap_or("no answer");
@@ -248,12 +276,30 @@ fn main() {
         .collect();
     let questions = Arc::new(questions);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let postgres = std::env::var("LOAD_STORE").is_ok_and(|store| store == "postgres");
+    let replicas = setting("LOAD_REPLICAS", 1).max(1);
+    let pg =
+        postgres.then(|| private_pg::PrivatePg::start_durable().expect("a private PostgreSQL"));
+    let url = pg.as_ref().map(|pg| pg.url("postgres"));
     runtime.block_on(async {
         println!("serve_load: load average before {}", run::load());
+        let store = match &url {
+            Some(_) => format!("PostgreSQL 15 (private, loopback), {replicas} replica(s)"),
+            None => "SQLite".to_string(),
+        };
+        println!("store: {store}");
         let scripted = ScriptedServer::with_responder(run::responder(Duration::ZERO, true)).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let (mut child, address) = start(dir.path(), scripted.base_url()).await;
-        let client = Arc::new(Client { http: reqwest::Client::new(), base: format!("http://{address}") });
+        let (mut child, address) = start(dir.path(), scripted.base_url(), url.as_deref()).await;
+        let mut others = Vec::new();
+        let mut replica_children = Vec::new();
+        let count = if url.is_some() { replicas } else { 1 };
+        for _ in 1..count {
+            let (other, address) = start(dir.path(), scripted.base_url(), url.as_deref()).await;
+            others.push(format!("http://{address}"));
+            replica_children.push(other);
+        }
+        let client = Arc::new(Client { http: reqwest::Client::new(), base: format!("http://{address}"), others });
         let started = Instant::now();
         let jobs = queue(&client, &conversations, "").await;
         let ended = client.wait_jobs(&jobs).await;
@@ -271,6 +317,13 @@ fn main() {
         report(&format!("load ({clients} clients, {seconds} s)"), &mut tally, seconds);
         let pid = child.id().unwrap();
         println!("serve peak RSS: {:.0} MiB", peak_rss(pid));
+        for other in &replica_children {
+            println!("replica peak RSS: {:.0} MiB", peak_rss(other.id().unwrap()));
+        }
+        if url.is_some() {
+            println!("serve_load: load average after {}", run::load());
+            return;
+        }
 
         // Kill -9 in the middle of load and of new jobs, then restart.
         let loading = tokio::spawn(load(Arc::clone(&client), Arc::clone(&questions), clients, kill_after + 2, seed + 1000));
@@ -284,8 +337,8 @@ fn main() {
         let unfinished: i64 = connection
             .query_row("SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')", [], |row| row.get(0))
             .unwrap();
-        let (_child, address) = start(dir.path(), scripted.base_url()).await;
-        let client = Client { http: reqwest::Client::new(), base: format!("http://{address}") };
+        let (_child, address) = start(dir.path(), scripted.base_url(), None).await;
+        let client = Client { http: reqwest::Client::new(), base: format!("http://{address}"), others: Vec::new() };
         let ended = client.wait_jobs(&jobs).await;
         let done = ended.iter().filter(|job| job["state"] == "done").count();
         let resumed = ended.iter().filter(|job| job["attempts"].as_u64() > Some(1)).count();

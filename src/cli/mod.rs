@@ -50,7 +50,13 @@ pub struct GlobalArgs {
     /// The own-data store (`memory`, `serve`, `mcp`): `postgres://user:password@host:port/db`
     /// for a PostgreSQL database shared by several processes, or `sqlite:PATH`; default: the
     /// SQLite file data/store/mragent.sqlite under the root.
-    #[arg(long, global = true, env = "MRAGENT_STORE_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "MRAGENT_STORE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
 }
 

@@ -282,7 +282,8 @@ const STORE_RETRY_AFTER: &str = "2";
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry = matches!(self.detail.code, ErrorCode::StoreUnavailable);
-        let mut response = (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
+        let mut response =
+            (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
         if retry {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,

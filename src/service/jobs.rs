@@ -186,7 +186,7 @@ where
             for (id, conversation) in store.claim_jobs(&runner, lease, room)? {
                 let free = !taken.contains(&conversation)
                     && !claimed.iter().any(|(_, other, _)| *other == conversation)
-                    && !store.info(&conversation)?.is_some_and(|info| info.embedder != embedder);
+                    && store.info(&conversation)?.is_none_or(|info| info.embedder == embedder);
                 let lock = if free { store.try_lock_conversation(&conversation)? } else { None };
                 match lock {
                     Some(lock) => claimed.push((id, conversation, lock)),

@@ -202,10 +202,7 @@ impl Store {
 
 /// Puts back the value a correction replaced: on the fact it corrected, or (its session was
 /// rebuilt since) on the fact with the same session, key and extracted value.
-fn restore_value(
-    transaction: &Conn,
-    edit: &Edit,
-) -> Result<Value, StoreError> {
+fn restore_value(transaction: &Conn, edit: &Edit) -> Result<Value, StoreError> {
     let gone = || StoreError::Corrupt("the fact it corrected is no longer in memory".into());
     let before = edit.before.as_ref().ok_or_else(gone)?;
     let value = before["value"].as_str().ok_or_else(gone)?;
@@ -243,10 +240,7 @@ fn restore_value(
 
 /// Puts a forgotten message (an edit's `before`) back into its session, re-creating the
 /// session when the forget removed it. `StoreError::Corrupt` says why it cannot.
-fn restore_message(
-    transaction: &Conn,
-    edit: &Edit,
-) -> Result<Value, StoreError> {
+fn restore_message(transaction: &Conn, edit: &Edit) -> Result<Value, StoreError> {
     let refuse = |why: &str| StoreError::Corrupt(why.to_string());
     let message = edit.before.as_ref().ok_or_else(|| refuse("the log holds no message"))?;
     let number = message["session"].as_i64().ok_or_else(|| refuse("the log holds no session"))?;

@@ -142,7 +142,8 @@ fn copy_table(
     let select = format!("SELECT {columns} FROM {table} ORDER BY {order} LIMIT ?1 OFFSET ?2");
     let mut offset = 0;
     loop {
-        let rows: Vec<Row> = source.query(&select, params![BATCH, offset], |row| Ok(row.clone()))?;
+        let rows: Vec<Row> =
+            source.query(&select, params![BATCH, offset], |row| Ok(row.clone()))?;
         for row in &rows {
             destination.execute(&insert, &row.0)?;
         }
@@ -164,7 +165,8 @@ fn digest(
     let mut hasher = Sha256::new();
     let (mut count, mut offset) = (0u64, 0);
     loop {
-        let rows: Vec<Row> = connection.query(&select, params![BATCH, offset], |row| Ok(row.clone()))?;
+        let rows: Vec<Row> =
+            connection.query(&select, params![BATCH, offset], |row| Ok(row.clone()))?;
         for row in &rows {
             for value in &row.0 {
                 hash_value(&mut hasher, value);

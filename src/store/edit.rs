@@ -5,9 +5,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::audit::{FORGET_MESSAGE, record_edit};
+use super::db::params;
 use super::read::session_messages;
 use super::revision::bump_revision;
-use super::db::params;
 use super::{Store, StoreError, check_conversation_id};
 
 /// What forgetting one message changed.
@@ -68,27 +68,27 @@ impl Store {
         let mut connection = self.connect()?;
         let transaction = connection.write()?;
         let row = transaction.query_opt(
-                "SELECT m.session_number, s.key, m.seq, m.speaker, m.text, m.timestamp,
+            "SELECT m.session_number, s.key, m.seq, m.speaker, m.text, m.timestamp,
                         m.sort_time, m.tags
                  FROM messages m JOIN sessions s
                    ON s.conversation_id = m.conversation_id AND s.number = m.session_number
                  WHERE m.conversation_id = ?1 AND m.hash = ?2",
-                params![conversation, message],
-                |row| {
-                    Ok((
-                        row.get::<u32>(0)?,
-                        json!({
-                            "id": message, "session": row.get::<u32>(0)?,
-                            "session_key": row.get::<Option<String>>(1)?,
-                            "seq": row.get::<i64>(2)?, "speaker": row.get::<String>(3)?,
-                            "text": row.get::<String>(4)?,
-                            "timestamp": row.get::<Option<String>>(5)?,
-                            "sort_time": row.get::<Option<String>>(6)?,
-                            "tags": row.get::<Option<String>>(7)?,
-                        }),
-                    ))
-                },
-            )?;
+            params![conversation, message],
+            |row| {
+                Ok((
+                    row.get::<u32>(0)?,
+                    json!({
+                        "id": message, "session": row.get::<u32>(0)?,
+                        "session_key": row.get::<Option<String>>(1)?,
+                        "seq": row.get::<i64>(2)?, "speaker": row.get::<String>(3)?,
+                        "text": row.get::<String>(4)?,
+                        "timestamp": row.get::<Option<String>>(5)?,
+                        "sort_time": row.get::<Option<String>>(6)?,
+                        "tags": row.get::<Option<String>>(7)?,
+                    }),
+                ))
+            },
+        )?;
         let (number, before) = row.ok_or_else(|| StoreError::UnknownMessage {
             conversation: conversation.to_string(),
             message: message.to_string(),

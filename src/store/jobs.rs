@@ -184,7 +184,11 @@ fn stamp(time: chrono::DateTime<Utc>) -> String {
 
 fn read_job(connection: &Conn, id: i64) -> Result<Job, StoreError> {
     let row = connection
-        .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"), params![id], job_of_row)?
+        .query_opt(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"),
+            params![id],
+            job_of_row,
+        )?
         .ok_or(StoreError::UnknownJob(id))?;
     decode(row)
 }

@@ -144,9 +144,7 @@ pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A store URL that names neither backend.
-    #[error(
-        "store URL {0:?}: expected postgres://user:password@host:port/database or sqlite:PATH"
-    )]
+    #[error("store URL {0:?}: expected postgres://user:password@host:port/database or sqlite:PATH")]
     BadUrl(String),
     /// A copy's destination already holds data, or the copy did not verify.
     #[error("store copy: {0}")]
@@ -207,7 +205,7 @@ pub struct Store {
 #[derive(Debug, Clone)]
 enum Place {
     Sqlite(PathBuf),
-    Postgres(db::PgStore),
+    Postgres(Box<db::PgStore>),
 }
 
 /// A held conversation lock (see [`Store::lock_conversation`]); released when dropped.
@@ -219,7 +217,7 @@ pub struct ConversationLock {
 #[expect(dead_code, reason = "a lock is held, never read")]
 enum Held {
     File(std::fs::File),
-    Postgres(db::pg::PgLock),
+    Postgres(Box<db::pg::PgLock>),
 }
 
 impl std::fmt::Debug for ConversationLock {
@@ -262,7 +260,7 @@ impl Store {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let pg = db::PgStore::new(url)?;
             schema_pg::migrate(&pg, SCHEMA_VERSION)?;
-            return Ok(Self { place: Place::Postgres(pg) });
+            return Ok(Self { place: Place::Postgres(Box::new(pg)) });
         }
         match url.strip_prefix("sqlite:") {
             Some(path) if !path.is_empty() => Self::open(path),
@@ -296,7 +294,7 @@ impl Store {
     pub(crate) fn connect(&self) -> Result<Conn, StoreError> {
         match &self.place {
             Place::Sqlite(path) => Ok(Conn::Sqlite(sqlite_connect(path)?)),
-            Place::Postgres(pg) => Ok(Conn::Pg(std::cell::RefCell::new(pg.get()?))),
+            Place::Postgres(pg) => Ok(Conn::pg(pg.get()?)),
         }
     }
 
@@ -348,7 +346,7 @@ impl Store {
             Place::Postgres(pg) => {
                 let key = db::pg::lock_key(&format!("conversation {conversation}"));
                 match pg.lock(key, wait)? {
-                    Some(lock) => Held::Postgres(lock),
+                    Some(lock) => Held::Postgres(Box::new(lock)),
                     None => return Ok(None),
                 }
             }
@@ -381,7 +379,11 @@ impl Store {
     /// One conversation's summary, if it exists.
     pub fn info(&self, id: &str) -> Result<Option<ConversationInfo>, StoreError> {
         check_conversation_id(id)?;
-        self.connect()?.query_opt(&format!("{INFO_QUERY} WHERE c.id = ?1"), params![id], info_of_row)
+        self.connect()?.query_opt(
+            &format!("{INFO_QUERY} WHERE c.id = ?1"),
+            params![id],
+            info_of_row,
+        )
     }
 
     /// Deletes a conversation with everything stored for it. Errors when it does not exist.

@@ -260,19 +260,20 @@ pub(super) fn session_messages(
     let sql = "SELECT hash, speaker, text, timestamp, sort_time, tags FROM messages
          WHERE conversation_id = ?1 AND session_number = ?2
          ORDER BY sort_time IS NULL, sort_time, seq";
-    let messages: Vec<StoredMessage> = connection.query(sql, params![conversation, number], |row| {
-        Ok(StoredMessage {
-            id: row.get(0)?,
-            speaker: row.get(1)?,
-            text: row.get(2)?,
-            timestamp: row.get(3)?,
-            sort_time: row.get(4)?,
-            tags: row
-                .get::<Option<String>>(5)?
-                .and_then(|tags| serde_json::from_str(&tags).ok())
-                .unwrap_or_default(),
-        })
-    })?;
+    let messages: Vec<StoredMessage> =
+        connection.query(sql, params![conversation, number], |row| {
+            Ok(StoredMessage {
+                id: row.get(0)?,
+                speaker: row.get(1)?,
+                text: row.get(2)?,
+                timestamp: row.get(3)?,
+                sort_time: row.get(4)?,
+                tags: row
+                    .get::<Option<String>>(5)?
+                    .and_then(|tags| serde_json::from_str(&tags).ok())
+                    .unwrap_or_default(),
+            })
+        })?;
     let content: Vec<(&str, &str, Option<&str>)> = messages
         .iter()
         .map(|message| {

@@ -192,7 +192,7 @@ pub(crate) fn version(connection: &Conn) -> Result<u32, StoreError> {
 /// Applies the migrations after the database's version up to `target`, each in its own
 /// transaction under the migration lock; refuses a database newer than this mragent.
 pub(crate) fn migrate(pg: &PgStore, target: u32) -> Result<u32, StoreError> {
-    let connection = Conn::Pg(std::cell::RefCell::new(pg.get()?));
+    let connection = Conn::pg(pg.get()?);
     loop {
         connection.execute_batch(&format!(
             "BEGIN; SELECT pg_advisory_xact_lock({MIGRATE_LOCK});
@@ -222,7 +222,9 @@ fn migrate_step(connection: &Conn, pg: &PgStore, target: u32) -> Result<Option<u
     }
     connection.execute_batch(MIGRATIONS[current as usize])?;
     connection.execute("DELETE FROM mragent_schema", params![])?;
-    connection
-        .execute("INSERT INTO mragent_schema (version) VALUES (?1)", params![i64::from(current + 1)])?;
+    connection.execute(
+        "INSERT INTO mragent_schema (version) VALUES (?1)",
+        params![i64::from(current + 1)],
+    )?;
     Ok(None)
 }

@@ -32,11 +32,9 @@ impl Place {
                 let path = Store::default_path(dir.path());
                 Place { _dir: Some(dir), sqlite: Some(path), url: None }
             }
-            Kind::Postgres => Place {
-                _dir: None,
-                sqlite: None,
-                url: Some(private_pg::shared().fresh_database()),
-            },
+            Kind::Postgres => {
+                Place { _dir: None, sqlite: None, url: Some(private_pg::shared().fresh_database()) }
+            }
         }
     }
 
@@ -101,7 +99,7 @@ impl Place {
 
 fn raw_pg(url: &str) -> Conn {
     let pg = db::PgStore::new(url).unwrap();
-    Conn::Pg(std::cell::RefCell::new(pg.get().unwrap()))
+    Conn::pg(pg.get().unwrap())
 }
 
 fn store(kind: Kind) -> (Place, Store) {
@@ -193,8 +191,10 @@ fn job_claims_exclude_each_other_until_the_lease_expires(kind: Kind) {
     let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
     let gap = DEFAULT_SESSION_GAP;
-    let (_, first) = store.queue_messages("c1", "local", &AddScope::default(), &messages, gap).unwrap();
-    let (_, second) = store.queue_messages("c2", "local", &AddScope::default(), &messages, gap).unwrap();
+    let (_, first) =
+        store.queue_messages("c1", "local", &AddScope::default(), &messages, gap).unwrap();
+    let (_, second) =
+        store.queue_messages("c2", "local", &AddScope::default(), &messages, gap).unwrap();
     let long = std::time::Duration::from_secs(60);
     let a = store.claim_jobs("a", long, 1).unwrap();
     assert_eq!(a, vec![(first.id, "c1".to_string())], "oldest first, at most the limit");
@@ -490,11 +490,14 @@ fn facts_store(kind: Kind, rows: &[FactRow]) -> (Place, Store) {
 
 fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere(kind: Kind) {
     // Paris (c1) was replaced by Berlin (c2 D1), Berlin by Rome (c2 D2).
-    let (_place, store) = facts_store(kind, &[
-        (1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", Some("2024-02-01T00:00:00Z"), Some(2)),
-        (2, "c2", 1, "Berlin", "2024-02-01T00:00:00Z", Some("2024-03-01T00:00:00Z"), Some(3)),
-        (3, "c2", 2, "Rome", "2024-03-01T00:00:00Z", None, None),
-    ]);
+    let (_place, store) = facts_store(
+        kind,
+        &[
+            (1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", Some("2024-02-01T00:00:00Z"), Some(2)),
+            (2, "c2", 1, "Berlin", "2024-02-01T00:00:00Z", Some("2024-03-01T00:00:00Z"), Some(3)),
+            (3, "c2", 2, "Rome", "2024-03-01T00:00:00Z", None, None),
+        ],
+    );
     // A message added to c2's D1: its facts go until the rebuild.
     let before = store.revision("c1").unwrap();
     let more =
@@ -522,7 +525,8 @@ fn deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere(kin
 }
 
 fn an_undo_refuses_when_what_it_changed_has_changed_since(kind: Kind) {
-    let (_place, store) = facts_store(kind, &[(1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", None, None)]);
+    let (_place, store) =
+        facts_store(kind, &[(1, "c1", 1, "Paris", "2024-01-01T00:00:00Z", None, None)]);
     let first = store.correct_fact(1, "Lyon", "cli").unwrap();
     store.correct_fact(1, "Nice", "cli").unwrap();
     let refused = store.undo(first.id, "cli");

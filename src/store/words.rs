@@ -3,9 +3,8 @@
 //! writing them does not change the conversation's revision, and forgetting the conversation
 //! deletes them (foreign key cascade).
 
-
-use super::read::{decode_vectors, encode_vectors};
 use super::db::params;
+use super::read::{decode_vectors, encode_vectors};
 use super::{Store, StoreError};
 
 impl Store {

@@ -307,10 +307,7 @@ fn insert_messages(
 }
 
 /// The spans of a conversation's sessions, by number.
-fn session_spans(
-    transaction: &Conn,
-    conversation: &str,
-) -> Result<Vec<SessionSpan>, StoreError> {
+fn session_spans(transaction: &Conn, conversation: &str) -> Result<Vec<SessionSpan>, StoreError> {
     let rows = transaction.query(
         "SELECT s.number, s.key, MIN(m.sort_time), MAX(m.sort_time)
          FROM sessions s LEFT JOIN messages m

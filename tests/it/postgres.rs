@@ -96,12 +96,12 @@ async fn two_replicas_see_each_others_writes_and_concurrent_adds_lose_nothing() 
         assert_eq!(status, StatusCode::OK, "{reply}");
         new_messages += reply["new_messages"].as_u64().unwrap();
     }
-    let unique = [&canal, &lock, &dam].iter().map(|batch| batch.as_array().unwrap().len()).sum();
+    let unique: usize =
+        [&canal, &lock, &dam].iter().map(|batch| batch.as_array().unwrap().len()).sum();
     assert_eq!(new_messages, unique as u64, "each message stored once, by one of the adds");
     let stored = open(&url).await;
-    let counted = tokio::task::spawn_blocking(move || stored.info("busy").unwrap().unwrap())
-        .await
-        .unwrap();
+    let counted =
+        tokio::task::spawn_blocking(move || stored.info("busy").unwrap().unwrap()).await.unwrap();
     assert_eq!(counted.messages, unique as i64, "{counted:?}");
     assert_eq!(counted.built_sessions, counted.sessions, "{counted:?}");
     for replica in [&a, &b] {
@@ -225,9 +225,11 @@ async fn a_database_restart_is_a_clear_503_then_recovery_without_restarting_mrag
 async fn store_copy_moves_a_store_to_postgres_and_back_and_verifies_it() {
     let scripted = server(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
-    let model = ["--base-url", scripted.base_url(), "--model", "local/tiny", "--embedder", EMBEDDER];
+    let model =
+        ["--base-url", scripted.base_url(), "--model", "local/tiny", "--embedder", EMBEDDER];
     let run = |args: Vec<String>| {
-        let mut command = mragent_command(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut command =
+            mragent_command(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
         async move { command.output().await.unwrap() }
     };
     let file = dir.path().join("m.json");
@@ -266,7 +268,8 @@ async fn store_copy_moves_a_store_to_postgres_and_back_and_verifies_it() {
     let returned: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(returned["tables"], there["tables"], "the same counts and hashes both ways");
     // The copy on PostgreSQL answers the command line as the original did.
-    let list = |store: &str| ["--store", store, "memory", "list", "--json"].map(str::to_string).to_vec();
+    let list =
+        |store: &str| ["--store", store, "memory", "list", "--json"].map(str::to_string).to_vec();
     let original = run(list(&sqlite)).await;
     let copied = run(list(&url)).await;
     assert!(copied.status.success(), "{}", String::from_utf8_lossy(&copied.stderr));

@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
+/// Settings of a test server that trade durability for speed.
+const FAST: [&str; 4] = ["-c", "fsync=off", "-c", "full_page_writes=off"];
+
 /// The superuser of the test cluster (trust authentication on loopback).
 pub const USER: &str = "mragent";
 
@@ -28,6 +31,8 @@ pub struct PrivatePg {
     bin: PathBuf,
     port: u16,
     run_as_postgres: bool,
+    /// fsync on (benchmarks) or off (tests).
+    durable: bool,
     /// The running postmaster's pid and the receiver told when it exits.
     running: Mutex<Option<(u32, mpsc::Receiver<()>)>>,
     databases: AtomicU32,
@@ -79,8 +84,17 @@ fn free_port() -> u16 {
 }
 
 impl PrivatePg {
-    /// Creates a cluster in a new folder and starts its server.
+    /// Creates a cluster in a new folder and starts its server (without fsync: for tests).
     pub fn start() -> Result<Self, String> {
+        Self::start_with(false)
+    }
+
+    /// [`PrivatePg::start`] with fsync on, as a production server (for benchmarks).
+    pub fn start_durable() -> Result<Self, String> {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Result<Self, String> {
         let bin = bin_dir()?;
         let run_as_postgres = is_root();
         static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -92,7 +106,8 @@ impl PrivatePg {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         if run_as_postgres {
-            let status = Command::new("chown").arg("-R").arg("postgres:postgres").arg(&dir).status();
+            let status =
+                Command::new("chown").arg("-R").arg("postgres:postgres").arg(&dir).status();
             if !status.is_ok_and(|status| status.success()) {
                 return Err(format!("could not give {} to the postgres user", dir.display()));
             }
@@ -102,6 +117,7 @@ impl PrivatePg {
             bin,
             port: free_port(),
             run_as_postgres,
+            durable,
             running: Mutex::new(None),
             databases: AtomicU32::new(0),
         };
@@ -148,7 +164,8 @@ impl PrivatePg {
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(&self.dir)
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400"])
-            .args(["-c", "fsync=off", "-c", "full_page_writes=off", "-c", "log_min_messages=fatal"])
+            .args(["-c", "log_min_messages=fatal"])
+            .args(if self.durable { FAST.get(..0) } else { FAST.get(..) }.unwrap_or_default())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::from(
                 std::fs::File::create(self.dir.join("server.log")).map_err(|e| e.to_string())?,

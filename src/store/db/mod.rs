@@ -224,10 +224,15 @@ pub(crate) enum Conn {
     Sqlite(rusqlite::Connection),
     /// A pooled PostgreSQL connection (the client needs `&mut`; a connection is used by one
     /// thread at a time, so a `RefCell` is enough).
-    Pg(RefCell<pg::Pooled>),
+    Pg(Box<RefCell<pg::Pooled>>),
 }
 
 impl Conn {
+    /// A pooled PostgreSQL connection as a `Conn`.
+    pub(crate) fn pg(pooled: pg::Pooled) -> Self {
+        Conn::Pg(Box::new(RefCell::new(pooled)))
+    }
+
     /// The backend.
     pub(crate) fn backend(&self) -> Backend {
         match self {

@@ -55,8 +55,9 @@ pub(crate) struct PgConn {
 }
 
 impl PgConn {
+    // Invariant: `client` is `Some` from construction until `Drop` takes it.
+    #[expect(clippy::expect_used, reason = "the client is only taken by Drop")]
     fn client(&mut self) -> &mut Client {
-        // Invariant: `client` is `Some` from construction until `Drop` takes it.
         self.client.as_mut().expect("a connection's client lives until it is dropped")
     }
 }
@@ -137,7 +138,10 @@ impl PgStore {
     /// A pooled connection.
     pub(crate) fn get(&self) -> Result<Pooled, StoreError> {
         off_runtime(|| self.pool.get()).map_err(|error| {
-            StoreError::Unavailable(format!("no connection to PostgreSQL at {}: {error}", self.shown))
+            StoreError::Unavailable(format!(
+                "no connection to PostgreSQL at {}: {error}",
+                self.shown
+            ))
         })
     }
 
