@@ -244,6 +244,28 @@ async fn load(
     all
 }
 
+/// What the per-request revision check (how a replica learns that its cached index is stale)
+/// costs: `Store::revision` 2,000 times, one after the other, from a thread of the blocking pool
+/// as the service calls it; p50 and p99.
+async fn revision_checks(store: mragent::store::Store, conversation: &str) {
+    let conversation = conversation.to_string();
+    let mut took = tokio::task::spawn_blocking(move || {
+        (0..2000)
+            .map(|_| {
+                let started = Instant::now();
+                store.revision(&conversation).unwrap();
+                started.elapsed()
+            })
+            .collect::<Vec<Duration>>()
+    })
+    .await
+    .unwrap();
+    took.sort();
+    let micros =
+        |fraction: f64| took[((took.len() - 1) as f64 * fraction) as usize].as_secs_f64() * 1e6;
+    println!("revision check: p50 {:.0} µs, p99 {:.0} µs (2,000 calls)", micros(0.5), micros(0.99));
+}
+
 fn report(label: &str, tally: &mut Tally, seconds: u64) {
     for (route, latencies) in &mut tally.latencies {
         latencies.sort();
@@ -313,6 +335,11 @@ fn main() {
             sessions as f64 / wall,
             scripted.request_count()
         );
+        let store = match &url {
+            Some(url) => mragent::store::Store::open_url(url).unwrap(),
+            None => mragent::store::Store::open(mragent::store::Store::default_path(dir.path())).unwrap(),
+        };
+        revision_checks(store, &conversations[0].sample_id).await;
         let mut tally = load(Arc::clone(&client), Arc::clone(&questions), clients, seconds, seed).await;
         report(&format!("load ({clients} clients, {seconds} s)"), &mut tally, seconds);
         let pid = child.id().unwrap();

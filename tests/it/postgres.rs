@@ -181,7 +181,8 @@ async fn a_database_restart_is_a_clear_503_then_recovery_without_restarting_mrag
     let url = pg.url("postgres");
     let scripted = server(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
-    let (_child, address) = serve_with(dir.path(), scripted.base_url(), &["--store", &url]).await;
+    let (mut child, address) =
+        serve_with(dir.path(), scripted.base_url(), &["--store", &url]).await;
     let search = "/v1/conversations/r/search";
     let body = json!({"messages": messages("the weir", 2)});
     assert_eq!(post(&address, "/v1/conversations/r/messages", body).await.0, StatusCode::OK);
@@ -219,6 +220,12 @@ async fn a_database_restart_is_a_clear_503_then_recovery_without_restarting_mrag
     assert_eq!(found.0, StatusCode::OK, "{}", found.1);
     assert!(texts(&found.1).iter().any(|text| text.contains("weir")), "{}", found.1);
     assert_eq!(reqwest::get(&ready).await.unwrap().status(), StatusCode::OK);
+    // SIGTERM (what Kubernetes sends) stops the server gracefully.
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    let status = stopped.expect("serve stops on SIGTERM").unwrap();
+    assert!(status.success(), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -257,6 +257,14 @@ impl Conn {
         }
     }
 
+    /// Every row of a query.
+    fn rows(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>, StoreError> {
+        match self {
+            Conn::Sqlite(connection) => sqlite::query(connection, sql, params),
+            Conn::Pg(client) => pg::query(&mut client.borrow_mut(), sql, params),
+        }
+    }
+
     /// Every row of a query, each mapped by `map`.
     pub(crate) fn query<T>(
         &self,
@@ -264,11 +272,7 @@ impl Conn {
         params: &[Value],
         map: impl FnMut(&Row) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
-        let rows = match self {
-            Conn::Sqlite(connection) => sqlite::query(connection, sql, params)?,
-            Conn::Pg(client) => pg::query(&mut client.borrow_mut(), sql, params)?,
-        };
-        rows.iter().map(map).collect()
+        self.rows(sql, params)?.iter().map(map).collect()
     }
 
     /// The first row of a query, if any.
@@ -278,11 +282,7 @@ impl Conn {
         params: &[Value],
         map: impl FnOnce(&Row) -> Result<T, StoreError>,
     ) -> Result<Option<T>, StoreError> {
-        let rows = match self {
-            Conn::Sqlite(connection) => sqlite::query(connection, sql, params)?,
-            Conn::Pg(client) => pg::query(&mut client.borrow_mut(), sql, params)?,
-        };
-        rows.first().map(map).transpose()
+        self.rows(sql, params)?.first().map(map).transpose()
     }
 
     /// The first row of a query that always returns one (an aggregate, `EXISTS`, `RETURNING`).
