@@ -42,6 +42,11 @@ fn texts(found: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A new database of the shared private server (its client blocks: off the executor).
+async fn fresh_database() -> String {
+    tokio::task::spawn_blocking(|| private_pg::shared().fresh_database()).await.unwrap()
+}
+
 /// The store at `url`, opened off the async executor.
 async fn open(url: &str) -> Store {
     let url = url.to_string();
@@ -50,7 +55,7 @@ async fn open(url: &str) -> Store {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_see_each_others_writes_and_concurrent_adds_lose_nothing() {
-    let url = private_pg::shared().fresh_database();
+    let url = fresh_database().await;
     let scripted = server(Duration::ZERO).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let store = ["--store", url.as_str()];
@@ -112,7 +117,7 @@ async fn two_replicas_see_each_others_writes_and_concurrent_adds_lose_nothing() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_replica_is_killed_is_finished_by_the_other_and_nothing_is_built_twice() {
-    let url = private_pg::shared().fresh_database();
+    let url = fresh_database().await;
     let scripted = server(Duration::from_millis(150)).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let store = ["--store", url.as_str()];
@@ -250,7 +255,7 @@ async fn store_copy_moves_a_store_to_postgres_and_back_and_verifies_it() {
     let out = run(add).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let sqlite = format!("sqlite:{}", Store::default_path(dir.path()).display());
-    let url = private_pg::shared().fresh_database();
+    let url = fresh_database().await;
     let copy = |from: &str, to: &str| {
         ["store", "copy", "--from", from, "--to", to, "--json"].map(str::to_string).to_vec()
     };
