@@ -182,6 +182,12 @@ where
         let embedder = self.settings.embedder.clone();
         let (runner, lease) = (self.runner.clone(), self.settings.job_lease);
         blocking(move || {
+            // A claim of a runner known dead need not wait for its lease to expire.
+            for (id, owner) in store.claimed_jobs()? {
+                if runner_is_gone(&owner, &runner) {
+                    store.release_job(id, &owner)?;
+                }
+            }
             let mut claimed: Vec<(i64, String, ConversationLock)> = Vec::new();
             for (id, conversation) in store.claim_jobs(&runner, lease, room)? {
                 let free = !taken.contains(&conversation)
@@ -267,4 +273,43 @@ pub(super) fn runner_name() -> String {
         .map(|since| since.as_nanos())
         .unwrap_or_default();
     format!("{host}:{}:{started}", std::process::id())
+}
+
+/// Whether runner `owner` is known to be gone, as seen by runner `me`: it ran on this host (the
+/// same name) and its process no longer exists, or it was an earlier process with this
+/// process's id (a restarted container, whose server is process 1 again). A runner of another
+/// host is never known gone: its claim ends when its lease expires.
+pub(super) fn runner_is_gone(owner: &str, me: &str) -> bool {
+    let parts = |name: &str| -> Option<(String, String)> {
+        let mut parts = name.rsplitn(3, ':');
+        let _started = parts.next()?;
+        let pid = parts.next()?.to_string();
+        Some((parts.next()?.to_string(), pid))
+    };
+    let (Some((host, pid)), Some((my_host, my_pid))) = (parts(owner), parts(me)) else {
+        return false;
+    };
+    if host != my_host || owner == me {
+        return false;
+    }
+    pid == my_pid || !std::path::Path::new("/proc").join(&pid).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runner_is_gone;
+
+    #[test]
+    fn a_runner_is_known_gone_only_on_this_host() {
+        let me = format!("pod-a:{}:100", std::process::id());
+        assert!(!runner_is_gone(&me, &me));
+        // An earlier process with this process id (a restarted container).
+        assert!(runner_is_gone(&format!("pod-a:{}:50", std::process::id()), &me));
+        // A process of this host that no longer exists; one that does (process 1).
+        assert!(runner_is_gone("pod-a:4194304:7", &me));
+        assert!(!runner_is_gone("pod-a:1:7", &me));
+        // Another host's runner: only its lease tells.
+        assert!(!runner_is_gone("pod-b:4194304:7", &me));
+        assert!(!runner_is_gone("garbage", &me));
+    }
 }

@@ -301,6 +301,16 @@ impl Store {
         Ok(claimed)
     }
 
+    /// The unfinished jobs claimed by a runner, with the claiming runner.
+    pub fn claimed_jobs(&self) -> Result<Vec<(i64, String)>, StoreError> {
+        self.connect()?.query(
+            "SELECT id, lease_owner FROM jobs
+             WHERE state IN ('queued', 'running') AND lease_owner IS NOT NULL ORDER BY id",
+            params![],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+    }
+
     /// Gives up `owner`'s claim on job `id` (another runner may claim it at once).
     pub fn release_job(&self, id: i64, owner: &str) -> Result<(), StoreError> {
         self.connect()?.execute(

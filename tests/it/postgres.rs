@@ -59,8 +59,8 @@ async fn two_replicas_see_each_others_writes_and_concurrent_adds_lose_nothing() 
     let scripted = server(Duration::ZERO).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let store = ["--store", url.as_str()];
-    let (_a, a) = serve_with(dir_a.path(), scripted.base_url(), &store).await;
-    let (_b, b) = serve_with(dir_b.path(), scripted.base_url(), &store).await;
+    let (_a, a) = serve_with(dir_a.path(), scripted.base_url(), &store, &[]).await;
+    let (_b, b) = serve_with(dir_b.path(), scripted.base_url(), &store, &[]).await;
     let path = "/v1/conversations/shared";
     // An add through A, a search through B.
     let (status, added) =
@@ -121,7 +121,11 @@ async fn a_job_whose_replica_is_killed_is_finished_by_the_other_and_nothing_is_b
     let scripted = server(Duration::from_millis(150)).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let store = ["--store", url.as_str()];
-    let (mut first, a) = serve_with(dir_a.path(), scripted.base_url(), &store).await;
+    // Two hosts (their names are what a runner knows of another): B cannot tell A is dead,
+    // only that A's lease expired.
+    let host = |name| [("HOSTNAME", name)];
+    let (mut first, a) =
+        serve_with(dir_a.path(), scripted.base_url(), &store, &host("replica-a")).await;
     let (status, queued) = post(
         &a,
         "/v1/conversations/k/messages",
@@ -130,7 +134,8 @@ async fn a_job_whose_replica_is_killed_is_finished_by_the_other_and_nothing_is_b
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{queued}");
     let job = queued["job"]["id"].as_i64().unwrap();
-    let (_second, b) = serve_with(dir_b.path(), scripted.base_url(), &store).await;
+    let (_second, b) =
+        serve_with(dir_b.path(), scripted.base_url(), &store, &host("replica-b")).await;
     let mut before = Value::Null;
     for _ in 0..600 {
         before = get(&a, &format!("/v1/jobs/{job}")).await.1;
@@ -145,7 +150,8 @@ async fn a_job_whose_replica_is_killed_is_finished_by_the_other_and_nothing_is_b
         tokio::task::spawn_blocking(move || stored.job_lease(job).unwrap().0).await.unwrap()
     };
     let pid = first.id().unwrap().to_string();
-    assert!(owner.as_deref().is_some_and(|owner| owner.contains(&format!(":{pid}:"))), "{owner:?}");
+    let claimed_by_a = format!("replica-a:{pid}:");
+    assert!(owner.as_deref().is_some_and(|owner| owner.starts_with(&claimed_by_a)), "{owner:?}");
     first.start_kill().unwrap();
     first.wait().await.unwrap();
     let built_before = {
@@ -171,6 +177,8 @@ async fn a_job_whose_replica_is_killed_is_finished_by_the_other_and_nothing_is_b
     }
     assert_eq!(done["state"], "done", "{done}");
     assert_eq!(done["attempts"], 2, "{done}");
+    let owner = tokio::task::spawn_blocking(move || stored.job_lease(job).unwrap()).await.unwrap();
+    assert_eq!(owner, (None, None), "an ended job is nobody's");
     let after = rewrites(&scripted.requests()[requests_before..]);
     for session in &built_before {
         assert!(!after.contains_key(session), "{session} rebuilt: {after:?}");
@@ -187,7 +195,7 @@ async fn a_database_restart_is_a_clear_503_then_recovery_without_restarting_mrag
     let scripted = server(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
     let (mut child, address) =
-        serve_with(dir.path(), scripted.base_url(), &["--store", &url]).await;
+        serve_with(dir.path(), scripted.base_url(), &["--store", &url], &[]).await;
     let search = "/v1/conversations/r/search";
     let body = json!({"messages": messages("the weir", 2)});
     assert_eq!(post(&address, "/v1/conversations/r/messages", body).await.0, StatusCode::OK);

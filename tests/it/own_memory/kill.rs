@@ -34,20 +34,21 @@ pub(crate) async fn serve(
     dir: &std::path::Path,
     base_url: &str,
 ) -> (tokio::process::Child, String) {
-    serve_with(dir, base_url, &[]).await
+    serve_with(dir, base_url, &[], &[]).await
 }
 
-/// [`serve`] with more arguments (`--store URL`, say); job leases of 2 s, so that a job whose
-/// server was killed is taken over 2 s later.
+/// [`serve`] with more arguments (`--store URL`, say) and environment variables; job leases of
+/// 2 s, so that a job whose server was killed on another host is taken over 2 s later.
 pub(crate) async fn serve_with(
     dir: &std::path::Path,
     base_url: &str,
     more: &[&str],
+    env: &[(&str, &str)],
 ) -> (tokio::process::Child, String) {
     let args = ["serve", "--bind", "127.0.0.1:0", "--base-url", base_url, "--model", "local/tiny"];
     let mut command = mragent_command(dir, &args);
     command.args(["--embedder", EMBEDDER, "--workers", "1"]).args(more);
-    command.env("MRAGENT_SERVE_TOKEN", "t").env("MRAGENT_JOB_LEASE", "2");
+    command.env("MRAGENT_SERVE_TOKEN", "t").env("MRAGENT_JOB_LEASE", "2").envs(env.iter().copied());
     let mut child = command.stderr(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let listening = tokio::time::timeout(Duration::from_secs(60), async {
