@@ -94,6 +94,7 @@ fn error_responses(codes: &[u16]) -> BTreeMap<String, RefOr<Response>> {
                 404 => "no such conversation, user, message, fact or edit",
                 409 => "the conversation is not built yet, has another embedder or another user, or the edit cannot be undone",
                 413 => "the body is over the size limit",
+                503 => "the store's database cannot be reached now (`store_unavailable`); retry after the `Retry-After` seconds",
                 _ => "the service failed",
             };
             let schema = Ref::from_schema_name(ErrorBody::name());
@@ -122,23 +123,23 @@ macro_rules! errors {
 
 errors!(
     /// Any request.
-    AuthErrors: 401, 500
+    AuthErrors: 401, 500, 503
 );
 errors!(
     /// A request naming a conversation.
-    IdErrors: 400, 401, 404, 500
+    IdErrors: 400, 401, 404, 500, 503
 );
 errors!(
     /// An add: it creates the conversation, so never 404.
-    AddErrors: 400, 401, 409, 413, 500
+    AddErrors: 400, 401, 409, 413, 500, 503
 );
 errors!(
     /// A query with a body.
-    QueryErrors: 400, 401, 404, 409, 413, 500
+    QueryErrors: 400, 401, 404, 409, 413, 500, 503
 );
 errors!(
     /// An edit or an undo.
-    EditErrors: 400, 401, 404, 409, 413, 500
+    EditErrors: 400, 401, 404, 409, 413, 500, 503
 );
 
 /// A request schema that does not compile (a bug in `api`).

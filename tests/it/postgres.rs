@@ -219,6 +219,11 @@ async fn a_database_restart_is_a_clear_503_then_recovery_without_restarting_mrag
     let error: Value = response.json().await.unwrap();
     assert_eq!(error["error"]["code"], "store_unavailable", "{error}");
     assert_eq!(reqwest::get(&ready).await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The document declares it (a served document needs no database).
+    let (status, document) = get(&address, "/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    let declared = &document["paths"]["/v1/conversations/{id}/search"]["post"]["responses"];
+    assert!(declared["503"]["content"]["application/json"].is_object(), "{declared}");
     // Up again: the same server answers, and remembers.
     let starter = std::sync::Arc::clone(&pg);
     tokio::task::spawn_blocking(move || starter.run().unwrap()).await.unwrap();
