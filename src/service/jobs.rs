@@ -7,7 +7,8 @@
 //! conversation's lock, taken without waiting (an OS file lock, or a PostgreSQL advisory lock,
 //! released when its holder dies). So two runners (two processes or replicas, or a runner and a
 //! blocking add) never build one conversation at once, and a job whose runner was killed is
-//! taken over by another runner once its lease expires (`MRAGENT_JOB_LEASE`). A job builds only
+//! taken over by another runner once its lease expires (`MRAGENT_JOB_LEASE`), or at once by a
+//! runner of the same host, which can tell the claiming process is gone. A job builds only
 //! the sessions without outputs for their current content, so what a dead runner committed is
 //! never built again.
 
