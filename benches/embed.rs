@@ -1,6 +1,6 @@
 //! Throughput of the local embedder on LoCoMo turn texts, against a plain candle port.
 //!
-//! `cargo bench --bench embed [-- N_TEXTS [THREADS [all|mragent]]]` embeds the first N_TEXTS (default 2000)
+//! `cargo bench --features candle-baseline --bench embed [-- N_TEXTS [THREADS [all|mragent]]]` embeds the first N_TEXTS (default 2000)
 //! turns of `data/dataset_locomo.json` as `speaker: text` — the same list
 //! `scripts/embed_reference.py bench` gives Python sentence-transformers — and prints texts/second
 //! (best of 3) for:
