@@ -8,6 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
-cargo clippy --release --all-targets --all-features --locked -- -D warnings
+cargo clippy --release --all-targets --features candle-baseline --locked -- -D warnings
 cargo test --release --locked
 cargo test --release --locked --test it -- --ignored --nocapture schemathesis
