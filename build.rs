@@ -38,14 +38,16 @@ fn main() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
-    for name in ["HEAD", "packed-refs"] {
-        if let Some(path) = git(&["rev-parse", "--git-path", name]) {
-            println!("cargo:rerun-if-changed={path}");
-        }
+    // Only files that exist: Cargo reruns a build script whose watched file is missing on
+    // every build (`packed-refs` often is).
+    let mut watched = Vec::new();
+    for name in ["HEAD", "logs/HEAD", "packed-refs"] {
+        watched.extend(git(&["rev-parse", "--git-path", name]));
     }
-    if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(path) = git(&["rev-parse", "--git-path", &reference])
-    {
+    if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.extend(git(&["rev-parse", "--git-path", &reference]));
+    }
+    for path in watched.into_iter().filter(|path| Path::new(path).exists()) {
         println!("cargo:rerun-if-changed={path}");
     }
 }
