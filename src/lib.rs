@@ -36,6 +36,7 @@ pub mod fsutil;
 pub mod logging;
 pub mod names;
 pub mod prompts;
+pub mod provenance;
 
 pub mod convo;
 pub mod dataset;

@@ -59,6 +59,18 @@ pub fn init(root: &Path, command: &str, verbosity: i8) -> anyhow::Result<LogGuar
     Ok(LogGuard { _guard: guard, path })
 }
 
+/// Install a stderr-only subscriber (`verify`: it writes no log file anywhere).
+pub fn init_stderr(verbosity: i8) -> anyhow::Result<()> {
+    let filter = match std::env::var("RUST_LOG").ok().filter(|value| !value.is_empty()) {
+        Some(directive) => EnvFilter::new(directive),
+        None => EnvFilter::new(stderr_directive(verbosity)),
+    };
+    tracing_subscriber::registry()
+        .with(fmt::layer().with_writer(std::io::stderr).with_target(false).with_filter(filter))
+        .try_init()
+        .context("installing the tracing subscriber")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

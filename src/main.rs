@@ -15,14 +15,28 @@ fn main() -> ExitCode {
     // A missing .env is normal; a malformed one is worth a warning after logging starts.
     let dotenv = dotenvy::dotenv();
     let cli = Cli::parse();
-    let verbosity: i8 = if cli.global.quiet { -1 } else { cli.global.verbose.min(3) as i8 };
+    // `verify` is quiet unless asked (-v) and writes no log file: it writes nothing outside
+    // the folder its user names.
+    let verifying = matches!(cli.command, Command::Verify(_));
+    let verbosity: i8 = if cli.global.quiet || (verifying && cli.global.verbose == 0) {
+        -1
+    } else {
+        cli.global.verbose.min(3) as i8
+    };
     let paths = match ProjectPaths::resolve(&cli.global.root) {
         Ok(paths) => paths.with_store(cli.global.store.clone()),
         Err(error) => return report(error),
     };
-    let _log = match mragent::logging::init(&paths.root, commands::name(&cli.command), verbosity) {
-        Ok(guard) => guard,
-        Err(error) => return report(error),
+    let _log = if verifying {
+        match mragent::logging::init_stderr(verbosity) {
+            Ok(()) => None,
+            Err(error) => return report(error),
+        }
+    } else {
+        match mragent::logging::init(&paths.root, commands::name(&cli.command), verbosity) {
+            Ok(guard) => Some(guard),
+            Err(error) => return report(error),
+        }
     };
     if let Err(error) = &dotenv
         && !error.not_found()

@@ -25,7 +25,7 @@ pub use self::record::{ExportArgs, ReplayArgs, VerifyArgs};
 /// Long-term conversational memory for LLM agents: build a graph memory of a dialogue, answer
 /// questions from it with a tool-calling loop, and score the answers.
 #[derive(Debug, Parser)]
-#[command(name = "mragent", version, about, long_about = None)]
+#[command(name = "mragent", version = crate::provenance::VERSION_LINE, about, long_about = None)]
 pub struct Cli {
     /// Options shared by every command.
     #[command(flatten)]

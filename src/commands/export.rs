@@ -40,6 +40,9 @@ pub struct ArchiveIndex {
     /// How the run was last evaluated with a judge (`record/…/<model>_<tag>.eval.json`), when
     /// it was: what `verify` recomputes the tables with.
     pub eval: Option<super::eval::EvalRecord>,
+    /// The build of the mragent that wrote the archive.
+    #[serde(default)]
+    pub build: Option<crate::provenance::Provenance>,
     /// Every other member, in path order.
     pub files: Vec<Member>,
 }
@@ -151,6 +154,7 @@ fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
         meta_rules,
         manifest,
         eval: eval_settings,
+        build: Some(crate::provenance::Provenance::of_build()),
         files,
     };
     Ok((index, members.into_iter().map(|(_, source)| source).collect()))

@@ -35,6 +35,8 @@ pub async fn execute(job: &LearnJob) -> anyhow::Result<Outcome> {
         outln!("dry run: nothing was sent")?;
         return Ok(Outcome::Success);
     }
+    // A rerun with other settings is refused here, before any memory is built.
+    crate::learn::record_plan(&job.learn, &plan)?;
     job.models.require_key()?;
     let clients = Clients::new(job)?;
     let snapshots = build(job, &clients, conversations).await?;

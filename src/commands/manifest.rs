@@ -2,8 +2,8 @@
 //!
 //! Written when the run starts (`status: "running"`), and again when it ends, however it ends:
 //! finished, partial, interrupted, stopped by a fatal endpoint error, or killed by a second
-//! Ctrl-C. It holds the dataset path and SHA-256, the crate version and git commit (when the
-//! project is a git checkout), the models and endpoint host (never the key), every prompt
+//! Ctrl-C. It holds the dataset path and SHA-256, the crate version and the git commit and
+//! dirty flag the binary was built from, the models and endpoint host (never the key), every prompt
 //! version, the settings, the meta-memory rules (when given), start and end times, the counts
 //! and the exit status.
 
@@ -31,8 +31,11 @@ pub struct Manifest {
     pub dataset_sha256: String,
     /// Crate version.
     pub version: String,
-    /// Git commit of the project directory, when it is a checkout.
+    /// The commit the binary was built from (embedded at build time), when built in a
+    /// checkout.
     pub git_commit: Option<String>,
+    /// Whether that tree had uncommitted changes.
+    pub git_dirty: Option<bool>,
     /// Build and answer model ids.
     pub models: BTreeMap<String, String>,
     /// Endpoint host (scheme, host and port only).
@@ -76,14 +79,16 @@ impl Manifest {
             .iter()
             .map(|prompt| (prompt.name.to_string(), prompt.version()))
             .collect();
+        let build = crate::provenance::Provenance::of_build();
         Ok(Self {
             status: "running".into(),
             exit_code: None,
             dataset: dataset.to_string(),
             dataset_file: dataset_file.to_path_buf(),
             dataset_sha256: sha256_hex(&bytes),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            git_commit: git_commit(path.parent().unwrap_or(Path::new("."))),
+            version: build.version,
+            git_commit: build.git_commit,
+            git_dirty: build.git_dirty,
             models: BTreeMap::new(),
             endpoint_host: String::new(),
             prompt_versions,
@@ -158,18 +163,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     sha2::Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// The commit checked out in `directory`, when it is in a git checkout and git is installed.
-fn git_commit(directory: &Path) -> Option<String> {
-    let output = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(directory)
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let commit = String::from_utf8(output.stdout).ok()?.trim().to_string();
-    (output.status.success() && !commit.is_empty()).then_some(commit)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -185,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn a_manifest_outside_a_checkout_has_no_commit_and_still_writes() {
+    fn a_manifest_outside_a_checkout_names_the_binary_s_commit() {
         let directory = tempfile::tempdir().unwrap();
         let data = directory.path().join("d.json");
         std::fs::write(&data, b"[]").unwrap();
@@ -200,7 +193,11 @@ mod tests {
         assert_eq!(value["dataset_sha256"], sha256_hex(b"[]"));
         assert_eq!(value["settings"]["workers"], 3);
         assert_eq!(value["exit_code"], 0);
-        assert!(value["git_commit"].is_null());
+        // The commit is the binary's, embedded at build time, wherever the project is.
+        let build = crate::provenance::Provenance::of_build();
+        assert_eq!(value["git_commit"], serde_json::json!(build.git_commit));
+        assert_eq!(value["git_dirty"], serde_json::json!(build.git_dirty));
+        assert_eq!(value["version"], crate::provenance::VERSION);
         assert!(value.get("meta_rules").is_none(), "no rules, no record");
         assert!(value["prompt_versions"]["rewrite"].is_string());
     }

@@ -269,12 +269,22 @@ pub async fn evaluate_paired<M: ChatModel>(
     if other == settings.file {
         anyhow::bail!("--paired-with names the run --file already names ({other})");
     }
-    let (a, items_a) = evaluate_run(settings, judge)
+    // Each run is scored into the comparison's own folder, never into the run's: reading a run
+    // never changes it. A run judged before lends its verdicts (its cache is copied, not
+    // touched).
+    let directory = settings.root.join("eval").join(settings.dataset.as_str());
+    let own = directory.join(format!("{}_{}_vs_{other}", settings.model, settings.file));
+    let run_a = EvalSettings { output: Some(own.join(&settings.file)), ..settings.clone() };
+    let run_b =
+        EvalSettings { file: other.to_string(), output: Some(own.join(other)), ..settings.clone() };
+    for run in [&run_a, &run_b] {
+        lend_verdicts(run)?;
+    }
+    let (a, items_a) = evaluate_run(&run_a, judge)
         .await
         .with_context(|| format!("scoring run A ({})", settings.file))?;
-    let twin = EvalSettings { file: other.to_string(), ..settings.clone() };
     let (b, items_b) =
-        evaluate_run(&twin, judge).await.with_context(|| format!("scoring run B ({other})"))?;
+        evaluate_run(&run_b, judge).await.with_context(|| format!("scoring run B ({other})"))?;
     let paired = PairedSummary::new((&a, &items_a), (&b, &items_b), bootstrap);
     if paired.paired == 0 {
         anyhow::bail!(
@@ -292,6 +302,20 @@ pub async fn evaluate_paired<M: ChatModel>(
     crate::fsutil::write_atomic(&json_file, json + "\n")?;
     Ok(PairedEvaluation { a, b, paired, markdown_file, json_file })
 }
+
+/// Copies the run's own judge cache into `run`'s output folder when that folder has none yet,
+/// so that verdicts already paid for are not asked again; the run's folder is only read.
+fn lend_verdicts(run: &EvalSettings) -> anyhow::Result<()> {
+    let (source, target) = (run.run_dir().join(JUDGE_CACHE), run.output_dir().join(JUDGE_CACHE));
+    if source == target || target.exists() || !source.is_file() {
+        return Ok(());
+    }
+    let bytes = std::fs::read(&source).with_context(|| format!("reading {}", source.display()))?;
+    crate::fsutil::write_atomic(&target, bytes)
+}
+
+/// The judge cache's file name in an eval folder.
+const JUDGE_CACHE: &str = "judgements.jsonl";
 
 /// Read the run's result files and match them against the dataset selection.
 fn load_matched(
@@ -345,8 +369,7 @@ async fn run_judge<M: ChatModel>(
         custom: custom.map(std::sync::Arc::new),
     };
     let judge_stats =
-        judge::judge_items(model, &judge_settings, items, &output_dir.join("judgements.jsonl"))
-            .await?;
+        judge::judge_items(model, &judge_settings, items, &output_dir.join(JUDGE_CACHE)).await?;
     tracing::info!(
         cached = judge_stats.cached,
         new = judge_stats.new,

@@ -87,6 +87,9 @@ pub struct EvalSettings {
     /// Prices of the answering model, for the cost column; `None` uses the model's list price
     /// when `llm::models` knows it, else leaves the column out.
     pub prices: Option<Prices>,
+    /// Where the outputs and the judge cache go; `None`: the run's own
+    /// `eval/<dataset>/<file>/`. `compare` scores into its own folder, never into a run's.
+    pub output: Option<PathBuf>,
 }
 
 impl EvalSettings {
@@ -113,11 +116,17 @@ impl EvalSettings {
             judge_prompt: None,
             overall_with_adversarial: false,
             prices: None,
+            output: None,
         }
     }
 
-    /// `eval/<dataset>/<file>/` under the root.
+    /// `eval/<dataset>/<file>/` under the root, or [`EvalSettings::output`] when set.
     pub fn output_dir(&self) -> PathBuf {
+        self.output.clone().unwrap_or_else(|| self.run_dir())
+    }
+
+    /// The run's own eval folder, `eval/<dataset>/<file>/` under the root.
+    pub fn run_dir(&self) -> PathBuf {
         self.root.join("eval").join(self.dataset.as_str()).join(&self.file)
     }
 

@@ -237,10 +237,13 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
 
     /// Learns over every fold to run (see the module documentation).
     pub async fn learn(&self, plan: &FoldPlan) -> anyhow::Result<LearnOutcome> {
-        self.record_plan(plan)?;
+        record_plan(self.settings, plan)?;
         let mut outcomes = Vec::new();
         for fold in &plan.folds {
             if self.settings.only_fold.is_some_and(|only| only != fold.index) {
+                // Another invocation's fold: its finished records on disk count too, so the
+                // top-level rules and report are those of every fold there is.
+                outcomes.extend(self.finished_fold(fold)?);
                 continue;
             }
             outcomes.push(self.fold(fold).await?);
@@ -266,21 +269,35 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
         Ok(outcome)
     }
 
-    /// Writes `plan.json`, or checks that the one there was made with the same settings.
-    fn record_plan(&self, plan: &FoldPlan) -> anyhow::Result<()> {
-        let path = self.dir().join("plan.json");
-        let record = serde_json::json!({"settings": self.settings.fingerprint(), "plan": plan});
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let earlier: serde_json::Value = serde_json::from_str(&text)?;
-            if earlier != record {
-                anyhow::bail!(
-                    "{} was made with other settings, a changed dataset or other answer prompts; learn under another --name, or delete that directory to start again",
-                    self.dir().display()
-                );
+    /// The epochs and batches of a fold's learning steps, in order.
+    fn schedule(&self, fold: &Fold) -> Vec<(u32, Vec<String>)> {
+        let steps = self.settings.steps_for(fold.train.len());
+        (0..self.settings.epochs)
+            .flat_map(|epoch| {
+                folds::batches(fold, epoch, self.settings.batch, self.settings.seed)
+                    .into_iter()
+                    .map(move |batch| (epoch, batch))
+            })
+            .take(steps as usize)
+            .collect()
+    }
+
+    /// A fold another invocation learned, from its step records on disk: `None` unless every
+    /// step of it is there.
+    fn finished_fold(&self, fold: &Fold) -> anyhow::Result<Option<FoldOutcome>> {
+        let dir = self.dir().join(format!("fold{}", fold.index));
+        let schedule = self.schedule(fold);
+        let mut records = Vec::new();
+        for step in 0..=schedule.len() {
+            match read_record(&dir.join(format!("step{step}.json")))? {
+                Some(record) if step == 0 || record.batch == schedule[step - 1].1 => {
+                    records.push(record);
+                }
+                _ => return Ok(None),
             }
-            return Ok(());
         }
-        crate::fsutil::write_atomic(&path, serde_json::to_string_pretty(&record)?)
+        let chosen = choose(&records);
+        Ok(Some(FoldOutcome { fold: fold.index, steps: records, chosen }))
     }
 
     /// One fold: step 0, the learning steps (finished ones read back), the choice, the test.
@@ -299,15 +316,7 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
             }
         };
         let mut records = vec![baseline];
-        let steps = self.settings.steps_for(fold.train.len());
-        let schedule: Vec<(u32, Vec<String>)> = (0..self.settings.epochs)
-            .flat_map(|epoch| {
-                folds::batches(fold, epoch, self.settings.batch, self.settings.seed)
-                    .into_iter()
-                    .map(move |batch| (epoch, batch))
-            })
-            .take(steps as usize)
-            .collect();
+        let schedule = self.schedule(fold);
         for (index, (epoch, batch)) in schedule.iter().enumerate() {
             let step = index as u32 + 1;
             let record = match read_record(&step_file(step))? {
@@ -399,6 +408,26 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
     pub fn test_tag(&self, base: bool) -> String {
         test_tag(&self.settings.name, base)
     }
+}
+
+/// Writes `plan.json` in the run's folder, or checks that the one there was made with the same
+/// settings: called before any memory is built, so a rerun with other settings is refused
+/// before anything is spent.
+pub fn record_plan(settings: &LearnSettings, plan: &FoldPlan) -> anyhow::Result<()> {
+    let dir = settings.dir();
+    let path = dir.join("plan.json");
+    let record = serde_json::json!({"settings": settings.fingerprint(), "plan": plan});
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let earlier: serde_json::Value = serde_json::from_str(&text)?;
+        if earlier != record {
+            anyhow::bail!(
+                "{} was made with other settings, a changed dataset or other answer prompts; learn under another --name, or delete that directory to start again",
+                dir.display()
+            );
+        }
+        return Ok(());
+    }
+    crate::fsutil::write_atomic(&path, serde_json::to_string_pretty(&record)?)
 }
 
 /// The folds of a learning run over `conversations` (seeded; only questions the judge grades

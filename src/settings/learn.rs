@@ -102,8 +102,26 @@ impl LearnJob {
             explicit_dir: args.embed_model_dir.clone(),
             models_root: paths.root.join("data").join("models"),
         });
+        let embedder = embedder_config(&args.embed);
+        if let Some(max) = args.max_cost {
+            // A model without a known price spends without the budget seeing it: refuse
+            // before anything is sent rather than run unbounded.
+            let used = [
+                ("--model (build)", models.build_model.id.as_str()),
+                ("--model (answers)", models.answer_model.id.as_str()),
+                ("--judge-model", judge.id.as_str()),
+                ("--embed-model", embedder.model.as_str()),
+            ];
+            if let Some((flag, model)) =
+                used.iter().find(|(_, model)| crate::llm::models::model_price(model).is_none())
+            {
+                anyhow::bail!(
+                    "--max-cost {max}: the price of {model} ({flag}) is not known, so its spend cannot be counted in dollars; bound the run with --max-tokens-total instead"
+                );
+            }
+        }
         Ok(Self {
-            embedder: embedder_config(&args.embed),
+            embedder,
             data,
             models,
             judge,

@@ -60,6 +60,21 @@ impl Env for ProcessEnv {
     }
 }
 
+/// No environment at all: what `verify` resolves an archived run's replay with, so that the
+/// verifier's variables cannot change the verdict.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEnv;
+
+impl Env for NoEnv {
+    fn var(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    fn is_set(&self, _name: &str) -> bool {
+        false
+    }
+}
+
 /// Where the project keeps its inputs and outputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProjectPaths {
@@ -155,7 +170,7 @@ pub fn resolve(
             Job::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
         }
         Command::Export(args) => Job::Export(ExportJob::resolve(paths, &args)?),
-        Command::Verify(args) => Job::Verify(VerifyJob::resolve(paths, &args)),
+        Command::Verify(args) => Job::Verify(VerifyJob::resolve(&args)?),
     })
 }
 

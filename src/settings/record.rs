@@ -88,6 +88,9 @@ pub fn replay_args(args: &RunCommandArgs) -> Vec<String> {
         push("--no-memgas", None);
     }
     push("--seed", Some(args.seed.to_string()));
+    if args.no_traces {
+        push("--no-traces", None);
+    }
     if let Some(rules) = &args.meta_rules {
         push("--meta-rules", Some(rules.display().to_string()));
     }
@@ -144,10 +147,14 @@ pub struct VerifyJob {
 }
 
 impl VerifyJob {
-    pub(super) fn resolve(paths: &ProjectPaths, args: &VerifyArgs) -> Self {
-        Self {
-            archive: paths.under_root(&args.archive),
-            keep: args.keep.as_deref().map(|keep| paths.under_root(keep)),
-        }
+    /// The archive and `--keep` are taken from the current directory, never from `--root` or
+    /// `MRAGENT_ROOT`: nothing of the verifier's environment decides what is verified.
+    pub(super) fn resolve(args: &VerifyArgs) -> anyhow::Result<Self> {
+        let here = std::env::current_dir()
+            .map_err(|error| anyhow::anyhow!("reading the current directory: {error}"))?;
+        Ok(Self {
+            archive: here.join(&args.archive),
+            keep: args.keep.as_ref().map(|keep| here.join(keep)),
+        })
     }
 }

@@ -147,9 +147,13 @@ async fn a_run_with_more_right_answers_beats_its_twin_outside_the_noise() {
     let json: PairedSummary =
         serde_json::from_str(&std::fs::read_to_string(&paired.json_file).unwrap()).unwrap();
     assert_eq!(&json, summary);
+    // The comparison keeps its verdicts in its own folder; run A's folder was never written
+    // (reading a run never changes it), and B's cache was only read.
     for run in ["meta-t", "meta-t-base"] {
-        assert!(root.path().join(format!("eval/locomo/{run}/judgements.jsonl")).is_file());
+        let cache = format!("eval/locomo/fixture_meta-t_vs_meta-t-base/{run}/judgements.jsonl");
+        assert!(root.path().join(cache).is_file());
     }
+    assert!(!root.path().join("eval/locomo/meta-t").exists());
     let again = evaluate_paired(&settings, "meta-t-base", bootstrap, Some(&judge)).await.unwrap();
     assert_eq!(server.request_count(), 30);
     assert_eq!(&again.paired, summary);

@@ -217,7 +217,15 @@ async fn judge_pending<M: ChatModel>(
     // polled by this task alone, so the cache file has a single writer.
     let mut stream = futures::stream::iter(pending)
         .map(|task| async move {
-            let outcome = judge_one(model, &settings.model, &task).await;
+            // The judge's calls carry their work item on the tape, as the run's do.
+            let label = format!(
+                "judging question {} ({}, run {})",
+                task.question_id,
+                task.prompt.name(),
+                task.run
+            );
+            let outcome =
+                crate::llm::tape::within(label, judge_one(model, &settings.model, &task)).await;
             (task, outcome)
         })
         .buffer_unordered(settings.concurrency.max(1));

@@ -68,6 +68,9 @@ pub struct TapeTotals {
     pub reused: u64,
     /// Replay with `fill`: requests that were missing and were sent.
     pub filled: u64,
+    /// Requests sent at the same time as an identical one (two tasks asking at once): the
+    /// store keeps the first reply, so they are neither recorded nor filled.
+    pub duplicates: u64,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +79,7 @@ struct Counters {
     replayed: AtomicU64,
     reused: AtomicU64,
     filled: AtomicU64,
+    duplicates: AtomicU64,
 }
 
 /// A call store in a mode (see the module documentation). Share it behind an `Arc`.
@@ -110,6 +114,7 @@ impl Tape {
             replayed: load(&self.counters.replayed),
             reused: load(&self.counters.reused),
             filled: load(&self.counters.filled),
+            duplicates: load(&self.counters.duplicates),
         }
     }
 
@@ -121,12 +126,15 @@ impl Tape {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn count_sent(&self, n: u64) {
+    /// `sent` requests went out, of which `stored` were new to the store: the others were
+    /// duplicates of a request recorded meanwhile.
+    fn count_sent(&self, sent: u64, stored: u64) {
         let counter = match self.mode {
             TapeMode::Record => &self.counters.recorded,
             TapeMode::Replay { .. } => &self.counters.filled,
         };
-        counter.fetch_add(n, Ordering::Relaxed);
+        counter.fetch_add(stored, Ordering::Relaxed);
+        self.counters.duplicates.fetch_add(sent.saturating_sub(stored), Ordering::Relaxed);
     }
 
     fn sends(&self) -> bool {
@@ -154,8 +162,8 @@ impl Tape {
         }
         let response = send().await?;
         let reply = serde_json::to_vec(&response).map_err(|error| tape_error(&error))?;
-        self.record(key, "chat", request.model.clone(), value, reply).await?;
-        self.count_sent(1);
+        let stored = self.record(key, "chat", request.model.clone(), value, reply).await?;
+        self.count_sent(1, stored as u64);
         Ok(response)
     }
 
@@ -187,27 +195,42 @@ impl Tape {
                     what: describe_embed(&keys[first], model, &texts[first], missing.len()),
                 });
             }
-            let asked: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
+            // A text that is twice in the batch is asked once.
+            let mut unique: Vec<usize> = Vec::with_capacity(missing.len());
+            for &i in &missing {
+                if !unique.iter().any(|&j| keys[j] == keys[i]) {
+                    unique.push(i);
+                }
+            }
+            let asked: Vec<String> = unique.iter().map(|&i| texts[i].clone()).collect();
             let embedded = send(asked).await?;
-            if embedded.vectors.len() != missing.len() {
+            if embedded.vectors.len() != unique.len() {
                 return Err(Error::Decode {
                     message: format!(
                         "asked for {} embeddings, got {}",
-                        missing.len(),
+                        unique.len(),
                         embedded.vectors.len()
                     ),
                 });
             }
             usage = embedded.usage;
-            let mut records = Vec::with_capacity(missing.len());
-            for (&i, vector) in missing.iter().zip(embedded.vectors) {
+            let mut records = Vec::with_capacity(unique.len());
+            for (&i, vector) in unique.iter().zip(embedded.vectors) {
                 let request = serde_json::json!({ "model": model, "input": texts[i] });
                 records.push((keys[i].clone(), request, encode_vector(&vector)));
                 vectors[i] = Some(vector);
             }
+            for &i in &missing {
+                if vectors[i].is_none()
+                    && let Some(&j) = unique.iter().find(|&&j| keys[j] == keys[i])
+                {
+                    vectors[i] = vectors[j].clone();
+                }
+            }
             // One transaction for the batch.
-            self.record_all("embed", model.to_string(), records).await?;
-            self.count_sent(missing.len() as u64);
+            let stored = self.record_all("embed", model.to_string(), records).await?;
+            self.count_sent(unique.len() as u64, stored as u64);
+            self.count_hit((missing.len() - unique.len()) as u64);
         }
         Ok(Embeddings { vectors: vectors.into_iter().flatten().collect(), usage })
     }
@@ -231,18 +254,18 @@ impl Tape {
         model: String,
         request: Value,
         reply: Vec<u8>,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         self.record_all(kind, model, vec![(key, request, reply)]).await
     }
 
     /// Records `(key, request, reply)` calls of one kind and model in one transaction, under
-    /// the current work item.
+    /// the current work item; how many were new to the store.
     async fn record_all(
         &self,
         kind: &'static str,
         model: String,
         calls: Vec<(String, Value, Vec<u8>)>,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         let store = Arc::clone(&self.store);
         let context = context();
         tokio::task::spawn_blocking(move || {
@@ -261,8 +284,7 @@ impl Tape {
         })
         .await
         .map_err(|error| Error::Tape(format!("recording calls: {error}")))?
-        .map_err(|error| Error::Tape(error.to_string()))?;
-        Ok(())
+        .map_err(|error| Error::Tape(error.to_string()))
     }
 }
 

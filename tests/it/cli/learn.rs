@@ -430,3 +430,58 @@ async fn a_judge_that_fails_every_judgement_stops_the_run_with_a_clear_error() {
     assert!(stderr.contains("the judge (judge-model) failed all 4 judgements"), "{stderr}");
     assert!(!dir.path().join("data/locomo/meta/j/fold0/step0.json").exists());
 }
+
+/// `--max-cost` cannot bound a model whose price is unknown: refused before any request,
+/// naming the model and the bound that works.
+#[tokio::test]
+async fn max_cost_with_an_unpriced_model_is_refused_before_any_request() {
+    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
+    let server = world_server(&data, GOOD_RULE, Duration::ZERO).await;
+    let mut args = learn_args(&data, &server, "c");
+    args.extend(["--no-test", "--max-cost", "1"]);
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("local/tiny") && stderr.contains("--max-tokens-total"), "{stderr}");
+    assert!(server.requests().is_empty(), "{} requests sent", server.requests().len());
+}
+
+/// A rerun whose settings differ from the run's `plan.json` is refused before any memory is
+/// built, so before anything is spent.
+#[tokio::test]
+async fn a_rerun_with_other_settings_is_refused_before_anything_is_sent() {
+    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
+    let server = world_server(&data, GOOD_RULE, Duration::ZERO).await;
+    let meta = dir.path().join("data/locomo/meta/p");
+    std::fs::create_dir_all(&meta).unwrap();
+    let earlier = json!({"settings": {"seed": 1}, "plan": {"folds": []}});
+    std::fs::write(meta.join("plan.json"), earlier.to_string()).unwrap();
+    let mut args = learn_args(&data, &server, "p");
+    args.push("--no-test");
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("was made with other settings"), "{stderr}");
+    assert!(server.requests().is_empty(), "{} requests sent", server.requests().len());
+}
+
+/// `--fold 1` after `--fold 0`: the top-level rules and report are those of both folds on
+/// disk, as one invocation of both would write them.
+#[tokio::test]
+async fn top_level_rules_and_report_come_from_every_fold_on_disk() {
+    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
+    let server = world_server(&data, GOOD_RULE, Duration::ZERO).await;
+    for fold in ["0", "1"] {
+        let mut args = learn_args(&data, &server, "f");
+        args.extend(["--no-test", "--fold", fold]);
+        let output = mragent_in(dir.path(), &args, &[]).await;
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let meta = dir.path().join("data/locomo/meta/f");
+    let report = std::fs::read_to_string(meta.join("report.md")).unwrap();
+    assert!(report.contains("## Fold 0") && report.contains("## Fold 1"), "{report}");
+    let kept = read_json(&meta.join("rules.json"));
+    let texts: Vec<&str> =
+        kept["rules"].as_array().unwrap().iter().map(|r| r["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, vec![GOOD_RULE]);
+}

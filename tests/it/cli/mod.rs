@@ -388,6 +388,7 @@ async fn env_example_copied_to_dot_env_parses() {
 }
 
 mod errors;
+mod forger;
 mod learn;
 mod output;
 mod pipeline;

@@ -15,7 +15,7 @@ use super::mragent_in;
 use super::safety::{project, run_args, server};
 
 /// The answer fixture's endpoint, which also judges: CORRECT when the answer contains the gold.
-async fn judging_server() -> ScriptedServer {
+pub(super) async fn judging_server() -> ScriptedServer {
     server(mragent::eval::judge::scripted_verdict).await
 }
 
@@ -32,7 +32,7 @@ fn lines(root: &Path, tag: &str) -> BTreeMap<String, Value> {
         .collect()
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(super) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -169,7 +169,7 @@ async fn a_changed_request_is_named_and_fill_sends_only_the_changed_calls() {
 }
 
 /// Reads an archive into (path → bytes), `archive.json` included.
-fn read_archive(path: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(super) fn read_archive(path: &Path) -> BTreeMap<String, Vec<u8>> {
     let decoder = zstd::Decoder::new(std::fs::File::open(path).unwrap()).unwrap();
     let mut archive = tar::Archive::new(decoder);
     let mut members = BTreeMap::new();
@@ -185,7 +185,7 @@ fn read_archive(path: &Path) -> BTreeMap<String, Vec<u8>> {
 
 /// Writes `members` as an archive at `path`; with `rehash`, `archive.json` lists them anew (a
 /// forger's archive, consistent with itself).
-fn write_archive(path: &Path, mut members: BTreeMap<String, Vec<u8>>, rehash: bool) {
+pub(super) fn write_archive(path: &Path, mut members: BTreeMap<String, Vec<u8>>, rehash: bool) {
     if rehash {
         let mut index: Value = serde_json::from_slice(&members["archive.json"]).unwrap();
         let files: Vec<Value> = members
@@ -228,7 +228,7 @@ fn edit_line(
     value["question_id"].as_str().unwrap_or_default().to_string()
 }
 
-async fn verify(dir: &Path, archive: &Path) -> (Option<i32>, String) {
+pub(super) async fn verify(dir: &Path, archive: &Path) -> (Option<i32>, String) {
     let output = mragent_in(dir, &["verify", archive.to_str().unwrap()], &[]).await;
     (output.status.code(), text(&output.stdout) + &text(&output.stderr))
 }

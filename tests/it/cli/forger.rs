@@ -1,0 +1,401 @@
+//! The forger's suite (issue 39): an archive is changed member by member, `archive.json`
+//! re-hashed as a forger would, and `verify` must say MISMATCH naming the file (and the
+//! question, where there is one); what it cannot recompute it lists as carried. The honest
+//! sequence (run → eval with two protocols → compare → export → verify) verifies, under a
+//! hostile environment too, and reading a run never changes it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::mragent_in;
+use super::record::{judging_server, read_archive, text, verify, write_archive};
+use super::safety::{project, run_args};
+
+const RESULT: &str = "result/locomo/conv-7_result_local-tiny_t.jsonl";
+const MANIFEST: &str = "result/locomo/local-tiny_t.manifest.json";
+const EVAL: &str = "eval/locomo/t";
+
+/// Every file under `dir`, by path relative to it, with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+            }
+        }
+    }
+    files
+}
+
+/// The scoring arguments shared by `eval` and `compare`.
+fn scoring<'a>(data: &'a Path, base_url: &'a str) -> Vec<&'a str> {
+    vec![
+        "--data-file",
+        data.to_str().unwrap(),
+        "--model",
+        "local/tiny",
+        "--judge-model",
+        "judge/x",
+        "--base-url",
+        base_url,
+        "--no-audit",
+        "--judge-runs",
+        "2",
+    ]
+}
+
+/// The honest sequence: runs `t` and `u`, `eval` of `t` under two protocols, `compare t u` and
+/// `eval --paired-with`, which must leave `t`'s eval folder as it was, then `export` of `t`.
+async fn honest_archive() -> (tempfile::TempDir, PathBuf) {
+    let (dir, data) = project(|_| {});
+    let live = judging_server().await;
+    for tag in ["t", "u"] {
+        let output = mragent_in(dir.path(), &run_args(&data, &live, tag), &[]).await;
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+    let mut eval = vec!["eval", "--file", "t", "--judge-protocol", "mem0,strict"];
+    eval.extend(scoring(&data, live.base_url()));
+    let output = mragent_in(dir.path(), &eval, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let before = snapshot(&dir.path().join(EVAL));
+    assert!(before.contains_key(Path::new("matrix.json")), "{:?}", before.keys());
+
+    let mut compare = vec!["compare", "t", "u"];
+    compare.extend(scoring(&data, live.base_url()));
+    let output = mragent_in(dir.path(), &compare, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let mut paired = vec!["eval", "--file", "t", "--paired-with", "u"];
+    paired.extend(scoring(&data, live.base_url()));
+    let output = mragent_in(dir.path(), &paired, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // Reading a run never changes it: its eval folder is byte for byte what `eval` wrote, and
+    // the comparison is beside the runs.
+    assert_eq!(snapshot(&dir.path().join(EVAL)), before, "compare changed run t's eval folder");
+    assert!(!dir.path().join("eval/locomo/u").exists(), "compare wrote into run u's folder");
+    assert!(dir.path().join("eval/locomo/local-tiny_t_vs_u.json").is_file());
+    drop(live);
+
+    let output =
+        mragent_in(dir.path(), &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let archive = dir.path().join("export/locomo/local-tiny_t.tar.zst");
+    (dir, archive)
+}
+
+#[tokio::test]
+async fn the_honest_sequence_verifies_quietly_under_a_hostile_environment() {
+    let (dir, archive) = honest_archive().await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, said) = verify(elsewhere.path(), &archive).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.starts_with("VERIFIED"), "{said}");
+    assert!(said.contains("2 protocol(s)"), "{said}");
+    // What verify cannot recompute is listed, never counted among what matches.
+    assert!(said.contains(&format!("carried, not verified: {MANIFEST}")), "{said}");
+    assert!(said.contains("carried, not verified: log/locomo/t/"), "{said}");
+    for recomputed in ["matrix.json", "matrix.md", "summary.md", "summary.json", "scores.jsonl"] {
+        assert!(!said.contains(&format!("carried, not verified: {EVAL}/{recomputed}")), "{said}");
+    }
+    // Provenance: the binary's commit, in the manifest and the archive, wherever the project.
+    let members = read_archive(&archive);
+    let index: Value = serde_json::from_slice(&members["archive.json"]).unwrap();
+    let manifest: Value = serde_json::from_slice(&members[MANIFEST]).unwrap();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8(output.stdout).unwrap().trim().to_string());
+    assert_eq!(index["build"]["git_commit"], manifest["git_commit"]);
+    assert_eq!(manifest["version"], env!("CARGO_PKG_VERSION"));
+    let version = mragent_in(dir.path(), &["--version"], &[]).await;
+    let version = text(&version.stdout);
+    if let Some(head) = head {
+        assert_eq!(manifest["git_commit"], head.as_str(), "{manifest}");
+        assert!(manifest["git_dirty"].is_boolean(), "{manifest}");
+        assert!(version.contains(&head), "{version}");
+    }
+    // Every call of the run is counted once: what the manifest says it recorded is the store.
+    let calls = mragent::llm::tape::CallStore::open_read_only(
+        &dir.path().join("record/locomo/local-tiny_t.calls.sqlite"),
+    )
+    .unwrap()
+    .calls()
+    .unwrap();
+    assert_eq!(manifest["calls"]["totals"]["recorded"], calls.len() as u64, "{manifest}");
+    // The judge's calls carry their work item.
+    let judged = mragent::llm::tape::CallStore::open_read_only(
+        &dir.path().join("record/locomo/local-tiny_t.judge.sqlite"),
+    )
+    .unwrap()
+    .calls()
+    .unwrap();
+    assert!(!judged.is_empty());
+    assert!(judged.iter().all(|call| call.context.starts_with("judging question conv-7:")));
+
+    // Every MRAGENT_* variable hostile, and a hostile .env where verify runs: the same verdict,
+    // nothing written there or under the hostile root, nothing said on stderr.
+    let hostile_root = tempfile::tempdir().unwrap();
+    let quiet = tempfile::tempdir().unwrap();
+    std::fs::write(quiet.path().join(".env"), "MRAGENT_MAX_TOKENS=answer=7\nMRAGENT_MODEL=x/y\n")
+        .unwrap();
+    let root = hostile_root.path().to_str().unwrap();
+    let env = [
+        ("MRAGENT_BASE_URL", "http://127.0.0.1:9/v1"),
+        ("MRAGENT_EMBED_MODEL", "hostile/embedder"),
+        ("MRAGENT_EMBED_MODEL_DIR", "/nonexistent/model"),
+        ("MRAGENT_JOB_LEASE", "1"),
+        ("MRAGENT_MAX_TOKENS", "answer=1000"),
+        ("MRAGENT_MODEL", "hostile/model"),
+        ("MRAGENT_NO_HEDGE", "true"),
+        ("MRAGENT_RE_MODEL", "hostile/re-model"),
+        ("MRAGENT_ROOT", root),
+        ("MRAGENT_RPM", "1"),
+        ("MRAGENT_SERVE_BIND", "0.0.0.0:1"),
+        ("MRAGENT_SERVE_TOKEN", "hostile"),
+        ("MRAGENT_SERVE_TOKENS", "hostile"),
+        ("MRAGENT_STORE_EMBEDDER", "api"),
+        ("MRAGENT_STORE_URL", "postgres://hostile@127.0.0.1:9/none"),
+        ("MRAGENT_STRUCTURED_OUTPUT", "true"),
+        ("MRAGENT_TIMEOUT", "1"),
+        ("MRAGENT_TPM", "1"),
+        ("MRAGENT_WORKERS", "1"),
+    ];
+    let path = archive.to_str().unwrap();
+    let output = mragent_in(quiet.path(), &["verify", path], &env).await;
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("VERIFIED"), "{stdout}");
+    assert_eq!(stderr, "", "verify is quiet unless asked");
+    let left: Vec<PathBuf> = snapshot(quiet.path()).into_keys().collect();
+    assert_eq!(left, vec![PathBuf::from(".env")], "verify wrote where it ran");
+    assert!(snapshot(hostile_root.path()).is_empty(), "verify wrote under MRAGENT_ROOT");
+}
+
+/// Changes the first ASCII digit of `bytes` (a number in a table, a chart or a JSON file).
+fn change_a_digit(bytes: &[u8]) -> Vec<u8> {
+    let mut bytes = bytes.to_vec();
+    let at = bytes.iter().position(u8::is_ascii_digit).unwrap();
+    bytes[at] = if bytes[at] == b'9' { b'8' } else { bytes[at] + 1 };
+    bytes
+}
+
+/// Edits the JSON member `name` with `change`.
+fn edit_json(members: &mut BTreeMap<String, Vec<u8>>, name: &str, change: impl FnOnce(&mut Value)) {
+    let mut value: Value = serde_json::from_slice(&members[name]).unwrap();
+    change(&mut value);
+    members.insert(name.to_string(), serde_json::to_vec_pretty(&value).unwrap());
+}
+
+/// A changed manifest, in its member and in `archive.json` alike.
+fn edit_manifest(members: &mut BTreeMap<String, Vec<u8>>, change: impl Fn(&mut Value)) {
+    edit_json(members, MANIFEST, &change);
+    edit_json(members, "archive.json", |index| change(&mut index["manifest"]));
+}
+
+/// Deletes the first call of `kind` recorded for a work item containing `item` from the call
+/// store member `name`.
+fn delete_call(members: &mut BTreeMap<String, Vec<u8>>, name: &str, kind: &str, item: &str) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &members[name]).unwrap();
+    let connection = rusqlite::Connection::open(file.path()).unwrap();
+    let deleted = connection
+        .execute(
+            "DELETE FROM calls WHERE rowid = (SELECT rowid FROM calls WHERE kind = ?1 AND context LIKE ?2 ORDER BY rowid LIMIT 1)",
+            rusqlite::params![kind, format!("%{item}%")],
+        )
+        .unwrap();
+    assert_eq!(deleted, 1, "{name}: no {kind} call of {item}");
+    drop(connection);
+    members.insert(name.to_string(), std::fs::read(file.path()).unwrap());
+}
+
+#[tokio::test]
+async fn every_forged_member_kind_is_named() {
+    let (_dir, archive) = honest_archive().await;
+    let members = read_archive(&archive);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let forged = elsewhere.path().join("forged.tar.zst");
+    let trace = members.keys().find(|name| name.starts_with("log/")).unwrap().clone();
+    let dataset = members
+        .keys()
+        .find(|name| {
+            name.starts_with("data/") && name.ends_with(".json") && !name.contains("conv-")
+        })
+        .unwrap()
+        .clone();
+    let memory = members.keys().find(|name| name.starts_with("data/locomo/conv-7")).cloned();
+
+    type Forgery = Box<dyn Fn(&mut BTreeMap<String, Vec<u8>>)>;
+    let mut cases: Vec<(&str, Forgery, Vec<String>)> = Vec::new();
+    for file in ["matrix.json", "matrix.md", "summary.md", "accuracy.svg", "tokens.svg"] {
+        let name = format!("{EVAL}/{file}");
+        let member = name.clone();
+        cases.push((
+            "a number in a table",
+            Box::new(move |m| {
+                let bytes = change_a_digit(&m[&member]);
+                m.insert(member.clone(), bytes);
+            }),
+            vec![name],
+        ));
+    }
+    cases.push((
+        "a summary field",
+        Box::new(|m| edit_json(m, &format!("{EVAL}/summary.json"), |s| s["judge_runs"] = 3.into())),
+        vec![format!("{EVAL}/summary.json: field judge_runs")],
+    ));
+    cases.push((
+        "a verdict",
+        Box::new(|m| {
+            let name = format!("{EVAL}/scores.jsonl");
+            let text = String::from_utf8(m[&name].clone()).unwrap();
+            let flipped = text.replacen("\"correct\":true", "\"correct\":false", 1);
+            assert_ne!(flipped, text);
+            m.insert(name, flipped.into_bytes());
+        }),
+        vec![format!("{EVAL}/scores.jsonl line"), "(question conv-7:".into()],
+    ));
+    cases.push((
+        "a prediction",
+        Box::new(|m| {
+            let text = String::from_utf8(m[RESULT].clone()).unwrap();
+            let mut lines: Vec<Value> =
+                text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+            lines[0]["prediction"] = "Paris".into();
+            let text: String =
+                lines.iter().map(|line| serde_json::to_string(line).unwrap() + "\n").collect();
+            m.insert(RESULT.into(), text.into_bytes());
+        }),
+        vec![RESULT.into(), "question conv-7:".into()],
+    ));
+    // archive.json alone says the run wrote no traces: it is checked against the manifest.
+    let removed = trace.clone();
+    cases.push((
+        "archive.json's manifest",
+        Box::new(move |m| {
+            m.remove(&removed);
+            edit_json(m, "archive.json", |index| {
+                index["manifest"]["settings"]["traces"] = false.into()
+            });
+        }),
+        vec![format!("archive.json: its copy of the manifest differs from {MANIFEST}")],
+    ));
+    // The manifest and archive.json both say so: the replay still traces the question.
+    let removed = trace.clone();
+    cases.push((
+        "the manifest",
+        Box::new(move |m| {
+            m.remove(&removed);
+            edit_manifest(m, |manifest| manifest["settings"]["traces"] = false.into());
+        }),
+        vec![format!("its trace {trace} is missing")],
+    ));
+    cases.push((
+        "the replay arguments",
+        Box::new(|m| {
+            edit_manifest(m, |manifest| {
+                let args = manifest["replay_args"].as_array_mut().unwrap();
+                args.extend(["--max-tokens".into(), "answer=5".into()]);
+            });
+        }),
+        vec!["question conv-7:".into()],
+    ));
+    let data_member = dataset.clone();
+    cases.push((
+        "the dataset",
+        Box::new(move |m| {
+            let bytes = m[&data_member].clone();
+            let text = String::from_utf8(bytes).unwrap();
+            let mut value: Value = serde_json::from_str(&text).unwrap();
+            value[0]["qa"][0]["answer"] = "a forged gold answer".into();
+            m.insert(data_member.clone(), serde_json::to_vec(&value).unwrap());
+        }),
+        vec![format!("{dataset}: its SHA-256 differs from the dataset_sha256")],
+    ));
+    cases.push((
+        "the judge settings",
+        Box::new(|m| {
+            edit_json(m, "record/locomo/local-tiny_t.eval.json", |record| {
+                record["judge_runs"] = 1.into()
+            });
+        }),
+        vec![
+            "archive.json: its judge settings differ from record/locomo/local-tiny_t.eval.json"
+                .into(),
+        ],
+    ));
+    cases.push((
+        "the judge settings, both copies",
+        Box::new(|m| {
+            edit_json(m, "record/locomo/local-tiny_t.eval.json", |record| {
+                record["judge_runs"] = 1.into()
+            });
+            edit_json(m, "archive.json", |index| index["eval"]["judge_runs"] = 1.into());
+        }),
+        vec![format!("{EVAL}/")],
+    ));
+    cases.push((
+        "a recorded call",
+        Box::new(|m| {
+            delete_call(m, "record/locomo/local-tiny_t.calls.sqlite", "chat", "question conv-7:")
+        }),
+        vec!["record/locomo/local-tiny_t.calls.sqlite".into(), "question conv-7:".into()],
+    ));
+    cases.push((
+        "a recorded verdict",
+        Box::new(|m| {
+            delete_call(
+                m,
+                "record/locomo/local-tiny_t.judge.sqlite",
+                "chat",
+                "judging question conv-7:",
+            )
+        }),
+        vec!["record/locomo/local-tiny_t.judge.sqlite".into(), "judging question conv-7:".into()],
+    ));
+    if let Some(memory) = memory.clone() {
+        cases.push((
+            "the memory",
+            Box::new(move |m| {
+                let bytes = change_a_digit(&m[&memory]);
+                m.insert(memory.clone(), bytes);
+            }),
+            vec![],
+        ));
+    }
+    for (what, forge, named) in &cases {
+        let mut changed = members.clone();
+        forge(&mut changed);
+        write_archive(&forged, changed, true);
+        let (code, said) = verify(elsewhere.path(), &forged).await;
+        assert_eq!(code, Some(1), "{what}: {said}");
+        assert!(said.starts_with("MISMATCH"), "{what}: {said}");
+        for name in named {
+            assert!(said.contains(name.as_str()), "{what}: {said} does not name {name}");
+        }
+        assert!(!said.contains(elsewhere.path().to_str().unwrap()), "{what}: {said}");
+    }
+
+    // What verify cannot recompute verifies as carried, and is listed so: a trace's content,
+    // and a file the run never wrote.
+    let mut changed = members.clone();
+    let bytes = [&changed[&trace][..], b"{\"forged\":true}\n"].concat();
+    changed.insert(trace.clone(), bytes);
+    changed.insert("notes/claim.md".into(), b"J = 99%\n".to_vec());
+    write_archive(&forged, changed, true);
+    let (code, said) = verify(elsewhere.path(), &forged).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains(&format!("carried, not verified: {trace}")), "{said}");
+    assert!(said.contains("carried, not verified: notes/claim.md"), "{said}");
+}
