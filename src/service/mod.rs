@@ -111,11 +111,11 @@ pub enum ServiceError {
     /// The user has no conversation.
     #[error("user {0:?} has no conversation; `mragent memory list --user` shows a user's")]
     UnknownUser(String),
-    /// The conversation has no session with stage outputs yet.
-    #[error(
-        "conversation {0:?} has no built session yet; run the same add again to build the sessions that failed"
-    )]
-    NotBuilt(String),
+    /// The conversation (or the user's conversations) has no session with stage outputs to
+    /// answer from; the second field says why (nothing said before the date asked about, a
+    /// job still building, or sessions that failed).
+    #[error("{0:?} has no built session to answer from: {1}")]
+    NotBuilt(String, String),
     /// Anything else (the endpoint refusing every request, a failed task, IO). The message
     /// holds the whole chain of causes, so they are not also the error's `source`.
     #[error("{0:#}")]

@@ -200,6 +200,8 @@ pub enum MemoryJob {
         fact: i64,
         /// Its new value.
         value: String,
+        /// Print JSON.
+        json: bool,
     },
     /// Show the audit log.
     History {
@@ -308,7 +310,12 @@ impl MemoryJob {
                 Self::Facts { paths: paths.clone(), query, json: args.json }
             }
             MemoryCommand::Correct(args) => {
-                Self::Correct { paths: paths.clone(), fact: args.fact, value: args.value }
+                Self::Correct {
+                    paths: paths.clone(),
+                    fact: args.fact,
+                    value: args.value,
+                    json: args.json,
+                }
             }
             MemoryCommand::History(args) => Self::History {
                 paths: paths.clone(),

@@ -47,12 +47,12 @@ use db::{Conn, Row, params};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
+pub use audit::{CORRECT_FACT, CORRECTION_LAPSED, Edit, FORGET_MESSAGE, UNDO};
 pub use copy::{CopiedTable, copy_store};
 pub use counts::StoreCounts;
 pub use db::pg::shown as shown_url;
 pub use edit::ForgottenMessage;
-pub use facts::{FactPair, FactVerdict, StoredFact};
+pub use facts::{ChainPlan, ChainsApplied, FactPair, FactVerdict, StoredFact, Walk, walk};
 pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;

@@ -3,7 +3,9 @@
 //! by a sloppy model, cached), answers as of a date, single edits with their audit log and
 //! undo, and (`kill`) a kill -9 during an edit.
 
+mod chains;
 mod cli;
+mod property;
 pub(crate) mod kill;
 
 use std::time::Duration;
