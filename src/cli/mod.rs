@@ -388,9 +388,7 @@ mod help_tests {
             .unwrap_or_default();
         let listed = help.split_once("Steps:").map(|(_, steps)| steps).unwrap_or_default();
         for step in crate::llm::Step::ALL {
-            let named = listed
-                .split([',', '.', ' '])
-                .any(|word| word.trim() == step.name());
+            let named = listed.split([',', '.', ' ']).any(|word| word.trim() == step.name());
             assert!(named, "--max-tokens help does not list {}: {help}", step.name());
         }
     }

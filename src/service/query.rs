@@ -195,9 +195,9 @@ where
         Ok(match (jobs.first(), failed) {
             (Some(job), _) => format!("its sessions are still being built (job {job})"),
             (None, 0) => "no session is built yet; the next add builds them".to_string(),
-            (None, failed) => format!(
-                "{failed} sessions failed to build; run the same add again to build them"
-            ),
+            (None, failed) => {
+                format!("{failed} sessions failed to build; run the same add again to build them")
+            }
         })
     }
 }

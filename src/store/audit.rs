@@ -73,8 +73,8 @@ fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
     })
 }
 
-/// A correction in force: the latest correction of one fact identity, neither undone nor
-/// lapsed.
+/// A correction in force: the latest correction of one fact identity that is not undone,
+/// when it has not lapsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Correction {
     /// Its edit.
@@ -132,7 +132,13 @@ impl Correction {
 
     /// Whether a fact drawn from `source` about `aspect` (key and extracted value for a
     /// correction without a source) is the fact it corrects.
-    pub fn identifies(&self, source: Option<&str>, aspect: &str, key: &str, extracted: &str) -> bool {
+    pub fn identifies(
+        &self,
+        source: Option<&str>,
+        aspect: &str,
+        key: &str,
+        extracted: &str,
+    ) -> bool {
         match (&self.source, &self.aspect) {
             (Some(mine), Some(my_aspect)) => {
                 source == Some(mine.as_str())
@@ -158,13 +164,16 @@ pub(super) fn corrections_in_force(
     )?;
     let mut in_force: Vec<Correction> = Vec::new();
     for edit in edits {
-        if edit.undone_by.is_some() || edit.lapsed_by.is_some() {
+        if edit.undone_by.is_some() {
             continue;
         }
         let Some(correction) = Correction::of_edit(&edit) else { continue };
-        // A later correction of the same fact is the one in force.
+        // The latest correction of a fact decides: an earlier one is replaced by it, and does
+        // not come back when the latest lapses.
         in_force.retain(|earlier| earlier.identity() != correction.identity());
-        in_force.push(correction);
+        if edit.lapsed_by.is_none() {
+            in_force.push(correction);
+        }
     }
     Ok(in_force)
 }
@@ -198,7 +207,11 @@ pub(super) fn lapse_corrections_of_message(
     let mut lapsed = Vec::new();
     for correction in corrections_in_force(transaction, conversation)? {
         if correction.source.as_deref() == Some(message) {
-            lapse_correction(transaction, &correction, "the message its fact came from was forgotten")?;
+            lapse_correction(
+                transaction,
+                &correction,
+                "the message its fact came from was forgotten",
+            )?;
             lapsed.push(correction.edit);
         }
     }
@@ -271,9 +284,8 @@ impl Store {
 
     /// The id of the newest edit (0 when the log is empty).
     pub fn last_edit(&self) -> Result<i64, StoreError> {
-        self.connect()?.query_row("SELECT COALESCE(MAX(id), 0) FROM edits", params![], |row| {
-            row.get(0)
-        })
+        self.connect()?
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM edits", params![], |row| row.get(0))
     }
 
     /// The corrections of `conversation` (their edit ids) that lapsed after edit `after`.
@@ -335,7 +347,9 @@ impl Store {
             return Err(refuse(&format!("edit {undo} undid it already")));
         }
         if let Some(lapse) = edit.lapsed_by {
-            return Err(refuse(&format!("it lapsed (edit {lapse}): its fact is no longer in memory")));
+            return Err(refuse(&format!(
+                "it lapsed (edit {lapse}): its fact is no longer in memory"
+            )));
         }
         let after = match edit.kind.as_str() {
             FORGET_MESSAGE => restore_message(&transaction, &edit).map_err(|why| match why {

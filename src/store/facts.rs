@@ -407,11 +407,9 @@ fn open_chains(
 }
 
 fn lookup_verdict(connection: &Conn, key: &str) -> Result<Option<bool>, StoreError> {
-    connection.query_opt(
-        "SELECT replaces FROM fact_verdicts WHERE key = ?1",
-        params![key],
-        |row| row.get(0),
-    )
+    connection.query_opt("SELECT replaces FROM fact_verdicts WHERE key = ?1", params![key], |row| {
+        row.get(0)
+    })
 }
 
 impl Store {
@@ -533,7 +531,8 @@ impl Store {
                 if fact.superseded_by.is_none() && superseded_by.is_some() {
                     applied.superseded += 1;
                 }
-                if (fact.valid_to.as_ref(), fact.superseded_by) != (valid_to.as_ref(), superseded_by)
+                if (fact.valid_to.as_ref(), fact.superseded_by)
+                    != (valid_to.as_ref(), superseded_by)
                 {
                     transaction.execute(
                         "UPDATE facts SET valid_to = ?1, superseded_by = ?2 WHERE id = ?3",

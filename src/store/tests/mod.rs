@@ -322,7 +322,11 @@ fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_fact
         ("Ann lives in Paris", &["D1:1".to_string()][..])
     );
     assert_eq!(facts[0].valid_from.as_deref(), Some("2024-01-05T10:00:00Z"));
-    assert_eq!(store.chain_plan("old", "m", &Default::default()).unwrap().new_facts, 1, "the next add decides them");
+    assert_eq!(
+        store.chain_plan("old", "m", &Default::default()).unwrap().new_facts,
+        1,
+        "the next add decides them"
+    );
     assert!(store.history(None, None).unwrap().is_empty());
     // The old conversation takes the first user an add names, then keeps it.
     let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };

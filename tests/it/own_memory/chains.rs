@@ -17,8 +17,11 @@ fn home(at: &str, text: &str) -> Value {
     json!([{"speaker": "Carol", "timestamp": at, "text": text}])
 }
 
-/// The `home` facts of a history listing, as (value, valid_from, valid_to, superseded_by).
-fn chain(reply: &Value) -> Vec<(String, Value, Value, Value)> {
+/// A fact of a chain: its value, valid_from, valid_to, and its successor's value.
+type Link = (String, Value, Value, Value);
+
+/// The `home` facts of a history listing, in time order.
+fn chain(reply: &Value) -> Vec<Link> {
     let mut facts: Vec<(String, Value, Value, Value, Value)> = reply["facts"]
         .as_array()
         .unwrap()
@@ -49,7 +52,7 @@ fn chain(reply: &Value) -> Vec<(String, Value, Value, Value)> {
 
 /// Asserts that `chain` is one chain: each fact ends when the next begins and names it as its
 /// successor, and only the last is current.
-fn assert_one_chain(chain: &[(String, Value, Value, Value)]) {
+fn assert_one_chain(chain: &[Link]) {
     for pair in chain.windows(2) {
         assert_eq!(pair[0].2, pair[1].1, "valid_to is the successor's valid_from: {chain:?}");
         assert_eq!(pair[0].3, json!(pair[1].0), "superseded by the next: {chain:?}");
@@ -99,6 +102,8 @@ async fn history_added_out_of_order_forms_one_chain_in_time_order() {
     }
 }
 
+const CITIES: [&str; 6] = ["Paris", "Berlin", "Vienna", "Rome", "Oslo", "Porto"];
+
 /// Carol's homes over six months, one session each; with `slow_first`, the scripted model
 /// answers the earlier sessions' rewrites later, so builds finish in reverse time order.
 async fn six_moves(slow_first: bool) -> (ScriptedServer, tempfile::TempDir, Api, Value) {
@@ -106,10 +111,10 @@ async fn six_moves(slow_first: bool) -> (ScriptedServer, tempfile::TempDir, Api,
     let server = ScriptedServer::with_responder(move |request: &RecordedRequest| {
         let reply = respond(request);
         let text = request.body.to_string();
-        let month = (1..=6).find(|month| text.contains(&format!("2024-0{month}-")));
+        let month = CITIES.iter().position(|city| text.contains(&format!("moved to {city}")));
         match month {
             Some(month) if slow_first && request.is_chat() && !is_conflict_request(request) => {
-                reply.delayed(Duration::from_millis(40 * (7 - month)))
+                reply.delayed(Duration::from_millis(40 * (6 - month as u64)))
             }
             _ => reply,
         }
@@ -118,8 +123,7 @@ async fn six_moves(slow_first: bool) -> (ScriptedServer, tempfile::TempDir, Api,
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let api = Api::start(&server, dir.path()).await;
-    let cities = ["Paris", "Berlin", "Vienna", "Rome", "Oslo", "Porto"];
-    let messages: Vec<Value> = cities
+    let messages: Vec<Value> = CITIES
         .iter()
         .enumerate()
         .map(|(index, city)| {
@@ -230,7 +234,8 @@ async fn a_correction_survives_rebuilds_and_lapses_on_the_record_when_its_messag
     assert_eq!(lapse["before"]["value"], "Carol lives in Munich", "{log}");
     let again = edits.iter().find(|edit| edit["id"] == correction["id"]).unwrap();
     assert_eq!(again["lapsed_by"], lapse["id"], "{log}");
-    let (status, refused) = api.post(&format!("/v1/edits/{}/undo", correction["id"]), json!({})).await;
+    let (status, refused) =
+        api.post(&format!("/v1/edits/{}/undo", correction["id"]), json!({})).await;
     assert_eq!(
         (status, &refused["error"]["code"]),
         (StatusCode::CONFLICT, &json!("not_undoable")),
@@ -319,6 +324,7 @@ async fn a_replaced_fact_reaches_the_model_with_its_mark_though_its_turn_was_sho
         .unwrap_or_else(|| panic!("no aspect result with its earlier value: {messages:#?}"));
     let aspect = text(&messages[position]);
     assert!(aspect.contains("Carol lives in Paris"), "the earlier value itself: {aspect}");
-    let shown_first = messages[..position].iter().any(|message| text(message).contains("I live in Paris"));
+    let shown_first =
+        messages[..position].iter().any(|message| text(message).contains("I live in Paris"));
     assert!(shown_first, "the turn was shown before the tool result: {messages:#?}");
 }

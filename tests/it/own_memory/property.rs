@@ -29,6 +29,9 @@ const ORDERS: usize = 2;
 
 type Service = MemoryService<mragent::llm::Client, OwnEmbedder>;
 
+/// One link of a chain: the extracted value, from, to, and the successor's extracted value.
+type Link = (String, String, Option<String>, Option<String>);
+
 /// One move: a person says where they moved, in a conversation, at a time; a friend answers a
 /// minute later (the filler message that a forget may take).
 #[derive(Debug, Clone)]
@@ -62,8 +65,8 @@ impl Move {
 
 fn history(rng: &mut ChaCha8Rng) -> Vec<Move> {
     let mut cities = vec![
-        "Paris", "Berlin", "Vienna", "Rome", "Oslo", "Porto", "Lyon", "Graz", "Bern", "Riga", "Turin",
-        "Kiel",
+        "Paris", "Berlin", "Vienna", "Rome", "Oslo", "Porto", "Lyon", "Graz", "Bern", "Riga",
+        "Turin", "Kiel",
     ];
     cities.shuffle(rng);
     let mut days: Vec<u32> = (0..120).step_by(3).collect();
@@ -82,7 +85,12 @@ fn history(rng: &mut ChaCha8Rng) -> Vec<Move> {
     moves
 }
 
-fn service(server: &ScriptedServer, root: &std::path::Path, store: Store, workers: usize) -> Service {
+fn service(
+    server: &ScriptedServer,
+    root: &std::path::Path,
+    store: Store,
+    workers: usize,
+) -> Service {
     let config = support::client_config(server);
     let chat = build_chat_model(&config).unwrap();
     let embedder = support::embedder(&config, 64);
@@ -132,7 +140,7 @@ async fn facts(service: &Service) -> Vec<StoredFact> {
 
 /// Each person's chain: (extracted value, from, to, the successor's extracted value), in time
 /// order. Asserts that it is one chain: one current fact at every instant.
-fn chains(facts: &[StoredFact]) -> BTreeMap<String, Vec<(String, String, Option<String>, Option<String>)>> {
+fn chains(facts: &[StoredFact]) -> BTreeMap<String, Vec<Link>> {
     let mut chains: BTreeMap<String, Vec<&StoredFact>> = BTreeMap::new();
     for fact in facts.iter().filter(|fact| fact.aspect == "home") {
         chains.entry(fact.person.clone()).or_default().push(fact);
@@ -169,7 +177,10 @@ fn chains(facts: &[StoredFact]) -> BTreeMap<String, Vec<(String, String, Option<
 fn assert_corrections(log: &[Edit], facts: &[StoredFact]) {
     let identity = |edit: &Edit| {
         let fact = &edit.after.as_ref().unwrap()["fact"];
-        (fact["source"].as_str().unwrap().to_string(), fact["aspect"].as_str().unwrap().to_lowercase())
+        (
+            fact["source"].as_str().unwrap().to_string(),
+            fact["aspect"].as_str().unwrap().to_lowercase(),
+        )
     };
     let corrections: Vec<&Edit> = log.iter().filter(|edit| edit.kind == "correct_fact").collect();
     for edit in &corrections {
@@ -185,9 +196,15 @@ fn assert_corrections(log: &[Edit], facts: &[StoredFact]) {
         let (source, aspect) = identity(edit);
         let fact = facts
             .iter()
-            .find(|fact| fact.source.as_deref() == Some(&source) && fact.aspect.to_lowercase() == aspect)
+            .find(|fact| {
+                fact.source.as_deref() == Some(&source) && fact.aspect.to_lowercase() == aspect
+            })
             .unwrap_or_else(|| panic!("correction {} lost its fact without a record", edit.id));
-        assert_eq!(Some(fact.value.as_str()), edit.after.as_ref().unwrap()["value"].as_str(), "{edit:?}");
+        assert_eq!(
+            Some(fact.value.as_str()),
+            edit.after.as_ref().unwrap()["value"].as_str(),
+            "{edit:?}"
+        );
     }
 }
 
@@ -265,18 +282,29 @@ async fn run(postgres: bool) {
                 assert_corrections(&one_by_one.history(Some("u"), None).await.unwrap(), &now);
             }
             let now = facts(&one_by_one).await;
-            assert_eq!(chains(&now), expected, "seed {seed}: order {:?}", order.iter().map(|one| one.city).collect::<Vec<_>>());
+            assert_eq!(
+                chains(&now),
+                expected,
+                "seed {seed}: order {:?}",
+                order.iter().map(|one| one.city).collect::<Vec<_>>()
+            );
 
             // A corrected fact's own message forgotten: its correction lapses on the record;
             // the undo of the forget brings the fact (not the correction) back.
             let target = &order[0];
-            let fact = now.iter().find(|fact| fact.extracted.contains(target.city)).unwrap().clone();
-            let corrected = one_by_one.correct_fact(fact.id, "somewhere else", "cli").await.unwrap();
+            let fact =
+                now.iter().find(|fact| fact.extracted.contains(target.city)).unwrap().clone();
+            let corrected =
+                one_by_one.correct_fact(fact.id, "somewhere else", "cli").await.unwrap();
             let id = message_id(&store, target.conversation, &format!("moved to {}", target.city));
-            let (forgotten, _) = one_by_one.forget_message(target.conversation, &id, "cli").await.unwrap();
+            let (forgotten, _) =
+                one_by_one.forget_message(target.conversation, &id, "cli").await.unwrap();
             assert_eq!(forgotten.lapsed_corrections, [corrected.id], "seed {seed}");
             let log = one_by_one.history(Some("u"), None).await.unwrap();
-            assert!(log.iter().any(|edit| edit.kind == "correction_lapsed" && edit.target == corrected.id.to_string()));
+            assert!(
+                log.iter().any(|edit| edit.kind == "correction_lapsed"
+                    && edit.target == corrected.id.to_string())
+            );
             let now = facts(&one_by_one).await;
             chains(&now);
             assert_corrections(&log, &now);
