@@ -129,6 +129,9 @@ where
     ) -> Result<FactsReport, ServiceError> {
         // Verdicts are the model's under this prompt: a new prompt asks again.
         let model = format!("{}@{}", self.settings.model, crate::prompts::FACT_CONFLICTS.version());
+        // One settling per scope at a time (the scope's facts lock, after the conversation's).
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let _scope_lock = blocking(move || store.lock_facts(&id)).await?;
         let mut report = FactsReport::default();
         let mut asked: BTreeSet<String> = BTreeSet::new();
         let mut answered = 0;

@@ -39,7 +39,7 @@ pub use add::{AddReport, FailedSession, check_limits};
 pub use cache::IndexStats;
 pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
 pub use facts::FactsReport;
-pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued};
+pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued, Waited};
 pub use query::{AskReport, MissingSession, SearchHit};
 pub use scope::{Scope, SearchFilters, time_bound};
 
@@ -74,7 +74,14 @@ pub struct ServiceSettings {
     /// How long a job runner's claim on a job lasts without renewal (`MRAGENT_JOB_LEASE`,
     /// seconds): a job whose runner died is taken over once it expires.
     pub job_lease: std::time::Duration,
+    /// How long an HTTP add (or batch add) that waits holds its request before it answers 202
+    /// with its job while the build goes on (`MRAGENT_ADD_WAIT`, seconds; below the 29–60 s
+    /// after which API gateways cut requests).
+    pub add_wait: std::time::Duration,
 }
+
+/// How long an HTTP add waits for its build by default (see [`ServiceSettings::add_wait`]).
+pub const DEFAULT_ADD_WAIT: std::time::Duration = std::time::Duration::from_secs(25);
 
 impl ServiceSettings {
     /// Defaults: the default session gap, 3 re-asks, 4 workers, no rules.
@@ -90,6 +97,7 @@ impl ServiceSettings {
             workers: 4,
             rules: Arc::default(),
             job_lease: DEFAULT_JOB_LEASE,
+            add_wait: DEFAULT_ADD_WAIT,
         }
     }
 }

@@ -55,6 +55,17 @@ impl OwnSettings {
                 })?;
             service.job_lease = std::time::Duration::from_secs(seconds);
         }
+        if let Some(seconds) = env.var("MRAGENT_ADD_WAIT") {
+            let seconds: u64 = seconds
+                .trim()
+                .parse()
+                .ok()
+                .filter(|seconds| (1..=600).contains(seconds))
+                .with_context(|| {
+                    format!("MRAGENT_ADD_WAIT={seconds:?}: expected seconds from 1 to 600")
+                })?;
+            service.add_wait = std::time::Duration::from_secs(seconds);
+        }
         let local_model = ModelSource {
             explicit_dir: args.embed.embed_model_dir.clone(),
             models_root: paths.root.join("data").join("models"),

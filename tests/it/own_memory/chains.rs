@@ -328,3 +328,40 @@ async fn a_replaced_fact_reaches_the_model_with_its_mark_though_its_turn_was_sho
         messages[..position].iter().any(|message| text(message).contains("I live in Paris"));
     assert!(shown_first, "the turn was shown before the tool result: {messages:#?}");
 }
+
+#[tokio::test]
+async fn an_add_that_outlasts_its_bounded_wait_answers_202_with_its_job_and_the_build_goes_on() {
+    let slow = facts_server(Duration::from_millis(250)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = crate::own::service(&slow, dir.path());
+    service.settings_mut().add_wait = Duration::from_millis(200);
+    let api = Api::start_over(service, Vec::new()).await;
+    let started = std::time::Instant::now();
+    let body = json!({"user": "carol", "messages": super::moving_messages()});
+    let (status, reply) = api.post("/v1/conversations/moving/messages", body).await;
+    assert!(started.elapsed() < Duration::from_millis(900), "the request did not wait long");
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    assert_eq!(reply["new_messages"], 4, "{reply}");
+    let job = reply["job"]["id"].as_i64().unwrap();
+    let batch = json!({"conversations": [
+        {"conversation": "other", "user": "carol", "messages": [
+            {"speaker": "Carol", "timestamp": "2024-06-01T10:00:00Z", "text": "I moved to Rome now"}]}]});
+    let (status, batched) = api.post("/v1/conversations", batch).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{batched}");
+    let other = batched["results"][0]["queued"]["job"]["id"].as_i64().unwrap();
+    for job in [job, other] {
+        let mut done = Value::Null;
+        for _ in 0..200 {
+            let (_, now) = api.get(&format!("/v1/jobs/{job}")).await;
+            if crate::jobs::ended(&now) {
+                done = now;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(done["state"], "done", "the build went on: {done}");
+    }
+    let (_, all) = api.get("/v1/users/carol/facts?aspect=home&history=true").await;
+    assert_one_chain(&chain(&all));
+    assert_eq!(chain(&all).len(), 3, "{all}");
+}
