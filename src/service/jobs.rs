@@ -108,23 +108,45 @@ where
         check_add(conversation, &scope, &messages)?;
         let (store, id) = (self.store.clone(), conversation.to_string());
         let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
-        // Lock and write in one blocking task, as `add` does.
+        // Lock and write in one blocking task, as `add` does. The wait for the lock counts
+        // towards the bound: a lock still held then (a long job of the conversation) leaves
+        // the messages to a queued job, as an add that does not wait would.
+        let deadline = started + bound;
         let (lock, added, job) = blocking(move || {
-            let lock = store.lock_conversation(&id)?;
+            let lock = loop {
+                if let Some(lock) = store.try_lock_conversation(&id)? {
+                    break Some(lock);
+                }
+                if std::time::Instant::now() >= deadline {
+                    break None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
             let (added, job) = store.queue_messages(&id, &embedder, &scope, &messages, gap)?;
             Ok((lock, added, job))
         })
         .await?;
+        let Some(lock) = lock else {
+            self.jobs_wake.notify_one();
+            return Ok(Waited::Building(Queued {
+                conversation: conversation.to_string(),
+                created: added.created,
+                new_messages: added.new_messages,
+                duplicates: added.duplicates,
+                job,
+            }));
+        };
         let service = Arc::clone(self);
         let id = conversation.to_string();
         let (created, new_messages, duplicates) =
             (added.created, added.new_messages, added.duplicates);
+        let (job, pending) = (job.id, usize::try_from(job.sessions.pending).unwrap_or(0));
         let build = tokio::spawn(async move {
             let mut report = AddReport::before_build(&id, created, new_messages, duplicates);
-            let (store, pending) = (service.store.clone(), job.sessions.pending as usize);
-            blocking(move || store.start_job(job.id, pending)).await?;
-            let built = service.build_pending(&mut report, Some(job.id)).await;
-            let ended = service.end_job(job.id, built.as_ref().err().map(|e| e.to_string())).await;
+            let store = service.store.clone();
+            blocking(move || store.start_job(job, pending)).await?;
+            let built = service.build_pending(&mut report, Some(job)).await;
+            let ended = service.end_job(job, built.as_ref().err().map(|e| e.to_string())).await;
             drop(lock);
             built?;
             ended?;
@@ -135,13 +157,13 @@ where
             Ok(Ok(report)) => Ok(Waited::Done(Box::new(report?))),
             Ok(Err(failed)) => Err(anyhow::anyhow!("the add's build task failed: {failed}").into()),
             Err(_) => {
-                tracing::info!(conversation, job = job.id, "the add stopped waiting; its job goes on");
+                tracing::info!(conversation, job, "the add stopped waiting; its job goes on");
                 Ok(Waited::Building(Queued {
                     conversation: conversation.to_string(),
                     created,
                     new_messages,
                     duplicates,
-                    job: self.job(job.id).await?,
+                    job: self.job(job).await?,
                 }))
             }
         }
