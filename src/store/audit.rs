@@ -78,18 +78,18 @@ fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Correction {
     /// Its edit.
-    pub edit: i64,
+    pub(super) edit: i64,
     /// The conversation.
-    pub conversation: String,
+    pub(super) conversation: String,
     /// The value it sets.
-    pub value: String,
+    pub(super) value: String,
     /// The identity of the fact: its source message and aspect (absent in corrections made
     /// before facts kept their source: then session, key and extracted value).
-    pub source: Option<String>,
-    pub aspect: Option<String>,
-    pub session: u32,
-    pub key: String,
-    pub extracted: String,
+    pub(super) source: Option<String>,
+    pub(super) aspect: Option<String>,
+    pub(super) session: u32,
+    pub(super) key: String,
+    pub(super) extracted: String,
     /// What the log says about the fact (kept in the lapse row).
     fact: Value,
 }
@@ -123,7 +123,7 @@ impl Correction {
     }
 
     /// Whether its fact was drawn from session `number`, whose messages are `messages`.
-    pub fn belongs_to(&self, number: u32, messages: &[&str]) -> bool {
+    pub(super) fn belongs_to(&self, number: u32, messages: &[&str]) -> bool {
         match &self.source {
             Some(source) => messages.contains(&source.as_str()),
             None => self.session == number,
@@ -132,7 +132,7 @@ impl Correction {
 
     /// Whether a fact drawn from `source` about `aspect` (key and extracted value for a
     /// correction without a source) is the fact it corrects.
-    pub fn identifies(
+    pub(super) fn identifies(
         &self,
         source: Option<&str>,
         aspect: &str,
