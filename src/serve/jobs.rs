@@ -162,8 +162,7 @@ pub(super) async fn batch_add(
     }))
     .await;
     let building = results.iter().any(|result| result.queued.is_some());
-    let status =
-        if !request.wait || building { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let status = if !request.wait || building { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok((status, Json(BatchReply { results })).into_response())
 }
 

@@ -320,14 +320,12 @@ impl MemoryJob {
                 };
                 Self::Facts { paths: paths.clone(), query, json: args.json }
             }
-            MemoryCommand::Correct(args) => {
-                Self::Correct {
-                    paths: paths.clone(),
-                    fact: args.fact,
-                    value: args.value,
-                    json: args.json,
-                }
-            }
+            MemoryCommand::Correct(args) => Self::Correct {
+                paths: paths.clone(),
+                fact: args.fact,
+                value: args.value,
+                json: args.json,
+            },
             MemoryCommand::History(args) => Self::History {
                 paths: paths.clone(),
                 user: args.user,

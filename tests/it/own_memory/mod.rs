@@ -5,8 +5,8 @@
 
 mod chains;
 mod cli;
-mod property;
 pub(crate) mod kill;
+mod property;
 
 use std::time::Duration;
 
