@@ -203,7 +203,7 @@ pub(super) async fn add(
         let bound = state.service.settings().add_wait;
         match state.service.add_waiting(&id, scope, messages, bound).await? {
             Waited::Done(report) => Ok(Json(*report).into_response()),
-            Waited::Building(queued) => Ok((StatusCode::ACCEPTED, Json(queued)).into_response()),
+            Waited::Building(queued) => Ok((StatusCode::ACCEPTED, Json(*queued)).into_response()),
         }
     } else {
         let queued = state.service.add_queued(&id, scope, messages).await?;

@@ -149,7 +149,7 @@ pub(super) async fn batch_add(
             let bound = deadline.saturating_duration_since(tokio::time::Instant::now());
             match service.add_waiting(&id, scope, messages, bound).await {
                 Ok(Waited::Done(report)) => result.added = Some(*report),
-                Ok(Waited::Building(queued)) => result.queued = Some(queued),
+                Ok(Waited::Building(queued)) => result.queued = Some(*queued),
                 Err(failure) => result.error = error(failure),
             }
         } else {

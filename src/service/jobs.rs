@@ -52,7 +52,7 @@ pub enum Waited {
     /// Built within the bound: the add's report.
     Done(Box<AddReport>),
     /// Still building when the bound passed: what was stored, and the job that goes on.
-    Building(Queued),
+    Building(Box<Queued>),
 }
 
 /// What a runner did.
@@ -128,13 +128,13 @@ where
         .await?;
         let Some(lock) = lock else {
             self.jobs_wake.notify_one();
-            return Ok(Waited::Building(Queued {
+            return Ok(Waited::Building(Box::new(Queued {
                 conversation: conversation.to_string(),
                 created: added.created,
                 new_messages: added.new_messages,
                 duplicates: added.duplicates,
                 job,
-            }));
+            })));
         };
         let service = Arc::clone(self);
         let id = conversation.to_string();
@@ -158,13 +158,13 @@ where
             Ok(Err(failed)) => Err(anyhow::anyhow!("the add's build task failed: {failed}").into()),
             Err(_) => {
                 tracing::info!(conversation, job, "the add stopped waiting; its job goes on");
-                Ok(Waited::Building(Queued {
+                Ok(Waited::Building(Box::new(Queued {
                     conversation: conversation.to_string(),
                     created,
                     new_messages,
                     duplicates,
                     job: self.job(job).await?,
-                }))
+                })))
             }
         }
     }

@@ -113,7 +113,7 @@ impl Correction {
     }
 
     /// The identity, as one comparable value.
-    fn identity(&self) -> (Option<String>, Option<String>, Option<(u32, String, String)>) {
+    fn identity(&self) -> Identity {
         match (&self.source, &self.aspect) {
             (Some(source), Some(aspect)) => {
                 (Some(source.clone()), Some(aspect.trim().to_lowercase()), None)
@@ -148,6 +148,10 @@ impl Correction {
         }
     }
 }
+
+/// What identifies a corrected fact: its source message and aspect, or (a correction made
+/// before facts kept their source) its session, key and extracted value.
+type Identity = (Option<String>, Option<String>, Option<(u32, String, String)>);
 
 /// The corrections in force in `conversation`, oldest first.
 pub(super) fn corrections_in_force(

@@ -20,10 +20,8 @@ pub const SHOWN_ABOVE: &str = ": (shown above)";
 /// Records every `<id>:<text>` line in `value` as shown (the whole line).
 pub fn mark_shown(value: &Value, shown: &mut BTreeSet<String>) {
     match value {
-        Value::String(text) => {
-            if event_line_id(text).is_some() {
-                shown.insert(text.clone());
-            }
+        Value::String(text) if event_line_id(text).is_some() => {
+            shown.insert(text.clone());
         }
         Value::Array(items) => items.iter().for_each(|item| mark_shown(item, shown)),
         Value::Object(fields) => fields.values().for_each(|field| mark_shown(field, shown)),
