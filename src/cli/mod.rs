@@ -207,7 +207,7 @@ pub struct ModelArgs {
     pub tpm: Option<u32>,
     /// Completion token caps per step, e.g. `rewrite=4096,answer=1024` (`none`: no cap).
     /// Steps: rewrite, keywords, granules, question_keywords, rerank, tag_scores, answer,
-    /// judge, learn, ping. Unnamed steps keep their defaults.
+    /// judge, learn, ping, facts. Unnamed steps keep their defaults.
     #[arg(long = "max-tokens", env = "MRAGENT_MAX_TOKENS", value_name = "STEP=N,…")]
     pub max_tokens: Option<String>,
     /// Per-request timeout in seconds.
@@ -370,4 +370,26 @@ pub struct TraceArgs {
     /// Characters shown of long texts (0: 400).
     #[arg(long, default_value_t = 0)]
     pub max_chars: usize,
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::Args as _;
+
+    /// `--max-tokens` names every step a cap can be set for (`Step::ALL`).
+    #[test]
+    fn max_tokens_help_lists_every_step() {
+        let command = super::ModelArgs::augment_args(clap::Command::new("x"));
+        let help = command
+            .get_arguments()
+            .find(|argument| argument.get_id() == "max_tokens")
+            .and_then(|argument| argument.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let listed = help.split_once("Steps:").map(|(_, steps)| steps).unwrap_or_default();
+        for step in crate::llm::Step::ALL {
+            let named = listed.split([',', '.', ' ']).any(|word| word.trim() == step.name());
+            assert!(named, "--max-tokens help does not list {}: {help}", step.name());
+        }
+    }
 }

@@ -178,6 +178,9 @@ pub struct MemoryCorrectArgs {
     pub fact: i64,
     /// Its value from now on.
     pub value: String,
+    /// Print JSON (the edit's row in the audit log).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `mragent memory history`.

@@ -34,8 +34,8 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
         MemoryJob::Facts { paths, query, json } => {
             super::memory_edits::facts(&paths, &query, json).await
         }
-        MemoryJob::Correct { paths, fact, value } => {
-            super::memory_edits::correct(&paths, fact, &value).await
+        MemoryJob::Correct { paths, fact, value, json } => {
+            super::memory_edits::correct(&paths, fact, &value, json).await
         }
         MemoryJob::History { paths, user, conversation, json } => {
             super::memory_edits::history(&paths, user.as_deref(), conversation.as_deref(), json)

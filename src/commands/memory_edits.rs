@@ -64,6 +64,7 @@ pub(super) async fn correct(
     paths: &ProjectPaths,
     fact: i64,
     value: &str,
+    json: bool,
 ) -> anyhow::Result<Outcome> {
     let store = open_store(paths)?;
     let value = value.trim();
@@ -78,7 +79,11 @@ pub(super) async fn correct(
         let _lock = store.lock_conversation(&store.fact(fact)?.conversation)?;
         store.correct_fact(fact, value, ACTOR)?
     };
-    outln!("{}", render_edit(&edit))?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&edit)?)?;
+    } else {
+        outln!("{}", render_edit(&edit))?;
+    }
     Ok(Outcome::Success)
 }
 
@@ -103,9 +108,25 @@ pub(super) fn history(
     Ok(Outcome::Success)
 }
 
-/// `memory undo`: an undone forget rebuilds its session, which needs the model.
+/// `memory undo`: an undone forget rebuilds its session, which needs the model; any other
+/// undo (a correction's) is a store edit alone, and needs no API key.
 pub(super) async fn undo(own: &OwnSettings, edit: i64, json: bool) -> anyhow::Result<Outcome> {
-    let conversation = open_store(&own.paths)?.edit(edit)?.conversation;
+    let store = open_store(&own.paths)?;
+    let undone = store.edit(edit)?;
+    if undone.kind != crate::store::FORGET_MESSAGE {
+        let undo = {
+            let _lock = store.lock_conversation(&undone.conversation)?;
+            store.undo(edit, ACTOR)?
+        };
+        let report = crate::service::UndoReport { undo, rebuilt: None };
+        if json {
+            outln!("{}", serde_json::to_string_pretty(&report)?)?;
+        } else {
+            outln!("{}", render_edit(&report.undo))?;
+        }
+        return Ok(Outcome::Success);
+    }
+    let conversation = undone.conversation;
     let spec = recorded_embedder(&own.paths, &conversation)?;
     own.models.require_key()?;
     let service = service(own, &spec).await?;
@@ -124,7 +145,13 @@ pub(super) async fn undo(own: &OwnSettings, edit: i64, json: bool) -> anyhow::Re
 
 /// One line of the audit log.
 fn render_edit(edit: &Edit) -> String {
-    let undone = edit.undone_by.map(|by| format!(" (undone by edit {by})")).unwrap_or_default();
+    let mut undone = edit.undone_by.map(|by| format!(" (undone by edit {by})")).unwrap_or_default();
+    if let Some(lapse) = edit.lapsed_by {
+        undone.push_str(&format!(" (lapsed: edit {lapse})"));
+    }
+    if let Some(why) = edit.after.as_ref().and_then(|after| after["lapsed"].as_str()) {
+        undone.push_str(&format!(" (lapsed: {why})"));
+    }
     let show = |value: &Option<serde_json::Value>| {
         value.as_ref().map_or("-".to_string(), |value| match &value["value"] {
             serde_json::Value::String(text) => format!("{text:?}"),

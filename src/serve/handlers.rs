@@ -24,7 +24,9 @@ use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
 use super::{Actor, ApiError, AppState, fields};
 use crate::agent::events::LoopEvents;
 use crate::names::{NameKind, check_name};
-use crate::service::{AddReport, AskReport, Queued, Scope, SearchFilters, SearchHit, ServiceError};
+use crate::service::{
+    AddReport, AskReport, Queued, Scope, SearchFilters, SearchHit, ServiceError, Waited,
+};
 use crate::store::ConversationInfo;
 
 pub(super) type Shared = State<Arc<AppState>>;
@@ -179,7 +181,7 @@ impl AddRequest {
     request_body = AddRequest,
     responses(
         (status = 200, description = "what the add stored and built (idempotent: only new sessions are built)", body = AddReport),
-        (status = 202, description = "with `wait: false`: what the add stored, and the job that builds it in the background", body = Queued),
+        (status = 202, description = "with `wait: false`, or when the build outlasts the add's bounded wait (`MRAGENT_ADD_WAIT`, 25 s by default): what the add stored, and the job that builds it in the background", body = Queued),
         AddErrors
     )
 )]
@@ -197,7 +199,12 @@ pub(super) async fn add(
     state.validators.add(&whole)?;
     let AddRequest { messages, scope, wait } = request;
     if wait {
-        Ok(Json(state.service.add_scoped(&id, scope, messages).await?).into_response())
+        // A bounded wait: a build still going on at the bound answers 202 with its job.
+        let bound = state.service.settings().add_wait;
+        match state.service.add_waiting(&id, scope, messages, bound).await? {
+            Waited::Done(report) => Ok(Json(*report).into_response()),
+            Waited::Building(queued) => Ok((StatusCode::ACCEPTED, Json(*queued)).into_response()),
+        }
     } else {
         let queued = state.service.add_queued(&id, scope, messages).await?;
         Ok((StatusCode::ACCEPTED, Json(queued)).into_response())

@@ -26,7 +26,7 @@ use super::openapi::{AddErrors, IdErrors};
 use super::scoped::{JOB, Number, Params, id_number, params, path_parameter, query_parameter};
 use super::{ApiError, fields};
 use crate::names::NameKind;
-use crate::service::{AddReport, Queued};
+use crate::service::{AddReport, Queued, Waited};
 use crate::store::Job;
 
 /// Most jobs one listing returns.
@@ -126,7 +126,7 @@ impl BatchRequest {
     request_body = BatchRequest,
     responses(
         (status = 200, description = "each conversation's add report or error, in order", body = BatchReply),
-        (status = 202, description = "with `wait: false`: each conversation's job or error, in order", body = BatchReply),
+        (status = 202, description = "with `wait: false`, or when some entry's build outlasted the bounded wait (`MRAGENT_ADD_WAIT`): each conversation's report, job or error, in order", body = BatchReply),
         AddErrors
     )
 )]
@@ -139,13 +139,17 @@ pub(super) async fn batch_add(
     state.validators.batch(&Value::Object(map))?;
     let service = &state.service;
     let error = |error: crate::service::ServiceError| Some(ApiError::from(error).detail);
+    // One bound for the whole request: an entry still building then answers with its job.
+    let deadline = tokio::time::Instant::now() + service.settings().add_wait;
     let results = futures::future::join_all(request.adds.into_iter().map(|(id, add)| async move {
         let mut result =
             BatchResult { conversation: id.clone(), added: None, queued: None, error: None };
         let AddRequest { messages, scope, wait: _ } = add;
         if request.wait {
-            match service.add_scoped(&id, scope, messages).await {
-                Ok(report) => result.added = Some(report),
+            let bound = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match service.add_waiting(&id, scope, messages, bound).await {
+                Ok(Waited::Done(report)) => result.added = Some(*report),
+                Ok(Waited::Building(queued)) => result.queued = Some(*queued),
                 Err(failure) => result.error = error(failure),
             }
         } else {
@@ -157,7 +161,8 @@ pub(super) async fn batch_add(
         result
     }))
     .await;
-    let status = if request.wait { StatusCode::OK } else { StatusCode::ACCEPTED };
+    let building = results.iter().any(|result| result.queued.is_some());
+    let status = if !request.wait || building { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok((status, Json(BatchReply { results })).into_response())
 }
 

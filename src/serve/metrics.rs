@@ -291,11 +291,9 @@ impl Collector for ModelCollector {
     }
 }
 
-/// The store families, read from the store at scrape time.
-///
-/// Background ingestion jobs go here: a `mragent_jobs{state=...}` gauge is one more count in
-/// [`StoreCounts`] per state (read in the same statement) and one more [`gauges`] call in
-/// [`StoreCollector::encode_counts`].
+/// The store families (and the jobs gauge, counted in the same statement), read from the
+/// store at scrape time. A new family is listed in `docs/metrics.md` too (the metrics test
+/// requires it).
 #[derive(Debug)]
 struct StoreCollector {
     store: Store,

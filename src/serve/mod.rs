@@ -317,7 +317,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(StoreError::ScopeMismatch { field, .. }) => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::ScopeMismatch, field, message)
             }
-            ServiceError::NotBuilt(_) => {
+            ServiceError::NotBuilt(..) => {
                 ApiError::new(StatusCode::CONFLICT, ErrorCode::NotBuilt, "conversation", message)
             }
             ServiceError::Store(StoreError::UnknownConversation(_)) => ApiError::new(

@@ -92,7 +92,7 @@ fn error_responses(codes: &[u16]) -> BTreeMap<String, RefOr<Response>> {
                 400 => "a field, the id or the body is unusable; `field` names it",
                 401 => "missing or wrong bearer token",
                 404 => "no such conversation, user, message, fact or edit",
-                409 => "the conversation is not built yet, has another embedder or another user, or the edit cannot be undone",
+                409 => "an ask with no built session to answer from (`not_built`, its message names why: nothing said before `as_of`, a job still building, or failed sessions; a search answers 200 with `pending_sessions` instead), another embedder or another user, or the edit cannot be undone",
                 413 => "the body is over the size limit",
                 503 => "the store's database cannot be reached now (`store_unavailable`); retry after the `Retry-After` seconds",
                 _ => "the service failed",

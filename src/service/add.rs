@@ -41,10 +41,14 @@ pub struct AddReport {
     pub failed_sessions: Vec<FailedSession>,
     /// Sessions stored in all.
     pub sessions: usize,
-    /// Chat calls made, re-asks included.
+    /// Chat calls made, re-asks included: the build's stages and the facts' settling.
     pub chat_calls: u32,
     /// Deciding whether the new facts replace older ones.
     pub facts: super::facts::FactsReport,
+    /// Corrections (their edit ids) that lapsed in this add: the rebuilt session holds no fact
+    /// of that aspect from that message any more. Each has a `correction_lapsed` row in the
+    /// audit log (`memory history`).
+    pub lapsed_corrections: Vec<i64>,
     /// Wall time in milliseconds.
     pub elapsed_ms: u64,
 }
@@ -67,6 +71,7 @@ impl AddReport {
             sessions: 0,
             chat_calls: 0,
             facts: super::facts::FactsReport::default(),
+            lapsed_corrections: Vec::new(),
             elapsed_ms: 0,
         }
     }
@@ -104,6 +109,12 @@ impl std::fmt::Display for AddReport {
         }
         for error in &facts.errors {
             write!(f, "\nfacts undecided: {error}")?;
+        }
+        for edit in &self.lapsed_corrections {
+            write!(
+                f,
+                "\ncorrection {edit} lapsed: its rebuilt session no longer holds the fact (see `memory history`)"
+            )?;
         }
         Ok(())
     }
@@ -243,6 +254,8 @@ where
         job: Option<i64>,
     ) -> Result<(), ServiceError> {
         let conversation = report.conversation.as_str();
+        let store = self.store.clone();
+        let last_edit = blocking(move || store.last_edit()).await?;
         let stored = self.load_checked(conversation).await?;
         let pending = stored.pending();
         let dialogue = stored.to_conversation();
@@ -301,6 +314,21 @@ where
         report.built_sessions = built.into_iter().map(|number| format!("D{number}")).collect();
         report.failed_sessions.sort_by_key(|failed| session_number(&failed.session));
         report.facts = self.settle_facts(conversation).await?;
+        report.chat_calls += report.facts.model_calls;
+        if let Some(job) = job {
+            // The settling's calls are the job's too.
+            let facts = &report.facts;
+            let step = JobStep {
+                chat_calls: u64::from(facts.model_calls),
+                prompt_tokens: facts.prompt_tokens,
+                completion_tokens: facts.completion_tokens,
+                ..JobStep::default()
+            };
+            let store = self.store.clone();
+            blocking(move || store.job_spent(job, &step)).await?;
+        }
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        report.lapsed_corrections = blocking(move || store.lapses_since(&id, last_edit)).await?;
         if self.cache.contains(conversation) {
             // Bring the cached index up to date now (only the new sessions are indexed), so the
             // next query finds it current. A failure here is the next query's to report.

@@ -1,20 +1,24 @@
-//! Facts that change: after an add builds sessions, each session's new facts are set against
-//! the current facts of the same person and aspect (in the user's conversations, or the
-//! conversation's alone) that hold another value. Whether the newer replaces the older is one
-//! batched model call per session (`prompts/fact_conflicts.md`), asked only for pairs without
-//! a cached verdict. A replaced fact keeps its row with `valid_to` and the fact that replaced
-//! it (`store::facts`).
+//! Facts that change. A person's facts of one aspect (in the user's conversations, or the
+//! conversation's alone) form one chain, ordered by the time of the message each came from,
+//! whatever order they were added in (`store::facts::walk`). After an add builds sessions, the
+//! chains holding a new fact are walked: each fact meets the facts still current before it,
+//! and whether it replaces one with another value is the model's verdict
+//! (`prompts/fact_conflicts.md`), cached by what the pair says, asked in batched calls only
+//! for pairs without one. Then every fact of those chains gets its validity from the walk in
+//! one write: `valid_to` is its successor's `valid_from`. The same facts and verdicts give the
+//! same chains, whatever order adds came in or concurrent builds finished in.
 //!
-//! A reply that decides only some pairs settles those; the others stay undecided, are counted
-//! in the report, and are asked again by the next add. Sessions are settled in the order their
-//! facts became known, so a chain (Paris, then Berlin, then Rome) ends with one current fact.
+//! A reply that decides only some pairs settles those; the chains with a pair still open are
+//! stored as if it did not replace, counted in the report, and asked again by the next add.
+
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{MemoryService, ServiceError, blocking};
 use crate::llm::structured::chat_json;
-use crate::llm::{ChatModel, ChatRequest, Embedder, JsonSchemaSpec, Message, Step};
+use crate::llm::{ChatModel, ChatRequest, Embedder, JsonSchemaSpec, Message, Step, Usage};
 use crate::store::{FactPair, FactVerdict, StoredFact};
 
 /// Re-asks when the verdicts are not JSON of the expected shape.
@@ -29,11 +33,15 @@ pub struct FactsReport {
     pub pairs: usize,
     /// Pairs whose verdict came from the cache.
     pub cached: usize,
-    /// Model calls made (one per session with undecided pairs, re-asks included).
+    /// Model calls made (one per 40 pairs without a cached verdict, re-asks included).
     pub model_calls: u32,
+    /// Prompt tokens of those calls.
+    pub prompt_tokens: u64,
+    /// Completion tokens of those calls.
+    pub completion_tokens: u64,
     /// Facts replaced by newer ones now.
     pub superseded: usize,
-    /// Pairs the model's reply left undecided (asked again by the next add).
+    /// Pairs still without a verdict (asked again by the next add).
     pub undecided: usize,
     /// Why a session's facts could not be decided (the next add retries).
     pub errors: Vec<String>,
@@ -100,25 +108,73 @@ fn read_verdicts(reply: &Value, pairs: usize) -> Vec<(usize, bool)> {
     verdicts
 }
 
+/// Pairs asked in one model call.
+const PAIRS_PER_CALL: usize = 40;
+
+/// Rounds of asking in one settling: a verdict that a fact does not replace another keeps the
+/// older current, so the walk may meet new pairs; those are asked in the next round.
+const MAX_ROUNDS: usize = 4;
+
 impl<M, E> MemoryService<M, E>
 where
     M: ChatModel,
     E: Embedder + Clone + 'static,
 {
-    /// Decides the undecided facts of `conversation` (the caller holds its lock).
+    /// Places the facts of `conversation`'s scope that are not in their chain yet (the caller
+    /// holds its lock): asks the model about the pairs without a cached verdict, round by
+    /// round, then stores every chain as its facts' times and the verdicts make it.
     pub(super) async fn settle_facts(
         &self,
         conversation: &str,
     ) -> Result<FactsReport, ServiceError> {
+        // Verdicts are the model's under this prompt: a new prompt asks again.
+        let model = format!("{}@{}", self.settings.model, crate::prompts::FACT_CONFLICTS.version());
+        // One settling per scope at a time (the scope's facts lock, after the conversation's).
         let (store, id) = (self.store.clone(), conversation.to_string());
-        let sessions = blocking(move || store.unchecked_facts(&id)).await?;
+        let _scope_lock = blocking(move || store.lock_facts(&id)).await?;
         let mut report = FactsReport::default();
-        for (number, facts) in sessions {
-            report.new_facts += facts.len();
-            if let Err(error) = self.settle_session(&facts, &mut report).await {
-                report.errors.push(format!("D{number}: {error}"));
+        let mut asked: BTreeSet<String> = BTreeSet::new();
+        let mut answered = 0;
+        for round in 0..MAX_ROUNDS {
+            let (store, id, key, skip) =
+                (self.store.clone(), conversation.to_string(), model.clone(), asked.clone());
+            let plan = blocking(move || store.chain_plan(&id, &key, &skip)).await?;
+            if round == 0 {
+                report.new_facts = plan.new_facts;
             }
+            if plan.open.is_empty() {
+                break;
+            }
+            asked.extend(plan.open.iter().map(|pair| pair.verdict_key(&model)));
+            // The calls of one round are independent: they run at once, and are read in order.
+            let chunks: Vec<&[FactPair]> = plan.open.chunks(PAIRS_PER_CALL).collect();
+            let replies =
+                futures::future::join_all(chunks.iter().map(|pairs| self.ask_verdicts(pairs)))
+                    .await;
+            let mut decided = Vec::new();
+            for (pairs, (reply, spent)) in chunks.iter().zip(replies) {
+                report.model_calls += spent.0;
+                report.prompt_tokens += spent.1.prompt_tokens;
+                report.completion_tokens += spent.1.completion_tokens;
+                match reply {
+                    Ok(verdicts) => {
+                        for (index, replaces) in verdicts {
+                            decided.push(FactVerdict { pair: pairs[index].clone(), replaces });
+                        }
+                    }
+                    Err(error) => report.errors.push(error),
+                }
+            }
+            answered += decided.len();
+            let (store, key) = (self.store.clone(), model.clone());
+            blocking(move || store.save_verdicts(&key, &decided)).await?;
         }
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let applied = blocking(move || store.apply_chains(&id, &model)).await?;
+        report.pairs = applied.pairs;
+        report.cached = applied.pairs.saturating_sub(answered);
+        report.superseded = applied.superseded;
+        report.undecided = applied.undecided;
         if report.undecided > 0 || !report.errors.is_empty() {
             tracing::warn!(
                 conversation,
@@ -130,63 +186,34 @@ where
         Ok(report)
     }
 
-    /// One session's facts: cached verdicts, one call for the rest, then one write.
-    async fn settle_session(
-        &self,
-        facts: &[StoredFact],
-        report: &mut FactsReport,
-    ) -> Result<(), ServiceError> {
-        let (store, owned) = (self.store.clone(), facts.to_vec());
-        let pairs = blocking(move || store.fact_rivals(&owned)).await?;
-        report.pairs += pairs.len();
-        // Verdicts are the model's under this prompt: a new prompt asks again.
-        let model = format!("{}@{}", self.settings.model, crate::prompts::FACT_CONFLICTS.version());
-        let mut verdicts = Vec::new();
-        let mut open = Vec::new();
-        for pair in pairs {
-            let (store, key) = (self.store.clone(), pair.verdict_key(&model));
-            match blocking(move || store.cached_verdict(&key)).await? {
-                Some(replaces) => verdicts.push(FactVerdict { pair, replaces }),
-                None => open.push(pair),
-            }
-        }
-        report.cached += verdicts.len();
-        let mut undecided = 0;
-        if !open.is_empty() {
-            let decided = self.ask_verdicts(&open, report).await?;
-            undecided = open.len() - decided.len();
-            for (index, replaces) in decided {
-                verdicts.push(FactVerdict { pair: open[index].clone(), replaces });
-            }
-        }
-        report.undecided += undecided;
-        // Facts stay undecided while any of their pairs is: the next add asks for those again.
-        let checked: Vec<i64> =
-            if undecided == 0 { facts.iter().map(|fact| fact.id).collect() } else { Vec::new() };
-        let store = self.store.clone();
-        report.superseded +=
-            blocking(move || store.settle_facts(&model, &verdicts, &checked)).await?;
-        Ok(())
-    }
-
-    /// One model call for `pairs`: the verdicts it gave, by pair index.
+    /// One model call for `pairs`: the verdicts it gave, by pair index (or why it gave none),
+    /// and the calls and tokens it took, re-asks included, also when it failed.
     async fn ask_verdicts(
         &self,
         pairs: &[FactPair],
-        report: &mut FactsReport,
-    ) -> Result<Vec<(usize, bool)>, ServiceError> {
-        let prompt = crate::prompts::FACT_CONFLICTS
-            .render(&[("pairs", &render_pairs(pairs))])
-            .map_err(|error| anyhow::anyhow!(error))?;
+    ) -> (Result<Vec<(usize, bool)>, String>, (u32, Usage)) {
+        let prompt = match crate::prompts::FACT_CONFLICTS.render(&[("pairs", &render_pairs(pairs))])
+        {
+            Ok(prompt) => prompt,
+            Err(error) => return (Err(error.to_string()), (0, Usage::default())),
+        };
         let mut request = ChatRequest::new(&self.settings.model, vec![Message::user(prompt)]);
         request.temperature = Some(0.0);
         request.seed = Some(0);
         request.for_step(Some(Step::Facts), &self.chat);
-        let reply = chat_json(&self.chat, request, &schema(), MAX_REASKS)
-            .await
-            .map_err(|error| anyhow::anyhow!("deciding {} fact pairs: {error}", pairs.len()))?;
-        report.model_calls += reply.attempts;
-        Ok(read_verdicts(&reply.value, pairs.len()))
+        match chat_json(&self.chat, request, &schema(), MAX_REASKS).await {
+            Ok(reply) => {
+                (Ok(read_verdicts(&reply.value, pairs.len())), (reply.attempts, reply.usage))
+            }
+            Err(error) => {
+                let spent = match &error {
+                    crate::llm::Error::SchemaInvalid { attempts, usage, .. } => (*attempts, *usage),
+                    // The request reached the endpoint (or may have): it counts as one call.
+                    _ => (1, Usage::default()),
+                };
+                (Err(format!("deciding {} fact pairs: {error}", pairs.len())), spent)
+            }
+        }
     }
 }
 

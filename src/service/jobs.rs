@@ -46,6 +46,15 @@ pub struct Queued {
     pub job: Job,
 }
 
+/// What an add that waits a bounded time answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// Built within the bound: the add's report.
+    Done(Box<AddReport>),
+    /// Still building when the bound passed: what was stored, and the job that goes on.
+    Building(Box<Queued>),
+}
+
 /// What a runner did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobsRun {
@@ -82,6 +91,82 @@ where
             duplicates: added.duplicates,
             job,
         })
+    }
+
+    /// Stores `messages` with a job (as [`MemoryService::add_queued`]) and builds them at
+    /// once under the conversation's lock, as that job, waiting at most `bound`: the add's
+    /// report if the build ended by then, else what was stored and the job, whose build goes
+    /// on in the background (and is taken over by another runner if this process dies).
+    pub async fn add_waiting(
+        self: &Arc<Self>,
+        conversation: &str,
+        scope: AddScope,
+        messages: Vec<Message>,
+        bound: std::time::Duration,
+    ) -> Result<Waited, ServiceError> {
+        let started = std::time::Instant::now();
+        check_add(conversation, &scope, &messages)?;
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        let (embedder, gap) = (self.settings.embedder.clone(), self.settings.session_gap);
+        // Lock and write in one blocking task, as `add` does. The wait for the lock counts
+        // towards the bound: a lock still held then (a long job of the conversation) leaves
+        // the messages to a queued job, as an add that does not wait would.
+        let deadline = started + bound;
+        let (lock, added, job) = blocking(move || {
+            let lock = loop {
+                if let Some(lock) = store.try_lock_conversation(&id)? {
+                    break Some(lock);
+                }
+                if std::time::Instant::now() >= deadline {
+                    break None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
+            let (added, job) = store.queue_messages(&id, &embedder, &scope, &messages, gap)?;
+            Ok((lock, added, job))
+        })
+        .await?;
+        let Some(lock) = lock else {
+            self.jobs_wake.notify_one();
+            return Ok(Waited::Building(Box::new(Queued {
+                conversation: conversation.to_string(),
+                created: added.created,
+                new_messages: added.new_messages,
+                duplicates: added.duplicates,
+                job,
+            })));
+        };
+        let service = Arc::clone(self);
+        let id = conversation.to_string();
+        let (created, new_messages, duplicates) =
+            (added.created, added.new_messages, added.duplicates);
+        let (job, pending) = (job.id, usize::try_from(job.sessions.pending).unwrap_or(0));
+        let build = tokio::spawn(async move {
+            let mut report = AddReport::before_build(&id, created, new_messages, duplicates);
+            let store = service.store.clone();
+            blocking(move || store.start_job(job, pending)).await?;
+            let built = service.build_pending(&mut report, Some(job)).await;
+            let ended = service.end_job(job, built.as_ref().err().map(|e| e.to_string())).await;
+            drop(lock);
+            built?;
+            ended?;
+            report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            Ok::<AddReport, ServiceError>(report)
+        });
+        match tokio::time::timeout(bound, build).await {
+            Ok(Ok(report)) => Ok(Waited::Done(Box::new(report?))),
+            Ok(Err(failed)) => Err(anyhow::anyhow!("the add's build task failed: {failed}").into()),
+            Err(_) => {
+                tracing::info!(conversation, job, "the add stopped waiting; its job goes on");
+                Ok(Waited::Building(Box::new(Queued {
+                    conversation: conversation.to_string(),
+                    created,
+                    new_messages,
+                    duplicates,
+                    job: self.job(job).await?,
+                })))
+            }
+        }
     }
 
     /// One job.

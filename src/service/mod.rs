@@ -39,7 +39,7 @@ pub use add::{AddReport, FailedSession, check_limits};
 pub use cache::IndexStats;
 pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
 pub use facts::FactsReport;
-pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued};
+pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued, Waited};
 pub use query::{AskReport, MissingSession, SearchHit};
 pub use scope::{Scope, SearchFilters, time_bound};
 
@@ -74,7 +74,14 @@ pub struct ServiceSettings {
     /// How long a job runner's claim on a job lasts without renewal (`MRAGENT_JOB_LEASE`,
     /// seconds): a job whose runner died is taken over once it expires.
     pub job_lease: std::time::Duration,
+    /// How long an HTTP add (or batch add) that waits holds its request before it answers 202
+    /// with its job while the build goes on (`MRAGENT_ADD_WAIT`, seconds; below the 29–60 s
+    /// after which API gateways cut requests).
+    pub add_wait: std::time::Duration,
 }
+
+/// How long an HTTP add waits for its build by default (see [`ServiceSettings::add_wait`]).
+pub const DEFAULT_ADD_WAIT: std::time::Duration = std::time::Duration::from_secs(25);
 
 impl ServiceSettings {
     /// Defaults: the default session gap, 3 re-asks, 4 workers, no rules.
@@ -90,6 +97,7 @@ impl ServiceSettings {
             workers: 4,
             rules: Arc::default(),
             job_lease: DEFAULT_JOB_LEASE,
+            add_wait: DEFAULT_ADD_WAIT,
         }
     }
 }
@@ -111,11 +119,11 @@ pub enum ServiceError {
     /// The user has no conversation.
     #[error("user {0:?} has no conversation; `mragent memory list --user` shows a user's")]
     UnknownUser(String),
-    /// The conversation has no session with stage outputs yet.
-    #[error(
-        "conversation {0:?} has no built session yet; run the same add again to build the sessions that failed"
-    )]
-    NotBuilt(String),
+    /// The conversation (or the user's conversations) has no session with stage outputs to
+    /// answer from; the second field says why (nothing said before the date asked about, a
+    /// job still building, or sessions that failed).
+    #[error("{0:?} has no built session to answer from: {1}")]
+    NotBuilt(String, String),
     /// Anything else (the endpoint refusing every request, a failed task, IO). The message
     /// holds the whole chain of causes, so they are not also the error's `source`.
     #[error("{0:#}")]

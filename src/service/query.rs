@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::cache::Cached;
 use super::scope::{Scope, SearchFilters, View};
-use super::{MemoryService, ServiceError};
+use super::{MemoryService, ServiceError, blocking};
 use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
 use crate::agent::tools::{MemgasQueryError, query_memgas_each};
@@ -162,6 +162,46 @@ where
     }
 }
 
+impl<M, E> MemoryService<M, E>
+where
+    E: Embedder + Clone + 'static,
+{
+    /// Why `scope` has no built session to answer from (as of `as_of`, whose view is
+    /// `stored`): nothing was said before that time, a job is still building its sessions, or
+    /// sessions failed (the next add retries them).
+    async fn why_not_built(
+        &self,
+        scope: &Scope,
+        as_of: Option<&str>,
+        stored: &StoredConversation,
+    ) -> Result<String, ServiceError> {
+        if let Some(at) = as_of
+            && stored.sessions.is_empty()
+        {
+            return Ok(format!("nothing was said before {at}"));
+        }
+        let members = self.scope_members(scope, None).await?;
+        let store = self.store.clone();
+        let (jobs, failed) = blocking(move || {
+            let mut jobs = Vec::new();
+            let mut failed = 0;
+            for id in &members {
+                jobs.extend(store.jobs(Some(id), true, 1)?.into_iter().map(|job| job.id));
+                failed += store.load(id)?.sessions.iter().filter(|s| s.failure.is_some()).count();
+            }
+            Ok((jobs, failed))
+        })
+        .await?;
+        Ok(match (jobs.first(), failed) {
+            (Some(job), _) => format!("its sessions are still being built (job {job})"),
+            (None, 0) => "no session is built yet; the next add builds them".to_string(),
+            (None, failed) => {
+                format!("{failed} sessions failed to build; run the same add again to build them")
+            }
+        })
+    }
+}
+
 /// Whether the line behind `dia_id` passes every filter given.
 fn admits(stored: &StoredConversation, dia_id: &str, filters: &SearchFilters) -> bool {
     let Some((_, message)) = stored.message(dia_id) else { return false };
@@ -213,7 +253,8 @@ where
         let entry = &view.entry;
         let stored = &entry.stored;
         if stored.sessions.iter().all(|session| session.outputs.is_none()) {
-            return Err(ServiceError::NotBuilt(label));
+            let reason = self.why_not_built(scope, as_of, stored).await?;
+            return Err(ServiceError::NotBuilt(label, reason));
         }
         let now = chrono::Utc::now();
         let question_id = format!(

@@ -55,6 +55,17 @@ impl OwnSettings {
                 })?;
             service.job_lease = std::time::Duration::from_secs(seconds);
         }
+        if let Some(seconds) = env.var("MRAGENT_ADD_WAIT") {
+            let seconds: u64 = seconds
+                .trim()
+                .parse()
+                .ok()
+                .filter(|seconds| (1..=600).contains(seconds))
+                .with_context(|| {
+                    format!("MRAGENT_ADD_WAIT={seconds:?}: expected seconds from 1 to 600")
+                })?;
+            service.add_wait = std::time::Duration::from_secs(seconds);
+        }
         let local_model = ModelSource {
             explicit_dir: args.embed.embed_model_dir.clone(),
             models_root: paths.root.join("data").join("models"),
@@ -200,6 +211,8 @@ pub enum MemoryJob {
         fact: i64,
         /// Its new value.
         value: String,
+        /// Print JSON.
+        json: bool,
     },
     /// Show the audit log.
     History {
@@ -307,9 +320,12 @@ impl MemoryJob {
                 };
                 Self::Facts { paths: paths.clone(), query, json: args.json }
             }
-            MemoryCommand::Correct(args) => {
-                Self::Correct { paths: paths.clone(), fact: args.fact, value: args.value }
-            }
+            MemoryCommand::Correct(args) => Self::Correct {
+                paths: paths.clone(),
+                fact: args.fact,
+                value: args.value,
+                json: args.json,
+            },
             MemoryCommand::History(args) => Self::History {
                 paths: paths.clone(),
                 user: args.user,

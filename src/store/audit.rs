@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::db::{Conn, Row, ToValue, params};
-use super::facts::{FACT_COLUMNS, fact_of_row};
+use super::facts::{FACT_COLUMNS, StoredFact, fact_of_row};
 use super::revision::bump_revision;
 use super::{Store, StoreError};
 
@@ -17,6 +17,10 @@ pub const FORGET_MESSAGE: &str = "forget_message";
 pub const CORRECT_FACT: &str = "correct_fact";
 /// Undoing an edit.
 pub const UNDO: &str = "undo";
+/// A correction that could not follow its fact (the fact's message was forgotten, or its
+/// rebuilt session holds no fact of that aspect from that message). Its target is the
+/// correction's edit id; it is written by the edit or build that made it lapse.
+pub const CORRECTION_LAPSED: &str = "correction_lapsed";
 
 /// One row of the audit log.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -27,7 +31,7 @@ pub struct Edit {
     pub at: String,
     /// Who: the HTTP token's name, or `cli`.
     pub actor: String,
-    /// `forget_message`, `correct_fact` or `undo`.
+    /// `forget_message`, `correct_fact`, `undo` or `correction_lapsed`.
     pub kind: String,
     /// The conversation it changed.
     pub conversation: String,
@@ -43,10 +47,14 @@ pub struct Edit {
     pub undoes: Option<i64>,
     /// The edit that undid this one, if any.
     pub undone_by: Option<i64>,
+    /// For a correction: the `correction_lapsed` row saying it no longer holds, if any.
+    pub lapsed_by: Option<i64>,
 }
 
 const EDIT_COLUMNS: &str = "e.id, e.at, e.actor, e.kind, e.conversation_id, e.target, e.before,
-    e.after, e.undoes, (SELECT u.id FROM edits u WHERE u.undoes = e.id)";
+    e.after, e.undoes, (SELECT u.id FROM edits u WHERE u.undoes = e.id),
+    (SELECT l.id FROM edits l WHERE l.kind = 'correction_lapsed'
+       AND l.conversation_id = e.conversation_id AND l.target = CAST(e.id AS TEXT))";
 
 fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
     let value = |text: Option<String>| text.and_then(|text| serde_json::from_str(&text).ok());
@@ -61,7 +69,157 @@ fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
         after: value(row.get(7)?),
         undoes: row.get(8)?,
         undone_by: row.get(9)?,
+        lapsed_by: row.get(10)?,
     })
+}
+
+/// A correction in force: the latest correction of one fact identity that is not undone,
+/// when it has not lapsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Correction {
+    /// Its edit.
+    pub(super) edit: i64,
+    /// The conversation.
+    pub(super) conversation: String,
+    /// The value it sets.
+    pub(super) value: String,
+    /// The identity of the fact: its source message and aspect (absent in corrections made
+    /// before facts kept their source: then session, key and extracted value).
+    pub(super) source: Option<String>,
+    pub(super) aspect: Option<String>,
+    pub(super) session: u32,
+    pub(super) key: String,
+    pub(super) extracted: String,
+    /// What the log says about the fact (kept in the lapse row).
+    fact: Value,
+}
+
+impl Correction {
+    fn of_edit(edit: &Edit) -> Option<Self> {
+        let after = edit.after.as_ref()?;
+        let fact = &after["fact"];
+        let text = |field: &str| fact[field].as_str().map(str::to_string);
+        Some(Correction {
+            edit: edit.id,
+            conversation: edit.conversation.clone(),
+            value: after["value"].as_str()?.to_string(),
+            source: text("source"),
+            aspect: text("aspect"),
+            session: text("session")?.trim_start_matches('D').parse().ok()?,
+            key: text("key").unwrap_or_default(),
+            extracted: text("extracted").unwrap_or_default(),
+            fact: fact.clone(),
+        })
+    }
+
+    /// The identity, as one comparable value.
+    fn identity(&self) -> Identity {
+        match (&self.source, &self.aspect) {
+            (Some(source), Some(aspect)) => {
+                (Some(source.clone()), Some(aspect.trim().to_lowercase()), None)
+            }
+            _ => (None, None, Some((self.session, self.key.clone(), self.extracted.clone()))),
+        }
+    }
+
+    /// Whether its fact was drawn from session `number`, whose messages are `messages`.
+    pub(super) fn belongs_to(&self, number: u32, messages: &[&str]) -> bool {
+        match &self.source {
+            Some(source) => messages.contains(&source.as_str()),
+            None => self.session == number,
+        }
+    }
+
+    /// Whether a fact drawn from `source` about `aspect` (key and extracted value for a
+    /// correction without a source) is the fact it corrects.
+    pub(super) fn identifies(
+        &self,
+        source: Option<&str>,
+        aspect: &str,
+        key: &str,
+        extracted: &str,
+    ) -> bool {
+        match (&self.source, &self.aspect) {
+            (Some(mine), Some(my_aspect)) => {
+                source == Some(mine.as_str())
+                    && my_aspect.trim().to_lowercase() == aspect.trim().to_lowercase()
+            }
+            _ => self.key == key && self.extracted == extracted,
+        }
+    }
+}
+
+/// What identifies a corrected fact: its source message and aspect, or (a correction made
+/// before facts kept their source) its session, key and extracted value.
+type Identity = (Option<String>, Option<String>, Option<(u32, String, String)>);
+
+/// The corrections in force in `conversation`, oldest first.
+pub(super) fn corrections_in_force(
+    connection: &Conn,
+    conversation: &str,
+) -> Result<Vec<Correction>, StoreError> {
+    let edits = connection.query(
+        &format!(
+            "SELECT {EDIT_COLUMNS} FROM edits e WHERE e.conversation_id = ?1 AND e.kind = ?2
+             ORDER BY e.id"
+        ),
+        params![conversation, CORRECT_FACT],
+        edit_of_row,
+    )?;
+    let mut in_force: Vec<Correction> = Vec::new();
+    for edit in edits {
+        if edit.undone_by.is_some() {
+            continue;
+        }
+        let Some(correction) = Correction::of_edit(&edit) else { continue };
+        // The latest correction of a fact decides: an earlier one is replaced by it, and does
+        // not come back when the latest lapses.
+        in_force.retain(|earlier| earlier.identity() != correction.identity());
+        if edit.lapsed_by.is_none() {
+            in_force.push(correction);
+        }
+    }
+    Ok(in_force)
+}
+
+/// Writes the row saying that `correction` lapsed, and why.
+pub(super) fn lapse_correction(
+    transaction: &Conn,
+    correction: &Correction,
+    why: &str,
+) -> Result<i64, StoreError> {
+    let before = json!({"value": correction.value, "fact": correction.fact});
+    let after = json!({"lapsed": why});
+    record_edit(
+        transaction,
+        "mragent",
+        CORRECTION_LAPSED,
+        &correction.conversation,
+        &correction.edit.to_string(),
+        (Some(&before), Some(&after)),
+        None,
+    )
+}
+
+/// Marks lapsed every correction in force in `conversation` whose fact came from `message`
+/// (it is being forgotten); returns their edit ids.
+pub(super) fn lapse_corrections_of_message(
+    transaction: &Conn,
+    conversation: &str,
+    message: &str,
+) -> Result<Vec<i64>, StoreError> {
+    let mut lapsed = Vec::new();
+    for correction in corrections_in_force(transaction, conversation)? {
+        if correction.source.as_deref() == Some(message) {
+            lapse_correction(
+                transaction,
+                &correction,
+                "the message its fact came from was forgotten",
+            )?;
+            lapsed.push(correction.edit);
+        }
+    }
+    Ok(lapsed)
 }
 
 /// Appends an edit to the log inside `transaction`; returns its id.
@@ -128,6 +286,23 @@ impl Store {
         )
     }
 
+    /// The id of the newest edit (0 when the log is empty).
+    pub fn last_edit(&self) -> Result<i64, StoreError> {
+        self.connect()?
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM edits", params![], |row| row.get(0))
+    }
+
+    /// The corrections of `conversation` (their edit ids) that lapsed after edit `after`.
+    pub fn lapses_since(&self, conversation: &str, after: i64) -> Result<Vec<i64>, StoreError> {
+        let targets: Vec<String> = self.connect()?.query(
+            "SELECT target FROM edits WHERE conversation_id = ?1 AND kind = ?2 AND id > ?3
+             ORDER BY id",
+            params![conversation, CORRECTION_LAPSED, after],
+            |row| row.get(0),
+        )?;
+        Ok(targets.iter().filter_map(|target| target.parse().ok()).collect())
+    }
+
     /// One edit.
     pub fn edit(&self, id: i64) -> Result<Edit, StoreError> {
         load_edit(&self.connect()?, id)
@@ -146,7 +321,8 @@ impl Store {
             )?
             .ok_or(StoreError::UnknownFact(id))?;
         transaction.execute("UPDATE facts SET value = ?1 WHERE id = ?2", params![value, id])?;
-        let where_ = json!({"session": fact.session, "key": fact.key, "extracted": fact.extracted});
+        let where_ = json!({"session": fact.session, "key": fact.key, "extracted": fact.extracted,
+            "source": fact.source, "aspect": fact.aspect});
         let before = json!({"value": fact.value, "fact": where_});
         let after = json!({"value": value, "fact": where_});
         let edit = record_edit(
@@ -174,6 +350,11 @@ impl Store {
         if let Some(undo) = edit.undone_by {
             return Err(refuse(&format!("edit {undo} undid it already")));
         }
+        if let Some(lapse) = edit.lapsed_by {
+            return Err(refuse(&format!(
+                "it lapsed (edit {lapse}): its fact is no longer in memory"
+            )));
+        }
         let after = match edit.kind.as_str() {
             FORGET_MESSAGE => restore_message(&transaction, &edit).map_err(|why| match why {
                 StoreError::Corrupt(why) => refuse(&why),
@@ -200,42 +381,37 @@ impl Store {
     }
 }
 
-/// Puts back the value a correction replaced: on the fact it corrected, or (its session was
-/// rebuilt since) on the fact with the same session, key and extracted value.
+/// Puts back the value a correction replaced, on the fact it corrected: the fact with the
+/// same identity (source message and aspect; for an older correction, the same session, key
+/// and extracted value), wherever rebuilds have put it.
 fn restore_value(transaction: &Conn, edit: &Edit) -> Result<Value, StoreError> {
     let gone = || StoreError::Corrupt("the fact it corrected is no longer in memory".into());
     let before = edit.before.as_ref().ok_or_else(gone)?;
     let value = before["value"].as_str().ok_or_else(gone)?;
-    let corrected = edit.after.as_ref().and_then(|after| after["value"].as_str());
-    let fact = &before["fact"];
-    let number: u32 = fact["session"]
-        .as_str()
-        .and_then(|session| session.trim_start_matches('D').parse().ok())
+    let correction = Correction::of_edit(edit).ok_or_else(gone)?;
+    let candidates: Vec<StoredFact> = transaction.query(
+        &format!(
+            "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1
+             ORDER BY f.session_number, f.key"
+        ),
+        params![edit.conversation],
+        fact_of_row,
+    )?;
+    let fact = candidates
+        .iter()
+        .find(|fact| {
+            correction.identifies(fact.source.as_deref(), &fact.aspect, &fact.key, &fact.extracted)
+                && (correction.source.is_some() || fact.session_number() == correction.session)
+        })
         .ok_or_else(gone)?;
-    let matching = "(id = ?1 OR (conversation_id = ?2 AND session_number = ?3 AND key = ?4
-                     AND extracted = ?5))";
-    let target = edit.target.parse::<i64>().unwrap_or(-1);
-    let (key, extracted) =
-        (fact["key"].as_str().unwrap_or_default(), fact["extracted"].as_str().unwrap_or_default());
-    let current: Option<String> = transaction.query_opt(
-        &format!("SELECT value FROM facts WHERE {matching} ORDER BY id DESC LIMIT 1"),
-        params![target, edit.conversation, number, key, extracted],
-        |row| row.get(0),
-    )?;
-    match current {
-        None => return Err(gone()),
-        Some(current) if Some(current.as_str()) != corrected => {
-            return Err(StoreError::Corrupt(format!(
-                "the fact holds {current:?} now, not the corrected value; correct it again"
-            )));
-        }
-        Some(_) => {}
+    if fact.value != correction.value {
+        return Err(StoreError::Corrupt(format!(
+            "the fact holds {:?} now, not the corrected value; correct it again",
+            fact.value
+        )));
     }
-    transaction.execute(
-        &format!("UPDATE facts SET value = ?6 WHERE {matching}"),
-        params![target, edit.conversation, number, key, extracted, value],
-    )?;
-    Ok(json!({"value": value, "fact": fact}))
+    transaction.execute("UPDATE facts SET value = ?1 WHERE id = ?2", params![value, fact.id])?;
+    Ok(json!({"value": value, "fact": before["fact"]}))
 }
 
 /// Puts a forgotten message (an edit's `before`) back into its session, re-creating the

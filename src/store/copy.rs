@@ -36,7 +36,7 @@ const TABLES: &[(&str, &str, &str)] = &[
     (
         "facts",
         "id, conversation_id, session_number, key, person, aspect, value, extracted, origins,
-         valid_from, valid_to, superseded_by, checked",
+         valid_from, valid_to, superseded_by, checked, source",
         "id",
     ),
     ("fact_verdicts", "key, replaces, model, decided_at", "key"),

@@ -23,6 +23,9 @@ pub struct ForgottenMessage {
     pub session_removed: bool,
     /// The edit's id in the audit log (`memory undo` reverts it).
     pub edit: i64,
+    /// Corrections (their edit ids) that lapsed: their facts came from this message. Each
+    /// has a `correction_lapsed` row in the audit log.
+    pub lapsed_corrections: Vec<i64>,
 }
 
 impl Store {
@@ -93,6 +96,8 @@ impl Store {
             conversation: conversation.to_string(),
             message: message.to_string(),
         })?;
+        let lapsed_corrections =
+            super::audit::lapse_corrections_of_message(&transaction, conversation, message)?;
         transaction.execute(
             "DELETE FROM messages WHERE conversation_id = ?1 AND hash = ?2",
             params![conversation, message],
@@ -125,6 +130,7 @@ impl Store {
             session: format!("D{number}"),
             session_removed,
             edit,
+            lapsed_corrections,
         })
     }
 }

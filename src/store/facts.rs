@@ -2,10 +2,13 @@
 //!
 //! The build's rewrite extracts facts (person, aspect, value) per session. They are written with
 //! the session's outputs (`write::save_outputs` calls [`replace_session_facts`]), valid from the
-//! session's first message. Whether a new fact supersedes an older one of the same person and
-//! aspect is the model's call (`service::facts`); this module only finds the pairs to decide
-//! ([`Store::fact_rivals`]), caches the verdicts and applies them ([`Store::settle_facts`]). An
-//! older fact that is superseded keeps its row and gets `valid_to` and `superseded_by`.
+//! session's first message. The facts of one person and aspect (in the user's conversations)
+//! form a chain ordered by the time of the message each came from ([`walk`]). Whether a fact
+//! replaces the one before it is the model's call (`service::facts`); this module finds the
+//! pairs to decide ([`Store::chain_plan`]), caches the verdicts and places every fact of a
+//! chain from the facts' times and the verdicts alone ([`Store::apply_chains`]), so the order
+//! adds came in, or builds finished in, never shows. A replaced fact keeps its row and gets
+//! `valid_to` (its successor's `valid_from`) and `superseded_by`.
 
 use serde::Serialize;
 
@@ -41,6 +44,9 @@ pub struct StoredFact {
     pub valid_to: Option<String>,
     /// The fact that replaced it.
     pub superseded_by: Option<i64>,
+    /// The message it was drawn from (its id, as `memory show` lists it): with the aspect,
+    /// what identifies the fact across rebuilds of its session (a correction follows it).
+    pub source: Option<String>,
 }
 
 impl StoredFact {
@@ -67,7 +73,8 @@ impl StoredFact {
 
 /// Columns of [`fact_of_row`], on `facts f`.
 pub(super) const FACT_COLUMNS: &str = "f.id, f.conversation_id, f.session_number, f.key, f.person,
-    f.aspect, f.value, f.extracted, f.origins, f.valid_from, f.valid_to, f.superseded_by";
+    f.aspect, f.value, f.extracted, f.origins, f.valid_from, f.valid_to, f.superseded_by,
+    f.source";
 
 pub(super) fn fact_of_row(row: &Row) -> Result<StoredFact, StoreError> {
     let origins: String = row.get(8)?;
@@ -84,12 +91,15 @@ pub(super) fn fact_of_row(row: &Row) -> Result<StoredFact, StoreError> {
         valid_from: row.get(9)?,
         valid_to: row.get(10)?,
         superseded_by: row.get(11)?,
+        source: row.get(12)?,
     })
 }
 
 /// Deletes the facts of session `number` (every session with `None`) of `conversation`. The
-/// facts they replaced go to their successors or become current again (the schema's trigger);
-/// those in other conversations get a new revision, so no cached view keeps them replaced.
+/// facts they replaced go to their successors or become current again (the schema's trigger),
+/// and are marked undecided: the next settling places them in their chain again
+/// ([`Store::apply_chains`]). Those in other conversations get a new revision, so no cached
+/// view keeps them replaced.
 pub(super) fn delete_facts(
     transaction: &Conn,
     conversation: &str,
@@ -101,6 +111,11 @@ pub(super) fn delete_facts(
            AND d.conversation_id != ?1 ORDER BY d.conversation_id",
         params![conversation, number],
         |row| row.get(0),
+    )?;
+    transaction.execute(
+        "UPDATE facts SET checked = 0 WHERE superseded_by IN (SELECT id FROM facts
+           WHERE conversation_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR session_number = ?2))",
+        params![conversation, number],
     )?;
     // One row at a time, by id: the successor hand-off (the `facts_successor_gone` trigger)
     // then sees every earlier deletion, the same on both backends (PostgreSQL runs row
@@ -120,58 +135,91 @@ pub(super) fn delete_facts(
     Ok(())
 }
 
-/// When a fact became known: the time of the first of its origin turns (`D3:2`: the second of
-/// `times`, the times of the session's messages in order), else of the session's first message.
-fn known_from<'a>(origins: &[String], times: &[Option<&'a str>]) -> Option<&'a str> {
+/// Where a fact came from: the first (by time) of its origin turns (`D3:2`: the second of
+/// `messages`, the session's messages in order, each as its id and time), else the session's
+/// first message. Returns that message's time (when the fact became known) and its id (with
+/// the aspect, the fact's identity across rebuilds).
+fn known_from<'a>(
+    origins: &[String],
+    messages: &[(&'a str, Option<&'a str>)],
+) -> (Option<&'a str>, Option<&'a str>) {
     let at = |origin: &String| {
         let position: usize = origin.rsplit(':').next()?.parse().ok()?;
-        *times.get(position.checked_sub(1)?)?
+        messages.get(position.checked_sub(1)?).copied()
     };
-    origins.iter().filter_map(at).min().or_else(|| times.first().copied().flatten())
+    let mut found: Vec<(&str, Option<&str>)> = origins.iter().filter_map(at).collect();
+    // Untimed origins last, then by time, then by id (a stable tie-break).
+    found.sort_by_key(|(id, time)| (time.is_none(), *time, *id));
+    match found.first().or(messages.first()) {
+        Some((id, time)) => (*time, Some(*id)),
+        None => (None, None),
+    }
 }
 
-/// Replaces the facts of session `number` (whose messages were sent at `times`, in order) with
-/// those of `rewrite`. A correction of a fact (same key, same extracted value) carries over to its new
-/// row.
+/// Replaces the facts of session `number` (whose messages are `messages`, in order, each as
+/// its id and time) with those of `rewrite`. Every correction in force whose fact came from a
+/// message of this session is carried to the new fact with the same identity (source message
+/// and aspect); one that finds no such fact is marked lapsed in the audit log
+/// ([`super::audit::lapse_correction`]). Returns the corrections that lapsed (their edit ids).
 pub(super) fn replace_session_facts(
     transaction: &Conn,
     conversation: &str,
     number: u32,
     rewrite: &SessionRewrite,
-    times: &[Option<&str>],
-) -> Result<(), StoreError> {
-    let corrections: Vec<(String, String, String)> = transaction.query(
-        "SELECT key, extracted, value FROM facts
-         WHERE conversation_id = ?1 AND session_number = ?2 AND value != extracted",
-        params![conversation, number],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-    )?;
+    messages: &[(&str, Option<&str>)],
+) -> Result<Vec<i64>, StoreError> {
+    let in_session: Vec<&str> = messages.iter().map(|(id, _)| *id).collect();
+    let corrections: Vec<super::audit::Correction> =
+        super::audit::corrections_in_force(transaction, conversation)?
+            .into_iter()
+            .filter(|correction| correction.belongs_to(number, &in_session))
+            .collect();
+    let mut carried = vec![false; corrections.len()];
     delete_facts(transaction, conversation, Some(number))?;
-    for fact in &rewrite.personal_facts {
-        let corrected = corrections
-            .iter()
-            .find(|(key, extracted, _)| *key == fact.id && *extracted == fact.fact)
-            .map(|(_, _, value)| value.as_str());
+    let mut facts: Vec<_> = rewrite.personal_facts.iter().collect();
+    // By key, so that of two facts with one identity the same one takes a correction.
+    facts.sort_by(|a, b| a.id.cmp(&b.id));
+    for fact in facts {
+        let (valid_from, source) = known_from(&fact.origins, messages);
+        let corrected = corrections.iter().enumerate().find(|(index, correction)| {
+            !carried[*index] && correction.identifies(source, &fact.aspect, &fact.id, &fact.fact)
+        });
+        let value = match corrected {
+            Some((index, correction)) => {
+                carried[index] = true;
+                correction.value.as_str()
+            }
+            None => fact.fact.as_str(),
+        };
         let origins = serde_json::to_string(&fact.origins)
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
         transaction.execute(
             "INSERT INTO facts (conversation_id, session_number, key, person, aspect,
-               value, extracted, origins, valid_from)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING",
+               value, extracted, origins, valid_from, source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING",
             params![
                 conversation,
                 number,
                 fact.id,
                 fact.person.trim(),
                 fact.aspect.trim(),
-                corrected.unwrap_or(&fact.fact),
+                value,
                 fact.fact,
                 origins,
-                known_from(&fact.origins, times)
+                valid_from,
+                source
             ],
         )?;
     }
-    Ok(())
+    let mut lapsed = Vec::new();
+    for (correction, carried) in corrections.iter().zip(carried) {
+        if !carried {
+            let why = "its session was rebuilt and holds no fact of this aspect from its message";
+            super::audit::lapse_correction(transaction, correction, why)?;
+            lapsed.push(correction.edit);
+        }
+    }
+    Ok(lapsed)
 }
 
 /// The facts of one conversation, by session and key.
@@ -189,8 +237,8 @@ pub(super) fn conversation_facts(
     )
 }
 
-/// One older/newer pair of facts of the same person and aspect with different values, both
-/// current: whether the newer replaces the older is for the model to say.
+/// One older/newer pair of facts of the same person and aspect with different values, next
+/// to each other in their chain: whether the newer replaces the older is for the model to say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FactPair {
     /// The fact known first.
@@ -200,17 +248,22 @@ pub struct FactPair {
 }
 
 impl FactPair {
-    /// The cache key of its verdict: the model and what the pair says (not the ids).
+    /// The cache key of its verdict: the model and what the pair says as extracted (not the
+    /// ids, and not a correction: a correction changes what memory holds, not the chain).
     pub fn verdict_key(&self, model: &str) -> String {
-        let text = serde_json::json!([
-            model,
-            self.older.person.to_lowercase(),
-            self.older.aspect.to_lowercase(),
-            self.older.value,
-            self.newer.value
-        ]);
-        super::content_id(&text.to_string())
+        verdict_key(model, &self.older, &self.newer)
     }
+}
+
+fn verdict_key(model: &str, older: &StoredFact, newer: &StoredFact) -> String {
+    let text = serde_json::json!([
+        model,
+        older.person.to_lowercase(),
+        older.aspect.to_lowercase(),
+        older.extracted,
+        newer.extracted
+    ]);
+    super::content_id(&text.to_string())
 }
 
 /// A decided pair: whether the newer fact replaces the older.
@@ -222,130 +275,284 @@ pub struct FactVerdict {
     pub replaces: bool,
 }
 
-/// `(older, newer)` by when they became known (untimed last), then by id.
-fn ordered(a: StoredFact, b: StoredFact) -> FactPair {
-    let rank = |fact: &StoredFact| (fact.valid_from.is_none(), fact.valid_from.clone(), fact.id);
-    if rank(&a) <= rank(&b) {
-        FactPair { older: a, newer: b }
-    } else {
-        FactPair { older: b, newer: a }
+/// The chain a fact belongs to: its person and aspect, letter case and outer spaces aside.
+fn chain_of(fact: &StoredFact) -> (String, String) {
+    (fact.person.trim().to_lowercase(), fact.aspect.trim().to_lowercase())
+}
+
+/// A fact's place in its chain: when it became known (untimed last), then where it was said
+/// (conversation, session, key). Row ids play no part: they follow the order builds finished.
+fn chain_rank(fact: &StoredFact) -> (bool, Option<&str>, &str, u32, &str) {
+    (
+        fact.valid_from.is_none(),
+        fact.valid_from.as_deref(),
+        fact.conversation.as_str(),
+        fact.session_number(),
+        fact.key.as_str(),
+    )
+}
+
+/// Whether two facts say the same (letter case and outer spaces aside), as extracted.
+fn same_value(a: &StoredFact, b: &StoredFact) -> bool {
+    a.extracted.trim().to_lowercase() == b.extracted.trim().to_lowercase()
+}
+
+/// What walking one chain found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Walk {
+    /// `(older, newer)` indices: the newer replaces the older.
+    pub links: Vec<(usize, usize)>,
+    /// Pairs the walk met with different values (each asked of the model or cached).
+    pub pairs: usize,
+    /// `(older, newer)` indices of the pairs it met without a verdict.
+    pub unknown: Vec<(usize, usize)>,
+}
+
+/// Walks the facts of one chain in time order (`facts` sorted by [`chain_rank`]). Each fact
+/// meets every fact still current before it: one with the same value is restated (replaced
+/// without asking), one with another value is replaced when `verdict` says so. A pair without
+/// a verdict counts as replacing when `unknown_replaces` (to plan which pairs to ask), else as
+/// not (what is stored while a pair is undecided). A pure function of the facts' times and
+/// contents and the verdicts: the order rows were written in plays no part.
+pub fn walk(
+    facts: &[StoredFact],
+    mut verdict: impl FnMut(&StoredFact, &StoredFact) -> Option<bool>,
+    unknown_replaces: bool,
+) -> Walk {
+    let mut found = Walk::default();
+    let mut current: Vec<usize> = Vec::new();
+    for (newer, fact) in facts.iter().enumerate() {
+        let mut kept = Vec::with_capacity(current.len() + 1);
+        for older in current {
+            let replaces = if same_value(&facts[older], fact) {
+                true
+            } else {
+                found.pairs += 1;
+                match verdict(&facts[older], fact) {
+                    Some(replaces) => replaces,
+                    None => {
+                        found.unknown.push((older, newer));
+                        unknown_replaces
+                    }
+                }
+            };
+            if replaces {
+                found.links.push((older, newer));
+            } else {
+                kept.push(older);
+            }
+        }
+        kept.push(newer);
+        current = kept;
     }
+    found
+}
+
+/// Which pairs a settling has to ask the model about.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ChainPlan {
+    /// Facts not placed in their chain yet.
+    pub new_facts: usize,
+    /// Pairs without a verdict, not among those already asked (one per verdict key), in chain
+    /// order.
+    pub open: Vec<FactPair>,
+}
+
+/// What placing the facts in their chains changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ChainsApplied {
+    /// Pairs with different values the chains hold (decided or not).
+    pub pairs: usize,
+    /// Facts replaced now that were current before.
+    pub superseded: usize,
+    /// Pairs still without a verdict (their chains stay undecided: the next add asks again).
+    pub undecided: usize,
+}
+
+/// The chains of the scope of `conversation` (its user's conversations, or itself when it has
+/// no user) that hold a fact not placed yet, each sorted by [`chain_rank`].
+fn open_chains(
+    connection: &Conn,
+    conversation: &str,
+) -> Result<(usize, Vec<Vec<StoredFact>>), StoreError> {
+    let rows: Vec<(StoredFact, bool)> = connection.query(
+        &format!(
+            "SELECT {FACT_COLUMNS}, f.checked FROM facts f
+               JOIN conversations c ON c.id = f.conversation_id
+             WHERE CASE WHEN (SELECT user_id FROM conversations WHERE id = ?1) IS NULL
+                        THEN f.conversation_id = ?1
+                        ELSE c.user_id = (SELECT user_id FROM conversations WHERE id = ?1) END
+             ORDER BY f.id"
+        ),
+        params![conversation],
+        |row| Ok((fact_of_row(row)?, row.get::<i64>(13)? != 0)),
+    )?;
+    let mut chains: std::collections::BTreeMap<(String, String), (bool, Vec<StoredFact>)> =
+        std::collections::BTreeMap::new();
+    let mut new_facts = 0;
+    for (fact, checked) in rows {
+        new_facts += usize::from(!checked);
+        let chain = chains.entry(chain_of(&fact)).or_default();
+        chain.0 |= !checked;
+        chain.1.push(fact);
+    }
+    let mut open = Vec::new();
+    for (_, (unsettled, mut facts)) in chains {
+        if unsettled {
+            facts.sort_by(|a, b| chain_rank(a).cmp(&chain_rank(b)));
+            open.push(facts);
+        }
+    }
+    Ok((new_facts, open))
+}
+
+fn lookup_verdict(connection: &Conn, key: &str) -> Result<Option<bool>, StoreError> {
+    connection.query_opt("SELECT replaces FROM fact_verdicts WHERE key = ?1", params![key], |row| {
+        row.get(0)
+    })
 }
 
 impl Store {
-    /// The sessions of `conversation` holding facts whose conflicts are not decided yet, in
-    /// the order they became known, each with those facts.
-    pub fn unchecked_facts(
+    /// The pairs to ask about before `conversation`'s facts can be placed in their chains:
+    /// each open chain is walked with the cached verdicts (`model`'s), an unknown pair counted
+    /// as replacing; the unknown pairs met, less those whose key is in `asked`, are the plan.
+    pub fn chain_plan(
         &self,
         conversation: &str,
-    ) -> Result<Vec<(u32, Vec<StoredFact>)>, StoreError> {
+        model: &str,
+        asked: &std::collections::BTreeSet<String>,
+    ) -> Result<ChainPlan, StoreError> {
         check_conversation_id(conversation)?;
-        let rows = self.connect()?.query(
-            &format!(
-                "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1 AND f.checked = 0
-                 ORDER BY f.valid_from IS NULL, f.valid_from, f.session_number, f.key"
-            ),
-            params![conversation],
-            fact_of_row,
-        )?;
-        let mut sessions: Vec<(u32, Vec<StoredFact>)> = Vec::new();
-        for fact in rows {
-            let number = fact.session_number();
-            match sessions.iter_mut().find(|(session, _)| *session == number) {
-                Some((_, facts)) => facts.push(fact),
-                None => sessions.push((number, vec![fact])),
-            }
-        }
-        Ok(sessions)
-    }
-
-    /// The pairs `facts` form with the current facts of the same person and aspect (letter
-    /// case and spaces aside) and another value, within the scope: the conversation's user's
-    /// conversations, or the conversation alone when it has no user.
-    pub fn fact_rivals(&self, facts: &[StoredFact]) -> Result<Vec<FactPair>, StoreError> {
         let connection = self.connect()?;
-        let sql = format!(
-            "SELECT {FACT_COLUMNS} FROM facts f JOIN conversations c ON c.id = f.conversation_id
-             WHERE f.valid_to IS NULL AND f.id != ?1
-               AND lower(trim(f.person)) = lower(trim(?2)) AND lower(trim(f.aspect)) = lower(trim(?3))
-               AND lower(trim(f.value)) != lower(trim(?4))
-               AND (CASE WHEN (SELECT user_id FROM conversations WHERE id = ?5) IS NULL
-                         THEN f.conversation_id = ?5
-                         ELSE c.user_id = (SELECT user_id FROM conversations WHERE id = ?5) END)
-             ORDER BY f.id"
-        );
-        let mut pairs: Vec<FactPair> = Vec::new();
-        for fact in facts {
-            let rows = connection.query(
-                &sql,
-                params![fact.id, fact.person, fact.aspect, fact.value, fact.conversation],
-                fact_of_row,
-            )?;
-            for rival in rows {
-                let pair = ordered(rival, fact.clone());
-                let seen = pairs.iter().any(|known| {
-                    known.older.id == pair.older.id && known.newer.id == pair.newer.id
-                });
-                if !seen {
-                    pairs.push(pair);
+        let (new_facts, chains) = open_chains(&connection, conversation)?;
+        let mut plan = ChainPlan { new_facts, open: Vec::new() };
+        let mut keys = std::collections::BTreeSet::new();
+        for facts in chains {
+            let mut failed = None;
+            let walked = walk(
+                &facts,
+                |older, newer| match lookup_verdict(&connection, &verdict_key(model, older, newer))
+                {
+                    Ok(found) => found,
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                        None
+                    }
+                },
+                true,
+            );
+            if let Some(error) = failed {
+                return Err(error);
+            }
+            for (older, newer) in walked.unknown {
+                let pair = FactPair { older: facts[older].clone(), newer: facts[newer].clone() };
+                let key = pair.verdict_key(model);
+                if !asked.contains(&key) && keys.insert(key) {
+                    plan.open.push(pair);
                 }
             }
         }
-        Ok(pairs)
+        Ok(plan)
     }
 
-    /// The cached verdict for a pair's key, if any.
-    pub fn cached_verdict(&self, key: &str) -> Result<Option<bool>, StoreError> {
-        self.connect()?.query_opt(
-            "SELECT replaces FROM fact_verdicts WHERE key = ?1",
-            params![key],
-            |row| row.get(0),
-        )
-    }
-
-    /// In one transaction: caches the verdicts new to the cache (by `model`), applies every
-    /// verdict that says the newer fact replaces the older (when the older is still current),
-    /// and marks `checked` as decided. Returns how many facts were superseded now.
-    pub fn settle_facts(
-        &self,
-        model: &str,
-        verdicts: &[FactVerdict],
-        checked: &[i64],
-    ) -> Result<usize, StoreError> {
+    /// Caches `verdicts` (the first verdict for a key stays).
+    pub fn save_verdicts(&self, model: &str, verdicts: &[FactVerdict]) -> Result<(), StoreError> {
+        if verdicts.is_empty() {
+            return Ok(());
+        }
         let mut connection = self.connect()?;
         let transaction = connection.write()?;
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let mut superseded = 0;
-        let mut touched: Vec<&str> = Vec::new();
         for verdict in verdicts {
             transaction.execute(
                 "INSERT INTO fact_verdicts (key, replaces, model, decided_at)
                  VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
                 params![verdict.pair.verdict_key(model), verdict.replaces, model, now],
             )?;
-            if !verdict.replaces {
-                continue;
-            }
-            let (older, newer) = (&verdict.pair.older, &verdict.pair.newer);
-            let until = newer.valid_from.clone().unwrap_or_else(|| now.clone());
-            superseded += transaction.execute(
-                "UPDATE facts SET valid_to = ?1, superseded_by = ?2
-                 WHERE id = ?3 AND valid_to IS NULL
-                   AND EXISTS (SELECT 1 FROM facts WHERE id = ?2)",
-                params![until, newer.id, older.id],
-            )?;
-            touched.push(&older.conversation);
         }
-        for id in checked {
-            transaction.execute("UPDATE facts SET checked = 1 WHERE id = ?1", params![id])?;
+        transaction.commit()
+    }
+
+    /// In one transaction, places every fact of `conversation`'s open chains: each chain is
+    /// walked in time order with the cached verdicts (an unknown pair does not replace), and
+    /// every fact gets the validity the walk gives it: `valid_to` the `valid_from` of the fact
+    /// that replaced it, `superseded_by` that fact. A chain with no unknown pair is settled
+    /// (`checked`); the others wait for the next add. What is stored is a function of the
+    /// facts and the verdicts alone, whatever order adds came in or builds finished in.
+    pub fn apply_chains(
+        &self,
+        conversation: &str,
+        model: &str,
+    ) -> Result<ChainsApplied, StoreError> {
+        check_conversation_id(conversation)?;
+        let mut connection = self.connect()?;
+        let transaction = connection.write()?;
+        let (_, chains) = open_chains(&transaction, conversation)?;
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut applied = ChainsApplied::default();
+        let mut touched: Vec<String> = Vec::new();
+        for facts in chains {
+            let mut failed = None;
+            let walked = walk(
+                &facts,
+                |older, newer| match lookup_verdict(&transaction, &verdict_key(model, older, newer))
+                {
+                    Ok(found) => found,
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                        None
+                    }
+                },
+                false,
+            );
+            if let Some(error) = failed {
+                return Err(error);
+            }
+            applied.pairs += walked.pairs;
+            applied.undecided += walked.unknown.len();
+            let mut successor: Vec<Option<usize>> = vec![None; facts.len()];
+            for (older, newer) in &walked.links {
+                successor[*older] = Some(*newer);
+            }
+            for (index, fact) in facts.iter().enumerate() {
+                let (valid_to, superseded_by) = match successor[index] {
+                    None => (None, None),
+                    Some(next) => {
+                        let next = &facts[next];
+                        // An untimed successor: when it became known is when it was placed.
+                        let until = next.valid_from.clone().or_else(|| {
+                            (fact.superseded_by == Some(next.id))
+                                .then(|| fact.valid_to.clone())
+                                .flatten()
+                        });
+                        (Some(until.unwrap_or_else(|| now.clone())), Some(next.id))
+                    }
+                };
+                if fact.superseded_by.is_none() && superseded_by.is_some() {
+                    applied.superseded += 1;
+                }
+                if (fact.valid_to.as_ref(), fact.superseded_by)
+                    != (valid_to.as_ref(), superseded_by)
+                {
+                    transaction.execute(
+                        "UPDATE facts SET valid_to = ?1, superseded_by = ?2 WHERE id = ?3",
+                        params![valid_to, superseded_by, fact.id],
+                    )?;
+                    touched.push(fact.conversation.clone());
+                }
+                if walked.unknown.is_empty() {
+                    transaction
+                        .execute("UPDATE facts SET checked = 1 WHERE id = ?1", params![fact.id])?;
+                }
+            }
         }
         touched.sort_unstable();
         touched.dedup();
-        for conversation in touched {
+        for conversation in &touched {
             bump_revision(&transaction, conversation)?;
         }
         transaction.commit()?;
-        Ok(superseded as usize)
+        Ok(applied)
     }
 
     /// One fact by id.

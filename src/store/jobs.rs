@@ -393,6 +393,23 @@ impl Store {
         Ok(())
     }
 
+    /// Counts calls job `id` made beside its sessions' builds (settling their facts): only
+    /// `step`'s calls and tokens.
+    pub fn job_spent(&self, id: i64, step: &JobStep) -> Result<(), StoreError> {
+        self.connect()?.execute(
+            "UPDATE jobs SET chat_calls = chat_calls + ?2, prompt_tokens = prompt_tokens + ?3,
+                completion_tokens = completion_tokens + ?4
+             WHERE id = ?1",
+            params![
+                id,
+                step.chat_calls as i64,
+                step.prompt_tokens as i64,
+                step.completion_tokens as i64
+            ],
+        )?;
+        Ok(())
+    }
+
     /// Ends job `id`: done, or failed with `error` (or with the failed sessions it counted).
     pub fn finish_job(&self, id: i64, error: Option<JobError>) -> Result<Job, StoreError> {
         let mut connection = self.connect()?;

@@ -47,12 +47,12 @@ use db::{Conn, Row, params};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-pub use audit::{CORRECT_FACT, Edit, FORGET_MESSAGE, UNDO};
+pub use audit::{CORRECT_FACT, CORRECTION_LAPSED, Edit, FORGET_MESSAGE, UNDO};
 pub use copy::{CopiedTable, copy_store};
 pub use counts::StoreCounts;
 pub use db::pg::shown as shown_url;
 pub use edit::ForgottenMessage;
-pub use facts::{FactPair, FactVerdict, StoredFact};
+pub use facts::{ChainPlan, ChainsApplied, FactPair, FactVerdict, StoredFact, Walk, walk};
 pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
@@ -316,17 +316,50 @@ impl Store {
         self.take_lock(conversation, false)
     }
 
+    /// The lock of settling the facts of `conversation`'s scope (its user's conversations, or
+    /// itself when it has no user), waiting for it: two settlings of one scope never
+    /// interleave, so what they ask and store does not depend on which finished first. Taken
+    /// after the conversation's own lock, never before it.
+    pub fn lock_facts(&self, conversation: &str) -> Result<ConversationLock, StoreError> {
+        check_conversation_id(conversation)?;
+        let user: Option<String> = self
+            .connect()?
+            .query_opt(
+                "SELECT user_id FROM conversations WHERE id = ?1",
+                params![conversation],
+                |row| row.get(0),
+            )?
+            .flatten();
+        let name = match user {
+            Some(user) => format!("facts of user {user}"),
+            None => format!("facts of conversation {conversation}"),
+        };
+        self.take_named_lock(&name, &name, true)?
+            .ok_or_else(|| StoreError::Corrupt("a waiting lock returned without the lock".into()))
+    }
+
     fn take_lock(
         &self,
         conversation: &str,
         wait: bool,
     ) -> Result<Option<ConversationLock>, StoreError> {
         check_conversation_id(conversation)?;
+        self.take_named_lock(conversation, &format!("conversation {conversation}"), wait)
+    }
+
+    /// A lock whose file (SQLite) is named by `file`'s content id, whose advisory key
+    /// (PostgreSQL) is `name`'s.
+    fn take_named_lock(
+        &self,
+        file: &str,
+        name: &str,
+        wait: bool,
+    ) -> Result<Option<ConversationLock>, StoreError> {
         let held = match &self.place {
             Place::Sqlite(path) => {
                 let dir = path.with_extension("locks");
                 std::fs::create_dir_all(&dir)?;
-                let path = dir.join(format!("{}.lock", content_id(conversation)));
+                let path = dir.join(format!("{}.lock", content_id(file)));
                 let file = std::fs::OpenOptions::new()
                     .create(true)
                     .truncate(false)
@@ -344,7 +377,7 @@ impl Store {
                 Held::File(file)
             }
             Place::Postgres(pg) => {
-                let key = db::pg::lock_key(&format!("conversation {conversation}"));
+                let key = db::pg::lock_key(name);
                 match pg.lock(key, wait)? {
                     Some(lock) => Held::Postgres(Box::new(lock)),
                     None => return Ok(None),

@@ -186,6 +186,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // running job over once its lease has expired (its runner died or lost the database).
     "ALTER TABLE jobs ADD COLUMN lease_owner TEXT;
     ALTER TABLE jobs ADD COLUMN lease_until TEXT;",
+    // 8 → 9: a fact's source message (its id): with the aspect, the identity a correction
+    // follows across rebuilds. Facts stored before have none (their corrections follow session,
+    // key and extracted value, as before) until their session is rebuilt.
+    "ALTER TABLE facts ADD COLUMN source TEXT;",
 ];
 
 /// The version this code reads and writes.

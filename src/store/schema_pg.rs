@@ -172,6 +172,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 8: job leases (see `schema.rs`).
     r#"ALTER TABLE jobs ADD COLUMN lease_owner TEXT COLLATE "C";
     ALTER TABLE jobs ADD COLUMN lease_until TEXT COLLATE "C";"#,
+    // 8 → 9: a fact's source message (see `schema.rs`).
+    r#"ALTER TABLE facts ADD COLUMN source TEXT COLLATE "C";"#,
 ];
 
 /// The schema version of the database in `connection` (0 for an empty database).

@@ -95,14 +95,17 @@ impl Store {
             "DELETE FROM session_failures WHERE conversation_id = ?1 AND session_number = ?2",
             params![conversation, number],
         )?;
-        let times: Vec<Option<&str>> =
-            messages.iter().map(|message| message.sort_time.as_deref()).collect();
+        let sources: Vec<(&str, Option<&str>)> = messages
+            .iter()
+            .map(|message| (message.id.as_str(), message.sort_time.as_deref()))
+            .collect();
+        // A correction that lapses here is in the audit log; the add reports it from there.
         super::facts::replace_session_facts(
             &transaction,
             conversation,
             number,
             &outputs.rewrite,
-            &times,
+            &sources,
         )?;
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;

@@ -283,6 +283,13 @@ async fn metrics_equal_a_scripted_workload_as_the_python_parser_reads_them() {
     let (kind, text) = client.scrape().await;
     assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
     let families = parse(&text);
+    let documented = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md"),
+    )
+    .unwrap();
+    for family in families.keys() {
+        assert!(documented.contains(&format!("`{family}")), "docs/metrics.md lacks {family}");
+    }
 
     check_http(&families, &client.sent);
     check_model(&families, &endpoint.requests(), &failed.lock().unwrap());

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mragent::serve::{ServeOptions, serve};
+use mragent::service::MemoryService;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -34,7 +35,15 @@ impl Api {
         root: &std::path::Path,
         named_tokens: Vec<(String, String)>,
     ) -> Self {
-        let service = Arc::new(service(scripted, root));
+        Self::start_over(service(scripted, root), named_tokens).await
+    }
+
+    /// The API over `service`, accepting [`TOKEN`] and `named_tokens`.
+    pub(crate) async fn start_over(
+        service: MemoryService<mragent::llm::Client, mragent::service::OwnEmbedder>,
+        named_tokens: Vec<(String, String)>,
+    ) -> Self {
+        let service = Arc::new(service);
         let options = ServeOptions {
             token: Some(TOKEN.into()),
             named_tokens,

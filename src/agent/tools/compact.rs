@@ -2,6 +2,11 @@
 //! retrieval payload or an earlier tool result of the same question) is sent again as its id
 //! only, `<id>: (shown above)`. The model keeps every piece of information; the transcript,
 //! which every later request re-sends, stops growing with repeats.
+//!
+//! The rule: a line is cut only when the very same text was shown before. `shown` holds whole
+//! lines, not ids: a line that shares its id with one shown but says more or else (a fact's
+//! "(earlier value, held from …, replaced on …)" mark, a corrected value, another date) is
+//! always sent in full, since the model cannot know it otherwise.
 
 use std::collections::BTreeSet;
 
@@ -12,13 +17,11 @@ use crate::agent::ids::{line_id, line_id_of_dated};
 /// What a repeated line becomes, after its id.
 pub const SHOWN_ABOVE: &str = ": (shown above)";
 
-/// Records the ids of every `<id>:<text>` line in `value` as shown.
+/// Records every `<id>:<text>` line in `value` as shown (the whole line).
 pub fn mark_shown(value: &Value, shown: &mut BTreeSet<String>) {
     match value {
-        Value::String(text) => {
-            if let Some(id) = event_line_id(text) {
-                shown.insert(id.to_string());
-            }
+        Value::String(text) if event_line_id(text).is_some() => {
+            shown.insert(text.clone());
         }
         Value::Array(items) => items.iter().for_each(|item| mark_shown(item, shown)),
         Value::Object(fields) => fields.values().for_each(|field| mark_shown(field, shown)),
@@ -39,13 +42,14 @@ fn compact_value(value: &mut Value, shown: &mut BTreeSet<String>, changed: &mut 
     match value {
         Value::String(text) => {
             let Some(id) = event_line_id(text).map(str::to_string) else { return };
-            // A dated line may carry a date not shown before: it stays whole.
+            // Only the same text is cut (see the module doc); a dated line stays whole.
             let dated = text.starts_with("Time:");
-            if !dated && text.len() > id.len() + SHOWN_ABOVE.len() && shown.contains(&id) {
+            if !dated && text.len() > id.len() + SHOWN_ABOVE.len() && shown.contains(text.as_str())
+            {
                 *text = format!("{id}{SHOWN_ABOVE}");
                 *changed = true;
             } else {
-                shown.insert(id);
+                shown.insert(text.clone());
             }
         }
         Value::Array(items) => {
@@ -114,5 +118,20 @@ mod tests {
             ])
         );
         assert_eq!(compact_result("not json".into(), &mut shown), "not json");
+    }
+
+    #[test]
+    fn a_line_sharing_a_shown_id_but_saying_more_is_sent_whole() {
+        // The turn was shown first; then a fact drawn from it comes back marked as replaced.
+        let mut shown = BTreeSet::new();
+        mark_shown(&json!({"turns": ["D1:1:Carol lives in Paris"]}), &mut shown);
+        let replaced = "D1:1:Carol lives in Paris (earlier value, held from 2024-01-05, replaced on 2024-03-10)";
+        let result = json!({"facts": ["D2:1:Carol lives in Berlin", replaced]}).to_string();
+        let sent: Value = serde_json::from_str(&compact_result(result, &mut shown)).unwrap();
+        assert_eq!(sent["facts"][1], replaced, "the mark is never cut");
+        // The same mark again is the same text: now it is cut.
+        let again = json!({"facts": [replaced]}).to_string();
+        let sent: Value = serde_json::from_str(&compact_result(again, &mut shown)).unwrap();
+        assert_eq!(sent["facts"][0], "D1:1: (shown above)");
     }
 }

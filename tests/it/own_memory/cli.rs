@@ -36,13 +36,16 @@ async fn the_command_line_lists_facts_corrects_one_and_undoes_it() {
     );
 
     let (ok, stdout, stderr) =
-        run(dir.path(), &["memory", "correct", "--fact", id, "Carol lives in Munich"]).await;
+        run(dir.path(), &["memory", "correct", "--fact", id, "Carol lives in Munich", "--json"])
+            .await;
     assert!(ok, "{stderr}");
-    assert!(
-        stdout.contains("by cli: correct_fact") && stdout.contains("\"Carol lives in Munich\""),
+    let corrected: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (corrected["kind"].as_str(), corrected["after"]["value"].as_str()),
+        (Some("correct_fact"), Some("Carol lives in Munich")),
         "{stdout}"
     );
-    let edit = stdout.split_whitespace().nth(1).unwrap().to_string();
+    let edit = corrected["id"].to_string();
     let (_, listed, _) = run(dir.path(), &facts).await;
     assert!(listed.contains("Munich (corrected from \"Carol lives in Berlin\")"), "{listed}");
     let model = [
@@ -53,8 +56,8 @@ async fn the_command_line_lists_facts_corrects_one_and_undoes_it() {
         "--embedder",
         crate::support::EMBEDDER,
     ];
-    let mut undo = vec!["memory", "undo", edit.as_str()];
-    undo.extend(model);
+    // The undo of a correction is a store edit alone: no endpoint, no API key.
+    let undo = vec!["memory", "undo", edit.as_str()];
     let (ok, stdout, stderr) = run(dir.path(), &undo).await;
     assert!(ok && stdout.contains(&format!("undo {edit}")), "{stdout}\n{stderr}");
     let (_, history, _) = run(dir.path(), &["memory", "history", "--user", "carol"]).await;

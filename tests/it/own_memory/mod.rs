@@ -3,8 +3,10 @@
 //! by a sloppy model, cached), answers as of a date, single edits with their audit log and
 //! undo, and (`kill`) a kill -9 during an edit.
 
+mod chains;
 mod cli;
 pub(crate) mod kill;
+mod property;
 
 use std::time::Duration;
 
