@@ -39,8 +39,10 @@ pub struct FactsReport {
     pub prompt_tokens: u64,
     /// Completion tokens of those calls.
     pub completion_tokens: u64,
-    /// Facts replaced by newer ones now.
+    /// Facts replaced by newer ones with another value now.
     pub superseded: usize,
+    /// Facts closed now by a later restatement of the same value (the later one is current).
+    pub restated: usize,
     /// Pairs still without a verdict (asked again by the next add).
     pub undecided: usize,
     /// Why a session's facts could not be decided (the next add retries).
@@ -174,6 +176,7 @@ where
         report.pairs = applied.pairs;
         report.cached = applied.pairs.saturating_sub(answered);
         report.superseded = applied.superseded;
+        report.restated = applied.restated;
         report.undecided = applied.undecided;
         if report.undecided > 0 || !report.errors.is_empty() {
             tracing::warn!(

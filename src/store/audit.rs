@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::db::{Conn, Row, ToValue, params};
-use super::facts::{FACT_COLUMNS, StoredFact, fact_of_row};
+use super::facts::{Correction, FACT_COLUMNS, StoredFact, fact_of_row};
 use super::revision::bump_revision;
 use super::{Store, StoreError};
 
@@ -73,85 +73,23 @@ fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
     })
 }
 
-/// A correction in force: the latest correction of one fact identity that is not undone,
-/// when it has not lapsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Correction {
-    /// Its edit.
-    pub(super) edit: i64,
-    /// The conversation.
-    pub(super) conversation: String,
-    /// The value it sets.
-    pub(super) value: String,
-    /// The identity of the fact: its source message and aspect (absent in corrections made
-    /// before facts kept their source: then session, key and extracted value).
-    pub(super) source: Option<String>,
-    pub(super) aspect: Option<String>,
-    pub(super) session: u32,
-    pub(super) key: String,
-    pub(super) extracted: String,
-    /// What the log says about the fact (kept in the lapse row).
-    fact: Value,
+/// The correction an edit of kind [`CORRECT_FACT`] makes, when its row says what it needs.
+fn correction_of_edit(edit: &Edit) -> Option<Correction> {
+    let after = edit.after.as_ref()?;
+    let fact = &after["fact"];
+    let text = |field: &str| fact[field].as_str().map(str::to_string);
+    Some(Correction {
+        edit: edit.id,
+        conversation: edit.conversation.clone(),
+        value: after["value"].as_str()?.to_string(),
+        source: text("source"),
+        aspect: text("aspect"),
+        session: text("session")?.trim_start_matches('D').parse().ok()?,
+        key: text("key").unwrap_or_default(),
+        extracted: text("extracted").unwrap_or_default(),
+        fact: fact.clone(),
+    })
 }
-
-impl Correction {
-    fn of_edit(edit: &Edit) -> Option<Self> {
-        let after = edit.after.as_ref()?;
-        let fact = &after["fact"];
-        let text = |field: &str| fact[field].as_str().map(str::to_string);
-        Some(Correction {
-            edit: edit.id,
-            conversation: edit.conversation.clone(),
-            value: after["value"].as_str()?.to_string(),
-            source: text("source"),
-            aspect: text("aspect"),
-            session: text("session")?.trim_start_matches('D').parse().ok()?,
-            key: text("key").unwrap_or_default(),
-            extracted: text("extracted").unwrap_or_default(),
-            fact: fact.clone(),
-        })
-    }
-
-    /// The identity, as one comparable value.
-    fn identity(&self) -> Identity {
-        match (&self.source, &self.aspect) {
-            (Some(source), Some(aspect)) => {
-                (Some(source.clone()), Some(aspect.trim().to_lowercase()), None)
-            }
-            _ => (None, None, Some((self.session, self.key.clone(), self.extracted.clone()))),
-        }
-    }
-
-    /// Whether its fact was drawn from session `number`, whose messages are `messages`.
-    pub(super) fn belongs_to(&self, number: u32, messages: &[&str]) -> bool {
-        match &self.source {
-            Some(source) => messages.contains(&source.as_str()),
-            None => self.session == number,
-        }
-    }
-
-    /// Whether a fact drawn from `source` about `aspect` (key and extracted value for a
-    /// correction without a source) is the fact it corrects.
-    pub(super) fn identifies(
-        &self,
-        source: Option<&str>,
-        aspect: &str,
-        key: &str,
-        extracted: &str,
-    ) -> bool {
-        match (&self.source, &self.aspect) {
-            (Some(mine), Some(my_aspect)) => {
-                source == Some(mine.as_str())
-                    && my_aspect.trim().to_lowercase() == aspect.trim().to_lowercase()
-            }
-            _ => self.key == key && self.extracted == extracted,
-        }
-    }
-}
-
-/// What identifies a corrected fact: its source message and aspect, or (a correction made
-/// before facts kept their source) its session, key and extracted value.
-type Identity = (Option<String>, Option<String>, Option<(u32, String, String)>);
 
 /// The corrections in force in `conversation`, oldest first.
 pub(super) fn corrections_in_force(
@@ -171,7 +109,7 @@ pub(super) fn corrections_in_force(
         if edit.undone_by.is_some() {
             continue;
         }
-        let Some(correction) = Correction::of_edit(&edit) else { continue };
+        let Some(correction) = correction_of_edit(&edit) else { continue };
         // The latest correction of a fact decides: an earlier one is replaced by it, and does
         // not come back when the latest lapses.
         in_force.retain(|earlier| earlier.identity() != correction.identity());
@@ -388,7 +326,7 @@ fn restore_value(transaction: &Conn, edit: &Edit) -> Result<Value, StoreError> {
     let gone = || StoreError::Corrupt("the fact it corrected is no longer in memory".into());
     let before = edit.before.as_ref().ok_or_else(gone)?;
     let value = before["value"].as_str().ok_or_else(gone)?;
-    let correction = Correction::of_edit(edit).ok_or_else(gone)?;
+    let correction = correction_of_edit(edit).ok_or_else(gone)?;
     let candidates: Vec<StoredFact> = transaction.query(
         &format!(
             "SELECT {FACT_COLUMNS} FROM facts f WHERE f.conversation_id = ?1

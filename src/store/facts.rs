@@ -157,23 +157,18 @@ fn known_from<'a>(
 }
 
 /// Replaces the facts of session `number` (whose messages are `messages`, in order, each as
-/// its id and time) with those of `rewrite`. Every correction in force whose fact came from a
-/// message of this session is carried to the new fact with the same identity (source message
-/// and aspect); one that finds no such fact is marked lapsed in the audit log
-/// ([`super::audit::lapse_correction`]). Returns the corrections that lapsed (their edit ids).
-pub(super) fn replace_session_facts(
+/// its id and time) with those of `rewrite`. Each of `corrections` (the corrections in force
+/// whose facts came from this session) is carried to the new fact with the same identity
+/// (source message and aspect). Returns the corrections that found no such fact; the caller
+/// marks them lapsed in the audit log, in the same transaction.
+pub(super) fn replace_session_facts<'c>(
     transaction: &Conn,
     conversation: &str,
     number: u32,
     rewrite: &SessionRewrite,
     messages: &[(&str, Option<&str>)],
-) -> Result<Vec<i64>, StoreError> {
-    let in_session: Vec<&str> = messages.iter().map(|(id, _)| *id).collect();
-    let corrections: Vec<super::audit::Correction> =
-        super::audit::corrections_in_force(transaction, conversation)?
-            .into_iter()
-            .filter(|correction| correction.belongs_to(number, &in_session))
-            .collect();
+    corrections: &'c [Correction],
+) -> Result<Vec<&'c Correction>, StoreError> {
     let mut carried = vec![false; corrections.len()];
     delete_facts(transaction, conversation, Some(number))?;
     let mut facts: Vec<_> = rewrite.personal_facts.iter().collect();
@@ -211,15 +206,7 @@ pub(super) fn replace_session_facts(
             ],
         )?;
     }
-    let mut lapsed = Vec::new();
-    for (correction, carried) in corrections.iter().zip(carried) {
-        if !carried {
-            let why = "its session was rebuilt and holds no fact of this aspect from its message";
-            super::audit::lapse_correction(transaction, correction, why)?;
-            lapsed.push(correction.edit);
-        }
-    }
-    Ok(lapsed)
+    Ok(corrections.iter().zip(carried).filter(|(_, carried)| !carried).map(|(c, _)| c).collect())
 }
 
 /// The facts of one conversation, by session and key.
@@ -363,8 +350,10 @@ pub struct ChainPlan {
 pub struct ChainsApplied {
     /// Pairs with different values the chains hold (decided or not).
     pub pairs: usize,
-    /// Facts replaced now that were current before.
+    /// Facts replaced now by another value, that were current before.
     pub superseded: usize,
+    /// Facts closed now by a later fact saying the same (a restatement: one stays current).
+    pub restated: usize,
     /// Pairs still without a verdict (their chains stay undecided: the next add asks again).
     pub undecided: usize,
 }
@@ -528,8 +517,12 @@ impl Store {
                         (Some(until.unwrap_or_else(|| now.clone())), Some(next.id))
                     }
                 };
-                if fact.superseded_by.is_none() && superseded_by.is_some() {
-                    applied.superseded += 1;
+                if let (None, Some(next)) = (fact.superseded_by, successor[index]) {
+                    if same_value(fact, &facts[next]) {
+                        applied.restated += 1;
+                    } else {
+                        applied.superseded += 1;
+                    }
                 }
                 if (fact.valid_to.as_ref(), fact.superseded_by)
                     != (valid_to.as_ref(), superseded_by)
@@ -591,3 +584,66 @@ impl Store {
         )
     }
 }
+
+/// A correction in force: the latest correction of one fact identity that is not undone,
+/// when it has not lapsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Correction {
+    /// Its edit.
+    pub(super) edit: i64,
+    /// The conversation.
+    pub(super) conversation: String,
+    /// The value it sets.
+    pub(super) value: String,
+    /// The identity of the fact: its source message and aspect (absent in corrections made
+    /// before facts kept their source: then session, key and extracted value).
+    pub(super) source: Option<String>,
+    pub(super) aspect: Option<String>,
+    pub(super) session: u32,
+    pub(super) key: String,
+    pub(super) extracted: String,
+    /// What the log says about the fact (kept in the lapse row).
+    pub(super) fact: serde_json::Value,
+}
+
+impl Correction {
+    /// The identity, as one comparable value.
+    pub(super) fn identity(&self) -> Identity {
+        match (&self.source, &self.aspect) {
+            (Some(source), Some(aspect)) => {
+                (Some(source.clone()), Some(aspect.trim().to_lowercase()), None)
+            }
+            _ => (None, None, Some((self.session, self.key.clone(), self.extracted.clone()))),
+        }
+    }
+
+    /// Whether its fact was drawn from session `number`, whose messages are `messages`.
+    pub(super) fn belongs_to(&self, number: u32, messages: &[&str]) -> bool {
+        match &self.source {
+            Some(source) => messages.contains(&source.as_str()),
+            None => self.session == number,
+        }
+    }
+
+    /// Whether a fact drawn from `source` about `aspect` (key and extracted value for a
+    /// correction without a source) is the fact it corrects.
+    pub(super) fn identifies(
+        &self,
+        source: Option<&str>,
+        aspect: &str,
+        key: &str,
+        extracted: &str,
+    ) -> bool {
+        match (&self.source, &self.aspect) {
+            (Some(mine), Some(my_aspect)) => {
+                source == Some(mine.as_str())
+                    && my_aspect.trim().to_lowercase() == aspect.trim().to_lowercase()
+            }
+            _ => self.key == key && self.extracted == extracted,
+        }
+    }
+}
+
+/// What identifies a corrected fact: its source message and aspect, or (a correction made
+/// before facts kept their source) its session, key and extracted value.
+pub(super) type Identity = (Option<String>, Option<String>, Option<(u32, String, String)>);

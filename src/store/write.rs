@@ -99,14 +99,26 @@ impl Store {
             .iter()
             .map(|message| (message.id.as_str(), message.sort_time.as_deref()))
             .collect();
-        // A correction that lapses here is in the audit log; the add reports it from there.
-        super::facts::replace_session_facts(
+        // Corrections of this session's facts follow them to the new facts; one that finds no
+        // fact of its identity lapses on the record, in this transaction. The add reports the
+        // lapses from the audit log.
+        let in_session: Vec<&str> = sources.iter().map(|(id, _)| *id).collect();
+        let corrections: Vec<_> = super::audit::corrections_in_force(&transaction, conversation)?
+            .into_iter()
+            .filter(|correction| correction.belongs_to(number, &in_session))
+            .collect();
+        let lapsed = super::facts::replace_session_facts(
             &transaction,
             conversation,
             number,
             &outputs.rewrite,
             &sources,
+            &corrections,
         )?;
+        for correction in lapsed {
+            let why = "its session was rebuilt and holds no fact of this aspect from its message";
+            super::audit::lapse_correction(&transaction, correction, why)?;
+        }
         bump_revision(&transaction, conversation)?;
         transaction.commit()?;
         Ok(true)

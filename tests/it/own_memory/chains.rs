@@ -245,7 +245,15 @@ async fn a_correction_survives_rebuilds_and_lapses_on_the_record_when_its_messag
 
 #[tokio::test]
 async fn a_job_counts_the_calls_of_its_facts_settling() {
-    let server = facts_server(Duration::ZERO).await;
+    // Every chat reply reports 100 prompt and 10 completion tokens, so the job's tokens must be
+    // exactly those of the calls the endpoint received.
+    let respond = build_and_answer(facts_responder);
+    let server = ScriptedServer::with_responder(move |request: &RecordedRequest| {
+        let reply = respond(request);
+        if request.is_chat() { reply.with_usage(100, 10) } else { reply }
+    })
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let api = Api::start(&server, dir.path()).await;
     let body = json!({"user": "carol", "wait": false, "messages": super::moving_messages()});
@@ -300,7 +308,15 @@ async fn an_ask_without_a_built_session_names_the_reason() {
 
 #[tokio::test]
 async fn a_replaced_fact_reaches_the_model_with_its_mark_though_its_turn_was_shown_first() {
-    let (server, _dir, api, _) = super::carol_moved(Vec::new()).await;
+    // Home is Carol's only aspect, so the agent's aspect lookup is of `home`.
+    let server = ScriptedServer::with_responder(build_and_answer(super::homes_only_responder))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let api = Api::start(&server, dir.path()).await;
+    let body = json!({"user": "carol", "messages": super::moving_messages()});
+    let (status, added) = api.post("/v1/conversations/moving/messages", body).await;
+    assert_eq!(status, StatusCode::OK, "{added}");
     let before = server.request_count();
     let (status, reply) =
         api.post("/v1/users/carol/ask", json!({"question": "Where does Carol live?"})).await;

@@ -33,6 +33,16 @@ fn is_conflict_request(request: &RecordedRequest) -> bool {
 /// moved; the conflict verdicts as a sloppy model gives them: in prose, numbers as strings,
 /// booleans as text, every newer home replacing the older.
 pub(crate) fn facts_responder(request: &RecordedRequest) -> Option<ScriptedReply> {
+    facts_reply(request, true)
+}
+
+/// As [`facts_responder`], with the `home` facts as the only personal facts (so an agent that
+/// looks up the first aspect it is shown looks up `home`).
+pub(crate) fn homes_only_responder(request: &RecordedRequest) -> Option<ScriptedReply> {
+    facts_reply(request, false)
+}
+
+fn facts_reply(request: &RecordedRequest, other_facts: bool) -> Option<ScriptedReply> {
     if is_conflict_request(request) {
         let prompt = request.messages()[0]["content"].as_str().unwrap_or_default();
         let pairs = Regex::new(r"(?m)^(\d+)\. person:").unwrap();
@@ -49,6 +59,9 @@ pub(crate) fn facts_responder(request: &RecordedRequest) -> Option<ScriptedReply
     let home = Regex::new(r"^(\w+) said: .*(?:live in|moved to) (\w+)").unwrap();
     let sentences = reply.get("sentence").and_then(Value::as_array).cloned()?;
     let facts = reply.get_mut("personal_sentences").and_then(Value::as_array_mut)?;
+    if !other_facts {
+        facts.clear();
+    }
     for (n, sentence) in sentences.iter().enumerate() {
         let text = sentence["text"].as_str().unwrap_or_default();
         if let Some(c) = home.captures(text) {

@@ -174,25 +174,34 @@ fn chains(facts: &[StoredFact]) -> BTreeMap<String, Vec<Link>> {
 
 /// Every correction is in force (its fact, found by source message and aspect, holds its
 /// value), or on record as undone, lapsed, or replaced by a later correction of the same fact.
-fn assert_corrections(log: &[Edit], facts: &[StoredFact]) {
-    let identity = |edit: &Edit| {
-        let fact = &edit.after.as_ref().unwrap()["fact"];
-        (
-            fact["source"].as_str().unwrap().to_string(),
-            fact["aspect"].as_str().unwrap().to_lowercase(),
-        )
-    };
+/// The fact identity a correction names: its source message and aspect.
+fn identity(edit: &Edit) -> (String, String) {
+    let fact = &edit.after.as_ref().unwrap()["fact"];
+    (fact["source"].as_str().unwrap().to_string(), fact["aspect"].as_str().unwrap().to_lowercase())
+}
+
+/// The corrections in force, oldest first: neither undone nor lapsed, and not replaced by a
+/// later correction of the same fact that is not undone (a later one that lapsed takes the
+/// earlier ones with it).
+fn in_force(log: &[Edit]) -> Vec<&Edit> {
     let corrections: Vec<&Edit> = log.iter().filter(|edit| edit.kind == "correct_fact").collect();
-    for edit in &corrections {
-        if edit.undone_by.is_some() || edit.lapsed_by.is_some() {
-            continue;
-        }
-        let replaced = corrections.iter().any(|later| {
-            later.id > edit.id && later.undone_by.is_none() && identity(later) == identity(edit)
-        });
-        if replaced {
-            continue;
-        }
+    corrections
+        .iter()
+        .filter(|edit| {
+            edit.undone_by.is_none()
+                && edit.lapsed_by.is_none()
+                && !corrections.iter().any(|later| {
+                    later.id > edit.id
+                        && later.undone_by.is_none()
+                        && identity(later) == identity(edit)
+                })
+        })
+        .copied()
+        .collect()
+}
+
+fn assert_corrections(log: &[Edit], facts: &[StoredFact]) {
+    for edit in in_force(log) {
         let (source, aspect) = identity(edit);
         let fact = facts
             .iter()
@@ -315,9 +324,7 @@ async fn run(postgres: bool) {
 
             // The undo of the last correction in force puts back the value before it.
             let log = one_by_one.history(Some("u"), None).await.unwrap();
-            if let Some(last) = log.iter().rev().find(|edit| {
-                edit.kind == "correct_fact" && edit.undone_by.is_none() && edit.lapsed_by.is_none()
-            }) {
+            if let Some(last) = in_force(&log).last() {
                 one_by_one.undo(last.id, "cli").await.unwrap();
                 let now = facts(&one_by_one).await;
                 assert_eq!(chains(&now), expected, "seed {seed}: after the undo of a correction");
