@@ -64,7 +64,8 @@ fn setting(name: &str, default: u64) -> u64 {
 
 const PEOPLE: [&str; 12] =
     ["Ann", "Bob", "Caro", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"];
-const VERBS: [&str; 8] = ["visited", "painted", "cooked", "read about", "planned", "fixed", "sang at", "ran to"];
+const VERBS: [&str; 8] =
+    ["visited", "painted", "cooked", "read about", "planned", "fixed", "sang at", "ran to"];
 
 /// One synthetic conversation: two speakers, five sessions a week apart, eight turns each,
 /// naming places and things drawn from a vocabulary of 2,000 capitalised words.
@@ -104,8 +105,9 @@ fn copy_statements(connection: &rusqlite::Connection) -> Vec<String> {
     tables
         .iter()
         .map(|table| {
-            let mut statement =
-                connection.prepare(&format!("SELECT name FROM pragma_table_info('{table}')")).unwrap();
+            let mut statement = connection
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+                .unwrap();
             let columns: Vec<String> =
                 statement.query_map([], |row| row.get(0)).unwrap().map(Result::unwrap).collect();
             let key = if *table == "conversations" { "id" } else { "conversation_id" };
@@ -126,7 +128,10 @@ fn copy_statements(connection: &rusqlite::Connection) -> Vec<String> {
 /// Bytes of the SQLite store (main file and write-ahead log).
 fn store_bytes(path: &Path) -> u64 {
     let wal = path.with_extension("sqlite-wal");
-    [path.to_path_buf(), wal].iter().map(|file| std::fs::metadata(file).map_or(0, |m| m.len())).sum()
+    [path.to_path_buf(), wal]
+        .iter()
+        .map(|file| std::fs::metadata(file).map_or(0, |m| m.len()))
+        .sum()
 }
 
 fn status_mib(pid: u32, field: &str) -> f64 {
@@ -155,7 +160,11 @@ fn cache_of(metrics: &str) -> (f64, f64, f64) {
             .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .unwrap_or(f64::NAN)
     };
-    (read("mragent_cache_bytes{"), read("mragent_cache_entries{"), read("mragent_cache_evictions_total{"))
+    (
+        read("mragent_cache_bytes{"),
+        read("mragent_cache_entries{"),
+        read("mragent_cache_evictions_total{"),
+    )
 }
 
 struct Phase {
@@ -179,7 +188,9 @@ async fn drive(
                 (http.clone(), base.to_string(), Arc::clone(&next), Arc::clone(&counter));
             tokio::spawn(async move {
                 let (mut latencies, mut errors) = (Vec::new(), 0);
-                while let Some((conversation, query)) = next(counter.fetch_add(1, Ordering::Relaxed)) {
+                while let Some((conversation, query)) =
+                    next(counter.fetch_add(1, Ordering::Relaxed))
+                {
                     let url = format!("{base}/v1/conversations/{conversation}/search");
                     let sent = Instant::now();
                     let reply = http
@@ -248,7 +259,8 @@ fn main() {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async move {
-        let (turn, session) = (Regex::new(stages::TURN).unwrap(), Regex::new(stages::SESSION).unwrap());
+        let (turn, session) =
+            (Regex::new(stages::TURN).unwrap(), Regex::new(stages::SESSION).unwrap());
         let server = ScriptedServer::with_responder(move |request| {
             stages::answer(request, &turn, &session, dims)
         })
@@ -260,11 +272,9 @@ fn main() {
         // 1. The store.
         let started = Instant::now();
         let config = LlmConfig::new(server.base_url(), Secret::new("bench"), "bench-model");
-        let embedder = build_embedder(
-            &config,
-            &EmbedderConfig { model: EMBEDDER.into(), batch_size: 96 },
-        )
-        .expect("embedder");
+        let embedder =
+            build_embedder(&config, &EmbedderConfig { model: EMBEDDER.into(), batch_size: 96 })
+                .expect("embedder");
         let service = MemoryService::new(
             Store::open(&path).expect("store"),
             ServiceSettings::new(dir.path(), EMBEDDER, "bench", "bench-model"),

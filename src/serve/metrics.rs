@@ -369,12 +369,14 @@ impl fmt::Debug for CacheCollector {
 
 impl CacheCollector {
     fn encode_stats(stats: &CacheStats, encoder: &mut DescriptorEncoder) -> fmt::Result {
-        let caches = [("conversations", stats.conversations), ("query_vectors", stats.query_vectors)];
+        let caches =
+            [("conversations", stats.conversations), ("query_vectors", stats.query_vectors)];
         let per_cache = |value: fn(&CacheCounts) -> u64| {
             caches.map(|(cache, counts)| ([("cache", cache)], value(&counts)))
         };
         let signed = |value: fn(&CacheCounts) -> u64| {
-            per_cache(value).map(|(labels, value)| (labels, i64::try_from(value).unwrap_or(i64::MAX)))
+            per_cache(value)
+                .map(|(labels, value)| (labels, i64::try_from(value).unwrap_or(i64::MAX)))
         };
         gauges(
             encoder,
@@ -389,7 +391,12 @@ impl CacheCollector {
             "The most the cache may hold (its share of --cache-mb).",
             signed(|counts| counts.budget_bytes),
         )?;
-        gauges(encoder, "cache_entries", "Entries held by the cache.", signed(|counts| counts.entries))?;
+        gauges(
+            encoder,
+            "cache_entries",
+            "Entries held by the cache.",
+            signed(|counts| counts.entries),
+        )?;
         counters(
             encoder,
             "cache_hits",

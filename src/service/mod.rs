@@ -274,7 +274,11 @@ where
     }
 
     /// [`MemoryService::cached`] past the lookup, holding the conversation's build gate.
-    async fn build_entry(&self, id: &str, revision: i64) -> Result<Arc<cache::Cached>, ServiceError> {
+    async fn build_entry(
+        &self,
+        id: &str,
+        revision: i64,
+    ) -> Result<Arc<cache::Cached>, ServiceError> {
         // Another query may have built it while this one waited at the gate.
         let (previous, current) = self.cache.lookup(id, revision, false);
         if let (Some(entry), true) = (&previous, current) {

@@ -138,15 +138,14 @@ where
             })
             .collect();
         let embedder = CachedQueries { embedder: &self.embedder, cache: &self.cache.queries };
-        let ranked =
-            query_memgas_each(&indices, &embedder, query.trim()).await.map_err(|error| {
-                match error {
-                    MemgasQueryError::Embed(error) => {
-                        anyhow::anyhow!("embedding the query: {error}")
-                    }
-                    MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
+        let ranked = query_memgas_each(&indices, &embedder, query.trim()).await.map_err(
+            |error| match error {
+                MemgasQueryError::Embed(error) => {
+                    anyhow::anyhow!("embedding the query: {error}")
                 }
-            })?;
+                MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
+            },
+        )?;
         let mut hits: Vec<SearchHit> = entries
             .iter()
             .zip(&ranked)
@@ -177,8 +176,10 @@ impl<E: Embedder> CachedQueries<'_, E> {
     /// in one request (each distinct text once) and cached.
     async fn vectors(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::llm::Error> {
         let name = self.embedder.name();
-        let mut found: Vec<Option<Vec<f32>>> =
-            texts.iter().map(|text| self.cache.get(name, text).map(|vector| vector.to_vec())).collect();
+        let mut found: Vec<Option<Vec<f32>>> = texts
+            .iter()
+            .map(|text| self.cache.get(name, text).map(|vector| vector.to_vec()))
+            .collect();
         let mut missing: Vec<String> = Vec::new();
         for (text, vector) in texts.iter().zip(&found) {
             if vector.is_none() && !missing.iter().any(|known| known == text) {

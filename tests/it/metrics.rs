@@ -303,11 +303,17 @@ fn check_cache(families: &BTreeMap<String, Value>, stats: &mragent::service::Cac
             .collect::<BTreeMap<_, _>>()
     };
     assert_eq!(read("mragent_cache_bytes", "mragent_cache_bytes"), want(|c| c.bytes));
-    assert_eq!(read("mragent_cache_budget_bytes", "mragent_cache_budget_bytes"), want(|c| c.budget_bytes));
+    assert_eq!(
+        read("mragent_cache_budget_bytes", "mragent_cache_budget_bytes"),
+        want(|c| c.budget_bytes)
+    );
     assert_eq!(read("mragent_cache_entries", "mragent_cache_entries"), want(|c| c.entries));
     assert_eq!(read("mragent_cache_hits", "mragent_cache_hits_total"), want(|c| c.hits));
     assert_eq!(read("mragent_cache_misses", "mragent_cache_misses_total"), want(|c| c.misses));
-    assert_eq!(read("mragent_cache_evictions", "mragent_cache_evictions_total"), want(|c| c.evictions));
+    assert_eq!(
+        read("mragent_cache_evictions", "mragent_cache_evictions_total"),
+        want(|c| c.evictions)
+    );
     let conversations = stats.conversations;
     assert_eq!(
         (conversations.entries, conversations.misses, conversations.hits, conversations.evictions),

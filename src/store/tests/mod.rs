@@ -261,14 +261,18 @@ fn revisions_change_with_every_write_and_are_never_reused(kind: Kind) {
     assert!(store.revision("c2").unwrap() > second);
 }
 
-fn word_vectors_are_shared_per_embedder_first_write_wins_and_forget_deletes_the_unused(
-    kind: Kind,
-) {
+fn word_vectors_are_shared_per_embedder_first_write_wins_and_forget_deletes_the_unused(kind: Kind) {
     let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
     for (conversation, embedder) in [("c1", "local"), ("c2", "local"), ("c3", "other")] {
         store
-            .add_messages(conversation, embedder, &Default::default(), &messages, DEFAULT_SESSION_GAP)
+            .add_messages(
+                conversation,
+                embedder,
+                &Default::default(),
+                &messages,
+                DEFAULT_SESSION_GAP,
+            )
             .unwrap();
     }
     let revision = store.revision("c1").unwrap();
