@@ -315,7 +315,7 @@ fn main() {
 
         // 2. The server.
         let mut child = tokio::process::Command::new(run::binary())
-            .args(["serve", "--bind", "127.0.0.1:0", "--base-url", &server.base_url()])
+            .args(["serve", "--bind", "127.0.0.1:0", "--base-url", server.base_url()])
             .args(["--model", "local/bench", "--embedder", EMBEDDER, "--max-concurrency", "64"])
             .args(["--cache-mb", &budget.to_string()])
             .current_dir(dir.path())
