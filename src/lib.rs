@@ -4,7 +4,8 @@
 //! Modules are declared in data-flow order (a suggested reading order):
 //! - [`text`]: words, stop words, the Porter stemmer and the short content hash every stage
 //!   shares; a leaf that imports nothing from the crate.
-//! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`names`]: the
+//! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`heap`]:
+//!   estimates of the heap bytes a value holds (byte-bounded caches); [`names`]: the
 //!   one id rule and the shared input limits; [`logging`]: tracing setup; [`prompts`]: every
 //!   prompt, compiled in.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
@@ -33,6 +34,7 @@ pub mod text;
 
 pub mod cli;
 pub mod fsutil;
+pub mod heap;
 pub mod logging;
 pub mod names;
 pub mod prompts;

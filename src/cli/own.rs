@@ -373,6 +373,11 @@ pub struct ServiceArgs {
     /// Sessions built at once per add.
     #[arg(long, env = "MRAGENT_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
+    /// Memory, in MiB, for the conversations kept between queries (stored conversation, index,
+    /// snapshot) and the query vectors (a sixteenth of it): the least recently used are dropped
+    /// beyond it, and loaded again when next queried. Weighed by an estimate of their bytes.
+    #[arg(long, env = "MRAGENT_CACHE_MB", default_value_t = crate::service::CacheBudget::DEFAULT_MB, value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
+    pub cache_mb: u64,
     /// The rules file `mragent learn` writes (data/<dataset>/meta/<name>/rules.json): its rules
     /// go as one block at the end of the answer loop's system prompt (every ask).
     #[arg(long, value_name = "FILE")]

@@ -84,6 +84,19 @@ fn sorted_postings<S: serde::Serializer>(
 }
 
 impl Bm25Index {
+    /// An estimate of the heap bytes it holds ([`crate::heap`]): each posting list and its
+    /// term, the map's slots and the document lengths.
+    pub fn heap_bytes(&self) -> usize {
+        let slots = self.postings.capacity()
+            * (std::mem::size_of::<String>() + std::mem::size_of::<Vec<(u32, u32)>>() + 1);
+        let postings: usize = self
+            .postings
+            .iter()
+            .map(|(term, list)| crate::heap::text(term) + crate::heap::flat(list))
+            .sum();
+        slots + postings + crate::heap::flat(&self.lengths)
+    }
+
     /// An empty index with the default parameters.
     pub fn new() -> Self {
         Self::default()

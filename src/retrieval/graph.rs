@@ -43,6 +43,12 @@ pub struct AssociationGraph {
 }
 
 impl AssociationGraph {
+    /// An estimate of the heap bytes it holds ([`crate::heap`]).
+    pub fn heap_bytes(&self) -> usize {
+        crate::heap::flat(&self.neighbours)
+            + self.neighbours.iter().map(|list| crate::heap::flat(list)).sum::<usize>()
+    }
+
     /// Adjacency lists (each edge in both endpoints' lists).
     pub fn neighbours(&self) -> &[Vec<u32>] {
         &self.neighbours

@@ -12,6 +12,8 @@
 //!   time (requests, tokens, retries, errors, per build step): nothing is counted twice.
 //! - Store: [`StoreCollector`] reads [`Store::counts`] at scrape time. The whole encoding runs
 //!   in `spawn_blocking`, so those SQLite reads never block the async runtime.
+//! - Cache: [`CacheCollector`] reads the service's [`CacheStats`] at scrape time (bytes,
+//!   entries, hits, misses, evictions of the conversation and query vector caches).
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,6 +38,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::api::ErrorCode;
 use super::{ApiError, Service};
 use crate::llm::{Step, UsageMeter, UsageTotals};
+use crate::service::{CacheCounts, CacheStats};
 use crate::store::{Store, StoreCounts};
 
 /// The route of the metrics.
@@ -83,7 +86,7 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     /// The metrics of a server of `service`.
-    pub(crate) fn new(service: &Service) -> Arc<Self> {
+    pub(crate) fn new(service: &Arc<Service>) -> Arc<Self> {
         let requests = Family::<RequestLabels, Counter>::default();
         let durations: Durations =
             Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS));
@@ -106,6 +109,7 @@ impl Metrics {
             embeddings: service.embedder().meter().cloned(),
         }));
         registry.register_collector(Box::new(StoreCollector { store: service.store().clone() }));
+        registry.register_collector(Box::new(CacheCollector { service: Arc::clone(service) }));
         Arc::new(Self { registry, requests, durations })
     }
 
@@ -346,5 +350,75 @@ impl Collector for StoreCollector {
             fmt::Error
         })?;
         Self::encode_counts(&counts, &mut encoder)
+    }
+}
+
+/// The cache families, read from the service at scrape time: one sample per cache
+/// (`conversations`, `query_vectors`).
+struct CacheCollector {
+    service: Arc<Service>,
+}
+
+impl fmt::Debug for CacheCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CacheCollector")
+    }
+}
+
+impl CacheCollector {
+    fn encode_stats(stats: &CacheStats, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let caches =
+            [("conversations", stats.conversations), ("query_vectors", stats.query_vectors)];
+        let per_cache = |value: fn(&CacheCounts) -> u64| {
+            caches.map(|(cache, counts)| ([("cache", cache)], value(&counts)))
+        };
+        let signed = |value: fn(&CacheCounts) -> u64| {
+            per_cache(value)
+                .map(|(labels, value)| (labels, i64::try_from(value).unwrap_or(i64::MAX)))
+        };
+        gauges(
+            encoder,
+            "cache_bytes",
+            "Estimated bytes held by the cache (conversations: stored conversation, index and \
+             snapshot; query_vectors: embedded queries).",
+            signed(|counts| counts.bytes),
+        )?;
+        gauges(
+            encoder,
+            "cache_budget_bytes",
+            "The most the cache may hold (its share of --cache-mb).",
+            signed(|counts| counts.budget_bytes),
+        )?;
+        gauges(
+            encoder,
+            "cache_entries",
+            "Entries held by the cache.",
+            signed(|counts| counts.entries),
+        )?;
+        counters(
+            encoder,
+            "cache_hits",
+            "Lookups answered from the cache.",
+            per_cache(|counts| counts.hits),
+        )?;
+        counters(
+            encoder,
+            "cache_misses",
+            "Lookups that found nothing current (the conversation was loaded and indexed, or the \
+             query embedded).",
+            per_cache(|counts| counts.misses),
+        )?;
+        counters(
+            encoder,
+            "cache_evictions",
+            "Entries dropped to stay within the budget (least recently used first).",
+            per_cache(|counts| counts.evictions),
+        )
+    }
+}
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        Self::encode_stats(&self.service.cache_stats(), &mut encoder)
     }
 }

@@ -36,7 +36,7 @@ use crate::snapshot::QueryEmbedder as _;
 use crate::store::{Store, StoreError};
 
 pub use add::{AddReport, FailedSession, check_limits};
-pub use cache::IndexStats;
+pub use cache::{CacheBudget, CacheCounts, CacheStats, IndexStats};
 pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
 pub use facts::FactsReport;
 pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued, Waited};
@@ -78,13 +78,16 @@ pub struct ServiceSettings {
     /// with its job while the build goes on (`MRAGENT_ADD_WAIT`, seconds; below the 29–60 s
     /// after which API gateways cut requests).
     pub add_wait: std::time::Duration,
+    /// The memory the cached conversations and query vectors may take (`--cache-mb`).
+    pub cache: CacheBudget,
 }
 
 /// How long an HTTP add waits for its build by default (see [`ServiceSettings::add_wait`]).
 pub const DEFAULT_ADD_WAIT: std::time::Duration = std::time::Duration::from_secs(25);
 
 impl ServiceSettings {
-    /// Defaults: the default session gap, 3 re-asks, 4 workers, no rules.
+    /// Defaults: the default session gap, 3 re-asks, 4 workers, no rules, the default cache
+    /// budget.
     pub fn new(root: impl Into<PathBuf>, embedder: &str, model_name: &str, model: &str) -> Self {
         Self {
             root: root.into(),
@@ -98,6 +101,7 @@ impl ServiceSettings {
             rules: Arc::default(),
             job_lease: DEFAULT_JOB_LEASE,
             add_wait: DEFAULT_ADD_WAIT,
+            cache: CacheBudget::default(),
         }
     }
 }
@@ -163,18 +167,29 @@ where
     pub fn new(store: Store, settings: ServiceSettings, chat: M, embedder: E) -> Self {
         Self {
             store,
-            settings,
             chat,
             embedder,
-            cache: cache::ConversationCache::default(),
+            cache: cache::ConversationCache::new(settings.cache),
             jobs_wake: tokio::sync::Notify::new(),
             runner: jobs::runner_name(),
+            settings,
         }
     }
 
     /// How the per-conversation index cache has served queries so far.
     pub fn index_stats(&self) -> IndexStats {
         self.cache.stats()
+    }
+
+    /// What the caches hold and how they served so far (`/metrics`).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.cache_stats()
+    }
+
+    /// Build gates held now: one per conversation whose entry a query is building (bounded by
+    /// the queries in flight, not by the conversations ever queried).
+    pub fn building(&self) -> usize {
+        self.cache.gates()
     }
 
     /// The store.
@@ -252,14 +267,28 @@ where
     async fn cached(&self, id: &str) -> Result<Arc<cache::Cached>, ServiceError> {
         let (store, owned) = (self.store.clone(), id.to_string());
         let revision = blocking(move || store.revision(&owned)).await?;
-        let (previous, current) = self.cache.lookup(id, revision);
+        let (previous, current) = self.cache.lookup(id, revision, true);
         if let (Some(entry), true) = (&previous, current) {
             return Ok(Arc::clone(entry));
         }
+        drop(previous);
         let gate = self.cache.gate(id);
-        let _building = gate.lock().await;
+        let built = {
+            let _building = gate.lock().await;
+            self.build_entry(id, revision).await
+        };
+        self.cache.release(id, gate);
+        built
+    }
+
+    /// [`MemoryService::cached`] past the lookup, holding the conversation's build gate.
+    async fn build_entry(
+        &self,
+        id: &str,
+        revision: i64,
+    ) -> Result<Arc<cache::Cached>, ServiceError> {
         // Another query may have built it while this one waited at the gate.
-        let (previous, current) = self.cache.lookup(id, revision);
+        let (previous, current) = self.cache.lookup(id, revision, false);
         if let (Some(entry), true) = (&previous, current) {
             return Ok(Arc::clone(entry));
         }
@@ -288,6 +317,7 @@ where
         }
         let (store, owned) = (self.store.clone(), id.to_string());
         let stored = blocking(move || store.word_vectors(&owned, &missing)).await?;
+        let found: Vec<String> = stored.iter().map(|(word, _)| word.clone()).collect();
         entry.set_word_vectors(stored);
         let missing = entry.words_without_vectors();
         if missing.is_empty() {
@@ -298,7 +328,7 @@ where
         })?;
         let words: Vec<(String, Vec<f32>)> = missing.into_iter().zip(vectors).collect();
         let (store, owned, to_save) = (self.store.clone(), id.to_string(), words.clone());
-        blocking(move || store.save_word_vectors(&owned, &to_save)).await?;
+        blocking(move || store.save_word_vectors(&owned, &found, &to_save)).await?;
         entry.set_word_vectors(words);
         Ok(())
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::cache::Cached;
+use futures::future::BoxFuture;
+
+use super::cache::{Cached, QueryVectorCache};
 use super::scope::{Scope, SearchFilters, View};
 use super::{MemoryService, ServiceError, blocking};
 use crate::agent::AnswerSettings;
@@ -16,7 +18,7 @@ use crate::agent::tools::{MemgasQueryError, query_memgas_each};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder};
 use crate::results::Status;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{QueryAndWords, QueryEmbedder, Snapshot};
 use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
@@ -135,15 +137,15 @@ where
                 (entry.index.as_ref(), lines.sum::<usize>().max(1))
             })
             .collect();
-        let ranked =
-            query_memgas_each(&indices, &self.embedder, query.trim()).await.map_err(|error| {
-                match error {
-                    MemgasQueryError::Embed(error) => {
-                        anyhow::anyhow!("embedding the query: {error}")
-                    }
-                    MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
+        let embedder = CachedQueries { embedder: &self.embedder, cache: &self.cache.queries };
+        let ranked = query_memgas_each(&indices, &embedder, query.trim()).await.map_err(
+            |error| match error {
+                MemgasQueryError::Embed(error) => {
+                    anyhow::anyhow!("embedding the query: {error}")
                 }
-            })?;
+                MemgasQueryError::Retrieve(error) => anyhow::anyhow!("searching: {error}"),
+            },
+        )?;
         let mut hits: Vec<SearchHit> = entries
             .iter()
             .zip(&ranked)
@@ -198,6 +200,86 @@ where
             (None, failed) => {
                 format!("{failed} sessions failed to build; run the same add again to build them")
             }
+        })
+    }
+}
+
+/// The service's embedder seen through its query vector cache: a query (or a query word the
+/// memory lacks) embedded before is not sent again; what is not cached goes in one request.
+struct CachedQueries<'a, E> {
+    embedder: &'a E,
+    cache: &'a QueryVectorCache,
+}
+
+impl<E: Embedder> CachedQueries<'_, E> {
+    /// The unit vectors of `texts`, in order: cached ones from the cache, the others embedded
+    /// in one request (each distinct text once) and cached.
+    async fn vectors(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::llm::Error> {
+        let name = self.embedder.name();
+        let mut found: Vec<Option<Vec<f32>>> = texts
+            .iter()
+            .map(|text| self.cache.get(name, text).map(|vector| vector.to_vec()))
+            .collect();
+        let mut missing: Vec<String> = Vec::new();
+        for (text, vector) in texts.iter().zip(&found) {
+            if vector.is_none() && !missing.iter().any(|known| known == text) {
+                missing.push((*text).to_string());
+            }
+        }
+        if !missing.is_empty() {
+            let embedded = QueryEmbedder::embed_words(self.embedder, &missing).await?;
+            for (text, vector) in missing.iter().zip(&embedded) {
+                self.cache.put(name, text, vector);
+            }
+            for (text, slot) in texts.iter().zip(&mut found) {
+                if slot.is_none() {
+                    let position = missing.iter().position(|known| known == text);
+                    *slot = position.and_then(|position| embedded.get(position).cloned());
+                }
+            }
+        }
+        found
+            .into_iter()
+            .map(|vector| {
+                vector.ok_or_else(|| crate::llm::Error::Decode {
+                    message: "the embedder returned fewer vectors than texts".to_string(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl<E: Embedder> QueryEmbedder for CachedQueries<'_, E> {
+    fn embed_query<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>> {
+        Box::pin(async move { Ok(self.embed_query_and_words(text, &[]).await?.0) })
+    }
+
+    fn embed_words<'a>(
+        &'a self,
+        words: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, crate::llm::Error>> {
+        Box::pin(async move {
+            let texts: Vec<&str> = words.iter().map(String::as_str).collect();
+            self.vectors(&texts).await
+        })
+    }
+
+    fn embed_query_and_words<'a>(
+        &'a self,
+        text: &'a str,
+        words: &'a [String],
+    ) -> BoxFuture<'a, Result<QueryAndWords, crate::llm::Error>> {
+        Box::pin(async move {
+            let texts: Vec<&str> =
+                std::iter::once(text).chain(words.iter().map(String::as_str)).collect();
+            let mut vectors = self.vectors(&texts).await?.into_iter();
+            let query = vectors.next().ok_or_else(|| crate::llm::Error::Decode {
+                message: "the embedder returned no vector".to_string(),
+            })?;
+            Ok((query, vectors.collect()))
         })
     }
 }
@@ -321,10 +403,15 @@ where
 
     /// The conversation ready to answer, from the cache (made on the first ask of this entry).
     async fn snapshot(&self, entry: &Arc<Cached>) -> Result<Arc<Snapshot>, ServiceError> {
+        let made = entry.has_snapshot();
         let (shared, embedder) = (Arc::clone(entry), self.embedder.clone());
         let snapshot = tokio::task::spawn_blocking(move || shared.snapshot(&embedder).clone())
             .await
             .map_err(|error| anyhow::anyhow!("graph task failed: {error}"))?;
+        if !made {
+            // The entry holds more now: weigh it again, so the budget counts its snapshot.
+            self.cache.reweigh(&entry.stored.info.id, entry);
+        }
         Ok(snapshot.map_err(|error| anyhow::anyhow!(error))?)
     }
 }

@@ -211,10 +211,14 @@ where
             return Err(failed(format!("{} vectors for {} texts", vectors.len(), texts.len())));
         }
         let word_vectors = vectors.split_off(n_units);
-        if !missing.is_empty() {
+        // Every word of the session is recorded as used by the conversation (the vectors of
+        // the known ones are shared with other conversations of the embedder), so forgetting
+        // another conversation keeps them.
+        let used: Vec<String> = words.iter().filter(|w| known.contains(w)).cloned().collect();
+        if !missing.is_empty() || !used.is_empty() {
             let pairs: Vec<(String, Vec<f32>)> = missing.into_iter().zip(word_vectors).collect();
             let (store, id) = (service.store.clone(), conversation.to_string());
-            blocking(move || store.save_word_vectors(&id, &pairs))
+            blocking(move || store.save_word_vectors(&id, &used, &pairs))
                 .await
                 .map_err(|error| failed(format!("storing the words: {error}")))?;
         }

@@ -83,6 +83,7 @@ impl OwnSettings {
         let mut own = Self::resolve(paths, &args.models, env)?;
         own.service.session_gap = args.session_gap;
         own.service.workers = args.workers as usize;
+        own.service.cache = crate::service::CacheBudget::mb(args.cache_mb);
         own.with_rules(paths, args.meta_rules.as_deref())?;
         Ok(own)
     }

@@ -62,6 +62,20 @@ impl MemoryStatus {
 }
 
 impl Snapshot {
+    /// An estimate of the heap bytes it holds besides its MemGAS index (which it shares with
+    /// the index's owner): the conversation, the memory graph and the vectors
+    /// ([`crate::heap`]).
+    pub fn heap_bytes(&self) -> usize {
+        use crate::heap::{flat, text};
+        let embeddings = &self.embeddings;
+        let vectors: usize = [&embeddings.sentences, &embeddings.topics, &embeddings.questions]
+            .into_iter()
+            .flat_map(|map| map.iter())
+            .map(|(id, vector)| text(id) + flat(vector) + 16)
+            .sum();
+        crate::heap::json(&self.conversation) + self.graph.heap_bytes() + vectors
+    }
+
     /// A conversation's memory from its finished build (`ingest::build_memory` or
     /// `ingest::load_memory`), without a MemGAS index.
     pub fn from_built(conversation: Conversation, built: BuiltMemory) -> Self {

@@ -32,7 +32,8 @@ const TABLES: &[(&str, &str, &str)] = &[
         "conversation_id, session_number, content_hash, error, attempts, failed_at",
         "conversation_id, session_number",
     ),
-    ("word_vectors", "conversation_id, word, dims, vector", "conversation_id, word"),
+    ("embedder_words", "embedder, word, dims, vector", "embedder, word"),
+    ("conversation_words", "conversation_id, word", "conversation_id, word"),
     (
         "facts",
         "id, conversation_id, session_number, key, person, aspect, value, extracted, origins,

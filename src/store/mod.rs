@@ -429,6 +429,7 @@ impl Store {
             .ok_or_else(|| StoreError::UnknownConversation(id.to_string()))?;
         // The facts first: those of other conversations they replaced are handed on or revived.
         facts::delete_facts(&transaction, id, None)?;
+        words::forget_unused_words(&transaction, id)?;
         transaction.execute("DELETE FROM conversations WHERE id = ?1", params![id])?;
         transaction.commit()?;
         Ok(info)

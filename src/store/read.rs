@@ -176,6 +176,52 @@ impl StoredConversation {
             .collect()
     }
 
+    /// An estimate of the heap bytes it holds ([`crate::heap`]): messages, stage outputs and
+    /// their vectors, facts. What a byte-bounded cache weighs it by.
+    pub fn heap_bytes(&self) -> usize {
+        use crate::heap::{flat, json, named_vectors, optional_text, text, vectors};
+        let sessions: usize = self
+            .sessions
+            .iter()
+            .map(|session| {
+                let messages: usize = session
+                    .messages
+                    .iter()
+                    .map(|message| {
+                        text(&message.id)
+                            + text(&message.speaker)
+                            + text(&message.text)
+                            + optional_text(message.timestamp.as_deref())
+                            + optional_text(message.sort_time.as_deref())
+                            + json(&message.tags)
+                    })
+                    .sum();
+                let outputs = session.outputs.as_ref().map_or(0, |outputs| {
+                    let units = &outputs.units;
+                    text(&outputs.model)
+                        + json(&outputs.rewrite)
+                        + json(&outputs.keywords)
+                        + named_vectors(&outputs.sentence_vectors)
+                        + named_vectors(&outputs.topic_vectors)
+                        + flat(&units.session)
+                        + vectors(&units.turns)
+                        + [&units.summary, &units.keywords, &units.hybrid]
+                            .into_iter()
+                            .map(|vector| vector.as_deref().map_or(0, flat))
+                            .sum::<usize>()
+                });
+                optional_text(session.key.as_deref())
+                    + flat(&session.messages)
+                    + messages
+                    + text(&session.content_hash)
+                    + outputs
+                    + json(&session.failure)
+                    + json(&session.facts)
+            })
+            .sum();
+        json(&self.info) + flat(&self.sessions) + sessions
+    }
+
     /// The message behind a dia_id (`D3:2`), with its session.
     pub fn message(&self, dia_id: &str) -> Option<(&StoredSession, &StoredMessage)> {
         let (session, turn) = dia_id.strip_prefix('D')?.split_once(':')?;

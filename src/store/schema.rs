@@ -190,6 +190,32 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // follows across rebuilds. Facts stored before have none (their corrections follow session,
     // key and extracted value, as before) until their session is rebuilt.
     "ALTER TABLE facts ADD COLUMN source TEXT;",
+    // 9 → 10: one vector per (embedder, word), shared by every conversation embedded with that
+    // embedder (a word's vector depends on nothing else), instead of one per conversation; which
+    // conversation uses which word stays per conversation (`conversation_words`), so forgetting
+    // the last conversation that uses a word deletes its vector too. Existing rows move over
+    // in place: the first stored vector of each (embedder, word) is kept.
+    "CREATE TABLE embedder_words (
+        embedder TEXT NOT NULL,
+        word TEXT NOT NULL,
+        dims INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (embedder, word)
+    ) STRICT;
+    CREATE TABLE conversation_words (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        word TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, word)
+    ) STRICT;
+    CREATE INDEX conversation_words_by_word ON conversation_words(word);
+    INSERT INTO embedder_words (embedder, word, dims, vector)
+        SELECT c.embedder, w.word, w.dims, w.vector
+        FROM word_vectors w JOIN conversations c ON c.id = w.conversation_id
+        WHERE true ORDER BY c.embedder, w.word, w.conversation_id
+        ON CONFLICT DO NOTHING;
+    INSERT INTO conversation_words (conversation_id, word)
+        SELECT conversation_id, word FROM word_vectors;
+    DROP TABLE word_vectors;",
 ];
 
 /// The version this code reads and writes.

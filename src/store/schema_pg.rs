@@ -174,6 +174,27 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN lease_until TEXT COLLATE "C";"#,
     // 8 → 9: a fact's source message (see `schema.rs`).
     r#"ALTER TABLE facts ADD COLUMN source TEXT COLLATE "C";"#,
+    // 9 → 10: one vector per (embedder, word), shared by the conversations (see schema.rs).
+    r#"CREATE TABLE embedder_words (
+        embedder TEXT COLLATE "C" NOT NULL,
+        word TEXT COLLATE "C" NOT NULL,
+        dims BIGINT NOT NULL,
+        vector BYTEA NOT NULL,
+        PRIMARY KEY (embedder, word)
+    );
+    CREATE TABLE conversation_words (
+        conversation_id TEXT COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        word TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (conversation_id, word)
+    );
+    CREATE INDEX conversation_words_by_word ON conversation_words(word);
+    INSERT INTO embedder_words (embedder, word, dims, vector)
+        SELECT DISTINCT ON (c.embedder, w.word) c.embedder, w.word, w.dims, w.vector
+        FROM word_vectors w JOIN conversations c ON c.id = w.conversation_id
+        ORDER BY c.embedder, w.word, w.conversation_id;
+    INSERT INTO conversation_words (conversation_id, word)
+        SELECT conversation_id, word FROM word_vectors;
+    DROP TABLE word_vectors;"#,
 ];
 
 /// The schema version of the database in `connection` (0 for an empty database).

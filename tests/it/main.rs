@@ -5,6 +5,7 @@
 
 mod answer;
 mod architecture;
+mod cache;
 mod cli;
 mod dataset;
 mod embed_kernels;

@@ -294,6 +294,41 @@ async fn metrics_equal_a_scripted_workload_as_the_python_parser_reads_them() {
     check_http(&families, &client.sent);
     check_model(&families, &endpoint.requests(), &failed.lock().unwrap());
     check_store(&families, service.store());
+    check_cache(&families, &service.cache_stats());
+}
+
+/// The cache families equal the service's counts (nothing ran between the scrape and the
+/// reading), and those the workload: `a` and `b` each built once (two misses), then found
+/// current by `a`'s other two searches and both asks (four hits); nothing evicted.
+fn check_cache(families: &BTreeMap<String, Value>, stats: &mragent::service::CacheStats) {
+    let read = |family: &str, sample: &str| samples(families, family, sample, &["cache"]);
+    let caches = [("conversations", stats.conversations), ("query_vectors", stats.query_vectors)];
+    let want = |value: fn(&mragent::service::CacheCounts) -> u64| {
+        caches
+            .iter()
+            .map(|(cache, counts)| (vec![cache.to_string()], value(counts) as f64))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(read("mragent_cache_bytes", "mragent_cache_bytes"), want(|c| c.bytes));
+    assert_eq!(
+        read("mragent_cache_budget_bytes", "mragent_cache_budget_bytes"),
+        want(|c| c.budget_bytes)
+    );
+    assert_eq!(read("mragent_cache_entries", "mragent_cache_entries"), want(|c| c.entries));
+    assert_eq!(read("mragent_cache_hits", "mragent_cache_hits_total"), want(|c| c.hits));
+    assert_eq!(read("mragent_cache_misses", "mragent_cache_misses_total"), want(|c| c.misses));
+    assert_eq!(
+        read("mragent_cache_evictions", "mragent_cache_evictions_total"),
+        want(|c| c.evictions)
+    );
+    let conversations = stats.conversations;
+    assert_eq!(
+        (conversations.entries, conversations.misses, conversations.hits, conversations.evictions),
+        (2, 2, 4, 0),
+        "{stats:?}"
+    );
+    assert!(conversations.bytes > 0 && conversations.bytes <= conversations.budget_bytes);
+    assert!(stats.query_vectors.entries > 0 && stats.query_vectors.misses > 0, "{stats:?}");
 }
 
 /// Requests per (route, method, status) as sent, and each (route, method)'s histogram count

@@ -358,11 +358,17 @@ async fn queries_reuse_the_cached_index_which_adds_extend_and_forget_drops() {
     assert_eq!(service.index_stats(), IndexStats { hits: 2, builds: 2, extensions: 2 });
 }
 
-/// Rows of the store's `word_vectors` for `conversation`.
+/// The words of `conversation` with a vector in the store (`conversation_words` joined with
+/// the vectors shared by its embedder, `embedder_words`).
 fn stored_words(root: &Path, conversation: &str) -> Vec<String> {
     let connection = rusqlite::Connection::open(Store::default_path(root)).unwrap();
     let mut statement = connection
-        .prepare("SELECT word FROM word_vectors WHERE conversation_id = ?1 ORDER BY word")
+        .prepare(
+            "SELECT u.word FROM conversation_words u
+             JOIN conversations c ON c.id = u.conversation_id
+             JOIN embedder_words e ON e.embedder = c.embedder AND e.word = u.word
+             WHERE u.conversation_id = ?1 ORDER BY u.word",
+        )
         .unwrap();
     let words = statement.query_map([conversation], |row| row.get::<_, String>(0)).unwrap();
     words.map(Result::unwrap).collect()
@@ -471,7 +477,7 @@ async fn search_matches_related_words_through_word_vectors_kept_in_the_store() {
     // A store whose words were never kept (made before schema 4, then migrated): the first
     // query embeds them all in one request, stores them and ranks the same.
     let connection = rusqlite::Connection::open(Store::default_path(dir.path())).unwrap();
-    connection.execute("DELETE FROM word_vectors", []).unwrap();
+    connection.execute_batch("DELETE FROM conversation_words; DELETE FROM embedder_words").unwrap();
     let before = server.requests().len();
     let migrated = self::service(&server, dir.path());
     assert_eq!(migrated.search("c", "which instruments", 10).await.unwrap(), hits);

@@ -133,6 +133,16 @@ impl MemoryGraph {
         &self.graph
     }
 
+    /// An estimate of the heap bytes it holds ([`crate::heap`]): its nodes and edges, and the
+    /// lookup maps (one entry per node, about 64 bytes each with its key).
+    pub fn heap_bytes(&self) -> usize {
+        let nodes: usize = self.graph.node_weights().map(crate::heap::json).sum();
+        let edges: usize = self.graph.edge_weights().map(crate::heap::json).sum();
+        let slots = self.graph.node_count() * (std::mem::size_of::<Node>() + 16)
+            + self.graph.edge_count() * (std::mem::size_of::<Edge>() + 16);
+        nodes + edges + slots + self.graph.node_count() * 64
+    }
+
     /// Sizes and skip counts.
     pub fn stats(&self) -> &GraphStats {
         &self.stats

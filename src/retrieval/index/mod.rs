@@ -273,6 +273,47 @@ impl MemoryIndex {
         self.sessions.len()
     }
 
+    /// An estimate of the heap bytes the index holds ([`crate::heap`]): unit texts and
+    /// vectors, the graph, the lexical indexes, the words and their vectors, and the
+    /// approximate turn index when it has one. What a byte-bounded cache weighs it by.
+    pub fn heap_bytes(&self) -> usize {
+        use crate::heap::{flat, optional_text, text, vectors};
+        let sessions: usize = self
+            .sessions
+            .iter()
+            .map(|entry| {
+                let units = &entry.units;
+                let turns: usize = units
+                    .turns
+                    .iter()
+                    .map(|turn| text(&turn.dia_id) + text(&turn.speaker) + text(&turn.text))
+                    .sum();
+                text(&units.session_id)
+                    + optional_text(units.date.as_deref())
+                    + optional_text(units.summary.as_deref())
+                    + optional_text(units.keywords.as_deref())
+                    + flat(&units.turns)
+                    + turns
+                    + entry.hybrid.as_deref().map_or(0, flat)
+            })
+            .sum();
+        // The approximate index keeps its own copy of each turn vector and its links.
+        let ann = self.turn_ann.as_ref().map_or(0, |_| {
+            let dims = self.dims.unwrap_or(0);
+            self.turns.len() * (dims * std::mem::size_of::<f32>() + 64 * 4)
+        });
+        flat(&self.sessions)
+            + sessions
+            + flat(&self.turns)
+            + flat(&self.nodes)
+            + vectors(&self.vectors)
+            + self.graph.heap_bytes()
+            + self.bm25_turns.heap_bytes()
+            + self.bm25_sessions.heap_bytes()
+            + self.words.heap_bytes()
+            + ann
+    }
+
     /// Number of turns.
     pub fn n_turns(&self) -> usize {
         self.turns.len()

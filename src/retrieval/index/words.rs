@@ -65,6 +65,22 @@ pub struct WordIndex {
 }
 
 impl WordIndex {
+    /// An estimate of the heap bytes it holds ([`crate::heap`]): each word twice (the map's key
+    /// and the list), its vector, and the turns' word ids.
+    pub fn heap_bytes(&self) -> usize {
+        use crate::heap::{ALLOCATION_OVERHEAD, flat, text};
+        let words: usize = self.words.iter().map(|word| 2 * text(word) + ALLOCATION_OVERHEAD).sum();
+        let vectors: usize = self.vectors.iter().flatten().map(|vector| flat(vector)).sum();
+        let turns: usize = self.turns.iter().map(|ids| flat(ids)).sum();
+        words
+            + vectors
+            + flat(&self.vectors)
+            + flat(&self.turn_counts)
+            + flat(&self.turns)
+            + turns
+            + flat(&self.words)
+    }
+
     /// Add the next turn by its content words ([`turn_words`]).
     pub fn add_turn(&mut self, words: Vec<String>) {
         let mut ids: Vec<u32> = words

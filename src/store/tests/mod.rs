@@ -33,7 +33,8 @@ on_both!(
     forget_deletes_everything_of_one_conversation,
     conversation_locks_exclude_each_other,
     revisions_change_with_every_write_and_are_never_reused,
-    word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them,
+    word_vectors_are_shared_per_embedder_first_write_wins_and_forget_deletes_the_unused,
+    word_vectors_of_the_previous_schema_become_one_per_embedder_and_word_in_place,
     a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts,
     deleting_a_replacing_fact_hands_the_older_one_on_or_revives_it_everywhere,
     an_undo_refuses_when_what_it_changed_has_changed_since,
@@ -260,31 +261,96 @@ fn revisions_change_with_every_write_and_are_never_reused(kind: Kind) {
     assert!(store.revision("c2").unwrap() > second);
 }
 
-fn word_vectors_are_kept_per_conversation_first_write_wins_and_forget_deletes_them(kind: Kind) {
+fn word_vectors_are_shared_per_embedder_first_write_wins_and_forget_deletes_the_unused(kind: Kind) {
     let (_place, store) = store(kind);
     let messages = parse(WEEK_ONE).unwrap();
-    store.add_messages("c1", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
-    store.add_messages("c2", "local", &Default::default(), &messages, DEFAULT_SESSION_GAP).unwrap();
+    for (conversation, embedder) in [("c1", "local"), ("c2", "local"), ("c3", "other")] {
+        store
+            .add_messages(
+                conversation,
+                embedder,
+                &Default::default(),
+                &messages,
+                DEFAULT_SESSION_GAP,
+            )
+            .unwrap();
+    }
     let revision = store.revision("c1").unwrap();
     let words = |names: &[&str]| names.iter().map(|w| w.to_string()).collect::<Vec<_>>();
     assert!(store.word_vectors("c1", &words(&["bike"])).unwrap().is_empty());
 
     let first = vec![("bike".to_string(), vec![1.0, 0.0]), ("red".to_string(), vec![0.0, 1.0])];
-    assert!(store.save_word_vectors("c1", &first).unwrap());
+    assert!(store.save_word_vectors("c1", &[], &first).unwrap());
     // A word stored already keeps its first vector (two queries may race to store it).
-    assert!(store.save_word_vectors("c1", &[("bike".to_string(), vec![0.5, 0.5])]).unwrap());
+    assert!(store.save_word_vectors("c1", &[], &[("bike".to_string(), vec![0.5, 0.5])]).unwrap());
     let found = store.word_vectors("c1", &words(&["red", "work", "bike"])).unwrap();
     assert_eq!(found, vec![first[1].clone(), first[0].clone()]);
-    assert!(store.word_vectors("c2", &words(&["bike"])).unwrap().is_empty());
+    // Another conversation of the same embedder finds them; one of another embedder does not.
+    assert_eq!(store.word_vectors("c2", &words(&["bike"])).unwrap(), vec![first[0].clone()]);
+    assert!(store.word_vectors("c3", &words(&["bike"])).unwrap().is_empty());
+    assert!(store.save_word_vectors("c3", &[], &[("bike".to_string(), vec![9.0, 9.0])]).unwrap());
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM embedder_words"), 3, "one row per word");
     assert_eq!(store.revision("c1").unwrap(), revision, "derived data: the revision stays");
 
     assert!(matches!(
-        store.save_word_vectors("c1", &[("empty".to_string(), Vec::new())]),
+        store.save_word_vectors("c1", &[], &[("empty".to_string(), Vec::new())]),
         Err(StoreError::Corrupt(_))
     ));
+    // c2 uses "bike" (found, not stored by it): forgetting c1 keeps bike and drops red.
+    assert!(store.save_word_vectors("c2", &words(&["bike"]), &[]).unwrap());
     store.forget("c1").unwrap();
-    assert!(!store.save_word_vectors("c1", &first).unwrap(), "a forgotten conversation");
-    assert_eq!(count(&store, "SELECT COUNT(*) FROM word_vectors"), 0);
+    assert!(!store.save_word_vectors("c1", &[], &first).unwrap(), "a forgotten conversation");
+    assert_eq!(store.word_vectors("c2", &words(&["bike", "red"])).unwrap(), vec![first[0].clone()]);
+    store.forget("c2").unwrap();
+    assert!(store.word_vectors("c3", &words(&["bike"])).unwrap().len() == 1, "another embedder's");
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM embedder_words"), 1);
+    store.forget("c3").unwrap();
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM embedder_words"), 0);
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM conversation_words"), 0);
+}
+
+fn word_vectors_of_the_previous_schema_become_one_per_embedder_and_word_in_place(kind: Kind) {
+    let place = Place::new(kind);
+    // A store as the previous release (schema version 8) left it: one row per conversation.
+    place.at_version(
+        8,
+        "INSERT INTO conversations (id, embedder, created_at, revision) VALUES
+           ('a', 'e1', '2024-01-01T00:00:00Z', 1),
+           ('b', 'e1', '2024-01-01T00:00:00Z', 2),
+           ('c', 'e2', '2024-01-01T00:00:00Z', 3);
+         UPDATE counters SET value = 3 WHERE name = 'revision';",
+    );
+    let raw = place.raw();
+    let vector = |x: f32| super::read::encode_vectors(std::iter::once(&vec![x, 1.0]), 2).unwrap();
+    for (conversation, word, x) in
+        [("b", "bike", 2.0), ("a", "bike", 1.0), ("b", "red", 3.0), ("c", "bike", 4.0)]
+    {
+        raw.execute(
+            "INSERT INTO word_vectors (conversation_id, word, dims, vector) VALUES (?1, ?2, 2, ?3)",
+            params![conversation, word, vector(x)],
+        )
+        .unwrap();
+    }
+    let store = place.open().unwrap();
+    assert_eq!(place.version(), SCHEMA_VERSION);
+    assert!(place.raw().query("SELECT * FROM word_vectors", params![], |_| Ok(())).is_err());
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM embedder_words"), 3);
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM conversation_words"), 4);
+    let words = |names: &[&str]| names.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+    // Of two vectors of one (embedder, word), the first conversation's (by id) is kept.
+    assert_eq!(
+        store.word_vectors("b", &words(&["bike", "red"])).unwrap(),
+        vec![("bike".to_string(), vec![1.0, 1.0]), ("red".to_string(), vec![3.0, 1.0])]
+    );
+    assert_eq!(
+        store.word_vectors("c", &words(&["bike"])).unwrap(),
+        vec![("bike".to_string(), vec![4.0, 1.0])]
+    );
+    // The uses moved over too: forgetting `a` keeps what `b` uses; forgetting `b`, e1's words.
+    store.forget("a").unwrap();
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM embedder_words"), 3);
+    store.forget("b").unwrap();
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM embedder_words"), 1);
 }
 
 fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts(kind: Kind) {
