@@ -12,6 +12,7 @@ pub mod compare;
 pub mod eval;
 pub mod export;
 pub mod interrupt;
+pub mod keys;
 pub mod learn;
 pub mod mcp;
 pub mod memory;

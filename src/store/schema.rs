@@ -186,6 +186,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // running job over once its lease has expired (its runner died or lost the database).
     "ALTER TABLE jobs ADD COLUMN lease_owner TEXT;
     ALTER TABLE jobs ADD COLUMN lease_until TEXT;",
+    // 8 → 9: API keys (`mragent keys`, `store::keys`): the SHA-256 of each key's secret, never
+    // the secret; the user and agent it is bound to; its scope; expiry and revocation times
+    // (RFC 3339 UTC).
+    "CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        hash TEXT NOT NULL,
+        user_id TEXT,
+        agent_id TEXT,
+        scope TEXT NOT NULL CHECK (scope IN ('read', 'write', 'admin')),
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        revoked_at TEXT
+    ) STRICT;",
 ];
 
 /// The version this code reads and writes.

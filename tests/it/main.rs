@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod access;
 mod answer;
 mod architecture;
 mod cli;
@@ -22,6 +23,8 @@ mod meta_rules;
 mod metrics;
 mod own;
 mod own_memory;
+mod pg_failures;
+mod pg_tls;
 mod postgres;
 #[path = "../support/private_pg.rs"]
 mod private_pg;
@@ -29,3 +32,4 @@ mod retrieval;
 mod schemathesis;
 mod serve;
 mod support;
+mod tls;
