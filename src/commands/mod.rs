@@ -63,6 +63,7 @@ pub fn name(command: &Command) -> &'static str {
         Command::Serve(_) => "serve",
         Command::Mcp(_) => "mcp",
         Command::Store(_) => "store",
+        Command::Keys(_) => "keys",
         Command::Replay(_) => "replay",
         Command::Export(_) => "export",
         Command::Verify(_) => "verify",

@@ -277,7 +277,7 @@ async fn identify(state: &AppState, given: &str) -> Result<Option<Access>, Store
             return Ok(store.verify_key(&given)?.map(Access::of_key));
         }
         // Keys being made turn an open server into one that asks for them.
-        if open && given.is_empty() && !store.has_keys()? {
+        if open && !store.has_keys()? {
             return Ok(Some(Access::admin("anonymous")));
         }
         Ok(None)

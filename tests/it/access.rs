@@ -256,8 +256,6 @@ fn tool(name: &str, arguments: Value) -> Option<Value> {
 }
 
 fn operations() -> Vec<Operation> {
-    let message = json!([{"speaker": "Eve", "timestamp": "2024-05-01T10:00:00Z", "text": "planted text"}]);
-    let _ = message;
     vec![
         Operation { name: "GET conversation", writes: false, creates: false, only_refused: false,
             request: |ids| ("GET", format!("/v1/conversations/{}", ids.conversation), None) },
@@ -319,7 +317,8 @@ fn planted() -> Value {
 }
 
 /// What a call answered, comparable across ids: HTTP status, and the error's code, field and
-/// message with the ids written as placeholders (for MCP: the tool result's error), or `ok`.
+/// message with the ids written as placeholders (for MCP: the tool result's error; for a
+/// batch: its entry's), or [`ALLOWED`].
 fn outcome(answer: &(StatusCode, Value), ids: &Ids) -> String {
     let (status, body) = answer;
     let body = if body.get("jsonrpc").is_some() {
@@ -329,8 +328,10 @@ fn outcome(answer: &(StatusCode, Value), ids: &Ids) -> String {
         } else if body.get("error").is_some() {
             json!({"error": {"code": "jsonrpc", "field": "", "message": body["error"]["message"]}})
         } else {
-            return format!("{status} ok");
+            return format!("{status} {ALLOWED}");
         }
+    } else if let Some(entry) = body["results"].get(0).filter(|entry| entry.get("error").is_some()) {
+        entry.clone()
     } else {
         body.clone()
     };
@@ -341,9 +342,12 @@ fn outcome(answer: &(StatusCode, Value), ids: &Ids) -> String {
             error["field"],
             ids.neutral(error["message"].as_str().unwrap_or_default())
         ),
-        None => format!("{status} ok"),
+        None => format!("{status} {ALLOWED}"),
     }
 }
+
+/// What [`outcome`] says of an answer that is no error.
+const ALLOWED: &str = "ALLOWED";
 
 /// The ids in a successful answer's text that belong to `other` (none may show up).
 fn leaks(body: &Value, other: &Ids) -> Vec<String> {
@@ -382,7 +386,7 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
                 let seen = outcome(&answer, ids);
                 let context = format!("{caller:?} {} on {target}'s ids: {}", operation.name, answer.1);
                 if refused {
-                    assert!(!seen.contains(" ok"), "refused, yet answered: {context}");
+                    assert!(!seen.contains(ALLOWED), "refused, yet answered: {context}");
                     assert_eq!(before, fingerprint_of(store).await, "the store changed: {context}");
                 }
                 if caller.refused() {
@@ -392,7 +396,7 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
                 } else if refused_by_scope {
                     assert_eq!(answer.0, StatusCode::FORBIDDEN, "{context}");
                 } else if !refused {
-                    assert!(seen.contains(" ok") || target == "missing", "allowed, yet refused: {context}");
+                    assert!(seen.contains(ALLOWED) || target == "missing", "allowed, yet refused: {context}");
                     let other = if owner == Some("alice") { bob } else { alice };
                     if caller.user().is_some() {
                         assert!(leaks(&answer.1, other).is_empty(), "another user's ids: {context}");
