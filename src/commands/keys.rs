@@ -24,8 +24,9 @@ fn run(paths: &ProjectPaths, command: KeysCommand) -> anyhow::Result<Vec<String>
     let store = super::own::open_store(paths)?;
     match command {
         KeysCommand::Create(args) => {
-            let scope = KeyScope::parse(&args.scope)
-                .with_context(|| format!("scope {:?}: expected read, write or admin", args.scope))?;
+            let scope = KeyScope::parse(&args.scope).with_context(|| {
+                format!("scope {:?}: expected read, write or admin", args.scope)
+            })?;
             let new = NewKey {
                 name: args.name,
                 user: args.user,

@@ -44,7 +44,13 @@ impl Access {
 
     /// What a store key may reach.
     pub(crate) fn of_key(key: ApiKey) -> Self {
-        Self { name: key.name, key: Some(key.id), user: key.user, agent: key.agent, scope: key.scope }
+        Self {
+            name: key.name,
+            key: Some(key.id),
+            user: key.user,
+            agent: key.agent,
+            scope: key.scope,
+        }
     }
 
     /// The audit log's actor: the name, with `#<key id>` for store keys.
@@ -116,9 +122,7 @@ impl Access {
             )));
         }
         match &self.user {
-            Some(own) if own != user => {
-                Err(ServiceError::UnknownUser(user.to_string()).into())
-            }
+            Some(own) if own != user => Err(ServiceError::UnknownUser(user.to_string()).into()),
             _ => Ok(()),
         }
     }
@@ -168,27 +172,33 @@ impl Access {
     /// Fact `id`, when it reaches its conversation; else `unknown_fact`, as a missing one.
     pub(crate) async fn fact(&self, service: &Service, id: i64) -> Result<(), ApiError> {
         let store = service.store().clone();
-        self.owned(service, move || store.fact(id).map(|fact| fact.conversation), || {
-            StoreError::UnknownFact(id)
-        })
+        self.owned(
+            service,
+            move || store.fact(id).map(|fact| fact.conversation),
+            || StoreError::UnknownFact(id),
+        )
         .await
     }
 
     /// Edit `id`, when it reaches its conversation; else `unknown_edit`, as a missing one.
     pub(crate) async fn edit(&self, service: &Service, id: i64) -> Result<(), ApiError> {
         let store = service.store().clone();
-        self.owned(service, move || store.edit(id).map(|edit| edit.conversation), || {
-            StoreError::UnknownEdit(id)
-        })
+        self.owned(
+            service,
+            move || store.edit(id).map(|edit| edit.conversation),
+            || StoreError::UnknownEdit(id),
+        )
         .await
     }
 
     /// Job `id`, when it reaches its conversation; else `unknown_job`, as a missing one.
     pub(crate) async fn job(&self, service: &Service, id: i64) -> Result<(), ApiError> {
         let store = service.store().clone();
-        self.owned(service, move || store.job(id).map(|job| job.conversation), || {
-            StoreError::UnknownJob(id)
-        })
+        self.owned(
+            service,
+            move || store.job(id).map(|job| job.conversation),
+            || StoreError::UnknownJob(id),
+        )
         .await
     }
 
@@ -215,7 +225,11 @@ impl Access {
         }
     }
 
-    async fn info(&self, service: &Service, id: &str) -> Result<Option<ConversationInfo>, ApiError> {
+    async fn info(
+        &self,
+        service: &Service,
+        id: &str,
+    ) -> Result<Option<ConversationInfo>, ApiError> {
         let (store, id) = (service.store().clone(), id.to_string());
         Ok(run(move || store.info(&id)).await?)
     }

@@ -162,8 +162,7 @@ pub(super) async fn forget_message(
 ) -> Result<Json<ForgetMessageReply>, ApiError> {
     access.write()?;
     access.conversation(&state.service, &id).await?;
-    let (forgotten, rebuilt) =
-        state.service.forget_message(&id, &message, &access.actor()).await?;
+    let (forgotten, rebuilt) = state.service.forget_message(&id, &message, &access.actor()).await?;
     Ok(Json(ForgetMessageReply { forgotten, rebuilt }))
 }
 

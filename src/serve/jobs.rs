@@ -8,12 +8,12 @@
 //!   `wait: false` each is queued as a job. Each entry answers on its own: its
 //!   report or job, or its error (say, a conversation of another user).
 
-use axum::{Extension, Json};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::openapi::path::{Parameter, ParameterIn};
@@ -142,7 +142,9 @@ pub(super) async fn batch_add(
     // An entry naming another user or agent than the key's refuses the whole batch, before
     // anything is stored.
     for (index, (_, add)) in request.adds.iter_mut().enumerate() {
-        access.bind(&mut add.scope).map_err(|error| error.within(&format!("conversations[{index}]")))?;
+        access
+            .bind(&mut add.scope)
+            .map_err(|error| error.within(&format!("conversations[{index}]")))?;
     }
     let service = &state.service;
     let access = &access;

@@ -24,7 +24,10 @@ pub(crate) struct KeyLimits {
 impl KeyLimits {
     /// `per_minute` requests a minute per key, in bursts of up to `per_minute`.
     pub(crate) fn new(per_minute: NonZeroU32) -> Self {
-        Self { limiter: governor::RateLimiter::keyed(Quota::per_minute(per_minute)), clock: DefaultClock::default() }
+        Self {
+            limiter: governor::RateLimiter::keyed(Quota::per_minute(per_minute)),
+            clock: DefaultClock::default(),
+        }
     }
 
     /// `Ok` when `key` may make a request now; else the seconds to wait (at least 1).

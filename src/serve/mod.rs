@@ -205,7 +205,9 @@ pub async fn serve(
     runner.abort();
     let _ = runner.await;
     match service.release_jobs().await {
-        Ok(released) if released > 0 => tracing::info!(released, "released the leases of unfinished jobs"),
+        Ok(released) if released > 0 => {
+            tracing::info!(released, "released the leases of unfinished jobs")
+        }
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "could not release the leases of unfinished jobs"),
     }

@@ -56,7 +56,9 @@ pub(crate) fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsEr
         .map_err(|error| TlsError(error.to_string()))?
         .with_no_client_auth()
         .with_single_cert(chain, key)
-        .map_err(|error| TlsError(format!("the certificate and key do not go together: {error}")))?;
+        .map_err(|error| {
+            TlsError(format!("the certificate and key do not go together: {error}"))
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

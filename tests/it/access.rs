@@ -41,7 +41,11 @@ struct Replica {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-async fn replica(scripted: &mragent::llm::scripted::ScriptedServer, root: &std::path::Path, store: Store) -> Replica {
+async fn replica(
+    scripted: &mragent::llm::scripted::ScriptedServer,
+    root: &std::path::Path,
+    store: Store,
+) -> Replica {
     let config = support::client_config(scripted);
     let chat = build_chat_model(&config).unwrap();
     let embedder = support::embedder(&config, 64);
@@ -59,7 +63,13 @@ async fn replica(scripted: &mragent::llm::scripted::ScriptedServer, root: &std::
 }
 
 /// One HTTP call: status and JSON body (a string when not JSON).
-async fn call(base: &str, method: &str, path: &str, body: Option<&Value>, token: Option<&str>) -> (StatusCode, Value) {
+async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
     let client = reqwest::Client::new();
     let url = format!("{base}{path}");
     let mut request = match method {
@@ -121,14 +131,26 @@ impl Ids {
 async fn populate(base: &str, user: &str) -> Ids {
     let conversation = format!("{user}-home");
     let body = json!({"user": user, "messages": moving_messages()});
-    let (status, added) =
-        call(base, "POST", &format!("/v1/conversations/{conversation}/messages"), Some(&body), Some(OPERATOR)).await;
+    let (status, added) = call(
+        base,
+        "POST",
+        &format!("/v1/conversations/{conversation}/messages"),
+        Some(&body),
+        Some(OPERATOR),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{added}");
     let notes = json!({"user": user, "wait": false, "messages": [
         {"speaker": "Ann", "timestamp": "2024-04-01T10:00:00Z", "text": format!("{user} keeps notes about the garden")},
     ]});
-    let (status, queued) =
-        call(base, "POST", &format!("/v1/conversations/{user}-notes/messages"), Some(&notes), Some(OPERATOR)).await;
+    let (status, queued) = call(
+        base,
+        "POST",
+        &format!("/v1/conversations/{user}-notes/messages"),
+        Some(&notes),
+        Some(OPERATOR),
+    )
+    .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{queued}");
     let job = queued["job"]["id"].as_i64().unwrap();
     for _ in 0..400 {
@@ -138,12 +160,19 @@ async fn populate(base: &str, user: &str) -> Ids {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (_, facts) =
-        call(base, "GET", &format!("/v1/conversations/{conversation}/facts?history=true"), None, Some(OPERATOR)).await;
+    let (_, facts) = call(
+        base,
+        "GET",
+        &format!("/v1/conversations/{conversation}/facts?history=true"),
+        None,
+        Some(OPERATOR),
+    )
+    .await;
     let fact = facts["facts"][0]["id"].as_i64().unwrap_or_else(|| panic!("{facts}"));
     let value = json!({"value": format!("{user} lives in Rome")});
     let (status, edit) =
-        call(base, "POST", &format!("/v1/facts/{fact}/correct"), Some(&value), Some(OPERATOR)).await;
+        call(base, "POST", &format!("/v1/facts/{fact}/correct"), Some(&value), Some(OPERATOR))
+            .await;
     assert_eq!(status, StatusCode::OK, "{edit}");
     let (_, found) = call(
         base,
@@ -163,9 +192,15 @@ fn fingerprint(store: &Store) -> String {
     let mut text = format!("{conversations:?}\n");
     for conversation in &conversations {
         let loaded = store.load(&conversation.id).unwrap();
-        let messages: Vec<_> =
-            loaded.sessions.iter().flat_map(|session| session.messages.iter().map(|m| (&m.id, &m.text))).collect();
-        text.push_str(&format!("{messages:?}\n{:?}\n", store.facts(None, Some(&conversation.id)).unwrap()));
+        let messages: Vec<_> = loaded
+            .sessions
+            .iter()
+            .flat_map(|session| session.messages.iter().map(|m| (&m.id, &m.text)))
+            .collect();
+        text.push_str(&format!(
+            "{messages:?}\n{:?}\n",
+            store.facts(None, Some(&conversation.id)).unwrap()
+        ));
     }
     text.push_str(&format!("{:?}\n", store.history(None, None).unwrap()));
     text.push_str(&format!("{:?}\n", store.jobs(None, false, 10_000).unwrap()));
@@ -206,7 +241,9 @@ impl Caller {
     /// The user it is bound to.
     fn user(self) -> Option<&'static str> {
         match self {
-            Caller::AliceRead | Caller::AliceWrite | Caller::Revoked | Caller::Expired => Some("alice"),
+            Caller::AliceRead | Caller::AliceWrite | Caller::Revoked | Caller::Expired => {
+                Some("alice")
+            }
             Caller::BobWrite => Some("bob"),
             Caller::Admin | Caller::Nobody | Caller::Operator => None,
         }
@@ -220,7 +257,13 @@ impl Caller {
 /// Makes the keys; returns each caller's bearer token.
 fn make_keys(store: &Store) -> BTreeMap<Caller, Option<String>> {
     let key = |name: &str, user: Option<&str>, scope, expires_at| {
-        let new = NewKey { name: name.into(), user: user.map(str::to_string), agent: None, scope, expires_at };
+        let new = NewKey {
+            name: name.into(),
+            user: user.map(str::to_string),
+            agent: None,
+            scope,
+            expires_at,
+        };
         store.create_key(&new).unwrap().secret
     };
     let past = Some(chrono::Utc::now() - chrono::TimeDelta::seconds(1));
@@ -252,63 +295,328 @@ struct Operation {
 }
 
 fn tool(name: &str, arguments: Value) -> Option<Value> {
-    Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}))
+    Some(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}),
+    )
 }
 
 fn operations() -> Vec<Operation> {
     vec![
-        Operation { name: "GET conversation", writes: false, creates: false, only_refused: false,
-            request: |ids| ("GET", format!("/v1/conversations/{}", ids.conversation), None) },
-        Operation { name: "DELETE conversation", writes: true, creates: false, only_refused: true,
-            request: |ids| ("DELETE", format!("/v1/conversations/{}", ids.conversation), None) },
-        Operation { name: "DELETE message", writes: true, creates: false, only_refused: true,
-            request: |ids| ("DELETE", format!("/v1/conversations/{}/messages/{}", ids.conversation, ids.message), None) },
-        Operation { name: "POST messages", writes: true, creates: true, only_refused: true,
-            request: |ids| ("POST", format!("/v1/conversations/{}/messages", ids.conversation), Some(json!({"messages": planted()}))) },
-        Operation { name: "POST messages naming the user", writes: true, creates: true, only_refused: true,
-            request: |ids| ("POST", "/v1/conversations/eve-new/messages".into(), Some(json!({"user": ids.user, "messages": planted()}))) },
-        Operation { name: "POST batch", writes: true, creates: true, only_refused: true,
-            request: |ids| ("POST", "/v1/conversations".into(), Some(json!({"conversations": [{"conversation": ids.conversation, "messages": planted()}]}))) },
-        Operation { name: "POST batch naming the user", writes: true, creates: true, only_refused: true,
-            request: |ids| ("POST", "/v1/conversations".into(), Some(json!({"conversations": [{"conversation": "eve-new", "user": ids.user, "messages": planted()}]}))) },
-        Operation { name: "POST search", writes: false, creates: false, only_refused: false,
-            request: |ids| ("POST", format!("/v1/conversations/{}/search", ids.conversation), Some(json!({"query": "Berlin"}))) },
-        Operation { name: "POST ask", writes: false, creates: false, only_refused: true,
-            request: |ids| ("POST", format!("/v1/conversations/{}/ask", ids.conversation), Some(json!({"question": "Where does Carol live?"}))) },
-        Operation { name: "POST ask streamed", writes: false, creates: false, only_refused: true,
-            request: |ids| ("POST", format!("/v1/conversations/{}/ask", ids.conversation), Some(json!({"question": "Where?", "stream": true}))) },
-        Operation { name: "GET conversation facts", writes: false, creates: false, only_refused: false,
-            request: |ids| ("GET", format!("/v1/conversations/{}/facts?history=true", ids.conversation), None) },
-        Operation { name: "POST user search", writes: false, creates: false, only_refused: false,
-            request: |ids| ("POST", format!("/v1/users/{}/search", ids.user), Some(json!({"query": "Berlin"}))) },
-        Operation { name: "POST user ask", writes: false, creates: false, only_refused: true,
-            request: |ids| ("POST", format!("/v1/users/{}/ask", ids.user), Some(json!({"question": "Where does Carol live?"}))) },
-        Operation { name: "GET user facts", writes: false, creates: false, only_refused: false,
-            request: |ids| ("GET", format!("/v1/users/{}/facts?history=true", ids.user), None) },
-        Operation { name: "POST correct", writes: true, creates: false, only_refused: true,
-            request: |ids| ("POST", format!("/v1/facts/{}/correct", ids.fact), Some(json!({"value": "Eve was here"}))) },
-        Operation { name: "POST undo", writes: true, creates: false, only_refused: true,
-            request: |ids| ("POST", format!("/v1/edits/{}/undo", ids.edit), None) },
-        Operation { name: "GET job", writes: false, creates: false, only_refused: false,
-            request: |ids| ("GET", format!("/v1/jobs/{}", ids.job), None) },
-        Operation { name: "MCP add_messages", writes: true, creates: true, only_refused: true,
-            request: |ids| ("POST", "/mcp".into(), tool("add_messages", json!({"conversation": ids.conversation, "messages": planted()}))) },
-        Operation { name: "MCP add_messages naming the user", writes: true, creates: true, only_refused: true,
-            request: |ids| ("POST", "/mcp".into(), tool("add_messages", json!({"conversation": "eve-new", "user": ids.user, "messages": planted()}))) },
-        Operation { name: "MCP search_memory", writes: false, creates: false, only_refused: false,
-            request: |ids| ("POST", "/mcp".into(), tool("search_memory", json!({"conversation": ids.conversation, "query": "Berlin"}))) },
-        Operation { name: "MCP search_memory user", writes: false, creates: false, only_refused: false,
-            request: |ids| ("POST", "/mcp".into(), tool("search_memory", json!({"user": ids.user, "query": "Berlin"}))) },
-        Operation { name: "MCP ask_memory", writes: false, creates: false, only_refused: true,
-            request: |ids| ("POST", "/mcp".into(), tool("ask_memory", json!({"conversation": ids.conversation, "question": "Where?"}))) },
-        Operation { name: "MCP ask_memory user", writes: false, creates: false, only_refused: true,
-            request: |ids| ("POST", "/mcp".into(), tool("ask_memory", json!({"user": ids.user, "question": "Where?"}))) },
-        Operation { name: "MCP show_conversation", writes: false, creates: false, only_refused: false,
-            request: |ids| ("POST", "/mcp".into(), tool("show_conversation", json!({"conversation": ids.conversation}))) },
-        Operation { name: "MCP forget", writes: true, creates: false, only_refused: true,
-            request: |ids| ("POST", "/mcp".into(), tool("forget", json!({"conversation": ids.conversation}))) },
-        Operation { name: "MCP forget message", writes: true, creates: false, only_refused: true,
-            request: |ids| ("POST", "/mcp".into(), tool("forget", json!({"conversation": ids.conversation, "message": ids.message}))) },
+        Operation {
+            name: "GET conversation",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| ("GET", format!("/v1/conversations/{}", ids.conversation), None),
+        },
+        Operation {
+            name: "DELETE conversation",
+            writes: true,
+            creates: false,
+            only_refused: true,
+            request: |ids| ("DELETE", format!("/v1/conversations/{}", ids.conversation), None),
+        },
+        Operation {
+            name: "DELETE message",
+            writes: true,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "DELETE",
+                    format!("/v1/conversations/{}/messages/{}", ids.conversation, ids.message),
+                    None,
+                )
+            },
+        },
+        Operation {
+            name: "POST messages",
+            writes: true,
+            creates: true,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    format!("/v1/conversations/{}/messages", ids.conversation),
+                    Some(json!({"messages": planted()})),
+                )
+            },
+        },
+        Operation {
+            name: "POST messages naming the user",
+            writes: true,
+            creates: true,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/v1/conversations/eve-new/messages".into(),
+                    Some(json!({"user": ids.user, "messages": planted()})),
+                )
+            },
+        },
+        Operation {
+            name: "POST batch",
+            writes: true,
+            creates: true,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/v1/conversations".into(),
+                    Some(
+                        json!({"conversations": [{"conversation": ids.conversation, "messages": planted()}]}),
+                    ),
+                )
+            },
+        },
+        Operation {
+            name: "POST batch naming the user",
+            writes: true,
+            creates: true,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/v1/conversations".into(),
+                    Some(
+                        json!({"conversations": [{"conversation": "eve-new", "user": ids.user, "messages": planted()}]}),
+                    ),
+                )
+            },
+        },
+        Operation {
+            name: "POST search",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| {
+                (
+                    "POST",
+                    format!("/v1/conversations/{}/search", ids.conversation),
+                    Some(json!({"query": "Berlin"})),
+                )
+            },
+        },
+        Operation {
+            name: "POST ask",
+            writes: false,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    format!("/v1/conversations/{}/ask", ids.conversation),
+                    Some(json!({"question": "Where does Carol live?"})),
+                )
+            },
+        },
+        Operation {
+            name: "POST ask streamed",
+            writes: false,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    format!("/v1/conversations/{}/ask", ids.conversation),
+                    Some(json!({"question": "Where?", "stream": true})),
+                )
+            },
+        },
+        Operation {
+            name: "GET conversation facts",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| {
+                ("GET", format!("/v1/conversations/{}/facts?history=true", ids.conversation), None)
+            },
+        },
+        Operation {
+            name: "POST user search",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| {
+                ("POST", format!("/v1/users/{}/search", ids.user), Some(json!({"query": "Berlin"})))
+            },
+        },
+        Operation {
+            name: "POST user ask",
+            writes: false,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    format!("/v1/users/{}/ask", ids.user),
+                    Some(json!({"question": "Where does Carol live?"})),
+                )
+            },
+        },
+        Operation {
+            name: "GET user facts",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| ("GET", format!("/v1/users/{}/facts?history=true", ids.user), None),
+        },
+        Operation {
+            name: "POST correct",
+            writes: true,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    format!("/v1/facts/{}/correct", ids.fact),
+                    Some(json!({"value": "Eve was here"})),
+                )
+            },
+        },
+        Operation {
+            name: "POST undo",
+            writes: true,
+            creates: false,
+            only_refused: true,
+            request: |ids| ("POST", format!("/v1/edits/{}/undo", ids.edit), None),
+        },
+        Operation {
+            name: "GET job",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| ("GET", format!("/v1/jobs/{}", ids.job), None),
+        },
+        Operation {
+            name: "MCP add_messages",
+            writes: true,
+            creates: true,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool(
+                        "add_messages",
+                        json!({"conversation": ids.conversation, "messages": planted()}),
+                    ),
+                )
+            },
+        },
+        Operation {
+            name: "MCP add_messages naming the user",
+            writes: true,
+            creates: true,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool(
+                        "add_messages",
+                        json!({"conversation": "eve-new", "user": ids.user, "messages": planted()}),
+                    ),
+                )
+            },
+        },
+        Operation {
+            name: "MCP search_memory",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool(
+                        "search_memory",
+                        json!({"conversation": ids.conversation, "query": "Berlin"}),
+                    ),
+                )
+            },
+        },
+        Operation {
+            name: "MCP search_memory user",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool("search_memory", json!({"user": ids.user, "query": "Berlin"})),
+                )
+            },
+        },
+        Operation {
+            name: "MCP ask_memory",
+            writes: false,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool(
+                        "ask_memory",
+                        json!({"conversation": ids.conversation, "question": "Where?"}),
+                    ),
+                )
+            },
+        },
+        Operation {
+            name: "MCP ask_memory user",
+            writes: false,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool("ask_memory", json!({"user": ids.user, "question": "Where?"})),
+                )
+            },
+        },
+        Operation {
+            name: "MCP show_conversation",
+            writes: false,
+            creates: false,
+            only_refused: false,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool("show_conversation", json!({"conversation": ids.conversation})),
+                )
+            },
+        },
+        Operation {
+            name: "MCP forget",
+            writes: true,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                ("POST", "/mcp".into(), tool("forget", json!({"conversation": ids.conversation})))
+            },
+        },
+        Operation {
+            name: "MCP forget message",
+            writes: true,
+            creates: false,
+            only_refused: true,
+            request: |ids| {
+                (
+                    "POST",
+                    "/mcp".into(),
+                    tool(
+                        "forget",
+                        json!({"conversation": ids.conversation, "message": ids.message}),
+                    ),
+                )
+            },
+        },
     ]
 }
 
@@ -330,7 +638,8 @@ fn outcome(answer: &(StatusCode, Value), ids: &Ids) -> String {
         } else {
             return format!("{status} {ALLOWED}");
         }
-    } else if let Some(entry) = body["results"].get(0).filter(|entry| entry.get("error").is_some()) {
+    } else if let Some(entry) = body["results"].get(0).filter(|entry| entry.get("error").is_some())
+    {
         entry.clone()
     } else {
         body.clone()
@@ -361,7 +670,12 @@ fn leaks(body: &Value, other: &Ids) -> Vec<String> {
 
 /// Runs the whole matrix against `replicas` (calls alternate between them); returns the
 /// number of calls made.
-async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>, alice: &Ids, bob: &Ids) -> usize {
+async fn attack(
+    replicas: &[Replica],
+    tokens: &BTreeMap<Caller, Option<String>>,
+    alice: &Ids,
+    bob: &Ids,
+) -> usize {
     let missing = Ids::missing();
     let store = &replicas[0].store;
     let mut calls = 0;
@@ -375,7 +689,9 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
                 let foreign = caller.user().is_some() && owner.is_some() && caller.user() != owner;
                 let refused_by_scope = operation.writes && *caller == Caller::AliceRead;
                 let refused = caller.refused() || foreign || refused_by_scope;
-                if (!refused && operation.only_refused) || (operation.creates && target == "missing") {
+                if (!refused && operation.only_refused)
+                    || (operation.creates && target == "missing")
+                {
                     continue;
                 }
                 let replica = &replicas[(number + calls) % replicas.len()];
@@ -384,7 +700,8 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
                 let answer = call(&replica.base, method, &path, body.as_ref(), token).await;
                 calls += 1;
                 let seen = outcome(&answer, ids);
-                let context = format!("{caller:?} {} on {target}'s ids: {}", operation.name, answer.1);
+                let context =
+                    format!("{caller:?} {} on {target}'s ids: {}", operation.name, answer.1);
                 if refused {
                     assert!(!seen.contains(ALLOWED), "refused, yet answered: {context}");
                     assert_eq!(before, fingerprint_of(store).await, "the store changed: {context}");
@@ -396,10 +713,16 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
                 } else if refused_by_scope {
                     assert_eq!(answer.0, StatusCode::FORBIDDEN, "{context}");
                 } else if !refused {
-                    assert!(seen.contains(ALLOWED) || target == "missing", "allowed, yet refused: {context}");
+                    assert!(
+                        seen.contains(ALLOWED) || target == "missing",
+                        "allowed, yet refused: {context}"
+                    );
                     let other = if owner == Some("alice") { bob } else { alice };
                     if caller.user().is_some() {
-                        assert!(leaks(&answer.1, other).is_empty(), "another user's ids: {context}");
+                        assert!(
+                            leaks(&answer.1, other).is_empty(),
+                            "another user's ids: {context}"
+                        );
                     }
                 }
                 answers.insert(target, (seen, foreign, answer));
@@ -408,7 +731,11 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
             if let Some((missing_seen, _, _)) = answers.get("missing") {
                 for (target, (seen, foreign, answer)) in &answers {
                     if *foreign {
-                        assert_eq!(seen, missing_seen, "{caller:?} {} on {target}'s ids answers unlike a missing id: {}", operation.name, answer.1);
+                        assert_eq!(
+                            seen, missing_seen,
+                            "{caller:?} {} on {target}'s ids answers unlike a missing id: {}",
+                            operation.name, answer.1
+                        );
                     }
                 }
             } else {
@@ -416,8 +743,13 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
                 // a missing one, or the add is refused for naming another user.
                 for (target, (seen, foreign, answer)) in &answers {
                     if *foreign {
-                        let ok = seen.contains("unknown_conversation") || seen.contains("forbidden");
-                        assert!(ok, "{caller:?} {} on {target}'s ids: {}", operation.name, answer.1);
+                        let ok =
+                            seen.contains("unknown_conversation") || seen.contains("forbidden");
+                        assert!(
+                            ok,
+                            "{caller:?} {} on {target}'s ids: {}",
+                            operation.name, answer.1
+                        );
                     }
                 }
             }
@@ -428,7 +760,12 @@ async fn attack(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>,
 
 /// Listings hold only the caller's user's: conversations, edits, jobs, MCP's list, a user
 /// search filtered to another's conversation; another user named in a filter is as missing.
-async fn listings(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>>, alice: &Ids, bob: &Ids) -> usize {
+async fn listings(
+    replicas: &[Replica],
+    tokens: &BTreeMap<Caller, Option<String>>,
+    alice: &Ids,
+    bob: &Ids,
+) -> usize {
     let mut calls = 0;
     for caller in [Caller::AliceRead, Caller::AliceWrite, Caller::BobWrite] {
         let token = tokens[&caller].as_deref();
@@ -442,14 +779,26 @@ async fn listings(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>
                 ("GET", format!("/v1/edits?conversation={}", other.conversation), None),
                 ("GET", "/v1/jobs".to_string(), None),
                 ("GET", format!("/v1/jobs?conversation={}-notes", other.user), None),
-                ("POST", format!("/v1/users/{}/search", own.user), Some(json!({"query": "Berlin", "conversation": other.conversation}))),
+                (
+                    "POST",
+                    format!("/v1/users/{}/search", own.user),
+                    Some(json!({"query": "Berlin", "conversation": other.conversation})),
+                ),
                 ("POST", "/mcp".to_string(), tool("list_conversations", json!({}))),
-                ("POST", "/mcp".to_string(), tool("list_conversations", json!({"user": other.user}))),
+                (
+                    "POST",
+                    "/mcp".to_string(),
+                    tool("list_conversations", json!({"user": other.user})),
+                ),
             ];
             for (method, path, body) in list {
                 let (status, answer) = call(base, method, &path, body.as_ref(), token).await;
                 calls += 1;
-                assert_eq!(status, StatusCode::OK, "{caller:?} {path} on replica {index}: {answer}");
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "{caller:?} {path} on replica {index}: {answer}"
+                );
                 assert!(leaks(&answer, other).is_empty(), "{caller:?} {path}: {answer}");
                 if path == "/v1/conversations" {
                     assert!(answer.to_string().contains(&own.conversation), "{answer}");
@@ -459,7 +808,10 @@ async fn listings(replicas: &[Replica], tokens: &BTreeMap<Caller, Option<String>
         // The edit log shows the caller's own user's edits, with the operator's name.
         let (_, edits) = call(&replicas[0].base, "GET", "/v1/edits", None, token).await;
         let edits = edits["edits"].as_array().unwrap();
-        assert!(!edits.is_empty() && edits.iter().all(|edit| edit["conversation"] == own.conversation), "{edits:?}");
+        assert!(
+            !edits.is_empty() && edits.iter().all(|edit| edit["conversation"] == own.conversation),
+            "{edits:?}"
+        );
     }
     calls
 }
@@ -487,7 +839,11 @@ async fn suite(replicas: &[Replica]) {
     .await;
     assert_eq!(status, StatusCode::OK, "{edit}");
     let key_id = writer.unwrap().split('_').nth(1).unwrap();
-    assert_eq!((edit["actor"].as_str(), edit["actor_key"].as_str()), (Some("alice-writer"), Some(key_id)), "{edit}");
+    assert_eq!(
+        (edit["actor"].as_str(), edit["actor_key"].as_str()),
+        (Some("alice-writer"), Some(key_id)),
+        "{edit}"
+    );
     // An add without a user through alice's key is alice's conversation.
     let (status, added) = call(
         &replicas[replicas.len() - 1].base,
@@ -498,7 +854,8 @@ async fn suite(replicas: &[Replica]) {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{added}");
-    let (_, shown) = call(&replicas[0].base, "GET", "/v1/conversations/alice-new", None, Some(OPERATOR)).await;
+    let (_, shown) =
+        call(&replicas[0].base, "GET", "/v1/conversations/alice-new", None, Some(OPERATOR)).await;
     assert_eq!(shown["user"], "alice", "{shown}");
 
     // Revoked through one replica's store: refused by every replica at the next request.
@@ -532,7 +889,8 @@ async fn no_key_reaches_another_users_memory_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_reaches_another_users_memory_on_postgres_with_two_replicas() {
-    let url = tokio::task::spawn_blocking(|| crate::private_pg::shared().fresh_database()).await.unwrap();
+    let url =
+        tokio::task::spawn_blocking(|| crate::private_pg::shared().fresh_database()).await.unwrap();
     let scripted = facts_server(Duration::ZERO).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let open = |url: String| tokio::task::spawn_blocking(move || Store::open_url(&url).unwrap());
@@ -547,7 +905,16 @@ async fn a_key_past_its_rate_gets_429_with_retry_after_counted_by_key_name() {
     let scripted = crate::own::server(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(Store::default_path(dir.path())).unwrap();
-    let key = store.create_key(&NewKey { name: "chatty".into(), user: Some("ann".into()), agent: None, scope: KeyScope::Read, expires_at: None }).unwrap().secret;
+    let key = store
+        .create_key(&NewKey {
+            name: "chatty".into(),
+            user: Some("ann".into()),
+            agent: None,
+            scope: KeyScope::Read,
+            expires_at: None,
+        })
+        .unwrap()
+        .secret;
     let config = support::client_config(&scripted);
     let service = MemoryService::new(
         store,
@@ -567,9 +934,17 @@ async fn a_key_past_its_rate_gets_429_with_retry_after_counted_by_key_name() {
         let _ = stopped.await;
     }));
     for _ in 0..3 {
-        assert_eq!(call(&base, "GET", "/v1/conversations", None, Some(&key)).await.0, StatusCode::OK);
+        assert_eq!(
+            call(&base, "GET", "/v1/conversations", None, Some(&key)).await.0,
+            StatusCode::OK
+        );
     }
-    let response = reqwest::Client::new().get(format!("{base}/v1/conversations")).bearer_auth(&key).send().await.unwrap();
+    let response = reqwest::Client::new()
+        .get(format!("{base}/v1/conversations"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     let wait: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=20).contains(&wait), "{wait}");
@@ -592,7 +967,19 @@ async fn keys_are_made_listed_and_revoked_from_the_command_line_and_shown_once()
         let mut command = support::mragent_command(dir.path(), args);
         async move { command.output().await.unwrap() }
     };
-    let out = run(&["keys", "create", "--name", "ann-bot", "--user", "ann", "--scope", "read", "--expires", "30d"]).await;
+    let out = run(&[
+        "keys",
+        "create",
+        "--name",
+        "ann-bot",
+        "--user",
+        "ann",
+        "--scope",
+        "read",
+        "--expires",
+        "30d",
+    ])
+    .await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
     let secret = printed.lines().next().unwrap().trim().to_string();
@@ -605,9 +992,13 @@ async fn keys_are_made_listed_and_revoked_from_the_command_line_and_shown_once()
     assert!((29 * 24..=30 * 24).contains(&days), "{days}");
     let listed = run(&["keys", "list", "--json"]).await;
     let text = String::from_utf8_lossy(&listed.stdout).to_string();
-    assert!(text.contains("ann-bot") && !text.contains(secret.rsplit('_').next().unwrap()), "{text}");
+    assert!(
+        text.contains("ann-bot") && !text.contains(secret.rsplit('_').next().unwrap()),
+        "{text}"
+    );
     assert!(run(&["keys", "revoke", "ann-bot"]).await.status.success());
     assert!(store.verify_key(&secret).unwrap().is_none());
-    let refused = run(&["keys", "create", "--name", "boss", "--user", "ann", "--scope", "admin"]).await;
+    let refused =
+        run(&["keys", "create", "--name", "boss", "--user", "ann", "--scope", "admin"]).await;
     assert_eq!(refused.status.code(), Some(1));
 }

@@ -51,12 +51,27 @@ async fn a_refused_password_is_an_authentication_error_at_start_up_and_at_run_ti
     // seconds, naming authentication, the password nowhere.
     let as_parameter = format!("postgres://{role}@127.0.0.1:{port}/{database}?password=wrong-pass");
     for wrong in [url("wrong-pass"), as_parameter] {
-        let args = ["serve", "--bind", "127.0.0.1:0", "--base-url", scripted.base_url(), "--model", "local/tiny", "--embedder", EMBEDDER, "--store", &wrong];
+        let args = [
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--base-url",
+            scripted.base_url(),
+            "--model",
+            "local/tiny",
+            "--embedder",
+            EMBEDDER,
+            "--store",
+            &wrong,
+        ];
         let started = Instant::now();
-        let out = tokio::time::timeout(Duration::from_secs(30), mragent_command(dir.path(), &args).output())
-            .await
-            .unwrap()
-            .unwrap();
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            mragent_command(dir.path(), &args).output(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains("authentication"), "{stderr}");
@@ -67,7 +82,8 @@ async fn a_refused_password_is_an_authentication_error_at_start_up_and_at_run_ti
     // Run time: the password changes under a running server; its next request is a distinct
     // error (not a 503 to retry), within a second, naming nothing of the database.
     let right = url("right-pass");
-    let store = tokio::task::spawn_blocking(move || Store::open_url(&right).unwrap()).await.unwrap();
+    let store =
+        tokio::task::spawn_blocking(move || Store::open_url(&right).unwrap()).await.unwrap();
     let config = support::client_config(&scripted);
     let service = MemoryService::new(
         store,
@@ -121,7 +137,8 @@ async fn sigterm_hands_the_leases_of_unfinished_jobs_back_at_once() {
     let store_args = ["--store", url.as_str()];
     // A long lease: without the hand-back, the job would stay claimed for a minute.
     let (mut child, address) =
-        serve_with(dir.path(), scripted.base_url(), &store_args, &[("MRAGENT_JOB_LEASE", "60")]).await;
+        serve_with(dir.path(), scripted.base_url(), &store_args, &[("MRAGENT_JOB_LEASE", "60")])
+            .await;
     let client = reqwest::Client::new();
     let queued: Value = client
         .post(format!("http://{address}/v1/conversations/slow/messages"))
@@ -150,7 +167,8 @@ async fn sigterm_hands_the_leases_of_unfinished_jobs_back_at_once() {
     assert!(lease(store.clone()).await.0.is_some(), "the job was claimed");
     let pid = child.id().unwrap().to_string();
     std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    let status =
+        tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status}");
     assert_eq!(lease(store.clone()).await, (None, None), "the lease is handed back");
     let state = tokio::task::spawn_blocking(move || store.job(job).unwrap()).await.unwrap();

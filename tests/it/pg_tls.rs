@@ -23,16 +23,77 @@ fn tls_server() -> std::path::PathBuf {
     let dir = pg.dir().join(format!("tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for ca in ["ca", "other-ca"] {
-        openssl(&dir, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &format!("{ca}.key"), "-out", &format!("{ca}.pem"), "-days", "2", "-subj", &format!("/CN=mragent test {ca}")]);
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.pem"),
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN=mragent test {ca}"),
+            ],
+        );
     }
-    openssl(&dir, &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]);
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
     std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
-    openssl(&dir, &["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext"]);
-    let root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.starts_with(b"0\n"));
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    let root =
+        Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.starts_with(b"0\n"));
     if root {
-        assert!(Command::new("chown").arg("-R").arg("postgres:postgres").arg(&dir).status().unwrap().success());
+        assert!(
+            Command::new("chown")
+                .arg("-R")
+                .arg("postgres:postgres")
+                .arg(&dir)
+                .status()
+                .unwrap()
+                .success()
+        );
     }
-    assert!(Command::new("chmod").arg("600").arg(dir.join("server.key")).status().unwrap().success());
+    assert!(
+        Command::new("chmod").arg("600").arg(dir.join("server.key")).status().unwrap().success()
+    );
     let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls).unwrap();
     admin
         .batch_execute(&format!(
@@ -71,21 +132,33 @@ fn tls_to_postgres_verifies_the_ca_and_the_host_name_as_libpq_does() {
     let ca = dir.join("ca.pem").display().to_string();
     let other = dir.join("other-ca.pem").display().to_string();
     // Verified fully: over TLS.
-    let store = Store::open_url(&at("localhost", &format!("sslmode=verify-full&sslrootcert={ca}"))).unwrap();
+    let store = Store::open_url(&at("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")))
+        .unwrap();
     store.list().unwrap();
     assert!(encrypted(&database));
     drop(store);
     // Another CA: refused, saying the certificate's issuer is unknown.
-    let refused = Store::open_url(&at("localhost", &format!("sslmode=verify-full&sslrootcert={other}"))).unwrap_err().to_string();
+    let refused =
+        Store::open_url(&at("localhost", &format!("sslmode=verify-full&sslrootcert={other}")))
+            .unwrap_err()
+            .to_string();
     assert!(refused.contains("certificate") && refused.contains("UnknownIssuer"), "{refused}");
     // A name the certificate does not hold (its address): refused by verify-full, saying so;
     // accepted by verify-ca, which checks the chain only.
-    let refused = Store::open_url(&at("127.0.0.1", &format!("sslmode=verify-full&sslrootcert={ca}"))).unwrap_err().to_string();
+    let refused =
+        Store::open_url(&at("127.0.0.1", &format!("sslmode=verify-full&sslrootcert={ca}")))
+            .unwrap_err()
+            .to_string();
     assert!(refused.contains("not valid for name"), "{refused}");
-    Store::open_url(&at("127.0.0.1", &format!("sslmode=verify-ca&sslrootcert={ca}"))).unwrap().list().unwrap();
+    Store::open_url(&at("127.0.0.1", &format!("sslmode=verify-ca&sslrootcert={ca}")))
+        .unwrap()
+        .list()
+        .unwrap();
     // require: encrypted, unchecked; require with a CA checks the chain (libpq's rule).
     Store::open_url(&at("127.0.0.1", "sslmode=require")).unwrap().list().unwrap();
-    assert!(Store::open_url(&at("127.0.0.1", &format!("sslmode=require&sslrootcert={other}"))).is_err());
+    assert!(
+        Store::open_url(&at("127.0.0.1", &format!("sslmode=require&sslrootcert={other}"))).is_err()
+    );
     // verify-full without a CA, or an unknown mode: a message naming the parameter.
     let missing = Store::open_url(&at("localhost", "sslmode=verify-full")).unwrap_err().to_string();
     assert!(missing.contains("sslrootcert"), "{missing}");
@@ -94,7 +167,8 @@ fn tls_to_postgres_verifies_the_ca_and_the_host_name_as_libpq_does() {
     // disable: plain (on a database of its own: the connections above may linger a moment).
     let fresh = pg.fresh_database();
     let fresh = fresh.rsplit('/').next().unwrap();
-    let plain_url = format!("postgres://{}@127.0.0.1:{}/{fresh}?sslmode=disable", private_pg::USER, pg.port());
+    let plain_url =
+        format!("postgres://{}@127.0.0.1:{}/{fresh}?sslmode=disable", private_pg::USER, pg.port());
     let plain = Store::open_url(&plain_url).unwrap();
     plain.list().unwrap();
     assert!(!encrypted(fresh));

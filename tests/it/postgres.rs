@@ -229,7 +229,9 @@ async fn a_database_restart_is_a_clear_503_then_recovery_without_restarting_mrag
     let probed: Value = probe.json().await.unwrap();
     for body in [&error, &probed] {
         let text = body.to_string();
-        for named in [private_pg::USER, "127.0.0.1", &pg.port().to_string(), "PostgreSQL", "postgres"] {
+        for named in
+            [private_pg::USER, "127.0.0.1", &pg.port().to_string(), "PostgreSQL", "postgres"]
+        {
             assert!(!text.contains(named), "names {named}: {text}");
         }
     }

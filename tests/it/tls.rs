@@ -18,10 +18,51 @@ fn certificates(dir: &Path) {
         let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
-    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=mragent test CA"]);
-    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mragent test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
     std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-    openssl(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext"]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,10 +71,21 @@ async fn serve_speaks_https_to_curl_and_python_with_the_given_certificate() {
     let dir = tempfile::tempdir().unwrap();
     certificates(dir.path());
     let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
-    let args = ["serve", "--bind", "127.0.0.1:0", "--base-url", scripted.base_url(), "--model", "local/tiny", "--embedder", EMBEDDER];
+    let args = [
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--base-url",
+        scripted.base_url(),
+        "--model",
+        "local/tiny",
+        "--embedder",
+        EMBEDDER,
+    ];
     let mut command = mragent_command(dir.path(), &args);
     command.arg("--tls-cert").arg(&cert).arg("--tls-key").arg(&key);
-    let mut child = command.stderr(std::process::Stdio::piped()).kill_on_drop(true).spawn().unwrap();
+    let mut child =
+        command.stderr(std::process::Stdio::piped()).kill_on_drop(true).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let url = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -77,9 +129,16 @@ async fn serve_speaks_https_to_curl_and_python_with_the_given_certificate() {
          \x20       print(tls.version(), data.split(b'\\r\\n')[0].decode(), data.rsplit(b'\\r\\n', 1)[-1].decode())\n",
         ca = ca.display().to_string()
     );
-    let python = tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output().unwrap()).await.unwrap();
+    let python = tokio::task::spawn_blocking(move || {
+        Command::new("python3").args(["-c", &script]).output().unwrap()
+    })
+    .await
+    .unwrap();
     let said = String::from_utf8_lossy(&python.stdout).to_string();
     assert!(python.status.success(), "{}", String::from_utf8_lossy(&python.stderr));
     assert!(said.starts_with("TLSv1."), "{said}");
-    assert!(said.contains("HTTP/1.1 200 OK") && said.trim_end().ends_with(r#"{"status":"ready"}"#), "{said}");
+    assert!(
+        said.contains("HTTP/1.1 200 OK") && said.trim_end().ends_with(r#"{"status":"ready"}"#),
+        "{said}"
+    );
 }

@@ -131,8 +131,7 @@ fn clone_error(error: &postgres::Error) -> ClassifiedError {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
             None => error.to_string(),
         },
-        io: error.is_closed()
-            || error.source().is_some_and(|source| source.is::<std::io::Error>()),
+        io: error.is_closed() || error.source().is_some_and(|source| source.is::<std::io::Error>()),
     }
 }
 
@@ -171,9 +170,10 @@ impl PgStore {
     /// connection is made yet.
     pub(crate) fn new(url: &str) -> Result<Self, StoreError> {
         let (client_url, tls) = super::pg_tls::split_url(url)?;
-        let mut config: postgres::Config = client_url.parse().map_err(|error: postgres::Error| {
-            StoreError::Postgres(format!("store URL {}: {error}", shown(url)))
-        })?;
+        let mut config: postgres::Config =
+            client_url.parse().map_err(|error: postgres::Error| {
+                StoreError::Postgres(format!("store URL {}: {error}", shown(url)))
+            })?;
         config.ssl_mode(tls.mode);
         let tls = tls.tls;
         config.connect_timeout(CONNECT_TIMEOUT);

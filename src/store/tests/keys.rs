@@ -7,7 +7,13 @@ use crate::convo::{DEFAULT_SESSION_GAP, parse};
 use crate::store::{KeyScope, NewKey, StoreError, copy_store};
 
 fn new_key(name: &str, user: Option<&str>, scope: KeyScope) -> NewKey {
-    NewKey { name: name.into(), user: user.map(str::to_string), agent: None, scope, expires_at: None }
+    NewKey {
+        name: name.into(),
+        user: user.map(str::to_string),
+        agent: None,
+        scope,
+        expires_at: None,
+    }
 }
 
 /// A key is shown once and stored as its hash; it verifies only with its whole secret, until
@@ -23,7 +29,10 @@ pub(super) fn keys_verify_only_whole_unrevoked_unexpired(kind: Kind) {
     assert_eq!(found.scope, KeyScope::Read);
     // Nothing stored holds the secret.
     let (_, tail) = secret.rsplit_once('_').unwrap();
-    let rows = super::count(&store, &format!("SELECT COUNT(*) FROM api_keys WHERE hash LIKE '%{tail}%' OR id LIKE '%{tail}%'"));
+    let rows = super::count(
+        &store,
+        &format!("SELECT COUNT(*) FROM api_keys WHERE hash LIKE '%{tail}%' OR id LIKE '%{tail}%'"),
+    );
     assert_eq!(rows, 0);
     // One changed character, a shorter secret, another id, junk: refused.
     let mut changed = secret.clone().into_bytes();
@@ -81,8 +90,14 @@ pub(super) fn a_copy_pages_by_key_through_tables_larger_than_a_page(kind: Kind) 
         .collect();
     let messages = parse(&format!("[{}]", lines.join(","))).unwrap();
     for conversation in ["a", "b"] {
-        from.add_messages(conversation, "local", &Default::default(), &messages, DEFAULT_SESSION_GAP)
-            .unwrap();
+        from.add_messages(
+            conversation,
+            "local",
+            &Default::default(),
+            &messages,
+            DEFAULT_SESSION_GAP,
+        )
+        .unwrap();
     }
     from.create_key(&new_key("k", None, KeyScope::Read)).unwrap();
     let (_to_place, to) = store(kind);

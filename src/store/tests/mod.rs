@@ -11,7 +11,10 @@ use crate::convo::{DEFAULT_SESSION_GAP, parse};
 mod keys;
 mod place;
 
-use keys::{a_copy_pages_by_key_through_tables_larger_than_a_page, keys_verify_only_whole_unrevoked_unexpired};
+use keys::{
+    a_copy_pages_by_key_through_tables_larger_than_a_page,
+    keys_verify_only_whole_unrevoked_unexpired,
+};
 
 use place::{Kind, Place, count, store};
 
