@@ -71,6 +71,7 @@ async fn dispatch(command: Command, paths: &ProjectPaths, quiet: bool) -> anyhow
         Job::Serve(job) => commands::serve::execute(&job).await,
         Job::Mcp(job) => commands::mcp::execute(&job).await,
         Job::StoreCopy(args) => commands::store_copy::execute(args).await,
+        Job::Keys(paths, command) => commands::keys::execute(&paths, command).await,
         Job::Export(job) => commands::export::execute(&job),
         Job::Verify(job) => commands::verify::execute(&job).await,
     }

@@ -116,6 +116,68 @@ pub enum Command {
     /// The own-data store itself: `store copy` moves a whole store between SQLite and
     /// PostgreSQL.
     Store(StoreArgs),
+    /// API keys for `serve` and its /mcp: `keys create` prints a new key once (stored only as
+    /// its hash), `keys list`, `keys revoke`. A key may be bound to one user (and agent) and
+    /// limited to reading.
+    Keys(KeysArgs),
+}
+
+/// `mragent keys …`.
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: KeysCommand,
+}
+
+/// The `keys` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Make a key and print it once (it cannot be shown again).
+    Create(KeysCreateArgs),
+    /// The keys: name, id, user, agent, scope, expiry, revocation (never the secrets).
+    List(KeysListArgs),
+    /// Revoke a key (by name or id): every server refuses it at its next request.
+    Revoke(KeysRevokeArgs),
+}
+
+/// `mragent keys create`.
+#[derive(Debug, Args)]
+pub struct KeysCreateArgs {
+    /// Its name (the audit log records it with the key's id).
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub name: String,
+    /// Reach only this user's conversations.
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub user: Option<String>,
+    /// Reach only this agent's conversations.
+    #[arg(long, value_parser = crate::names::user_id)]
+    pub agent: Option<String>,
+    /// `read` (search, ask, list, show, facts, history, jobs), `write` (also add, forget,
+    /// correct, undo) or `admin` (everything, every user's; never bound).
+    #[arg(long, value_parser = ["read", "write", "admin"])]
+    pub scope: String,
+    /// Stop working after this long: like 30d, 12h, 90m, 2w.
+    #[arg(long, value_parser = crate::store::parse_lifetime)]
+    pub expires: Option<chrono::TimeDelta>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `mragent keys list`.
+#[derive(Debug, Args)]
+pub struct KeysListArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `mragent keys revoke`.
+#[derive(Debug, Args)]
+pub struct KeysRevokeArgs {
+    /// The key's name or id.
+    pub key: String,
 }
 
 /// `mragent store …`.
@@ -137,11 +199,13 @@ pub enum StoreCommand {
 /// `mragent store copy`.
 #[derive(Debug, Args)]
 pub struct StoreCopyArgs {
-    /// The store to copy: `sqlite:PATH` or `postgres://user:password@host:port/database`.
-    #[arg(long, value_name = "URL")]
+    /// The store to copy: `sqlite:PATH` or `postgres://user:password@host:port/database`
+    /// (better from the environment, `MRAGENT_COPY_FROM`: arguments are visible to every
+    /// user of the machine in `ps`).
+    #[arg(long, value_name = "URL", env = "MRAGENT_COPY_FROM", hide_env_values = true)]
     pub from: String,
-    /// The empty store to copy into (created and migrated if new).
-    #[arg(long, value_name = "URL")]
+    /// The empty store to copy into (created and migrated if new); or `MRAGENT_COPY_TO`.
+    #[arg(long, value_name = "URL", env = "MRAGENT_COPY_TO", hide_env_values = true)]
     pub to: String,
     /// One JSON object with the tables copied, instead of lines.
     #[arg(long)]

@@ -352,6 +352,17 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Requests per minute each token or key may make (bursts up to the same number); past
+    /// it, 429 with Retry-After. Default: no limit.
+    #[arg(long, env = "MRAGENT_KEY_RATE_PER_MINUTE")]
+    pub key_rate_per_minute: Option<std::num::NonZeroU32>,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key. Without
+    /// it the server speaks plain HTTP (behind a TLS-terminating proxy).
+    #[arg(long, env = "MRAGENT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "MRAGENT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     #[command(flatten)]
     pub service: ServiceArgs,
 }

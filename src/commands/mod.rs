@@ -12,6 +12,7 @@ pub mod compare;
 pub mod eval;
 pub mod export;
 pub mod interrupt;
+pub mod keys;
 pub mod learn;
 pub mod mcp;
 pub mod memory;
@@ -62,6 +63,7 @@ pub fn name(command: &Command) -> &'static str {
         Command::Serve(_) => "serve",
         Command::Mcp(_) => "mcp",
         Command::Store(_) => "store",
+        Command::Keys(_) => "keys",
         Command::Replay(_) => "replay",
         Command::Export(_) => "export",
         Command::Verify(_) => "verify",

@@ -19,7 +19,8 @@ pub async fn execute(job: &ServeJob) -> anyhow::Result<Outcome> {
     let address = listener.local_addr().unwrap_or(job.bind);
     let auth = job.options.token.is_some() || !job.options.named_tokens.is_empty();
     tracing::info!(%address, auth, "serving");
-    eprintln!("serving on http://{address} (OpenAPI at /openapi.json, metrics at /metrics)");
+    let scheme = if job.options.tls.is_some() { "https" } else { "http" };
+    eprintln!("serving on {scheme}://{address} (OpenAPI at /openapi.json, metrics at /metrics)");
     let rules = &job.own.service.rules;
     if !rules.is_empty() {
         eprintln!("every ask uses {} meta rules ({})", rules.rules.len(), rules.hash());

@@ -436,8 +436,12 @@ pub(crate) struct SearchReply {
 pub(crate) enum ErrorCode {
     /// A field, the path or the body is unusable (400).
     Invalid,
-    /// Missing or wrong bearer token (401).
+    /// Missing, wrong, revoked or expired bearer token or key (401).
     Unauthorized,
+    /// The key may not do this (403).
+    Forbidden,
+    /// Over the key's rate limit; retry after `Retry-After` seconds (429).
+    RateLimited,
     /// No such endpoint (404).
     NotFound,
     /// No such conversation (404).
@@ -468,6 +472,9 @@ pub(crate) enum ErrorCode {
     Internal,
     /// The store's database cannot be reached now; retry after `Retry-After` seconds (503).
     StoreUnavailable,
+    /// The store's database refused mragent's credentials: an operator must fix the
+    /// configuration; retrying does not help (500).
+    StoreAuthentication,
 }
 
 /// The error's details.

@@ -21,7 +21,7 @@ use super::api::{
     ForgetMessageReply, MAX_K, MessagePath, SearchReply, SearchRequest,
 };
 use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
-use super::{Actor, ApiError, AppState, fields};
+use super::{Access, ApiError, AppState, fields};
 use crate::agent::events::LoopEvents;
 use crate::names::{NameKind, check_name};
 use crate::service::{
@@ -99,8 +99,11 @@ fn string_field(map: &Map<String, Value>, field: &str) -> Result<String, ApiErro
     path = "/v1/conversations",
     responses((status = 200, description = "every conversation", body = ConversationList), AuthErrors)
 )]
-pub(super) async fn list(State(state): Shared) -> Result<Json<ConversationList>, ApiError> {
-    let conversations = state.service.list().await?;
+pub(super) async fn list(
+    State(state): Shared,
+    Extension(access): Extension<Access>,
+) -> Result<Json<ConversationList>, ApiError> {
+    let conversations = access.filter(state.service.list().await?);
     Ok(Json(ConversationList { conversations }))
 }
 
@@ -112,8 +115,10 @@ pub(super) async fn list(State(state): Shared) -> Result<Json<ConversationList>,
 )]
 pub(super) async fn show(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     Id(id): Id,
 ) -> Result<Json<ConversationInfo>, ApiError> {
+    access.conversation(&state.service, &id).await?;
     let store = state.service.store().clone();
     let lookup = id.clone();
     let info = tokio::task::spawn_blocking(move || store.info(&lookup))
@@ -132,7 +137,13 @@ pub(super) async fn show(
     params(ConversationId),
     responses((status = 200, description = "the conversation, now forgotten", body = Deleted), IdErrors)
 )]
-pub(super) async fn forget(State(state): Shared, Id(id): Id) -> Result<Json<Deleted>, ApiError> {
+pub(super) async fn forget(
+    State(state): Shared,
+    Extension(access): Extension<Access>,
+    Id(id): Id,
+) -> Result<Json<Deleted>, ApiError> {
+    access.write()?;
+    access.conversation(&state.service, &id).await?;
     let deleted = state.service.forget(&id).await?;
     Ok(Json(Deleted { deleted }))
 }
@@ -148,10 +159,12 @@ pub(super) async fn forget(State(state): Shared, Id(id): Id) -> Result<Json<Dele
 )]
 pub(super) async fn forget_message(
     State(state): Shared,
-    Extension(actor): Extension<Actor>,
+    Extension(access): Extension<Access>,
     MessageId(id, message): MessageId,
 ) -> Result<Json<ForgetMessageReply>, ApiError> {
-    let (forgotten, rebuilt) = state.service.forget_message(&id, &message, &actor.0).await?;
+    access.write()?;
+    access.conversation(&state.service, &id).await?;
+    let (forgotten, rebuilt) = state.service.forget_message(&id, &message, &access.actor()).await?;
     Ok(Json(ForgetMessageReply { forgotten, rebuilt }))
 }
 
@@ -187,6 +200,7 @@ impl AddRequest {
 )]
 pub(super) async fn add(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -197,7 +211,8 @@ pub(super) async fn add(
     // whole body against the published schema.
     crate::service::check_limits(&request.messages)?;
     state.validators.add(&whole)?;
-    let AddRequest { messages, scope, wait } = request;
+    let AddRequest { messages, mut scope, wait } = request;
+    access.add(&state.service, &id, &mut scope).await?;
     if wait {
         // A bounded wait: a build still going on at the bound answers 202 with its job.
         let bound = state.service.settings().add_wait;
@@ -247,23 +262,26 @@ impl SearchRequest {
 )]
 pub(super) async fn search(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SearchReply>, ApiError> {
     let (query, hits, pending_sessions) =
-        find(&state, &Scope::Conversation(id.clone()), body).await?;
+        find(&state, &access, &Scope::Conversation(id.clone()), body).await?;
     Ok(Json(SearchReply { conversation: id, query, hits, pending_sessions }))
 }
 
 /// A search over `scope`: the query as given, the lines found, and the sessions not built yet.
 pub(super) async fn find(
     state: &AppState,
+    access: &Access,
     scope: &Scope,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(String, Vec<SearchHit>, u64), ApiError> {
     let map = object(body)?;
     let request = SearchRequest::parse(&map)?;
     state.validators.search(&Value::Object(map))?;
+    access.scope(&state.service, scope).await?;
     let k = request.k as usize;
     let hits = state.service.search_scoped(scope, &request.query, k, &request.filters).await?;
     let pending = state.service.pending_sessions(scope).await?;
@@ -295,21 +313,24 @@ impl AskRequest {
 )]
 pub(super) async fn ask(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     Id(id): Id,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    answer(state, Scope::Conversation(id), body).await
+    answer(state, &access, Scope::Conversation(id), body).await
 }
 
 /// An ask over `scope`: JSON, or server-sent events with `stream: true`.
 pub(super) async fn answer(
     state: Arc<AppState>,
+    access: &Access,
     scope: Scope,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let map = object(body)?;
     let AskRequest { question, stream, as_of } = AskRequest::parse(&map)?;
     state.validators.ask(&Value::Object(map))?;
+    access.scope(&state.service, &scope).await?;
     if !stream {
         let report = state.service.ask_scoped(&scope, &question, as_of.as_deref(), None).await?;
         return Ok(Json(report).into_response());
@@ -370,11 +391,13 @@ pub(super) async fn method_not_allowed() -> ApiError {
 pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let store = state.service.store().clone();
     let checked = tokio::task::spawn_blocking(move || store.ping()).await;
-    let error = match checked {
-        Ok(Ok(())) => return Json(json!({"status": "ready"})).into_response(),
-        Ok(Err(error)) => error.to_string(),
-        Err(error) => format!("the readiness check failed: {error}"),
-    };
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable, "", error)
-        .into_response()
+    match checked {
+        Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
+        // The same answers as any request's: nothing about the database in the body.
+        Ok(Err(error)) => ApiError::from(ServiceError::Store(error)).into_response(),
+        Err(error) => ApiError::from(ServiceError::Other(anyhow::anyhow!(
+            "the readiness check failed: {error}"
+        )))
+        .into_response(),
+    }
 }

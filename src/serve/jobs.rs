@@ -8,12 +8,12 @@
 //!   `wait: false` each is queued as a job. Each entry answers on its own: its
 //!   report or job, or its error (say, a conversation of another user).
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::openapi::path::{Parameter, ParameterIn};
@@ -24,7 +24,7 @@ use super::api::{AddRequest, BatchRequest, ErrorDetail, MAX_BATCH, name_schema};
 use super::handlers::{Shared, object};
 use super::openapi::{AddErrors, IdErrors};
 use super::scoped::{JOB, Number, Params, id_number, params, path_parameter, query_parameter};
-use super::{ApiError, fields};
+use super::{Access, ApiError, fields};
 use crate::names::NameKind;
 use crate::service::{AddReport, Queued, Waited};
 use crate::store::Job;
@@ -132,19 +132,34 @@ impl BatchRequest {
 )]
 pub(super) async fn batch_add(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    access.write()?;
     let map = object(body)?;
-    let request = BatchRequest::parse(&map)?;
+    let mut request = BatchRequest::parse(&map)?;
     state.validators.batch(&Value::Object(map))?;
+    // An entry naming another user or agent than the key's refuses the whole batch, before
+    // anything is stored.
+    for (index, (_, add)) in request.adds.iter_mut().enumerate() {
+        access
+            .bind(&mut add.scope)
+            .map_err(|error| error.within(&format!("conversations[{index}]")))?;
+    }
     let service = &state.service;
+    let access = &access;
     let error = |error: crate::service::ServiceError| Some(ApiError::from(error).detail);
     // One bound for the whole request: an entry still building then answers with its job.
     let deadline = tokio::time::Instant::now() + service.settings().add_wait;
     let results = futures::future::join_all(request.adds.into_iter().map(|(id, add)| async move {
         let mut result =
             BatchResult { conversation: id.clone(), added: None, queued: None, error: None };
-        let AddRequest { messages, scope, wait: _ } = add;
+        let AddRequest { messages, mut scope, wait: _ } = add;
+        // A conversation the key does not reach fails this entry as a missing one would.
+        if let Err(refused) = access.add(service, &id, &mut scope).await {
+            result.error = Some(refused.detail);
+            return result;
+        }
         if request.wait {
             let bound = deadline.saturating_duration_since(tokio::time::Instant::now());
             match service.add_waiting(&id, scope, messages, bound).await {
@@ -174,8 +189,10 @@ pub(super) async fn batch_add(
 )]
 pub(super) async fn job(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     Number(id): Number<JOB>,
 ) -> Result<Json<Job>, ApiError> {
+    access.job(&state.service, id).await?;
     Ok(Json(state.service.job(id).await?))
 }
 
@@ -185,7 +202,11 @@ pub(super) async fn job(
     params(JobParams),
     responses((status = 200, description = "the jobs, newest first", body = JobList), IdErrors)
 )]
-pub(super) async fn jobs(State(state): Shared, given: Params) -> Result<Json<JobList>, ApiError> {
+pub(super) async fn jobs(
+    State(state): Shared,
+    Extension(access): Extension<Access>,
+    given: Params,
+) -> Result<Json<JobList>, ApiError> {
     let map = params(given, &["conversation", "unfinished"])?;
     let conversation = fields::name(&map, "conversation", NameKind::Conversation)?;
     let unfinished = match map.get("unfinished").and_then(Value::as_str) {
@@ -193,6 +214,17 @@ pub(super) async fn jobs(State(state): Shared, given: Params) -> Result<Json<Job
         Some("true") => true,
         Some(_) => return Err(ApiError::bad("unfinished", "expected true or false")),
     };
-    let jobs = state.service.jobs(conversation, unfinished, MAX_LISTED_JOBS).await?;
+    let jobs = if access.bound() {
+        // Only the jobs of conversations the key reaches.
+        let reached: Vec<String> =
+            access.filter(state.service.list().await?).into_iter().map(|info| info.id).collect();
+        let wanted = match conversation {
+            Some(id) => reached.into_iter().filter(|reached| *reached == id).collect(),
+            None => reached,
+        };
+        state.service.jobs_of(wanted, unfinished, MAX_LISTED_JOBS).await?
+    } else {
+        state.service.jobs(conversation, unfinished, MAX_LISTED_JOBS).await?
+    };
     Ok(Json(JobList { jobs }))
 }

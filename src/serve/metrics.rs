@@ -75,6 +75,13 @@ struct RouteLabels {
 
 type Durations = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
+/// Labels of a request refused by its key's rate limit: the key's name (bounded by the
+/// operator's tokens and the store's keys: unknown tokens are refused before the limit).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    key: String,
+}
+
 /// The server's metrics: the HTTP families it updates and the registry that also reads the
 /// model meters and the store at each scrape.
 #[derive(Debug)]
@@ -82,6 +89,7 @@ pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     durations: Durations,
+    limited: Family<KeyLabels, Counter>,
 }
 
 impl Metrics {
@@ -104,18 +112,30 @@ impl Metrics {
             Unit::Seconds,
             durations.clone(),
         );
+        let limited = Family::<KeyLabels, Counter>::default();
+        registry.register(
+            "rate_limited_requests",
+            "Requests refused with 429 because their token or key was over its rate limit, by \
+             the token's or key's name",
+            limited.clone(),
+        );
         registry.register_collector(Box::new(ModelCollector {
             chat: Arc::clone(service.chat().meter()),
             embeddings: service.embedder().meter().cloned(),
         }));
         registry.register_collector(Box::new(StoreCollector { store: service.store().clone() }));
         registry.register_collector(Box::new(CacheCollector { service: Arc::clone(service) }));
-        Arc::new(Self { registry, requests, durations })
+        Arc::new(Self { registry, requests, durations, limited })
     }
 
     /// The route that serves the metrics, to merge into the API's router.
     pub(crate) fn router<S>(self: &Arc<Self>) -> Router<S> {
         Router::new().route(PATH, axum::routing::get(scrape)).with_state(Arc::clone(self))
+    }
+
+    /// Counts one request refused by `key`'s rate limit.
+    pub(crate) fn limited(&self, key: &str) {
+        self.limited.get_or_create(&KeyLabels { key: key.to_string() }).inc();
     }
 
     /// Counts and times one answered request.
@@ -174,7 +194,16 @@ fn method_label(method: &Method) -> &'static str {
 }
 
 /// `GET /metrics`: encoded off the runtime (the store collector runs SQLite queries).
-async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
+async fn scrape(
+    State(metrics): State<Arc<Metrics>>,
+    access: Option<axum::Extension<super::Access>>,
+) -> Response {
+    // Every user's counts: admin keys (and the operator's tokens) only.
+    if let Some(axum::Extension(access)) = access
+        && let Err(refused) = access.admin_only()
+    {
+        return refused.into_response();
+    }
     match tokio::task::spawn_blocking(move || metrics.encode()).await {
         Ok(Ok(text)) => {
             ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], text).into_response()

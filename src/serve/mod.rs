@@ -23,14 +23,17 @@
 //! (unknown route, wrong method, an id that is not UTF-8), with a 4xx status for bad input, so a
 //! client can tell which field to fix; bad input never reaches the store.
 
+mod access;
 mod api;
 mod fields;
 mod handlers;
 mod jobs;
+mod limits;
 pub mod mcp;
 mod metrics;
 mod openapi;
 mod scoped;
+mod tls;
 
 use std::sync::Arc;
 
@@ -44,6 +47,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use openapi::SchemaError;
+pub use tls::{TlsError, TlsFiles};
 
 use self::api::{ErrorBody, ErrorCode, ErrorDetail};
 use crate::llm::Client;
@@ -63,9 +67,7 @@ pub const TOKENS_ENV: &str = "MRAGENT_SERVE_TOKENS";
 /// The name edits made with [`TOKEN_ENV`]'s token are logged under.
 pub const DEFAULT_TOKEN_NAME: &str = "token";
 
-/// Who made a request: the name of its token (`anonymous` on a server without tokens).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Actor(pub(crate) String);
+pub(crate) use access::Access;
 
 /// Server options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +80,10 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Requests handled at once.
     pub max_concurrency: usize,
+    /// Requests per minute each token or key may make (`None`: no limit).
+    pub key_rate_per_minute: Option<std::num::NonZeroU32>,
+    /// Serve HTTPS with this certificate and key (`None`: plain HTTP).
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for ServeOptions {
@@ -87,6 +93,8 @@ impl Default for ServeOptions {
             named_tokens: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             max_concurrency: 16,
+            key_rate_per_minute: None,
+            tls: None,
         }
     }
 }
@@ -100,6 +108,10 @@ struct AppState {
     document: serde_json::Value,
     /// The request body schemas of `document`, compiled.
     validators: openapi::Validators,
+    /// Each token's or key's request rate, by name (`None`: no limit).
+    limits: Option<limits::KeyLimits>,
+    /// The metrics (refused requests by key).
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// The routes, each with its documentation: `routes!` adds a handler and its
@@ -142,7 +154,15 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
         .chain(options.named_tokens.iter().cloned())
         .collect();
     let metrics = metrics::Metrics::new(&service);
-    let state = Arc::new(AppState { service, tokens, document, validators });
+    let limits = options.key_rate_per_minute.map(limits::KeyLimits::new);
+    let state = Arc::new(AppState {
+        service,
+        tokens,
+        document,
+        validators,
+        limits,
+        metrics: Arc::clone(&metrics),
+    });
     Ok(routes
         .merge(metrics.router())
         .route_service("/mcp", mcp::http_service(Arc::clone(&state.service), options)?)
@@ -167,48 +187,106 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // The background builds (`"wait": false`) and the jobs a killed server left unfinished
     // run beside the requests, until the server stops.
+    let app = router(Arc::clone(&service), &options)?;
+    let tls = options.tls.as_ref().map(tls::server_config).transpose()?;
     let runner = tokio::spawn(Arc::clone(&service).run_jobs(false));
-    let served = axum::serve(listener, router(service, &options)?)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|error| anyhow::anyhow!("the server failed: {error}"));
+    let served = match tls {
+        Some(config) => {
+            axum::serve(tls::TlsListener::new(listener, config), app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+    }
+    .map_err(|error| anyhow::anyhow!("the server failed: {error}"));
+    // The runner's builds stop here (their conversation locks are dropped with them); their
+    // jobs' leases are given up, so another replica takes them over at once rather than when
+    // the leases expire.
     runner.abort();
+    let _ = runner.await;
+    match service.release_jobs().await {
+        Ok(released) if released > 0 => {
+            tracing::info!(released, "released the leases of unfinished jobs")
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "could not release the leases of unfinished jobs"),
+    }
     served
 }
 
-/// 401 unless the request carries `Authorization: Bearer <token>` (when a token is set).
-/// The request then carries its [`Actor`]: the matching token's name.
+/// 401 unless the request carries `Authorization: Bearer <token>` naming an environment token
+/// or a usable store key (when the server has tokens or the store has keys); 429 past the
+/// key's rate. The request then carries its [`Access`].
 async fn authorize(
     State(state): State<Arc<AppState>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let actor = if state.tokens.is_empty() {
-        Some("anonymous".to_string())
-    } else {
-        let given = request
-            .headers()
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        // Every token is compared (no early exit), so timing does not tell which one matched.
-        state.tokens.iter().fold(None, |found, (name, token)| {
-            let matches = same_secret(given.as_bytes(), token.as_bytes()) && !given.is_empty();
-            if matches && found.is_none() { Some(name.clone()) } else { found }
-        })
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .to_string();
+    let access = match identify(&state, &given).await {
+        Ok(Some(access)) => access,
+        Ok(None) => {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthorized,
+                "authorization",
+                "missing, wrong, revoked or expired bearer token (Authorization: Bearer <token \
+                 or key>)",
+            )
+            .into_response();
+        }
+        Err(error) => return ApiError::from(ServiceError::Store(error)).into_response(),
     };
-    let Some(actor) = actor else {
+    if let Some(limits) = &state.limits
+        && let Err(wait) = limits.check(&access.name)
+    {
+        state.metrics.limited(&access.name);
         return ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::Unauthorized,
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited,
             "authorization",
-            "missing or wrong bearer token (Authorization: Bearer <MRAGENT_SERVE_TOKEN>)",
+            format!("key {:?} is over its rate limit; retry in {wait} s", access.name),
         )
+        .retry_after(wait)
         .into_response();
-    };
-    request.extensions_mut().insert(Actor(actor));
+    }
+    request.extensions_mut().insert(access);
     next.run(request).await
+}
+
+/// Who `given` is: an environment token (admin), a usable store key, or, on a server without
+/// tokens whose store holds no key, anyone (admin). `None`: refused.
+async fn identify(state: &AppState, given: &str) -> Result<Option<Access>, StoreError> {
+    // Every token is compared (no early exit), so timing does not tell which one matched.
+    let token = state.tokens.iter().fold(None, |found, (name, token)| {
+        let matches = same_secret(given.as_bytes(), token.as_bytes()) && !given.is_empty();
+        if matches && found.is_none() { Some(name.clone()) } else { found }
+    });
+    if let Some(name) = token {
+        return Ok(Some(Access::admin(&name)));
+    }
+    let store = state.service.store().clone();
+    let open = state.tokens.is_empty();
+    let given = given.to_string();
+    let found = tokio::task::spawn_blocking(move || {
+        if crate::store::split_key(&given).is_some() {
+            return Ok(store.verify_key(&given)?.map(Access::of_key));
+        }
+        // Keys being made turn an open server into one that asks for them.
+        if open && !store.has_keys()? {
+            return Ok(Some(Access::admin("anonymous")));
+        }
+        Ok(None)
+    })
+    .await
+    .map_err(|error| StoreError::Corrupt(format!("the key check failed: {error}")))?;
+    found
 }
 
 /// Named tokens from `name=token,name=token` ([`TOKENS_ENV`]); names follow the one id rule.
@@ -245,6 +323,8 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
 pub(crate) struct ApiError {
     status: StatusCode,
     detail: ErrorDetail,
+    /// `Retry-After` seconds, when set.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -254,14 +334,28 @@ impl ApiError {
         field: &str,
         message: impl Into<String>,
     ) -> Self {
+        let retry_after = matches!(code, ErrorCode::StoreUnavailable).then_some(STORE_RETRY_AFTER);
         Self {
             status,
             detail: ErrorDetail { code, field: field.to_string(), message: message.into() },
+            retry_after,
         }
     }
 
     pub(crate) fn bad(field: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, ErrorCode::Invalid, field, message)
+    }
+
+    /// The same error naming `field`.
+    pub(crate) fn field(mut self, field: &str) -> Self {
+        self.detail.field = field.to_string();
+        self
+    }
+
+    /// The same error asking to retry after `seconds`.
+    pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// The error of a field inside `prefix` (say `conversations[2]`): its field is prefixed.
@@ -277,18 +371,15 @@ impl ApiError {
 }
 
 /// Seconds a client is asked to wait before retrying a request the store could not serve.
-const STORE_RETRY_AFTER: &str = "2";
+const STORE_RETRY_AFTER: u64 = 2;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry = matches!(self.detail.code, ErrorCode::StoreUnavailable);
+        let retry = self.retry_after;
         let mut response =
             (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
-        if retry {
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static(STORE_RETRY_AFTER),
-            );
+        if let Some(seconds) = retry {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
         }
         response
     }
@@ -338,13 +429,39 @@ impl From<ServiceError> for ApiError {
                 "conversation",
                 message,
             ),
+            // The database's details (its user, host, name, the driver's words) go to the log
+            // only: a client learns what it can do, not what the store is.
             ServiceError::Store(StoreError::Unavailable(_)) => {
                 tracing::warn!(error = %message, "store unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::StoreUnavailable,
                     "",
-                    message,
+                    "the store cannot be reached now; retry after the Retry-After seconds",
+                )
+            }
+            ServiceError::Store(StoreError::Authentication(_)) => {
+                tracing::error!(error = %message, "the store refused the server's credentials");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::StoreAuthentication,
+                    "",
+                    "the store refused this server's credentials; an operator must fix the \
+                     server's configuration (retrying does not help)",
+                )
+            }
+            ServiceError::Store(
+                StoreError::Postgres(_)
+                | StoreError::Sqlite(_)
+                | StoreError::Io(_)
+                | StoreError::Corrupt(_),
+            ) => {
+                tracing::warn!(error = %message, "store failed");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::Internal,
+                    "",
+                    "the store failed; the server's log has the details",
                 )
             }
             ServiceError::Store(_) | ServiceError::Other(_) => {

@@ -23,8 +23,9 @@ use super::{ApiError, AppState};
     info(
         title = "mragent memory API",
         description = "Add messages to a persistent conversation memory, search it, ask it. \
-            Every request needs `Authorization: Bearer <MRAGENT_SERVE_TOKEN>` when the server \
-            has a token. Every error, whatever the route or the cause (a bad field, path or \
+            Every request needs `Authorization: Bearer <token>` when the server has tokens or \
+            keys: an operator token (`MRAGENT_SERVE_TOKEN`) or a key from `mragent keys create`, \
+            which may be bound to one user and limited to reading. Every error, whatever the route or the cause (a bad field, path or \
             body, an unknown route, a wrong method, a body over the limit, a missing token), \
             is the JSON body `ErrorBody`."
     ),
@@ -90,8 +91,10 @@ fn error_responses(codes: &[u16]) -> BTreeMap<String, RefOr<Response>> {
         .map(|status| {
             let description = match status {
                 400 => "a field, the id or the body is unusable; `field` names it",
-                401 => "missing or wrong bearer token",
-                404 => "no such conversation, user, message, fact or edit",
+                401 => "missing, wrong, revoked or expired bearer token or key",
+                403 => "the key may not do this: a read key changing memory, an add naming another user than the key's, a user-wide query with an agent-bound key, metrics without an admin key",
+                429 => "over the key's rate limit (`rate_limited`); retry after the `Retry-After` seconds",
+                404 => "no such conversation, user, message, fact, job or edit (one the key does not reach is answered exactly as a missing one)",
                 409 => "an ask with no built session to answer from (`not_built`, its message names why: nothing said before `as_of`, a job still building, or failed sessions; a search answers 200 with `pending_sessions` instead), another embedder or another user, or the edit cannot be undone",
                 413 => "the body is over the size limit",
                 503 => "the store's database cannot be reached now (`store_unavailable`); retry after the `Retry-After` seconds",
@@ -123,23 +126,24 @@ macro_rules! errors {
 
 errors!(
     /// Any request.
-    AuthErrors: 401, 500, 503
+    AuthErrors: 401, 403, 429, 500, 503
 );
 errors!(
     /// A request naming a conversation.
-    IdErrors: 400, 401, 404, 500, 503
+    IdErrors: 400, 401, 403, 404, 429, 500, 503
 );
 errors!(
-    /// An add: it creates the conversation, so never 404.
-    AddErrors: 400, 401, 409, 413, 500, 503
+    /// An add: it creates the conversation, so 404 only for a conversation the key does not
+    /// reach.
+    AddErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503
 );
 errors!(
     /// A query with a body.
-    QueryErrors: 400, 401, 404, 409, 413, 500, 503
+    QueryErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503
 );
 errors!(
     /// An edit or an undo.
-    EditErrors: 400, 401, 404, 409, 413, 500, 503
+    EditErrors: 400, 401, 403, 404, 409, 413, 429, 500, 503
 );
 
 /// A request schema that does not compile (a bug in `api`).

@@ -25,7 +25,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Type};
 use super::api::{ConversationId, CorrectRequest, SearchRequest, name_schema, time_schema};
 use super::handlers::{Id, Shared, answer, find, object};
 use super::openapi::{EditErrors, IdErrors, QueryErrors};
-use super::{Actor, ApiError, fields};
+use super::{Access, ApiError, fields};
 use crate::names::{NameKind, check_name};
 use crate::service::{FactQuery, ListedFact, Scope, SearchHit, UndoReport};
 use crate::store::Edit;
@@ -254,10 +254,12 @@ pub(crate) struct UserSearchReply {
 )]
 pub(super) async fn user_search(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     UserId(user): UserId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UserSearchReply>, ApiError> {
-    let (query, hits, pending_sessions) = find(&state, &Scope::User(user.clone()), body).await?;
+    let (query, hits, pending_sessions) =
+        find(&state, &access, &Scope::User(user.clone()), body).await?;
     Ok(Json(UserSearchReply { user, query, hits, pending_sessions }))
 }
 
@@ -274,10 +276,11 @@ pub(super) async fn user_search(
 )]
 pub(super) async fn user_ask(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     UserId(user): UserId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    answer(state, Scope::User(user), body).await
+    answer(state, &access, Scope::User(user), body).await
 }
 
 #[utoipa::path(
@@ -288,19 +291,22 @@ pub(super) async fn user_ask(
 )]
 pub(super) async fn user_facts(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     UserId(user): UserId,
     given: Params,
 ) -> Result<Json<FactList>, ApiError> {
-    list_facts(state, Scope::User(user), given).await
+    list_facts(state, &access, Scope::User(user), given).await
 }
 
 /// The facts of `scope` the parameters ask for.
 async fn list_facts(
     state: std::sync::Arc<super::AppState>,
+    access: &Access,
     scope: Scope,
     given: Params,
 ) -> Result<Json<FactList>, ApiError> {
     let mut query = fact_query(given)?;
+    access.scope(&state.service, &scope).await?;
     match &scope {
         Scope::User(user) => query.user = Some(user.clone()),
         Scope::Conversation(id) => query.conversation = Some(id.clone()),
@@ -317,10 +323,11 @@ async fn list_facts(
 )]
 pub(super) async fn conversation_facts(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     Id(id): Id,
     given: Params,
 ) -> Result<Json<FactList>, ApiError> {
-    list_facts(state, Scope::Conversation(id), given).await
+    list_facts(state, &access, Scope::Conversation(id), given).await
 }
 
 #[utoipa::path(
@@ -332,15 +339,17 @@ pub(super) async fn conversation_facts(
 )]
 pub(super) async fn correct(
     State(state): Shared,
-    Extension(actor): Extension<Actor>,
+    Extension(access): Extension<Access>,
     Number(fact): Number<FACT>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Edit>, ApiError> {
+    access.write()?;
     let map = object(body)?;
     let value = fields::text(&map, "value", crate::names::MAX_MESSAGE_CHARS)?
         .ok_or_else(|| ApiError::bad("value", "missing"))?;
     state.validators.correct(&Value::Object(map))?;
-    Ok(Json(state.service.correct_fact(fact, &value, &actor.0).await?))
+    access.fact(&state.service, fact).await?;
+    Ok(Json(state.service.correct_fact(fact, &value, &access.actor()).await?))
 }
 
 #[utoipa::path(
@@ -351,12 +360,20 @@ pub(super) async fn correct(
 )]
 pub(super) async fn history(
     State(state): Shared,
+    Extension(access): Extension<Access>,
     given: Params,
 ) -> Result<Json<EditList>, ApiError> {
     let map = params(given, &["user", "conversation"])?;
     let user = fields::name(&map, "user", NameKind::User)?;
     let conversation = fields::name(&map, "conversation", NameKind::Conversation)?;
-    let edits = state.service.history(user.as_deref(), conversation.as_deref()).await?;
+    let mut edits = state.service.history(user.as_deref(), conversation.as_deref()).await?;
+    if access.bound() {
+        // Only the edits of conversations the key reaches (those of forgotten conversations
+        // belong to no one any more).
+        let reached: std::collections::BTreeSet<String> =
+            access.filter(state.service.list().await?).into_iter().map(|info| info.id).collect();
+        edits.retain(|edit| reached.contains(&edit.conversation));
+    }
     Ok(Json(EditList { edits }))
 }
 
@@ -368,8 +385,10 @@ pub(super) async fn history(
 )]
 pub(super) async fn undo(
     State(state): Shared,
-    Extension(actor): Extension<Actor>,
+    Extension(access): Extension<Access>,
     Number(edit): Number<EDIT>,
 ) -> Result<Json<UndoReport>, ApiError> {
-    Ok(Json(state.service.undo(edit, &actor.0).await?))
+    access.write()?;
+    access.edit(&state.service, edit).await?;
+    Ok(Json(state.service.undo(edit, &access.actor()).await?))
 }

@@ -186,6 +186,24 @@ where
         blocking(move || store.jobs(conversation.as_deref(), unfinished, limit)).await
     }
 
+    /// Gives up this runner's claims (call once its runner has stopped): its unfinished jobs
+    /// are taken over at once by another runner instead of when their leases expire.
+    pub async fn release_jobs(&self) -> Result<u64, ServiceError> {
+        let (store, runner) = (self.store.clone(), self.runner.clone());
+        blocking(move || store.release_jobs_of(&runner)).await
+    }
+
+    /// Jobs of the conversations `conversations`, newest first, at most `limit`.
+    pub async fn jobs_of(
+        &self,
+        conversations: Vec<String>,
+        unfinished: bool,
+        limit: usize,
+    ) -> Result<Vec<Job>, ServiceError> {
+        let store = self.store.clone();
+        blocking(move || store.jobs_of(&conversations, unfinished, limit)).await
+    }
+
     /// Sessions stored in `scope` but not built yet (a job or an add is building them, or
     /// they failed and wait for the next), so a search can say what it could not see yet.
     pub async fn pending_sessions(&self, scope: &super::Scope) -> Result<u64, ServiceError> {

@@ -135,6 +135,8 @@ pub enum Job {
     Mcp(McpJob),
     /// `mragent store copy` (its arguments need no resolving).
     StoreCopy(crate::cli::StoreCopyArgs),
+    /// `mragent keys …`: the command, on the project's store.
+    Keys(ProjectPaths, crate::cli::KeysCommand),
     /// `mragent export`.
     Export(ExportJob),
     /// `mragent verify`.
@@ -166,6 +168,7 @@ pub fn resolve(
         Command::Store(args) => match args.command {
             crate::cli::StoreCommand::Copy(copy) => Job::StoreCopy(copy),
         },
+        Command::Keys(args) => Job::Keys(paths.clone(), args.command),
         Command::Replay(args) => {
             Job::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
         }

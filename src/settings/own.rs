@@ -418,6 +418,13 @@ impl ServeJob {
             named_tokens,
             max_body_bytes: args.max_body_bytes,
             max_concurrency: args.max_concurrency as usize,
+            key_rate_per_minute: args.key_rate_per_minute,
+            tls: match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => {
+                    Some(crate::serve::TlsFiles { cert: cert.clone(), key: key.clone() })
+                }
+                _ => None,
+            },
         };
         Ok(Self { bind: args.bind, options, own })
     }

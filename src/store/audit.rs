@@ -29,8 +29,10 @@ pub struct Edit {
     pub id: i64,
     /// When (RFC 3339).
     pub at: String,
-    /// Who: the HTTP token's name, or `cli`.
+    /// Who: the HTTP token's or key's name, or `cli`.
     pub actor: String,
+    /// The id of the store key (`mragent keys`) that made it, if one did.
+    pub actor_key: Option<String>,
     /// `forget_message`, `correct_fact`, `undo` or `correction_lapsed`.
     pub kind: String,
     /// The conversation it changed.
@@ -58,10 +60,17 @@ const EDIT_COLUMNS: &str = "e.id, e.at, e.actor, e.kind, e.conversation_id, e.ta
 
 fn edit_of_row(row: &Row) -> Result<Edit, StoreError> {
     let value = |text: Option<String>| text.and_then(|text| serde_json::from_str(&text).ok());
+    // A key's edits are logged as `name#id` (names never hold `#`).
+    let logged: String = row.get(2)?;
+    let (actor, actor_key) = match logged.split_once('#') {
+        Some((name, key)) => (name.to_string(), Some(key.to_string())),
+        None => (logged, None),
+    };
     Ok(Edit {
         id: row.get(0)?,
         at: row.get(1)?,
-        actor: row.get(2)?,
+        actor,
+        actor_key,
         kind: row.get(3)?,
         conversation: row.get(4)?,
         target: row.get(5)?,

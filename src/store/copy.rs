@@ -50,6 +50,11 @@ const TABLES: &[(&str, &str, &str)] = &[
         "id",
     ),
     ("counters", "name, value", "name"),
+    (
+        "api_keys",
+        "id, name, hash, user_id, agent_id, scope, created_at, expires_at, revoked_at",
+        "id",
+    ),
 ];
 
 /// The tables whose ids come from an identity (PostgreSQL) or AUTOINCREMENT (SQLite).
@@ -140,18 +145,56 @@ fn copy_table(
     } else {
         format!("INSERT INTO {table} ({columns}) VALUES ({})", slots.join(", "))
     };
-    let select = format!("SELECT {columns} FROM {table} ORDER BY {order} LIMIT ?1 OFFSET ?2");
-    let mut offset = 0;
-    loop {
-        let rows: Vec<Row> =
-            source.query(&select, params![BATCH, offset], |row| Ok(row.clone()))?;
-        for row in &rows {
+    pages(source, table, columns, order, |rows| {
+        for row in rows {
             destination.execute(&insert, &row.0)?;
         }
-        if (rows.len() as i64) < BATCH {
-            return Ok(());
+        Ok(())
+    })
+}
+
+/// Visits every row of `table` in key order, [`BATCH`] rows at a time, each page starting
+/// after the last key of the one before (keyset paging: every page costs the same, where
+/// `OFFSET` would read and skip every earlier row again).
+fn pages(
+    connection: &Conn,
+    table: &str,
+    columns: &str,
+    order: &str,
+    mut visit: impl FnMut(&[Row]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let names: Vec<&str> = columns.split(',').map(str::trim).collect();
+    let keys: Vec<usize> = order
+        .split(',')
+        .map(|key| {
+            names.iter().position(|name| *name == key.trim()).ok_or_else(|| {
+                StoreError::Corrupt(format!("{table}: the key {key} is not a copied column"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let after: Vec<String> = (0..keys.len()).map(|n| format!("?{}", n + 2)).collect();
+    let first = format!("SELECT {columns} FROM {table} ORDER BY {order} LIMIT ?1");
+    let next = format!(
+        "SELECT {columns} FROM {table} WHERE ({order}) > ({}) ORDER BY {order} LIMIT ?1",
+        after.join(", ")
+    );
+    let mut last: Option<Vec<Value>> = None;
+    loop {
+        let rows: Vec<Row> = match &last {
+            None => connection.query(&first, params![BATCH], |row| Ok(row.clone()))?,
+            Some(key) => {
+                let mut values = vec![Value::Int(BATCH)];
+                values.extend(key.iter().cloned());
+                connection.query(&next, &values, |row| Ok(row.clone()))?
+            }
+        };
+        visit(&rows)?;
+        match rows.last() {
+            Some(row) if rows.len() as i64 == BATCH => {
+                last = Some(keys.iter().map(|&index| row.0[index].clone()).collect());
+            }
+            _ => return Ok(()),
         }
-        offset += BATCH;
     }
 }
 
@@ -162,23 +205,18 @@ fn digest(
     columns: &str,
     order: &str,
 ) -> Result<(u64, String), StoreError> {
-    let select = format!("SELECT {columns} FROM {table} ORDER BY {order} LIMIT ?1 OFFSET ?2");
     let mut hasher = Sha256::new();
-    let (mut count, mut offset) = (0u64, 0);
-    loop {
-        let rows: Vec<Row> =
-            connection.query(&select, params![BATCH, offset], |row| Ok(row.clone()))?;
-        for row in &rows {
+    let mut count = 0u64;
+    pages(connection, table, columns, order, |rows| {
+        for row in rows {
             for value in &row.0 {
                 hash_value(&mut hasher, value);
             }
             count += 1;
         }
-        if (rows.len() as i64) < BATCH {
-            return Ok((count, format!("{:x}", hasher.finalize())));
-        }
-        offset += BATCH;
-    }
+        Ok(())
+    })?;
+    Ok((count, format!("{:x}", hasher.finalize())))
 }
 
 /// Feeds one value, with its type and length, so that no two rows hash alike by accident.

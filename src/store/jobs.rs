@@ -268,6 +268,23 @@ impl Store {
         rows.into_iter().map(decode).collect()
     }
 
+    /// Jobs of the conversations `conversations`, newest first, at most `limit` (the jobs a
+    /// user-bound key reaches).
+    pub fn jobs_of(
+        &self,
+        conversations: &[String],
+        unfinished: bool,
+        limit: usize,
+    ) -> Result<Vec<Job>, StoreError> {
+        let mut jobs = Vec::new();
+        for conversation in conversations {
+            jobs.extend(self.jobs(Some(conversation), unfinished, limit)?);
+        }
+        jobs.sort_by_key(|job| std::cmp::Reverse(job.id));
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
     /// Claims up to `limit` unfinished jobs for `owner` until `lease` from now, oldest first:
     /// the queued ones and the running ones whose lease has expired (their runner died or lost
     /// the database), none claimed by another runner whose lease still holds. On PostgreSQL
@@ -319,6 +336,16 @@ impl Store {
             params![id, owner],
         )?;
         Ok(())
+    }
+
+    /// Gives up every claim of `owner` (a runner shutting down): its unfinished jobs can be
+    /// claimed by another runner at once instead of when their leases expire. Returns how many.
+    pub fn release_jobs_of(&self, owner: &str) -> Result<u64, StoreError> {
+        self.connect()?.execute(
+            "UPDATE jobs SET lease_owner = NULL, lease_until = NULL
+             WHERE lease_owner = ?1 AND state IN ('queued', 'running')",
+            params![owner],
+        )
     }
 
     /// Extends `owner`'s lease on job `id` to `lease` from now; `false` when the claim was lost

@@ -32,6 +32,7 @@ pub(crate) mod db;
 mod edit;
 mod facts;
 mod jobs;
+mod keys;
 mod read;
 mod revision;
 mod schema;
@@ -54,6 +55,7 @@ pub use db::pg::shown as shown_url;
 pub use edit::ForgottenMessage;
 pub use facts::{ChainPlan, ChainsApplied, FactPair, FactVerdict, StoredFact, Walk, walk};
 pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};
+pub use keys::{ApiKey, CreatedKey, KEY_PREFIX, KeyScope, NewKey, parse_lifetime, split_key};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
 pub use view::SessionOrigin;
@@ -140,12 +142,18 @@ pub enum StoreError {
     /// PostgreSQL refused a statement.
     #[error("store database: {0}")]
     Postgres(String),
+    /// The database refused the credentials (a wrong password or user): not worth a retry.
+    #[error("store authentication failed: {0}")]
+    Authentication(String),
     /// The database cannot be reached (down, restarting, refusing connections): worth a retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A store URL that names neither backend.
     #[error("store URL {0:?}: expected postgres://user:password@host:port/database or sqlite:PATH")]
     BadUrl(String),
+    /// An API key could not be made or found (`mragent keys`).
+    #[error("keys: {0}")]
+    Keys(String),
     /// A copy's destination already holds data, or the copy did not verify.
     #[error("store copy: {0}")]
     Copy(String),

@@ -216,6 +216,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     INSERT INTO conversation_words (conversation_id, word)
         SELECT conversation_id, word FROM word_vectors;
     DROP TABLE word_vectors;",
+    // 10 → 11: API keys (`mragent keys`, `store::keys`): the SHA-256 of each key's secret, never
+    // the secret; the user and agent it is bound to; its scope; expiry and revocation times
+    // (RFC 3339 UTC).
+    "CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        hash TEXT NOT NULL,
+        user_id TEXT,
+        agent_id TEXT,
+        scope TEXT NOT NULL CHECK (scope IN ('read', 'write', 'admin')),
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        revoked_at TEXT
+    ) STRICT;",
 ];
 
 /// The version this code reads and writes.

@@ -195,6 +195,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     INSERT INTO conversation_words (conversation_id, word)
         SELECT conversation_id, word FROM word_vectors;
     DROP TABLE word_vectors;"#,
+    // 10 → 11: API keys (see `schema.rs`).
+    r#"CREATE TABLE api_keys (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        name TEXT COLLATE "C" NOT NULL UNIQUE,
+        hash TEXT COLLATE "C" NOT NULL,
+        user_id TEXT COLLATE "C",
+        agent_id TEXT COLLATE "C",
+        scope TEXT COLLATE "C" NOT NULL CHECK (scope IN ('read', 'write', 'admin')),
+        created_at TEXT COLLATE "C" NOT NULL,
+        expires_at TEXT COLLATE "C",
+        revoked_at TEXT COLLATE "C"
+    );"#,
 ];
 
 /// The schema version of the database in `connection` (0 for an empty database).

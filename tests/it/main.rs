@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod access;
 mod answer;
 mod architecture;
 mod cache;
@@ -23,6 +24,8 @@ mod meta_rules;
 mod metrics;
 mod own;
 mod own_memory;
+mod pg_failures;
+mod pg_tls;
 mod postgres;
 #[path = "../support/private_pg.rs"]
 mod private_pg;
@@ -30,3 +33,4 @@ mod retrieval;
 mod schemathesis;
 mod serve;
 mod support;
+mod tls;

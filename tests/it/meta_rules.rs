@@ -308,6 +308,7 @@ async fn every_ask_over_http_uses_the_services_rules() {
         named_tokens: Vec::new(),
         max_body_bytes: 16 * 1024,
         max_concurrency: 2,
+        ..mragent::serve::ServeOptions::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(mragent::serve::serve(listener, Arc::new(service), options, async move {

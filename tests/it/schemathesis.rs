@@ -86,6 +86,7 @@ async fn schemathesis_finds_no_failure() {
         // reaches the handler and gets its 400, not a 413 from the size limit.
         max_body_bytes: 256 * 1024 * 1024,
         max_concurrency: 4,
+        ..ServeOptions::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -49,6 +49,7 @@ impl Api {
             named_tokens,
             max_body_bytes: 16 * 1024,
             max_concurrency: 4,
+            ..ServeOptions::default()
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

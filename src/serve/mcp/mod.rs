@@ -38,7 +38,7 @@ use super::api::{
 };
 use super::openapi::Validators;
 use super::scoped::UserSearchReply;
-use super::{Actor, ApiError, SchemaError, ServeOptions, Service, fields};
+use super::{Access, ApiError, SchemaError, ServeOptions, Service, fields};
 use crate::names::NameKind;
 use crate::service::{Scope, ServiceError};
 use crate::store::StoreError;
@@ -91,8 +91,8 @@ impl MemoryTools {
         input_schema = schema::input::<schema::Add>(),
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn add_messages(&self, arguments: JsonObject) -> CallToolResult {
-        let answer = self.add(arguments).await;
+    async fn add_messages(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
+        let answer = self.add(arguments, &access(&extensions)).await;
         let incomplete = answer.as_ref().is_ok_and(|report| {
             report["failed_sessions"].as_array().is_some_and(|failed| !failed.is_empty())
         });
@@ -110,8 +110,8 @@ impl MemoryTools {
         input_schema = schema::input::<schema::Search>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn search_memory(&self, arguments: JsonObject) -> CallToolResult {
-        reply(self.search(arguments).await, false)
+    async fn search_memory(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
+        reply(self.search(arguments, &access(&extensions)).await, false)
     }
 
     #[tool(
@@ -126,8 +126,8 @@ impl MemoryTools {
         input_schema = schema::input::<schema::Ask>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn ask_memory(&self, arguments: JsonObject) -> CallToolResult {
-        let answer = self.ask(arguments).await;
+    async fn ask_memory(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
+        let answer = self.ask(arguments, &access(&extensions)).await;
         let failed = answer.as_ref().is_ok_and(|report| report["ok"] == Value::Bool(false));
         reply(answer, failed)
     }
@@ -140,8 +140,12 @@ impl MemoryTools {
         input_schema = schema::input::<schema::List>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn list_conversations(&self, arguments: JsonObject) -> CallToolResult {
-        reply(self.list(arguments).await, false)
+    async fn list_conversations(
+        &self,
+        arguments: JsonObject,
+        extensions: Extensions,
+    ) -> CallToolResult {
+        reply(self.list(arguments, &access(&extensions)).await, false)
     }
 
     #[tool(
@@ -152,8 +156,12 @@ impl MemoryTools {
         input_schema = schema::input::<schema::Show>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn show_conversation(&self, arguments: JsonObject) -> CallToolResult {
-        reply(self.show(arguments).await, false)
+    async fn show_conversation(
+        &self,
+        arguments: JsonObject,
+        extensions: Extensions,
+    ) -> CallToolResult {
+        reply(self.show(arguments, &access(&extensions)).await, false)
     }
 
     #[tool(
@@ -166,7 +174,7 @@ impl MemoryTools {
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn forget(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        reply(self.forget_in(arguments, &actor(&extensions)).await, false)
+        reply(self.forget_in(arguments, &access(&extensions)).await, false)
     }
 }
 
@@ -184,9 +192,11 @@ impl ServerHandler for MemoryTools {
 
 impl MemoryTools {
     /// `add_messages`: `POST /v1/conversations/{id}/messages`.
-    async fn add(&self, arguments: JsonObject) -> Answer {
+    async fn add(&self, arguments: JsonObject, access: &Access) -> Answer {
+        access.write()?;
         let (conversation, request) = parse_add(arguments, &self.validators)?;
-        let AddRequest { messages, scope, wait } = request;
+        let AddRequest { messages, mut scope, wait } = request;
+        access.add(&self.service, &conversation, &mut scope).await?;
         if wait {
             json(self.service.add_scoped(&conversation, scope, messages).await?)
         } else {
@@ -195,8 +205,9 @@ impl MemoryTools {
     }
 
     /// `search_memory`: `POST /v1/conversations/{id}/search` or `POST /v1/users/{user}/search`.
-    async fn search(&self, arguments: JsonObject) -> Answer {
+    async fn search(&self, arguments: JsonObject, access: &Access) -> Answer {
         let (scope, request) = parse_search(arguments, &self.validators)?;
+        access.scope(&self.service, &scope).await?;
         let k = request.k as usize;
         let hits = self.service.search_scoped(&scope, &request.query, k, &request.filters).await?;
         let pending_sessions = self.service.pending_sessions(&scope).await?;
@@ -211,16 +222,17 @@ impl MemoryTools {
 
     /// `ask_memory`: `POST /v1/conversations/{id}/ask` or `POST /v1/users/{user}/ask`, never
     /// streamed.
-    async fn ask(&self, arguments: JsonObject) -> Answer {
+    async fn ask(&self, arguments: JsonObject, access: &Access) -> Answer {
         let (scope, request) = parse_ask(arguments, &self.validators)?;
+        access.scope(&self.service, &scope).await?;
         let as_of = request.as_of.as_deref();
         json(self.service.ask_scoped(&scope, &request.question, as_of, None).await?)
     }
 
     /// `list_conversations`: `GET /v1/conversations`, optionally one user's.
-    async fn list(&self, arguments: JsonObject) -> Answer {
+    async fn list(&self, arguments: JsonObject, access: &Access) -> Answer {
         let user = fields::name(&arguments, "user", NameKind::User)?;
-        let mut conversations = self.service.list().await?;
+        let mut conversations = access.filter(self.service.list().await?);
         if let Some(user) = user {
             conversations.retain(|conversation| conversation.user.as_ref() == Some(&user));
         }
@@ -228,8 +240,9 @@ impl MemoryTools {
     }
 
     /// `show_conversation`: `GET /v1/conversations/{id}`.
-    async fn show(&self, mut arguments: JsonObject) -> Answer {
+    async fn show(&self, mut arguments: JsonObject, access: &Access) -> Answer {
         let id = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
+        access.conversation(&self.service, &id).await?;
         let (store, lookup) = (self.service.store().clone(), id.clone());
         let info = tokio::task::spawn_blocking(move || store.info(&lookup))
             .await
@@ -243,11 +256,14 @@ impl MemoryTools {
 
     /// `forget`: `DELETE /v1/conversations/{id}` or
     /// `DELETE /v1/conversations/{id}/messages/{message}`, logged as `actor`'s.
-    async fn forget_in(&self, arguments: JsonObject, actor: &str) -> Answer {
-        match parse_forget(arguments)? {
+    async fn forget_in(&self, arguments: JsonObject, access: &Access) -> Answer {
+        access.write()?;
+        let (conversation, message) = parse_forget(arguments)?;
+        access.conversation(&self.service, &conversation).await?;
+        match (conversation, message) {
             (conversation, Some(message)) => {
                 let (forgotten, rebuilt) =
-                    self.service.forget_message(&conversation, &message, actor).await?;
+                    self.service.forget_message(&conversation, &message, &access.actor()).await?;
                 json(ForgetMessageReply { forgotten, rebuilt })
             }
             (conversation, None) => {
@@ -360,13 +376,19 @@ fn reply(answer: Answer, failed: bool) -> CallToolResult {
     }
 }
 
-/// Who made the call: the name of the HTTP request's token (the `authorize` middleware puts it
-/// on the request, rmcp hands the request's parts to the tool), else the stdio actor.
-fn actor(extensions: &Extensions) -> String {
-    extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Actor>())
-        .map_or_else(|| STDIO_ACTOR.to_string(), |actor| actor.0.clone())
+/// Who made the call and what it may reach: the HTTP request's token or key (the `authorize`
+/// middleware puts it on the request, rmcp hands the request's parts to the tool), else the
+/// stdio client (the operator who started `mragent mcp`: everything).
+fn access(extensions: &Extensions) -> Access {
+    match extensions.get::<axum::http::request::Parts>() {
+        // Over HTTP every request passed `authorize`; parts without an access reach nothing.
+        Some(parts) => parts.extensions.get::<Access>().cloned().unwrap_or_else(|| Access {
+            scope: crate::store::KeyScope::Read,
+            user: Some(String::new()),
+            ..Access::admin("unknown")
+        }),
+        None => Access::admin(STDIO_ACTOR),
+    }
 }
 
 /// Serves one client on standard input and output until it closes them or `shutdown`

@@ -233,10 +233,10 @@ fn an_error_is_a_flagged_result_with_the_http_error_body() {
 #[test]
 fn an_edit_over_http_is_logged_under_the_requests_token_name() {
     let mut extensions = Extensions::new();
-    assert_eq!(actor(&extensions), STDIO_ACTOR);
+    assert_eq!(access(&extensions).actor(), STDIO_ACTOR);
     let mut request = axum::http::Request::new(());
-    request.extensions_mut().insert(Actor("alice".into()));
+    request.extensions_mut().insert(Access::admin("alice"));
     let (parts, ()) = request.into_parts();
     extensions.insert(parts);
-    assert_eq!(actor(&extensions), "alice");
+    assert_eq!(access(&extensions).actor(), "alice");
 }

@@ -16,6 +16,7 @@
 //! Synchronous, like the store: callers in async code run it in `spawn_blocking`.
 
 pub(crate) mod pg;
+mod pg_tls;
 mod sqlite;
 
 use std::cell::RefCell;

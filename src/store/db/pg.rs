@@ -18,9 +18,14 @@ use sha2::{Digest as _, Sha256};
 use super::{Row, Value};
 use crate::store::StoreError;
 
-/// How long a request waits for a connection (or the server) before it is refused with
-/// [`StoreError::Unavailable`].
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits for a pooled connection before it is refused with
+/// [`StoreError::Unavailable`] (a 503): under a second, so a request, `/ready` included, is
+/// answered within a readiness probe's timeout during an outage. A live pool lends a
+/// connection in microseconds; only a pool with every connection busy makes a request wait.
+const POOL_TIMEOUT: Duration = Duration::from_millis(700);
+
+/// How long one attempt to connect to the server may take (a host that drops packets).
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(600);
 
 /// Connections per process: the server's request concurrency plus the job runner's builds
 /// (advisory locks hold their own connections, outside the pool).
@@ -78,6 +83,11 @@ pub(crate) type Pooled = r2d2::PooledConnection<Manager>;
 #[derive(Debug)]
 pub(crate) struct Manager {
     config: postgres::Config,
+    /// The TLS connector (`sslmode`, `sslrootcert`; `None`: plain TCP).
+    tls: Option<super::pg_tls::PgTls>,
+    /// Why the last attempt to connect failed (the pool keeps only "timed out"): an
+    /// authentication failure is then reported as one, not as an outage.
+    last_failure: std::sync::Arc<std::sync::Mutex<Option<ClassifiedError>>>,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -85,7 +95,11 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgConn, postgres::Error> {
-        Ok(PgConn { client: Some(self.config.connect(NoTls)?), statements: HashMap::new() })
+        let connected = connect(&self.config, self.tls.as_ref());
+        if let Ok(mut last) = self.last_failure.lock() {
+            *last = connected.as_ref().err().map(clone_error);
+        }
+        Ok(PgConn { client: Some(connected?), statements: HashMap::new() })
     }
 
     fn is_valid(&self, connection: &mut PgConn) -> Result<(), postgres::Error> {
@@ -97,12 +111,52 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// A new client of `config`, over TLS when `tls` is given.
+fn connect(
+    config: &postgres::Config,
+    tls: Option<&super::pg_tls::PgTls>,
+) -> Result<Client, postgres::Error> {
+    match tls {
+        Some(tls) => config.connect(tls.clone()),
+        None => config.connect(NoTls),
+    }
+}
+
+/// What a failed connection attempt said, as a store error would classify it (a
+/// `postgres::Error` cannot be cloned; its code and words are what matter).
+fn clone_error(error: &postgres::Error) -> ClassifiedError {
+    ClassifiedError {
+        code: error.code().map(|code| code.code().to_string()),
+        text: match error.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => error.to_string(),
+        },
+        io: error.is_closed() || error.source().is_some_and(|source| source.is::<std::io::Error>()),
+    }
+}
+
+/// A connection failure's code and message.
+#[derive(Debug, Clone)]
+pub(crate) struct ClassifiedError {
+    code: Option<String>,
+    text: String,
+    io: bool,
+}
+
+impl From<ClassifiedError> for StoreError {
+    fn from(error: ClassifiedError) -> Self {
+        classify(error.code.as_deref(), error.io, error.text)
+    }
+}
+
 /// A PostgreSQL store's pool and settings. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct PgStore {
     pool: r2d2::Pool<Manager>,
     config: postgres::Config,
+    tls: Option<super::pg_tls::PgTls>,
     shown: String,
+    last_failure: std::sync::Arc<std::sync::Mutex<Option<ClassifiedError>>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -115,19 +169,29 @@ impl PgStore {
     /// A pool for the server at `url` (`postgres://user:password@host:port/database`); no
     /// connection is made yet.
     pub(crate) fn new(url: &str) -> Result<Self, StoreError> {
-        let mut config: postgres::Config = url.parse().map_err(|error: postgres::Error| {
-            StoreError::Postgres(format!("store URL {}: {error}", shown(url)))
-        })?;
+        let (client_url, tls) = super::pg_tls::split_url(url)?;
+        let mut config: postgres::Config =
+            client_url.parse().map_err(|error: postgres::Error| {
+                StoreError::Postgres(format!("store URL {}: {error}", shown(url)))
+            })?;
+        config.ssl_mode(tls.mode);
+        let tls = tls.tls;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.application_name("mragent");
+        let last_failure = std::sync::Arc::default();
+        let manager = Manager {
+            config: config.clone(),
+            tls: tls.clone(),
+            last_failure: std::sync::Arc::clone(&last_failure),
+        };
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(0))
-            .connection_timeout(CONNECT_TIMEOUT)
+            .connection_timeout(POOL_TIMEOUT)
             .test_on_check_out(true)
             .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(Manager { config: config.clone() });
-        Ok(Self { pool, config, shown: shown(url) })
+            .build_unchecked(manager);
+        Ok(Self { pool, config, tls, shown: shown(url), last_failure })
     }
 
     /// The URL without its password.
@@ -138,10 +202,21 @@ impl PgStore {
     /// A pooled connection.
     pub(crate) fn get(&self) -> Result<Pooled, StoreError> {
         off_runtime(|| self.pool.get()).map_err(|error| {
-            StoreError::Unavailable(format!(
-                "no connection to PostgreSQL at {}: {error}",
-                self.shown
-            ))
+            let last = self.last_failure.lock().ok().and_then(|last| last.clone());
+            match last.map(StoreError::from) {
+                Some(StoreError::Authentication(why)) => StoreError::Authentication(format!(
+                    "PostgreSQL at {} refused the user and password: {why}",
+                    self.shown
+                )),
+                Some(other) => StoreError::Unavailable(format!(
+                    "no connection to PostgreSQL at {}: {other}",
+                    self.shown
+                )),
+                None => StoreError::Unavailable(format!(
+                    "no connection to PostgreSQL at {}: {error}",
+                    self.shown
+                )),
+            }
         })
     }
 
@@ -153,7 +228,7 @@ impl PgStore {
     }
 
     fn lock_here(&self, key: i64, wait: bool) -> Result<Option<PgLock>, StoreError> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = connect(&self.config, self.tls.as_ref())?;
         if wait {
             client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
         } else {
@@ -191,8 +266,29 @@ pub(crate) fn lock_key(name: &str) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
-/// A URL with its password replaced by `***`.
+/// A URL with its password replaced by `***`, wherever it is: after the user
+/// (`user:password@`) or as a parameter (`?password=…`, `&password=…`, also `sslpassword`).
 pub fn shown(url: &str) -> String {
+    let masked = mask_authority(url);
+    match masked.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key.to_ascii_lowercase().ends_with("password") => {
+                        format!("{key}=***")
+                    }
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
+        }
+        None => masked,
+    }
+}
+
+/// The URL with the password of its `user:password@` replaced by `***`.
+fn mask_authority(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
     let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
     let Some((credentials, host)) = authority.rsplit_once('@') else { return url.to_string() };
@@ -321,26 +417,25 @@ impl ToSql for Value {
 
 impl From<postgres::Error> for StoreError {
     fn from(error: postgres::Error) -> Self {
-        let unavailable = match error.code() {
-            Some(code) => {
-                let code = code.code();
-                code.starts_with("08") || code.starts_with("57P") || code == "53300"
-            }
-            None => {
-                error.is_closed()
-                    || error.source().is_some_and(|source| source.is::<std::io::Error>())
-                    || error.to_string().contains("connect")
-            }
-        };
-        let message = match error.as_db_error() {
-            Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => error.to_string(),
-        };
-        if unavailable {
-            StoreError::Unavailable(format!("PostgreSQL: {message}"))
-        } else {
-            StoreError::Postgres(message)
-        }
+        clone_error(&error).into()
+    }
+}
+
+/// A PostgreSQL failure by its SQLSTATE: class 28 (invalid authorization: a wrong password or
+/// user) is [`StoreError::Authentication`], not worth a retry; connection failures, shutdowns
+/// and too many connections are [`StoreError::Unavailable`]; the rest [`StoreError::Postgres`].
+fn classify(code: Option<&str>, io: bool, message: String) -> StoreError {
+    let authentication = code.is_some_and(|code| code.starts_with("28"));
+    let unavailable = match code {
+        Some(code) => code.starts_with("08") || code.starts_with("57P") || code == "53300",
+        None => io || message.contains("connect"),
+    };
+    if authentication {
+        StoreError::Authentication(format!("PostgreSQL: {message}"))
+    } else if unavailable {
+        StoreError::Unavailable(format!("PostgreSQL: {message}"))
+    } else {
+        StoreError::Postgres(message)
     }
 }
 
@@ -361,6 +456,22 @@ mod tests {
         assert_eq!(shown("postgres://ann:secret@db:5432/m"), "postgres://ann:***@db:5432/m");
         assert_eq!(shown("postgres://db/m"), "postgres://db/m");
         assert!(!shown("postgresql://u:p%40ss@h/d?sslmode=disable").contains("p%40ss"));
+        for url in [
+            "postgres://ann@db/m?password=hunter2",
+            "postgres://ann@db/m?sslmode=require&password=hunter2&connect_timeout=3",
+            "postgres://ann@db/m?PASSWORD=hunter2",
+            "postgres://ann:hunter2@db/m?password=hunter2",
+            "postgres://ann@db/m?sslpassword=hunter2",
+            "postgres://ann:hunter2@db",
+        ] {
+            let masked = shown(url);
+            assert!(!masked.contains("hunter2"), "{url} -> {masked}");
+            assert!(masked.contains("***"), "{masked}");
+        }
+        assert_eq!(
+            shown("postgres://ann@db/m?sslmode=require&password=x"),
+            "postgres://ann@db/m?sslmode=require&password=***"
+        );
     }
 
     #[test]

@@ -8,7 +8,13 @@ use super::db::params;
 use super::*;
 use crate::convo::{DEFAULT_SESSION_GAP, parse};
 
+mod keys;
 mod place;
+
+use keys::{
+    a_copy_pages_by_key_through_tables_larger_than_a_page,
+    keys_verify_only_whole_unrevoked_unexpired,
+};
 
 use place::{Kind, Place, count, store};
 
@@ -40,6 +46,8 @@ on_both!(
     an_undo_refuses_when_what_it_changed_has_changed_since,
     an_empty_database_is_migrated_and_several_openers_migrate_once,
     job_claims_exclude_each_other_until_the_lease_expires,
+    keys_verify_only_whole_unrevoked_unexpired,
+    a_copy_pages_by_key_through_tables_larger_than_a_page,
 );
 
 const WEEK_ONE: &str = r#"[
