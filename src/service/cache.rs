@@ -332,10 +332,16 @@ impl ConversationCache {
         counter.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
         let _swap = self.swap.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // moka records reads in a buffer and applies them, and evicts, in batches. A store
+        // follows a miss (an index built, far dearer than this), so settle both here: the
+        // recorded reads first, so the least recently used entry is the one evicted, and the
+        // evictions after, so the budget holds as soon as the entry is in.
+        self.entries.run_pending_tasks();
         match self.entries.get(id) {
             Some(newer) if newer.stored.revision > entry.stored.revision => {}
             _ => self.entries.insert(id.to_string(), Arc::clone(&entry)),
         }
+        self.entries.run_pending_tasks();
         entry
     }
 
@@ -343,7 +349,9 @@ impl ConversationCache {
     pub(super) fn reweigh(&self, id: &str, entry: &Arc<Cached>) {
         let _swap = self.swap.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.entries.get(id).is_some_and(|held| Arc::ptr_eq(&held, entry)) {
+            self.entries.run_pending_tasks();
             self.entries.insert(id.to_string(), Arc::clone(entry));
+            self.entries.run_pending_tasks();
         }
     }
 

@@ -59,8 +59,17 @@ impl Snapshot {
         let mut snapshot =
             Self::from_stage_outputs(stored.to_conversation(), &rewrites, &keywords, embeddings)
                 .map_err(|error| format!("building the memory graph: {error}"))?;
-        for fact in stored.sessions.iter().flat_map(|session| &session.facts) {
-            if let Some(until) = &fact.valid_to {
+        let facts: Vec<_> = stored.sessions.iter().flat_map(|session| &session.facts).collect();
+        let value_of = |id: i64| {
+            facts.iter().find(|fact| fact.id == id).map(|fact| fact.value.trim().to_lowercase())
+        };
+        for fact in &facts {
+            // A fact closed by a later one saying the same is a restatement, not an earlier
+            // value: the model is not told it was replaced.
+            let restated = fact
+                .superseded_by
+                .is_some_and(|next| value_of(next) == Some(fact.value.trim().to_lowercase()));
+            if let (Some(until), false) = (&fact.valid_to, restated) {
                 let day = |time: &String| time.chars().take(10).collect::<String>();
                 snapshot.graph.mark_earlier(
                     &fact.key,

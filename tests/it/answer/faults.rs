@@ -179,7 +179,10 @@ async fn a_five_percent_fault_mix_over_conv_26_ends_with_no_error_row_and_no_idl
     let slowest = lines.iter().map(|line| line.latency_ms).max().unwrap();
     assert!(Duration::from_millis(slowest) < hang / 3, "a question took {slowest} ms");
     let idle = longest_idle(&bench.server);
-    assert!(idle < Duration::from_secs(2), "no request for {idle:?}");
+    // A third of a hang, as for the slowest question: a hang waited out would be quiet for all
+    // of it, while a loaded 2-core machine running the rest of the suite can stall the run for
+    // a few seconds (seen once: 4.9 s).
+    assert!(idle < hang / 3, "no request for {idle:?}");
     assert!(wall < hang, "took {wall:?}");
     let hedges = bench.chat.usage().hedges;
     assert!(hedges >= faults.count(InjectedFault::Hang) as u64, "{hedges} hedges, {faults}");
