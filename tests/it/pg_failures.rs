@@ -110,6 +110,15 @@ async fn a_refused_password_is_an_authentication_error_at_start_up_and_at_run_ti
                  SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{kick}';"
             ))
             .unwrap();
+        // A terminated backend goes away a moment later: wait until none of the role's is left,
+        // so the next request cannot still find a live pooled connection.
+        let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{kick}'");
+        for _ in 0..200 {
+            if admin.query_one(&gone, &[]).unwrap().get::<_, i64>(0) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     })
     .await
     .unwrap();

@@ -95,14 +95,16 @@ fn tls_server() -> std::path::PathBuf {
         Command::new("chmod").arg("600").arg(dir.join("server.key")).status().unwrap().success()
     );
     let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls).unwrap();
-    admin
-        .batch_execute(&format!(
-            "ALTER SYSTEM SET ssl_cert_file = '{}'; ALTER SYSTEM SET ssl_key_file = '{}';
-             ALTER SYSTEM SET ssl = on; SELECT pg_reload_conf();",
-            dir.join("server.pem").display(),
-            dir.join("server.key").display()
-        ))
-        .unwrap();
+    // One statement per call: several in one string run as one transaction, where ALTER
+    // SYSTEM is refused.
+    for statement in [
+        format!("ALTER SYSTEM SET ssl_cert_file = '{}'", dir.join("server.pem").display()),
+        format!("ALTER SYSTEM SET ssl_key_file = '{}'", dir.join("server.key").display()),
+        "ALTER SYSTEM SET ssl = on".to_string(),
+        "SELECT pg_reload_conf()".to_string(),
+    ] {
+        admin.batch_execute(&statement).unwrap();
+    }
     dir
 }
 

@@ -129,7 +129,17 @@ fn clone_error(error: &postgres::Error) -> ClassifiedError {
         code: error.code().map(|code| code.code().to_string()),
         text: match error.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => error.to_string(),
+            // The driver's message names the step ("error performing TLS handshake"); its
+            // sources say why (an unknown issuer, a name the certificate does not hold).
+            None => {
+                let mut text = error.to_string();
+                let mut source = error.source();
+                while let Some(cause) = source {
+                    text.push_str(&format!(": {cause}"));
+                    source = cause.source();
+                }
+                text
+            }
         },
         io: error.is_closed() || error.source().is_some_and(|source| source.is::<std::io::Error>()),
     }
@@ -292,7 +302,8 @@ fn mask_authority(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
     let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
     let Some((credentials, host)) = authority.rsplit_once('@') else { return url.to_string() };
-    let user = credentials.split(':').next().unwrap_or_default();
+    // Only a password is hidden: a user alone is shown as it is.
+    let Some((user, _password)) = credentials.split_once(':') else { return url.to_string() };
     let slash = if rest.contains('/') { "/" } else { "" };
     format!("{scheme}://{user}:***@{host}{slash}{tail}")
 }

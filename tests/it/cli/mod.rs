@@ -10,7 +10,7 @@ use crate::support::{build_and_answer, mragent_command, project_with, read_lines
 /// Every subcommand `mragent --help` must list: exactly the ones that work.
 const COMMANDS: &[&str] = &[
     "build", "run", "eval", "replay", "export", "verify", "compare", "learn", "retrieve", "trace",
-    "ping", "memory", "ask", "serve", "mcp", "store",
+    "ping", "memory", "ask", "serve", "mcp", "store", "keys",
 ];
 
 /// Run the built binary in a new empty directory (no `.env`) with a clean model environment.
