@@ -274,7 +274,7 @@ async fn identify(state: &AppState, given: &str) -> Result<Option<Access>, Store
     let store = state.service.store().clone();
     let open = state.tokens.is_empty();
     let given = given.to_string();
-    let found = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         if crate::store::split_key(&given).is_some() {
             return Ok(store.verify_key(&given)?.map(Access::of_key));
         }
@@ -285,8 +285,7 @@ async fn identify(state: &AppState, given: &str) -> Result<Option<Access>, Store
         Ok(None)
     })
     .await
-    .map_err(|error| StoreError::Corrupt(format!("the key check failed: {error}")))?;
-    found
+    .map_err(|error| StoreError::Corrupt(format!("the key check failed: {error}")))?
 }
 
 /// Named tokens from `name=token,name=token` ([`TOKENS_ENV`]); names follow the one id rule.
