@@ -4,17 +4,11 @@
 //! refused with a message that says so; verify-ca checks the chain only; require encrypts
 //! without checking; disable stays plain.
 
-use std::path::Path;
 use std::process::Command;
 
 use mragent::store::Store;
 
 use crate::private_pg;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 /// Turns TLS on in the shared server with a certificate for `localhost` only (not its
 /// address), signed by `ca.pem` in the returned folder; `other-ca.pem` signs nothing of it.
@@ -22,62 +16,7 @@ fn tls_server() -> std::path::PathBuf {
     let pg = private_pg::shared();
     let dir = pg.dir().join(format!("tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for ca in ["ca", "other-ca"] {
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{ca}.key"),
-                "-out",
-                &format!("{ca}.pem"),
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN=mragent test {ca}"),
-            ],
-        );
-    }
-    openssl(
-        &dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    );
-    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
-    openssl(
-        &dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ],
-    );
+    crate::support::tls_certificates(&dir, &["ca", "other-ca"], "DNS:localhost");
     let root =
         Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.starts_with(b"0\n"));
     if root {

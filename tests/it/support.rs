@@ -131,3 +131,54 @@ pub(crate) fn done_in_cache(path: &Path) -> BTreeSet<u32> {
         .map(|unit| unit["first_session"].as_u64().unwrap() as u32)
         .collect()
 }
+
+/// Test certificates in `dir`, made with the `openssl` program: a self-signed CA `<ca>.pem`
+/// (key `<ca>.key`) for each of `cas`, and `server.pem` (key `server.key`) for `/CN=localhost`
+/// with the subject alternative names `san` (as `subjectAltName=` takes them), signed by the
+/// first CA.
+pub(crate) fn tls_certificates(dir: &Path, cas: &[&str], san: &str) {
+    let openssl = |args: &[&str]| {
+        let out =
+            std::process::Command::new("openssl").args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    for ca in cas {
+        let (key, pem, subject) =
+            (format!("{ca}.key"), format!("{ca}.pem"), format!("/CN=mragent test {ca}"));
+        openssl(&[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &pem,
+            "-days", "2", "-subj", &subject,
+        ]);
+    }
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(dir.join("san.ext"), format!("subjectAltName={san}\n")).unwrap();
+    let (ca_pem, ca_key) = (format!("{}.pem", cas[0]), format!("{}.key", cas[0]));
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        &ca_pem,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+}

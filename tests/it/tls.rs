@@ -3,7 +3,6 @@
 //! that trusts the test's CA gets answers; one that does not, or that speaks plain HTTP, gets
 //! none.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -12,64 +11,12 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use crate::jobs::server;
 use crate::support::{EMBEDDER, mragent_command};
 
-/// A CA and a server certificate it signs for `localhost` and 127.0.0.1, in `dir`.
-fn certificates(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=mragent test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_speaks_https_to_curl_and_python_with_the_given_certificate() {
     let scripted = server(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
-    certificates(dir.path());
+    // A CA and a server certificate it signs for `localhost` and 127.0.0.1.
+    crate::support::tls_certificates(dir.path(), &["ca"], "DNS:localhost,IP:127.0.0.1");
     let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
     let args = [
         "serve",
