@@ -395,6 +395,31 @@ fn open_chains(
     Ok((new_facts, open))
 }
 
+/// [`walk`] over `facts` with the verdicts cached for `model`; the first failed lookup ends it.
+fn walk_stored(
+    connection: &Conn,
+    facts: &[StoredFact],
+    model: &str,
+    unknown_replaces: bool,
+) -> Result<Walk, StoreError> {
+    let mut failed = None;
+    let walked = walk(
+        facts,
+        |older, newer| match lookup_verdict(connection, &verdict_key(model, older, newer)) {
+            Ok(found) => found,
+            Err(error) => {
+                failed.get_or_insert(error);
+                None
+            }
+        },
+        unknown_replaces,
+    );
+    match failed {
+        Some(error) => Err(error),
+        None => Ok(walked),
+    }
+}
+
 fn lookup_verdict(connection: &Conn, key: &str) -> Result<Option<bool>, StoreError> {
     connection.query_opt("SELECT replaces FROM fact_verdicts WHERE key = ?1", params![key], |row| {
         row.get(0)
@@ -417,22 +442,7 @@ impl Store {
         let mut plan = ChainPlan { new_facts, open: Vec::new() };
         let mut keys = std::collections::BTreeSet::new();
         for facts in chains {
-            let mut failed = None;
-            let walked = walk(
-                &facts,
-                |older, newer| match lookup_verdict(&connection, &verdict_key(model, older, newer))
-                {
-                    Ok(found) => found,
-                    Err(error) => {
-                        failed.get_or_insert(error);
-                        None
-                    }
-                },
-                true,
-            );
-            if let Some(error) = failed {
-                return Err(error);
-            }
+            let walked = walk_stored(&connection, &facts, model, true)?;
             for (older, newer) in walked.unknown {
                 let pair = FactPair { older: facts[older].clone(), newer: facts[newer].clone() };
                 let key = pair.verdict_key(model);
@@ -481,22 +491,7 @@ impl Store {
         let mut applied = ChainsApplied::default();
         let mut touched: Vec<String> = Vec::new();
         for facts in chains {
-            let mut failed = None;
-            let walked = walk(
-                &facts,
-                |older, newer| match lookup_verdict(&transaction, &verdict_key(model, older, newer))
-                {
-                    Ok(found) => found,
-                    Err(error) => {
-                        failed.get_or_insert(error);
-                        None
-                    }
-                },
-                false,
-            );
-            if let Some(error) = failed {
-                return Err(error);
-            }
+            let walked = walk_stored(&transaction, &facts, model, false)?;
             applied.pairs += walked.pairs;
             applied.undecided += walked.unknown.len();
             let mut successor: Vec<Option<usize>> = vec![None; facts.len()];
