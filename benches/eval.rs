@@ -66,6 +66,7 @@ fn synthetic_run() -> Vec<(String, Vec<ResultLine>)> {
                 prompt_tokens: 2000,
                 completion_tokens: 60,
                 latency_ms: 1000,
+                path: None,
                 provenance: Default::default(),
             });
         }

@@ -97,6 +97,7 @@ prompt!(ANSWER_TAG_SCORES, "answer_tag_scores");
 prompt!(ANSWER_SYSTEM, "answer_system");
 prompt!(ANSWER_RULES_LONGMEMEVAL, "answer_rules_longmemeval");
 prompt!(ANSWER_FINAL, "answer_final");
+prompt!(ANSWER_SINGLE, "answer_single");
 prompt!(ANSWER_TIME_NUDGE, "answer_time_nudge");
 prompt!(ANSWER_NUDGE, "answer_nudge");
 prompt!(ANSWER_REASK, "answer_reask");
@@ -134,6 +135,7 @@ pub const ALL: &[Prompt] = &[
     ANSWER_SYSTEM,
     ANSWER_RULES_LONGMEMEVAL,
     ANSWER_FINAL,
+    ANSWER_SINGLE,
     ANSWER_TIME_NUDGE,
     ANSWER_NUDGE,
     ANSWER_REASK,

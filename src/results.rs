@@ -58,10 +58,37 @@ pub struct ResultLine {
     /// Wall time in milliseconds.
     #[serde(default)]
     pub latency_ms: u64,
+    /// Which path answered it (`loop`, `single`, or `escalated`: single, then the loop); lines
+    /// written before paths existed have none (the loop answered them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<AnswerPath>,
     /// What the answer was made from; a rerun answers the question again when this no longer
     /// matches (lines of older versions have none and are kept).
     #[serde(default, flatten)]
     pub provenance: Provenance,
+}
+
+/// Which path answered a question (`--answer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerPath {
+    /// The tool loop.
+    Loop,
+    /// One retrieval pass and one model call.
+    Single,
+    /// The single pass found nothing, then the loop answered.
+    Escalated,
+}
+
+impl AnswerPath {
+    /// Its name in result lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerPath::Loop => "loop",
+            AnswerPath::Single => "single",
+            AnswerPath::Escalated => "escalated",
+        }
+    }
 }
 
 /// What a result line was answered from. Empty fields (lines written before they existed)

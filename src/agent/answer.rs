@@ -14,6 +14,7 @@ use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
 use crate::agent::run::{AnswerRun, Outcome};
 use crate::agent::settings::{AnswerSettings, Shared};
+use crate::agent::single::{self, AnswerMode, Gate};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::compact::mark_shown;
 use crate::agent::tools::{ToolContext, ToolState};
@@ -22,7 +23,7 @@ use crate::dataset::Question;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::names::{NameKind, check_name};
-use crate::results::{ResultLine, Status};
+use crate::results::{AnswerPath, ResultLine, Status};
 use crate::retrieval::vector::unit_length;
 use crate::snapshot::Snapshot;
 
@@ -99,7 +100,9 @@ async fn answer_in_span<M: ChatModel, E: Embedder>(
     });
 
     let mut usage = Usage::default();
-    let outcome = solve(shared, sample, question, &prepared, &mut trace, &mut usage).await;
+    let solved = solve(shared, sample, question, &prepared, &mut trace, &mut usage).await;
+    let path = solved.as_ref().ok().map(|(_, path)| *path);
+    let outcome = solved.map(|(outcome, _)| outcome);
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (status, prediction, prediction_context, error, rounds, tool_calls) = match outcome {
         Ok(Outcome { answer: Ok(answer), rounds, tool_calls, .. }) => {
@@ -124,6 +127,7 @@ async fn answer_in_span<M: ChatModel, E: Embedder>(
         tool_calls,
         usage,
         latency_ms,
+        path,
         counts,
     });
     ResultLine {
@@ -142,6 +146,7 @@ async fn answer_in_span<M: ChatModel, E: Embedder>(
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
         latency_ms,
+        path,
         provenance: Default::default(),
     }
 }
@@ -155,7 +160,9 @@ fn open_trace(settings: &AnswerSettings, sample_id: &str, question_id: &str) -> 
     }
 }
 
-/// Retrieval then the loop. `usage` accumulates every call's tokens, failed attempts included.
+/// The single path when the gate sends the question there (`--answer single|adaptive`), else
+/// retrieval then the loop; under `adaptive` a single pass that found nothing goes on to the
+/// loop. `usage` accumulates every call's tokens, failed attempts included.
 async fn solve<M: ChatModel, E: Embedder>(
     shared: &Shared<'_, M, E>,
     sample: &Snapshot,
@@ -163,13 +170,57 @@ async fn solve<M: ChatModel, E: Embedder>(
     prepared: &PreparedQuestion,
     trace: &mut TraceWriter,
     usage: &mut Usage,
-) -> Result<Outcome, String> {
+) -> Result<(Outcome, AnswerPath), String> {
     let settings = shared.settings;
     let question_vector = question_vector(shared, sample, question, usage).await?;
+    let mut first = None;
+    if settings.answer.mode != AnswerMode::Loop
+        && let Gate::Single(turns) =
+            single::gate(settings, sample, question.question.trim(), trace).await
+    {
+        let outcome =
+            single::answer(shared, sample, prepared, &question_vector, &turns, trace, usage).await;
+        if settings.answer.mode == AnswerMode::Single || !single::found_nothing(&outcome) {
+            return Ok((outcome, AnswerPath::Single));
+        }
+        trace.record(TraceEvent::Retrieval {
+            step: "gate".into(),
+            detail: serde_json::json!({
+                "path": "escalated",
+                "reason": "the single pass found nothing",
+            }),
+        });
+        first = Some(outcome);
+    }
+    let outcome = solve_in_loop(shared, sample, prepared, &question_vector, trace, usage).await;
+    Ok(match first {
+        None => (outcome, AnswerPath::Loop),
+        Some(first) => (
+            Outcome {
+                rounds: first.rounds + outcome.rounds,
+                tool_calls: first.tool_calls + outcome.tool_calls,
+                usage: first.usage + outcome.usage,
+                ..outcome
+            },
+            AnswerPath::Escalated,
+        ),
+    })
+}
+
+/// Retrieval then the loop.
+async fn solve_in_loop<M: ChatModel, E: Embedder>(
+    shared: &Shared<'_, M, E>,
+    sample: &Snapshot,
+    prepared: &PreparedQuestion,
+    question_vector: &[f32],
+    trace: &mut TraceWriter,
+    usage: &mut Usage,
+) -> Outcome {
+    let settings = shared.settings;
     let input = RetrieveInput {
         graph: &sample.graph,
         vectors: &sample.embeddings,
-        question_vector: &question_vector,
+        question_vector,
         question: prepared,
         dataset: settings.dataset,
         settings: &settings.retrieval,
@@ -184,7 +235,7 @@ async fn solve<M: ChatModel, E: Embedder>(
     let context = ToolContext {
         graph: &sample.graph,
         vectors: &sample.embeddings,
-        question_vector: &question_vector,
+        question_vector,
         rerank_limit: settings.retrieval.k2,
         keep: settings.retrieval.k2,
         tag_max: settings.retrieval.tag_max,
@@ -196,7 +247,7 @@ async fn solve<M: ChatModel, E: Embedder>(
     let mut shown = BTreeSet::new();
     mark_shown(&payload, &mut shown);
     let tools = QuestionTools { context, state, shown };
-    Ok(tool_loop::drive(shared, run, tools, trace, usage).await)
+    tool_loop::drive(shared, run, tools, trace, usage).await
 }
 
 /// The question's embedding: from the build's cache, else embedded now.

@@ -54,11 +54,17 @@ mod scan;
 #[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 mod settings;
+mod single;
 mod tool_loop;
 pub mod tools;
 pub mod trace;
 
 pub use self::answer::answer_one;
 pub use self::counts::Counts;
-pub use self::pool::{AnswerSummary, PendingSample, SampleFeed, answer_all, answer_stream};
+pub use self::pool::{
+    AnswerSummary, PathCounts, PendingSample, SampleFeed, answer_all, answer_stream,
+};
 pub use self::settings::{AnswerSettings, answer_prompts_version};
+pub use self::single::{
+    AnswerGate, AnswerMode, NOTHING_FOUND, OWN_ANSWER_MODE, context as single_context,
+};

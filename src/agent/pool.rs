@@ -55,6 +55,10 @@ pub struct AnswerSummary {
     /// (see [`Counts::serialize_run`]).
     #[serde(flatten, serialize_with = "Counts::serialize_run")]
     pub counts: Counts,
+    /// How many of this run's questions each path answered (`--answer`); written only when
+    /// some question did not take the loop.
+    #[serde(skip_serializing_if = "PathCounts::loop_only")]
+    pub paths: PathCounts,
     /// Estimated cost in USD of this run, when the model's price is known.
     pub cost_usd: Option<f64>,
     /// Wall time.
@@ -99,6 +103,10 @@ impl std::fmt::Display for AnswerSummary {
             self.usage.completion_tokens
         )?;
         f.write_str(&self.counts.run_line())?;
+        if !self.paths.loop_only() {
+            let PathCounts { single, looped, escalated } = self.paths;
+            write!(f, "; paths: {single} single, {looped} loop, {escalated} escalated")?;
+        }
         if !self.empty_sessions.is_empty() {
             write!(
                 f,
@@ -111,6 +119,34 @@ impl std::fmt::Display for AnswerSummary {
             write!(f, " (about ${cost:.2})")?;
         }
         write!(f, " in {:.1}s", self.elapsed.as_secs_f64())
+    }
+}
+
+/// How many questions each answer path took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PathCounts {
+    /// Answered by the single path.
+    pub single: usize,
+    /// Answered by the loop.
+    #[serde(rename = "loop")]
+    pub looped: usize,
+    /// The single pass found nothing, then the loop answered.
+    pub escalated: usize,
+}
+
+impl PathCounts {
+    /// Whether every question took the loop (nothing worth writing beside the usual counts).
+    pub fn loop_only(&self) -> bool {
+        self.single == 0 && self.escalated == 0
+    }
+
+    /// Counts one result line's path (a line without one took the loop).
+    pub fn add(&mut self, path: Option<crate::results::AnswerPath>) {
+        match path {
+            Some(crate::results::AnswerPath::Single) => self.single += 1,
+            Some(crate::results::AnswerPath::Escalated) => self.escalated += 1,
+            Some(crate::results::AnswerPath::Loop) | None => self.looped += 1,
+        }
     }
 }
 
@@ -208,7 +244,7 @@ where
     let output = Output { settings, progress: &progress, latch: &latch };
     let written = output.write_lines(finished, stop, &stopped).await?;
     progress.finish();
-    let WrittenLines { answered, errors, usage } = written;
+    let WrittenLines { answered, errors, usage, paths } = written;
     let Scan { resumed, waiting, result_files, empty_sessions } =
         scan.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let pending = waiting.iter().map(|sample| sample.questions).sum::<usize>();
@@ -225,6 +261,7 @@ where
         usage,
         empty_sessions,
         counts: shared.counts(),
+        paths,
         cost_usd: crate::llm::models::estimate_cost_usd(&settings.model, usage),
         elapsed: started.elapsed(),
         result_files,
@@ -328,11 +365,13 @@ struct WrittenLines {
     answered: usize,
     errors: usize,
     usage: Usage,
+    paths: PathCounts,
 }
 
 impl WrittenLines {
     fn add(&mut self, line: &ResultLine) {
         self.answered += 1;
+        self.paths.add(line.path);
         if line.status == Status::Error {
             self.errors += 1;
         }
@@ -361,6 +400,7 @@ mod tests {
             usage: Usage { prompt_tokens: 10, completion_tokens: 2 },
             empty_sessions: Vec::new(),
             counts: Counts { fallbacks: 4, retries: 5, hedges: 6, ..Counts::default() },
+            paths: PathCounts::default(),
             cost_usd: None,
             elapsed: Duration::from_millis(1500),
             result_files: vec![PathBuf::from("r.jsonl")],

@@ -190,6 +190,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 2,
             latency_ms: 5,
+            path: None,
             provenance: Default::default(),
         }
     }

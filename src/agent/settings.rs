@@ -42,6 +42,8 @@ pub struct AnswerSettings {
     pub traces: bool,
     /// The environment variable the API key comes from, named when the endpoint refuses it.
     pub key_variable: String,
+    /// How questions are answered (`--answer`, `--gate-threshold`; default: the loop).
+    pub answer: crate::agent::single::AnswerGate,
     /// Meta-memory rules appended to the loop's system prompt (`--meta-rules`; empty: none).
     #[serde(skip)]
     pub rules: std::sync::Arc<crate::agent::rules::RuleSet>,
@@ -77,6 +79,7 @@ impl AnswerSettings {
             progress: true,
             traces: true,
             key_variable: "OPENAI_API_KEY".to_string(),
+            answer: Default::default(),
             rules: Default::default(),
             only_questions: None,
             loop_events: None,
@@ -108,9 +111,29 @@ impl AnswerSettings {
         Provenance {
             memory: sample.memory.fingerprint.clone(),
             model: self.model.clone(),
-            prompts: answer_prompts_version(),
+            prompts: self.prompts_version(),
             rules: self.rules.hash(),
         }
+    }
+
+    /// The version of the prompts this run answers with: [`answer_prompts_version`] under
+    /// `--answer loop` (so published loop runs keep theirs), and on top of it the single-path
+    /// prompt, the mode and the gate's settings otherwise, so that a rerun in another mode
+    /// answers its questions again instead of resuming them.
+    pub fn prompts_version(&self) -> String {
+        use sha2::Digest as _;
+        let base = answer_prompts_version();
+        let gate = self.answer;
+        if gate.mode == crate::agent::single::AnswerMode::Loop {
+            return base;
+        }
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(base.as_bytes());
+        hasher.update([0]);
+        hasher.update(crate::prompts::ANSWER_SINGLE.version().as_bytes());
+        hasher.update(format!("\0{}\0{:.4}\0{}", gate.mode.as_str(), gate.threshold, gate.k));
+        let digest = hasher.finalize();
+        digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
     }
 
     /// Whether question `id` is in scope (see [`AnswerSettings::only_questions`]).
@@ -139,8 +162,16 @@ pub fn answer_prompts_version() -> String {
     // The rules block's template is tracked by the rule-set hash (it hashes the block the model
     // sees), so a run without rules keeps its prompt version when that template changes; the
     // `learn_*` prompts never reach the answer loop.
-    const NOT_ANSWERING: &[&str] =
-        &["ping", "rewrite", "keywords", "stage_reask", "memgas_granules", "answer_meta_rules"];
+    const NOT_ANSWERING: &[&str] = &[
+        "ping",
+        "rewrite",
+        "keywords",
+        "stage_reask",
+        "memgas_granules",
+        "answer_meta_rules",
+        // The single path's prompt is hashed by `AnswerSettings::prompts_version` when used.
+        "answer_single",
+    ];
     let mut hasher = sha2::Sha256::new();
     for prompt in crate::prompts::ALL {
         if NOT_ANSWERING.contains(&prompt.name)

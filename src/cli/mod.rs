@@ -301,6 +301,40 @@ pub struct RunArgs {
     pub shard: Option<String>,
 }
 
+/// How questions are answered (`run`, `ask`, `serve`, `mcp`).
+#[derive(Debug, Clone, Args)]
+pub struct AnswerArgs {
+    /// `loop`: the tool loop, as MRAgent answers; `single`: one retrieval pass and one model
+    /// call; `adaptive`: the single pass when the retrieval is sure, else the loop (and the loop
+    /// after a single pass that found nothing). Default: `loop` (docs/answering.md).
+    #[arg(long = "answer", value_enum, value_name = "MODE")]
+    pub answer: Option<crate::agent::AnswerMode>,
+    /// `adaptive`: the confidence (0 to 1) at or above which a question takes the single path;
+    /// the default was chosen held out on LoCoMo evidence (`retrieve --gate`).
+    #[arg(long, value_parser = unit_interval, value_name = "CONFIDENCE")]
+    pub gate_threshold: Option<f64>,
+}
+
+impl AnswerArgs {
+    /// The gate these arguments ask for, `default` being the command's mode.
+    pub fn gate(&self, default: crate::agent::AnswerMode) -> crate::agent::AnswerGate {
+        let mut gate = crate::agent::AnswerGate::with_mode(self.answer.unwrap_or(default));
+        if let Some(threshold) = self.gate_threshold {
+            gate.threshold = threshold;
+        }
+        gate
+    }
+}
+
+/// A number from 0 to 1.
+fn unit_interval(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|value| (0.0..=1.0).contains(value))
+        .ok_or_else(|| format!("expected a number from 0 to 1, got {text:?}"))
+}
+
 /// `mragent ping`.
 #[derive(Debug, Args)]
 pub struct PingArgs {
@@ -370,6 +404,11 @@ pub struct RetrieveArgs {
     /// (`eval/<dataset>/retrieve/folds.md`).
     #[arg(long)]
     pub folds: bool,
+    /// Choose the answer gate of `--answer adaptive` on gold evidence turns: its context size
+    /// and confidence threshold on the conv-26/conv-30 dev split, reported on the other
+    /// conversations per category (`eval/<dataset>/retrieve/gate.md`).
+    #[arg(long, conflicts_with = "folds")]
+    pub gate: bool,
     /// Validity-aware ranking: of two sessions about the same thing that both score near the
     /// top, rank the newer first. `held-out` chooses the margin and threshold on half of the
     /// questions for the other half (and back); `MARGIN,THRESHOLD` fixes them (margin: fraction
@@ -410,6 +449,9 @@ pub struct RunCommandArgs {
     /// Do not write per-question traces under log/.
     #[arg(long)]
     pub no_traces: bool,
+    /// How questions are answered.
+    #[command(flatten)]
+    pub answer: AnswerArgs,
     /// The rules file `mragent learn` writes (data/<dataset>/meta/<name>/rules.json): its rules
     /// go as one block at the end of the answer loop's system prompt. Lines answered under other
     /// rules (or none) are answered again.

@@ -336,6 +336,9 @@ pub struct AskArgs {
     /// go as one block at the end of the answer loop's system prompt.
     #[arg(long, value_name = "FILE")]
     pub meta_rules: Option<PathBuf>,
+    /// How the question is answered.
+    #[command(flatten)]
+    pub answer: super::AnswerArgs,
     #[command(flatten)]
     pub models: StoreModelArgs,
 }
@@ -393,6 +396,9 @@ pub struct ServiceArgs {
     /// go as one block at the end of the answer loop's system prompt (every ask).
     #[arg(long, value_name = "FILE")]
     pub meta_rules: Option<PathBuf>,
+    /// How every ask is answered.
+    #[command(flatten)]
+    pub answer: super::AnswerArgs,
     #[command(flatten)]
     pub models: StoreModelArgs,
 }

@@ -13,6 +13,14 @@ use crate::settings::RetrieveJob;
 /// Evaluates, prints the tables and where they were written; partial when stopped early.
 pub async fn execute(job: RetrieveJob) -> anyhow::Result<Outcome> {
     let settings = job.settings;
+    if job.gate {
+        let report =
+            tokio::task::spawn_blocking(move || crate::tune::gate::run_gate_eval(&settings))
+                .await
+                .context("the gate task failed")??;
+        outln!("{}", report.markdown)?;
+        return Ok(Outcome::Success);
+    }
     if job.folds {
         let outcome =
             tokio::task::spawn_blocking(move || crate::tune::run_retrieval_folds(&settings))

@@ -206,7 +206,8 @@ fn describe(manifest: &mut Manifest, job: &RunJob, conversations: &[Conversation
     manifest.set("timeout_s", models.timeout.as_secs());
     manifest.set("structured_output", models.structured_output);
     manifest.set("hedge", models.hedge);
-    manifest.set("answer_prompts", crate::agent::answer_prompts_version());
+    manifest.set("answer_prompts", job.answer.prompts_version());
+    manifest.set("answer", job.answer.answer);
     manifest.meta_rules = job.meta_rules.as_ref().map(MetaRulesRecord::of);
     let samples: Vec<&str> = conversations.iter().map(|c| c.sample_id.as_str()).collect();
     manifest.set("samples", samples);

@@ -131,6 +131,7 @@ mod tests {
                 tool_calls: 1,
                 usage: Usage::default(),
                 latency_ms: 5,
+                path: None,
                 counts: Counts::default(),
             }),
         ];

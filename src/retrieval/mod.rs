@@ -28,6 +28,7 @@ pub mod bm25;
 pub mod build;
 pub mod cache;
 pub mod dates;
+pub mod gate;
 pub mod gmm;
 pub mod graph;
 pub mod index;

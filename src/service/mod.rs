@@ -80,6 +80,8 @@ pub struct ServiceSettings {
     pub add_wait: std::time::Duration,
     /// The memory the cached conversations and query vectors may take (`--cache-mb`).
     pub cache: CacheBudget,
+    /// How every ask is answered (`--answer`, `--gate-threshold`).
+    pub answer: crate::agent::AnswerGate,
 }
 
 /// How long an HTTP add waits for its build by default (see [`ServiceSettings::add_wait`]).
@@ -102,6 +104,7 @@ impl ServiceSettings {
             job_lease: DEFAULT_JOB_LEASE,
             add_wait: DEFAULT_ADD_WAIT,
             cache: CacheBudget::default(),
+            answer: crate::agent::AnswerGate::with_mode(crate::agent::OWN_ANSWER_MODE),
         }
     }
 }

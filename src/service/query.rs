@@ -92,6 +92,10 @@ pub struct AskReport {
     pub tool_calls: u32,
     /// Wall time in milliseconds.
     pub latency_ms: u64,
+    /// Which path answered: `loop`, `single` (one retrieval pass, one model call) or
+    /// `escalated` (the single pass found nothing, then the loop).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<crate::results::AnswerPath>,
     /// Hash of the meta-memory rules the loop was given (`--meta-rules`); absent without rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub meta_rules: Option<String>,
@@ -368,6 +372,7 @@ where
             "ask",
         );
         answer.loop_events = events;
+        answer.answer = settings.answer;
         answer.rules = Arc::clone(&settings.rules);
         let trace = answer.trace_path(&label, &question_id);
         // An endpoint that refuses the question for good (bad key, unknown model) is an error
@@ -397,6 +402,7 @@ where
             rounds: line.rounds,
             tool_calls: line.tool_calls,
             latency_ms: line.latency_ms,
+            path: line.path,
             meta_rules: Some(line.provenance.rules).filter(|hash| !hash.is_empty()),
         })
     }

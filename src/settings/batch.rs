@@ -94,6 +94,7 @@ impl RunJob {
         answer.seed = args.seed;
         answer.progress = !quiet;
         answer.traces = !args.no_traces;
+        answer.answer = args.answer.gate(crate::agent::AnswerMode::Loop);
         answer.key_variable = models.key_variable.to_string();
         if let Some(meta) = &meta_rules {
             answer.rules = meta.rules.clone();

@@ -84,6 +84,7 @@ impl OwnSettings {
         own.service.session_gap = args.session_gap;
         own.service.workers = args.workers as usize;
         own.service.cache = crate::service::CacheBudget::mb(args.cache_mb);
+        own.service.answer = args.answer.gate(crate::agent::OWN_ANSWER_MODE);
         own.with_rules(paths, args.meta_rules.as_deref())?;
         Ok(own)
     }
@@ -380,6 +381,7 @@ impl AskJob {
     ) -> anyhow::Result<Self> {
         let mut own = OwnSettings::resolve(paths, &args.models, env)?;
         own.with_rules(paths, args.meta_rules.as_deref())?;
+        own.service.answer = args.answer.gate(crate::agent::OWN_ANSWER_MODE);
         let scope = match (args.user, args.conversation) {
             (Some(user), _) => Scope::User(user),
             (None, conversation) => Scope::Conversation(conversation.unwrap_or_default()),

@@ -88,6 +88,12 @@ pub fn replay_args(args: &RunCommandArgs) -> Vec<String> {
         push("--no-memgas", None);
     }
     push("--seed", Some(args.seed.to_string()));
+    if let Some(mode) = args.answer.answer {
+        push("--answer", Some(mode.as_str().to_string()));
+    }
+    if let Some(threshold) = args.answer.gate_threshold {
+        push("--gate-threshold", Some(threshold.to_string()));
+    }
     if args.no_traces {
         push("--no-traces", None);
     }

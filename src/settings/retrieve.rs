@@ -18,6 +18,8 @@ pub struct RetrieveJob {
     pub settings: RetrieveSettings,
     /// `--folds`: leave-one-conversation-out tuning instead of one evaluation.
     pub folds: bool,
+    /// `--gate`: choose the answer gate on evidence instead of one evaluation.
+    pub gate: bool,
 }
 
 impl RetrieveJob {
@@ -38,7 +40,7 @@ impl RetrieveJob {
         }
         settings.same_topic =
             if args.same_topic == "words" { SameTopic::Words } else { SameTopic::Vector };
-        Ok(Self { settings, folds: args.folds })
+        Ok(Self { settings, folds: args.folds, gate: args.gate })
     }
 }
 

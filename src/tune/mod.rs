@@ -12,6 +12,7 @@
 
 mod embed;
 pub mod folds;
+pub mod gate;
 mod markdown;
 pub mod metrics;
 mod progress;

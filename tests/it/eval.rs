@@ -614,6 +614,7 @@ fn complete_project() -> (tempfile::TempDir, Vec<ResultLine>) {
                 prompt_tokens: 100,
                 completion_tokens: 10,
                 latency_ms: 5,
+                path: None,
                 provenance: Default::default(),
             }
         })

@@ -301,6 +301,7 @@ impl Timeline<'_> {
             tool_calls,
             usage,
             latency_ms,
+            path,
             counts,
         } = event
         else {
@@ -314,8 +315,9 @@ impl Timeline<'_> {
             if count > 0 { format!(", {count} {what}") } else { String::new() }
         };
         let fallbacks = counts.labelled().map(counted).concat();
+        let path = path.map(|path| format!("{} path, ", path.as_str())).unwrap_or_default();
         let stats = palette.dim.apply_to(format!(
-            "({rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
+            "({path}{rounds} rounds, {tool_calls} tool calls, {}+{} tok, {}{fallbacks})",
             usage.prompt_tokens,
             usage.completion_tokens,
             format_ms(*latency_ms)

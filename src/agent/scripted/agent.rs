@@ -65,6 +65,7 @@ pub fn is_answer_request(request: &RecordedRequest) -> bool {
         || system == prompts::ANSWER_TAG_SCORES.text
         || system.starts_with(prompts::RERANK.text.lines().next().unwrap_or_default())
         || system.starts_with(prompts::ANSWER_SYSTEM.text.lines().next().unwrap_or_default())
+        || system.starts_with(prompts::ANSWER_SINGLE.text.lines().next().unwrap_or_default())
 }
 
 /// A responder for `ScriptedServer::with_responder` playing the answering agent.

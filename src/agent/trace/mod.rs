@@ -189,6 +189,9 @@ pub enum TraceEvent {
         usage: Usage,
         /// Wall time.
         latency_ms: u64,
+        /// Which path answered (`loop`, `single`, `escalated`); absent in older traces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<crate::results::AnswerPath>,
         /// What the question counted: fallbacks, rejected replies, skipped calls, retries and
         /// hedges (see [`Counts`]).
         #[serde(flatten)]

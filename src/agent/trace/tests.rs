@@ -132,6 +132,7 @@ fn a_finish_record_writes_its_counts_after_the_latency() -> anyhow::Result<()> {
             tool_calls: 1,
             usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
             latency_ms: 9,
+            path: None,
             counts: Counts { skipped: 1, hedges: 2, ..Counts::default() },
         },
     };

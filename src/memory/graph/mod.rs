@@ -171,6 +171,19 @@ impl MemoryGraph {
         }
     }
 
+    /// The personal facts drawn from one turn (`D3:5`), in insertion order.
+    pub fn facts_of_turn(&self, dia_id: &str) -> Vec<&Fact> {
+        let Some(turn) = self.turn_node(dia_id.trim()) else { return Vec::new() };
+        self.in_edges(turn)
+            .into_iter()
+            .filter(|(edge, _)| matches!(edge, Edge::Source))
+            .filter_map(|(_, node)| match &self.graph[node] {
+                Node::Fact(fact) => Some(fact),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A topic by id (`D3:t1`).
     pub fn topic(&self, topic_id: &str) -> Option<&Topic> {
         match self.topics.get(topic_id.trim()).map(|&node| &self.graph[node]) {

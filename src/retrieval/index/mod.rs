@@ -365,6 +365,33 @@ impl MemoryIndex {
         &self.sessions[entry.session].units.turns[local].dia_id
     }
 
+    /// A ranked turn with its session, date, speaker and text.
+    pub fn turn_hit(&self, hit: Scored) -> TurnHit {
+        let entry = self.turns[hit.index];
+        let units = &self.sessions[entry.session].units;
+        let turn = &units.turns[hit.index - self.sessions[entry.session].turns.start];
+        TurnHit {
+            dia_id: turn.dia_id.clone(),
+            session_id: units.session_id.clone(),
+            date: units.date.clone(),
+            speaker: turn.speaker.clone(),
+            text: turn.text.clone(),
+            score: hit.score,
+        }
+    }
+
+    /// The position of turn `index`'s session among the index's sessions.
+    pub fn turn_session(&self, index: usize) -> usize {
+        self.turns[index].session
+    }
+
+    /// The text (`speaker: text`) of turn `index`.
+    pub fn turn_text(&self, index: usize) -> &str {
+        let entry = self.turns[index];
+        let local = index - self.sessions[entry.session].turns.start;
+        &self.sessions[entry.session].units.turns[local].text
+    }
+
     /// Granularities present in every session (session and turn always; summary and keyword only
     /// when every session has them).
     pub fn granularities(&self) -> Vec<Granularity> {
@@ -483,19 +510,7 @@ impl MemoryIndex {
             .unwrap_or_default()
             .iter()
             .take(k)
-            .map(|hit| {
-                let entry = self.turns[hit.index];
-                let units = &self.sessions[entry.session].units;
-                let turn = &units.turns[hit.index - self.sessions[entry.session].turns.start];
-                TurnHit {
-                    dia_id: turn.dia_id.clone(),
-                    session_id: units.session_id.clone(),
-                    date: units.date.clone(),
-                    speaker: turn.speaker.clone(),
-                    text: turn.text.clone(),
-                    score: hit.score,
-                }
-            })
+            .map(|&hit| self.turn_hit(hit))
             .collect();
         Ok(MemgasHits { method, sessions, turns, granularities: self.granularities() })
     }

@@ -35,6 +35,8 @@ mod shapes;
 
 mod faults;
 
+mod paths;
+
 fn fixture() -> Conversation {
     load_fixture("tests/fixtures/answer/tiny_conversation.json").remove(0)
 }

@@ -1,0 +1,448 @@
+//! `mragent retrieve --gate`: choose the answer gate's threshold and context size held out, on
+//! gold evidence turns, with no model (issue 43).
+//!
+//! For every question the harness ranks with fusion, computes the gate's signals
+//! ([`crate::retrieval::gate`]) for each candidate context size `k` ([`SINGLE_KS`]), and records
+//! whether every evidence turn is in the single-pass context (the top `k` turns) and whether it
+//! is within the loop's reach ([`LOOP_REACH`]). A threshold sends the questions at or above it
+//! down the single path; it is admissible when, over those questions, the single context holds
+//! every evidence turn at least as often as the loop's reach does. On the dev conversations
+//! ([`DEV_SAMPLES`], the ones the retrieval defaults were tuned on) the admissible (`k`,
+//! threshold) that sends the most questions down the single path is chosen (ties: the smaller
+//! `k`, then the higher threshold); it is then reported, unchanged, on the other conversations,
+//! per category. Results: `eval/<dataset>/retrieve/gate.md`, `gate.json` and `gate.jsonl` (one
+//! line per question).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use super::embed::Embedding;
+use super::steps::{Scoreboard, read_llm_units};
+use super::{RetrieveSettings, Timings, session_units};
+use crate::dataset::{self, LoadOptions};
+use crate::retrieval::gate::{CONTEXT_WINDOW, GateSignals, LOOP_REACH, assess, context_turns};
+use crate::retrieval::index::{IndexNeeds, Method};
+use crate::tune::metrics::Evidence;
+
+/// The conversations the retrieval defaults were tuned on; the gate is chosen on them.
+pub const DEV_SAMPLES: [&str; 2] = ["conv-26", "conv-30"];
+
+/// Context sizes (turns) tried for the single path.
+pub const SINGLE_KS: [usize; 3] = [5, 8, 10];
+
+/// One question under one context size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AtSize {
+    /// Turns in the single context.
+    pub k: usize,
+    /// The gate's signals over them.
+    pub signals: GateSignals,
+    /// Their confidence.
+    pub confidence: f64,
+    /// Every evidence turn is in the single-pass context (the top `k` with their neighbours).
+    pub single_holds: bool,
+    /// Every evidence turn is among the top `k` alone.
+    pub top_k_holds: bool,
+}
+
+/// One question's line in `gate.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateRow {
+    /// Question id.
+    pub question_id: String,
+    /// Its conversation.
+    pub sample: String,
+    /// Category name.
+    pub category: String,
+    /// Evidence turns (parsed).
+    pub evidence: Vec<String>,
+    /// Every evidence turn is within the loop's reach.
+    pub loop_holds: bool,
+    /// Per context size, in [`SINGLE_KS`] order.
+    pub sizes: Vec<AtSize>,
+    /// The fused ranking's top [`LOOP_REACH`] turns.
+    pub top: Vec<String>,
+}
+
+/// What a gate does on a set of questions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GateCell {
+    /// Questions.
+    pub questions: usize,
+    /// Of those, sent down the single path.
+    pub single: usize,
+    /// Single-path questions whose single context holds every evidence turn.
+    pub single_holds: usize,
+    /// Single-path questions whose evidence is all within the loop's reach.
+    pub loop_holds: usize,
+    /// All questions: the single context holds every evidence turn (as if every question took
+    /// the single path).
+    pub all_single_holds: usize,
+    /// All questions: every evidence turn within the loop's reach.
+    pub all_loop_holds: usize,
+}
+
+impl GateCell {
+    fn add(&mut self, row: &GateRow, size: usize, threshold: f64) {
+        let at = &row.sizes[size];
+        self.questions += 1;
+        self.all_single_holds += usize::from(at.single_holds);
+        self.all_loop_holds += usize::from(row.loop_holds);
+        if at.confidence >= threshold {
+            self.single += 1;
+            self.single_holds += usize::from(at.single_holds);
+            self.loop_holds += usize::from(row.loop_holds);
+        }
+    }
+
+    /// The gate keeps its promise here: single-path questions lose no evidence to the loop.
+    pub fn admissible(&self) -> bool {
+        self.single_holds >= self.loop_holds
+    }
+
+    /// Share of questions on the single path, in percent.
+    pub fn single_share(&self) -> f64 {
+        percent(self.single, self.questions)
+    }
+}
+
+/// The chosen gate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GateChoice {
+    /// Context size.
+    pub k: usize,
+    /// Threshold (`f64::INFINITY` serialises as null: nothing is admissible).
+    pub threshold: f64,
+}
+
+/// The outcome of [`run_gate_eval`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateReport {
+    /// The chosen gate.
+    pub choice: GateChoice,
+    /// The dev conversations, all questions.
+    pub dev: GateCell,
+    /// The held-out conversations, all questions.
+    pub held_out: GateCell,
+    /// The held-out conversations per category.
+    pub held_out_by_category: IndexMap<String, GateCell>,
+    /// Per context size: the best admissible threshold on dev and what it does held out.
+    pub sizes: Vec<(GateChoice, GateCell, GateCell)>,
+    /// The loop's reach (turns).
+    pub loop_reach: usize,
+    /// Conversations and questions.
+    pub conversations: usize,
+    /// Questions.
+    pub questions: usize,
+    /// Seconds.
+    pub seconds: f64,
+    /// Rendered `gate.md`.
+    pub markdown: String,
+}
+
+/// Chooses, on `dev`, for context size slot `size`, the threshold that sends the most
+/// questions down the single path while staying admissible (ties: the higher threshold).
+/// `INFINITY` when no threshold is admissible but the empty one.
+pub fn best_threshold(dev: &[&GateRow], size: usize) -> (f64, GateCell) {
+    let mut thresholds: Vec<f64> = dev.iter().map(|row| row.sizes[size].confidence).collect();
+    thresholds.sort_by(|a, b| b.total_cmp(a));
+    thresholds.dedup();
+    let mut best = (f64::INFINITY, cell(dev, size, f64::INFINITY));
+    for threshold in thresholds {
+        let candidate = cell(dev, size, threshold);
+        if candidate.admissible() && candidate.single > best.1.single {
+            best = (threshold, candidate);
+        }
+    }
+    best
+}
+
+/// The gate on `rows`.
+pub fn cell(rows: &[&GateRow], size: usize, threshold: f64) -> GateCell {
+    let mut cell = GateCell::default();
+    for row in rows {
+        cell.add(row, size, threshold);
+    }
+    cell
+}
+
+/// Chooses the gate on the dev rows: the admissible (size, threshold) with the most single-path
+/// questions; ties keep the smaller size (first in [`SINGLE_KS`]).
+pub fn choose(dev: &[&GateRow]) -> (usize, f64) {
+    let mut best = (0, f64::INFINITY, 0);
+    for size in 0..SINGLE_KS.len() {
+        let (threshold, found) = best_threshold(dev, size);
+        if found.single > best.2 {
+            best = (size, threshold, found.single);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// Runs the gate evaluation over the selected conversations and writes `gate.md`, `gate.json`
+/// and `gate.jsonl`.
+pub fn run_gate_eval(settings: &RetrieveSettings) -> anyhow::Result<GateReport> {
+    let started = Instant::now();
+    let options = LoadOptions {
+        samples: settings.samples.clone(),
+        question_type: settings.question_type,
+        drop_assistant_turns: settings.drop_assistant_turns,
+    };
+    let conversations = dataset::load(settings.dataset, &settings.data_path, &options)?;
+    let llm_units = read_llm_units(settings)?;
+    let needs =
+        IndexNeeds::for_methods(&[Method::Fusion, Method::Bm25, Method::Turn], &settings.index);
+    let stop = AtomicBool::new(false);
+    let mut timings = Timings::default();
+    let mut embedding = Embedding::new(settings, needs, &conversations, &stop);
+    let mut board = Scoreboard::new(0, Vec::new());
+    let mut rows = Vec::new();
+    for conversation in &conversations {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let granules = board.granules(settings, conversation)?;
+        let units =
+            session_units(conversation, llm_units.get(&conversation.sample_id), granules.as_ref());
+        let Some(index) = embedding.index(conversation, &units, &mut timings)? else { break };
+        let Some((vectors, words)) = embedding.questions(conversation, &index, &mut timings)?
+        else {
+            break;
+        };
+        for (question, vector) in conversation.questions.iter().zip(&vectors) {
+            let evidence = Evidence::parse(&question.evidence).turns;
+            let holds = |turns: &[crate::retrieval::Scored], k: usize| {
+                let top: BTreeSet<&str> =
+                    turns.iter().take(k).map(|hit| index.turn_id(hit.index)).collect();
+                evidence.iter().all(|turn| top.contains(turn.as_str()))
+            };
+            let mut sizes = Vec::new();
+            let mut loop_holds = false;
+            let mut top = Vec::new();
+            for k in SINGLE_KS {
+                let assessed = assess(&index, &question.question, vector, &words, k)
+                    .with_context(|| format!("ranking {}", question.id))?;
+                loop_holds = holds(&assessed.turns, LOOP_REACH);
+                top = assessed
+                    .turns
+                    .iter()
+                    .take(LOOP_REACH)
+                    .map(|hit| index.turn_id(hit.index).to_string())
+                    .collect();
+                let context = context_turns(&index, &assessed.turns, k, CONTEXT_WINDOW);
+                sizes.push(AtSize {
+                    k,
+                    signals: assessed.signals,
+                    confidence: assessed.confidence(),
+                    single_holds: holds(&context, context.len()),
+                    top_k_holds: holds(&assessed.turns, k),
+                });
+            }
+            rows.push(GateRow {
+                question_id: question.id.clone(),
+                sample: conversation.sample_id.clone(),
+                category: question.category.name().to_string(),
+                evidence: evidence.into_iter().collect(),
+                loop_holds,
+                sizes,
+                top,
+            });
+        }
+    }
+    embedding.finish();
+    let report = gate_report(&rows, conversations.len(), started.elapsed().as_secs_f64());
+    let output_dir = settings.output_dir();
+    std::fs::create_dir_all(&output_dir)
+        .with_context(|| format!("creating {}", output_dir.display()))?;
+    let mut lines = Vec::new();
+    for row in &rows {
+        serde_json::to_writer(&mut lines, row)?;
+        lines.push(b'\n');
+    }
+    crate::fsutil::write_atomic(&output_dir.join("gate.jsonl"), &lines)?;
+    crate::fsutil::write_atomic(&output_dir.join("gate.md"), report.markdown.as_bytes())?;
+    crate::fsutil::write_atomic(
+        &output_dir.join("gate.json"),
+        &serde_json::to_vec_pretty(&report)?,
+    )?;
+    Ok(report)
+}
+
+/// Chooses on the dev rows and reports on the others.
+pub fn gate_report(rows: &[GateRow], conversations: usize, seconds: f64) -> GateReport {
+    let (dev, held): (Vec<&GateRow>, Vec<&GateRow>) =
+        rows.iter().partition(|row| DEV_SAMPLES.contains(&row.sample.as_str()));
+    let (size, threshold) = choose(&dev);
+    let mut by_category: IndexMap<String, GateCell> = IndexMap::new();
+    let mut categories: Vec<&str> = held.iter().map(|row| row.category.as_str()).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    for category in categories {
+        let rows: Vec<&GateRow> =
+            held.iter().copied().filter(|row| row.category == category).collect();
+        by_category.insert(category.to_string(), cell(&rows, size, threshold));
+    }
+    let sizes = (0..SINGLE_KS.len())
+        .map(|slot| {
+            let (threshold, on_dev) = best_threshold(&dev, slot);
+            (GateChoice { k: SINGLE_KS[slot], threshold }, on_dev, cell(&held, slot, threshold))
+        })
+        .collect();
+    let mut report = GateReport {
+        choice: GateChoice { k: SINGLE_KS[size], threshold },
+        dev: cell(&dev, size, threshold),
+        held_out: cell(&held, size, threshold),
+        held_out_by_category: by_category,
+        sizes,
+        loop_reach: LOOP_REACH,
+        conversations,
+        questions: rows.len(),
+        seconds,
+        markdown: String::new(),
+    };
+    report.markdown = render(&report);
+    report
+}
+
+fn percent(part: usize, whole: usize) -> f64 {
+    if whole == 0 { 0.0 } else { 100.0 * part as f64 / whole as f64 }
+}
+
+fn row(name: &str, cell: &GateCell) -> String {
+    format!(
+        "| {name} | {} | {} ({:.1} %) | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+        cell.questions,
+        cell.single,
+        cell.single_share(),
+        percent(cell.single_holds, cell.single),
+        percent(cell.loop_holds, cell.single),
+        percent(cell.all_single_holds, cell.questions),
+        percent(cell.all_loop_holds, cell.questions),
+    )
+}
+
+fn render(report: &GateReport) -> String {
+    let choice = report.choice;
+    let threshold = if choice.threshold.is_finite() {
+        format!("{:.4}", choice.threshold)
+    } else {
+        "none (no threshold is admissible)".to_string()
+    };
+    let mut out = format!(
+        "# Answer gate, chosen on {} and held out on the rest\n\n\
+         {} questions over {} conversations; the loop's reach is the fusion top {} turns.\n\
+         Chosen on dev: single context k = {}, threshold {threshold}.\n\n\
+         Columns: questions; sent down the single path; of those, the share whose single context \
+         holds every evidence turn, and the share whose evidence is within the loop's reach; over \
+         all questions, the same two shares (as if every question took each path).\n\n\
+         | set | questions | single path | single holds | loop holds | all: single | all: loop |\n\
+         |---|---|---|---|---|---|---|\n",
+        DEV_SAMPLES.join("/"),
+        report.questions,
+        report.conversations,
+        report.loop_reach,
+        choice.k,
+    );
+    out.push_str(&row("dev", &report.dev));
+    out.push_str(&row("held-out", &report.held_out));
+    for (category, cell) in &report.held_out_by_category {
+        out.push_str(&row(&format!("held-out {category}"), cell));
+    }
+    out.push_str(&format!(
+        "\nHeld out, the single path {} its promise (single holds ≥ loop holds).\n\n",
+        if report.held_out.admissible() { "keeps" } else { "breaks" }
+    ));
+    out.push_str("Per context size (best admissible threshold on dev):\n\n| k | threshold | dev single | held-out single | held-out single holds | held-out loop holds |\n|---|---|---|---|---|---|\n");
+    for (choice, dev, held) in &report.sizes {
+        out.push_str(&format!(
+            "| {} | {:.4} | {:.1} % | {:.1} % | {:.1} | {:.1} |\n",
+            choice.k,
+            choice.threshold,
+            dev.single_share(),
+            held.single_share(),
+            percent(held.single_holds, held.single),
+            percent(held.loop_holds, held.single),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(sample: &str, confidence: f64, single: bool, reach: bool) -> GateRow {
+        let signals =
+            GateSignals { coverage: confidence, margin: confidence, agreement: confidence };
+        GateRow {
+            question_id: format!("{sample}:{confidence}"),
+            sample: sample.into(),
+            category: "single-hop".into(),
+            evidence: vec!["D1:1".into()],
+            loop_holds: reach,
+            sizes: SINGLE_KS
+                .iter()
+                .map(|&k| AtSize {
+                    k,
+                    signals,
+                    confidence,
+                    single_holds: single,
+                    top_k_holds: single,
+                })
+                .collect(),
+            top: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_chosen_threshold_is_admissible_and_sends_the_most() {
+        // A seeded walk over dev sets: whatever the rows, the chosen gate keeps its promise on
+        // them, and no admissible threshold sends more questions.
+        let mut state = 43_u64;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        for _ in 0..200 {
+            let rows: Vec<GateRow> = (0..(next() % 30))
+                .map(|_| {
+                    let confidence = (next() % 11) as f64 / 10.0;
+                    let reach = next() % 4 != 0;
+                    let single = reach && next() % 3 != 0;
+                    row("conv-26", confidence, single, reach)
+                })
+                .collect();
+            let dev: Vec<&GateRow> = rows.iter().collect();
+            let (threshold, chosen) = best_threshold(&dev, 0);
+            assert!(chosen.admissible(), "{chosen:?}");
+            assert_eq!(chosen, cell(&dev, 0, threshold));
+            for other in rows.iter().map(|row| row.sizes[0].confidence) {
+                let candidate = cell(&dev, 0, other);
+                assert!(!candidate.admissible() || candidate.single <= chosen.single);
+            }
+        }
+    }
+
+    #[test]
+    fn the_gate_is_chosen_on_dev_and_reported_on_the_rest() {
+        let rows = vec![
+            row("conv-26", 0.9, true, true),
+            row("conv-26", 0.5, false, true),
+            row("conv-30", 0.8, true, true),
+            row("conv-41", 0.95, true, true),
+            row("conv-41", 0.85, false, true),
+            row("conv-41", 0.2, false, false),
+        ];
+        let report = gate_report(&rows, 3, 0.0);
+        assert_eq!(report.choice, GateChoice { k: SINGLE_KS[0], threshold: 0.8 });
+        assert_eq!((report.dev.questions, report.dev.single), (3, 2));
+        assert_eq!((report.held_out.questions, report.held_out.single), (3, 2));
+        assert!(!report.held_out.admissible(), "held out, one single question loses evidence");
+        assert!(report.markdown.contains("breaks its promise"), "{}", report.markdown);
+    }
+}
