@@ -10,11 +10,12 @@ use std::time::Instant;
 
 use tracing::Instrument as _;
 
+use crate::agent::mode::AnswerMode;
 use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
 use crate::agent::run::{AnswerRun, Outcome};
 use crate::agent::settings::{AnswerSettings, Shared};
-use crate::agent::single::{self, AnswerMode, Gate};
+use crate::agent::single::{self, Gate};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::compact::mark_shown;
 use crate::agent::tools::{ToolContext, ToolState};

@@ -42,6 +42,7 @@ mod answer;
 mod counts;
 pub mod events;
 pub mod ids;
+mod mode;
 mod pool;
 mod progress;
 pub mod question;
@@ -61,10 +62,9 @@ pub mod trace;
 
 pub use self::answer::answer_one;
 pub use self::counts::Counts;
+pub use self::mode::{AnswerGate, AnswerMode, OWN_ANSWER_MODE};
 pub use self::pool::{
     AnswerSummary, PathCounts, PendingSample, SampleFeed, answer_all, answer_stream,
 };
 pub use self::settings::{AnswerSettings, answer_prompts_version};
-pub use self::single::{
-    AnswerGate, AnswerMode, NOTHING_FOUND, OWN_ANSWER_MODE, context as single_context,
-};
+pub use self::single::{NOTHING_FOUND, context as single_context};

@@ -43,7 +43,7 @@ pub struct AnswerSettings {
     /// The environment variable the API key comes from, named when the endpoint refuses it.
     pub key_variable: String,
     /// How questions are answered (`--answer`, `--gate-threshold`; default: the loop).
-    pub answer: crate::agent::single::AnswerGate,
+    pub answer: crate::agent::mode::AnswerGate,
     /// Meta-memory rules appended to the loop's system prompt (`--meta-rules`; empty: none).
     #[serde(skip)]
     pub rules: std::sync::Arc<crate::agent::rules::RuleSet>,
@@ -124,7 +124,7 @@ impl AnswerSettings {
         use sha2::Digest as _;
         let base = answer_prompts_version();
         let gate = self.answer;
-        if gate.mode == crate::agent::single::AnswerMode::Loop {
+        if gate.mode == crate::agent::mode::AnswerMode::Loop {
             return base;
         }
         let mut hasher = sha2::Sha256::new();

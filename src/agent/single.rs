@@ -14,9 +14,9 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::agent::mode::{AnswerGate, AnswerMode};
 use crate::agent::question::PreparedQuestion;
 use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup};
 use crate::agent::settings::{AnswerSettings, Shared};
@@ -28,61 +28,8 @@ use crate::llm::{ChatModel, Embedder, Usage};
 use crate::memory::MemoryGraph;
 use crate::prompts;
 use crate::retrieval::TurnHit;
-use crate::retrieval::gate::{CONTEXT_WINDOW, GATE_THRESHOLD, SINGLE_K, assess, context_turns};
+use crate::retrieval::gate::{CONTEXT_WINDOW, assess, context_turns};
 use crate::snapshot::Snapshot;
-
-/// How questions are answered (`--answer`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum AnswerMode {
-    /// The tool loop, as MRAgent answers (the default of `run`).
-    #[default]
-    Loop,
-    /// One retrieval pass and one model call.
-    Single,
-    /// The single path when the retrieval is sure, else the loop.
-    Adaptive,
-}
-
-impl AnswerMode {
-    /// The name on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AnswerMode::Loop => "loop",
-            AnswerMode::Single => "single",
-            AnswerMode::Adaptive => "adaptive",
-        }
-    }
-}
-
-/// The answer mode and the gate's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct AnswerGate {
-    /// The mode.
-    pub mode: AnswerMode,
-    /// `adaptive`: the confidence at or above which a question takes the single path.
-    pub threshold: f64,
-    /// Turns in the single-pass context.
-    pub k: usize,
-}
-
-impl Default for AnswerGate {
-    fn default() -> Self {
-        Self { mode: AnswerMode::Loop, threshold: GATE_THRESHOLD, k: SINGLE_K }
-    }
-}
-
-impl AnswerGate {
-    /// The default gate in `mode`.
-    pub fn with_mode(mode: AnswerMode) -> Self {
-        Self { mode, ..Self::default() }
-    }
-}
-
-/// The answer mode of own memory (`ask`, `serve`, `mcp`) when none is given: the loop, because
-/// held out the gate's single-path questions lost evidence against the loop's reach
-/// (docs/answering.md); `adaptive` is one flag away.
-pub const OWN_ANSWER_MODE: AnswerMode = AnswerMode::Loop;
 
 /// The answer `adaptive` reads as "the single pass found nothing".
 pub const NOTHING_FOUND: &str = "No information available";

@@ -1,0 +1,149 @@
+//! Benchmark (issue 43): what each answer path costs per question. The same questions are
+//! answered three times, with `--answer loop`, `single` and `adaptive`, against the scripted
+//! endpoint on 127.0.0.1 with a fixed latency on every reply; memories are built mechanically
+//! (`agent::scripted::mechanical_memory`) with a MemGAS index (built beforehand through a
+//! second endpoint without latency, whose hashed embeddings are the same), and the plausible
+//! agent answers. Per mode: chat and embedding requests per question, prompt and completion
+//! tokens per question, wall time (and per question), the share of questions on each path, and
+//! the wall against the answer phase's latency floor (`requests × latency / workers`).
+//!
+//! Run: `cargo bench --bench answer_paths`. Knobs (environment): `BENCH_LATENCY_MS` (300),
+//! `BENCH_SAMPLES` (1: conv-26; 10: all of LoCoMo), `BENCH_WORKERS` (10), `BENCH_MODES`
+//! (`loop,single,adaptive`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mragent::agent::scripted::{AgentScript, mechanical_memory, plausible_agent};
+use mragent::agent::{AnswerGate, AnswerMode, AnswerSettings, answer_all};
+use mragent::dataset::{DatasetKind, load_locomo};
+use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
+use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
+use mragent::results::{AnswerPath, ResultLine};
+use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
+use mragent::snapshot::{MemgasMemory, Snapshot};
+
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let latency = Duration::from_millis(knob("BENCH_LATENCY_MS", 300));
+    let workers = knob("BENCH_WORKERS", 10) as usize;
+    let sample_count = knob("BENCH_SAMPLES", 1) as usize;
+    let modes: Vec<AnswerMode> = std::env::var("BENCH_MODES")
+        .unwrap_or_else(|_| "loop,single,adaptive".into())
+        .split(',')
+        .map(|name| match name.trim() {
+            "loop" => AnswerMode::Loop,
+            "single" => AnswerMode::Single,
+            "adaptive" => AnswerMode::Adaptive,
+            other => panic!("unknown mode {other}"),
+        })
+        .collect();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/dataset_locomo.json");
+    let conversations = load_locomo(&path).unwrap();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let indexer = ScriptedServer::with_responder(|_: &RecordedRequest| ScriptedReply::HashEmbeddings)
+            .await
+            .unwrap();
+        let config = LlmConfig::new(indexer.base_url(), Secret::new("bench-key"), "bench-model");
+        let embedding = EmbedderConfig { model: "bench-embedding".into(), batch_size: 64 };
+        let index_embedder = build_embedder(&config, &embedding).unwrap();
+        let mut indexes = Vec::new();
+        for conversation in conversations.iter().take(sample_count) {
+            let sessions: Vec<SessionUnits> =
+                conversation.sessions.iter().map(SessionUnits::from_session).collect();
+            indexes.push(
+                build_index(sessions, &index_embedder, None, IndexOptions::default())
+                    .await
+                    .unwrap(),
+            );
+        }
+        println!(
+            "answer_paths: {} conversations, latency {} ms, {workers} workers",
+            indexes.len(),
+            latency.as_millis()
+        );
+        println!(
+            "| mode | questions | chat req/q | embed req/q | prompt tok/q | completion tok/q | wall s | wall/q s | single | loop | escalated | wall/floor |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for mode in modes {
+            let script = AgentScript { latency, ..AgentScript::default() };
+            let server = ScriptedServer::with_responder(plausible_agent(script)).await.unwrap();
+            let mut config =
+                LlmConfig::new(server.base_url(), Secret::new("bench-key"), "bench-model");
+            config.requests_per_minute = None;
+            let chat = build_chat_model(&config).unwrap();
+            let embedder = build_embedder(&config, &embedding).unwrap();
+            let samples: Vec<Snapshot> = conversations
+                .iter()
+                .zip(&indexes)
+                .map(|(conversation, index)| {
+                    let mut memory = mechanical_memory(conversation, true).unwrap();
+                    memory.memgas = Some(MemgasMemory::new(index.clone(), embedder.clone()));
+                    memory
+                })
+                .collect();
+            let questions: usize =
+                samples.iter().map(|sample| sample.conversation.questions.len()).sum();
+            let dir = tempfile::tempdir().unwrap();
+            let mut settings = AnswerSettings::new(
+                dir.path(),
+                DatasetKind::Locomo,
+                "bench",
+                "bench-model",
+                "bench",
+            );
+            settings.workers = workers;
+            settings.progress = false;
+            settings.traces = false;
+            settings.answer = AnswerGate::with_mode(mode);
+            let started = Instant::now();
+            let summary =
+                answer_all(&settings, &samples, &chat, &embedder, std::future::pending())
+                    .await
+                    .unwrap();
+            let wall = started.elapsed().as_secs_f64();
+            let requests = server.requests();
+            let chats = requests.iter().filter(|request| request.is_chat()).count() as f64;
+            let embeds = requests.len() as f64 - chats;
+            let lines: Vec<ResultLine> = summary
+                .result_files
+                .iter()
+                .flat_map(|file| {
+                    std::fs::read_to_string(file)
+                        .unwrap_or_default()
+                        .lines()
+                        .map(|line| serde_json::from_str::<ResultLine>(line).unwrap())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            assert_eq!(lines.len(), questions, "one result line per question");
+            let share = |path: AnswerPath| {
+                100.0 * lines.iter().filter(|line| line.path == Some(path)).count() as f64
+                    / questions as f64
+            };
+            let q = questions as f64;
+            let floor = requests.len() as f64 * latency.as_secs_f64() / workers as f64;
+            println!(
+                "| {} | {questions} | {:.2} | {:.2} | {:.0} | {:.0} | {wall:.1} | {:.3} | {:.1} % | {:.1} % | {:.1} % | {:.2} |",
+                mode.as_str(),
+                chats / q,
+                embeds / q,
+                summary.usage.prompt_tokens as f64 / q,
+                summary.usage.completion_tokens as f64 / q,
+                wall / q,
+                share(AnswerPath::Single),
+                share(AnswerPath::Loop),
+                share(AnswerPath::Escalated),
+                wall / floor,
+            );
+        }
+    });
+}
