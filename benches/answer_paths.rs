@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use mragent::agent::scripted::{AgentScript, mechanical_memory, plausible_agent};
 use mragent::agent::{AnswerGate, AnswerMode, AnswerSettings, answer_all};
 use mragent::dataset::{DatasetKind, load_locomo};
-use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
+use mragent::embedding::load_local_async;
+use mragent::llm::scripted::ScriptedServer;
 use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
 use mragent::results::{AnswerPath, ResultLine};
 use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
@@ -48,22 +49,20 @@ fn main() {
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let indexer = ScriptedServer::with_responder(|_: &RecordedRequest| ScriptedReply::HashEmbeddings)
-            .await
-            .unwrap();
-        let config = LlmConfig::new(indexer.base_url(), Secret::new("bench-key"), "bench-model");
-        let embedding = EmbedderConfig { model: "bench-embedding".into(), batch_size: 64 };
-        let index_embedder = build_embedder(&config, &embedding).unwrap();
+        // The MemGAS index and its query embeddings come from the local all-MiniLM-L6-v2, as
+        // in `mragent run` (the model ships in data/models).
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let local = load_local_async(None, root.join("data")).await.unwrap();
+        let indexing = Instant::now();
         let mut indexes = Vec::new();
         for conversation in conversations.iter().take(sample_count) {
             let sessions: Vec<SessionUnits> =
                 conversation.sessions.iter().map(SessionUnits::from_session).collect();
             indexes.push(
-                build_index(sessions, &index_embedder, None, IndexOptions::default())
-                    .await
-                    .unwrap(),
+                build_index(sessions, &local, None, IndexOptions::default()).await.unwrap(),
             );
         }
+        println!("indexes built locally in {:.1} s", indexing.elapsed().as_secs_f64());
         println!(
             "answer_paths: {} conversations, latency {} ms, {workers} workers",
             indexes.len(),
@@ -80,13 +79,14 @@ fn main() {
                 LlmConfig::new(server.base_url(), Secret::new("bench-key"), "bench-model");
             config.requests_per_minute = None;
             let chat = build_chat_model(&config).unwrap();
+            let embedding = EmbedderConfig { model: "bench-embedding".into(), batch_size: 64 };
             let embedder = build_embedder(&config, &embedding).unwrap();
             let samples: Vec<Snapshot> = conversations
                 .iter()
                 .zip(&indexes)
                 .map(|(conversation, index)| {
                     let mut memory = mechanical_memory(conversation, true).unwrap();
-                    memory.memgas = Some(MemgasMemory::new(index.clone(), embedder.clone()));
+                    memory.memgas = Some(MemgasMemory::new(index.clone(), local.clone()));
                     memory
                 })
                 .collect();
