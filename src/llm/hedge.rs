@@ -6,9 +6,12 @@
 //! successful request latencies, times `factor` (default 3), never below `floor` (default
 //! 2 s). Latencies are kept per `max_tokens` value, which the per-step token budgets
 //! (`budget.rs`) make a proxy for the step, so a long rewrite is not compared with a short
-//! rerank. Until `min_samples` (default 8) latencies are known the deadline is the
-//! conservative `initial` (default 30 s). A deadline at or beyond the per-attempt timeout
-//! means no hedge: the timeout and the retry layer handle that case.
+//! rerank. Until `min_samples` (default 8) latencies of its own step are known, a request is
+//! hedged from what the other steps' replies say about the endpoint: their pooled quantile
+//! times `factor` and times [`UNKNOWN_STEP_FACTOR`] again (another step's replies may be
+//! shorter), at least `floor`, at most `initial`; before `min_samples` replies of any step are
+//! known, after the conservative `initial` (default 30 s). A deadline at or beyond the
+//! per-attempt timeout means no hedge: the timeout and the retry layer handle that case.
 //!
 //! Bounded: at most one hedge per attempt. The first successful reply wins and the other
 //! request is dropped, which cancels it (reqwest aborts the connection). If the first request
@@ -26,6 +29,9 @@ use std::time::{Duration, Instant};
 use super::rate_limit::{RateLimits, estimate_request_tokens};
 use super::usage::UsageMeter;
 use super::{ChatModel, ChatRequest, ChatResponse, Error};
+
+/// The extra margin on the pooled deadline of a step with no history of its own.
+pub const UNKNOWN_STEP_FACTOR: f64 = 2.0;
 
 /// When to send a hedging request.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,16 +73,26 @@ impl HedgePolicy {
         Self { enabled: false, ..Self::default() }
     }
 
-    /// The hedging deadline given the recent successful latencies (oldest first).
-    pub fn delay(&self, latencies: &[Duration]) -> Duration {
-        if latencies.len() < self.min_samples.max(1) {
-            return self.initial.max(self.floor);
+    /// The hedging deadline given the recent successful latencies of the request's own step
+    /// (oldest first) and those of every step (`pooled`); see the module docs.
+    pub fn delay(&self, own: &[Duration], pooled: &[Duration]) -> Duration {
+        let enough = self.min_samples.max(1);
+        if own.len() >= enough {
+            return self.scaled(own, 1.0);
         }
+        if pooled.len() >= enough {
+            return self.scaled(pooled, UNKNOWN_STEP_FACTOR).min(self.initial.max(self.floor));
+        }
+        self.initial.max(self.floor)
+    }
+
+    /// The `quantile` of `latencies` times `factor` times `extra`, at least `floor`.
+    fn scaled(&self, latencies: &[Duration], extra: f64) -> Duration {
         let mut sorted = latencies.to_vec();
         sorted.sort_unstable();
         let rank = (self.quantile.clamp(0.0, 1.0) * (sorted.len() - 1) as f64).ceil() as usize;
         let observed = sorted[rank.min(sorted.len() - 1)];
-        observed.mul_f64(self.factor.max(1.0)).max(self.floor)
+        observed.mul_f64(self.factor.max(1.0) * extra).max(self.floor)
     }
 }
 
@@ -94,6 +110,12 @@ impl Latencies {
         while samples.len() > window.max(1) {
             samples.pop_front();
         }
+    }
+
+    /// Every step's latencies together (each step's last `window` at most).
+    fn pooled(&self) -> Vec<Duration> {
+        let map = self.by_budget.lock().unwrap_or_else(PoisonError::into_inner);
+        map.values().flatten().copied().collect()
     }
 
     fn snapshot(&self, key: Option<u32>) -> Vec<Duration> {
@@ -137,7 +159,8 @@ impl<M> Hedged<M> {
         if !self.policy.enabled {
             return None;
         }
-        let delay = self.policy.delay(&self.latencies.snapshot(max_tokens));
+        let delay =
+            self.policy.delay(&self.latencies.snapshot(max_tokens), &self.latencies.pooled());
         (delay < self.timeout).then_some(delay)
     }
 }
@@ -218,8 +241,21 @@ mod tests {
     #[test]
     fn initial_deadline_until_enough_samples() {
         let policy = HedgePolicy::default();
-        assert_eq!(policy.delay(&[]), Duration::from_secs(30));
-        assert_eq!(policy.delay(&ms(&[100; 7])), Duration::from_secs(30));
+        assert_eq!(policy.delay(&[], &[]), Duration::from_secs(30));
+        assert_eq!(policy.delay(&ms(&[100; 7]), &ms(&[100; 7])), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_step_without_history_is_hedged_from_the_other_steps_replies() {
+        let policy = HedgePolicy::default();
+        // Eight 300 ms replies of other steps: p95 300 ms × 3 × 2 = 1.8 s, floored at 2 s.
+        assert_eq!(policy.delay(&[], &ms(&[300; 8])), Duration::from_secs(2));
+        // Slower replies: 1 s × 3 × 2 = 6 s, well before the 30 s of no history at all.
+        assert_eq!(policy.delay(&ms(&[1000]), &ms(&[1000; 8])), Duration::from_secs(6));
+        // Never beyond the initial deadline, however slow the others were.
+        assert_eq!(policy.delay(&[], &ms(&[20_000; 8])), Duration::from_secs(30));
+        // The step's own history, once long enough, decides alone.
+        assert_eq!(policy.delay(&ms(&[100; 8]), &ms(&[5000; 64])), Duration::from_secs(2));
     }
 
     #[test]
@@ -231,10 +267,10 @@ mod tests {
         };
         // 20 samples 100..=2000 ms: p95 rank ceil(0.95 * 19) = 19 → 2000 ms; × 3.
         let samples: Vec<u64> = (1..=20).map(|step| step * 100).collect();
-        assert_eq!(policy.delay(&ms(&samples)), Duration::from_millis(6000));
+        assert_eq!(policy.delay(&ms(&samples), &[]), Duration::from_millis(6000));
         // Fast endpoint: the floor applies.
         let floored = HedgePolicy { floor: Duration::from_secs(5), ..policy };
-        assert_eq!(floored.delay(&ms(&[10, 12, 11, 9])), Duration::from_secs(5));
+        assert_eq!(floored.delay(&ms(&[10, 12, 11, 9]), &[]), Duration::from_secs(5));
     }
 
     #[test]
@@ -247,5 +283,6 @@ mod tests {
         assert_eq!(latencies.snapshot(Some(64)), ms(&[6, 7, 8, 9]));
         assert_eq!(latencies.snapshot(None), vec![Duration::from_secs(1)]);
         assert!(latencies.snapshot(Some(1)).is_empty());
+        assert_eq!(latencies.pooled().len(), 5, "each step's window, pooled");
     }
 }
