@@ -17,8 +17,8 @@ use crate::agent::run::{AnswerRun, Outcome};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::single::{self, Gate};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
+use crate::agent::tools::ToolState;
 use crate::agent::tools::compact::mark_shown;
-use crate::agent::tools::{ToolContext, ToolState};
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::dataset::Question;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
@@ -233,17 +233,7 @@ async fn solve_in_loop<M: ChatModel, E: Embedder>(
 
     let run =
         AnswerRun::new(run_setup(settings, prepared, payload.to_string(), sample.memgas.is_some()));
-    let context = ToolContext {
-        graph: &sample.graph,
-        vectors: &sample.embeddings,
-        question_vector,
-        rerank_limit: settings.retrieval.k2,
-        keep: settings.retrieval.k2,
-        tag_max: settings.retrieval.tag_max,
-        tag_limit: settings.retrieval.tag_limit,
-        question: &prepared.search_text,
-        memgas: sample.memgas.as_ref(),
-    };
+    let context = tool_loop::tool_context(settings, sample, question_vector, prepared);
     let state = ToolState { seen_keys };
     let mut shown = BTreeSet::new();
     mark_shown(&payload, &mut shown);

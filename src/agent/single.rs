@@ -21,7 +21,7 @@ use crate::agent::question::PreparedQuestion;
 use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::tool_loop::{self, QuestionTools};
-use crate::agent::tools::{ToolContext, ToolState};
+use crate::agent::tools::ToolState;
 use crate::agent::trace::{TraceEvent, TraceWriter};
 use crate::dataset::DatasetKind;
 use crate::llm::{ChatModel, Embedder, Usage};
@@ -129,17 +129,7 @@ pub(super) async fn answer<M: ChatModel, E: Embedder>(
     let settings = shared.settings;
     let payload = context(&sample.graph, prepared, turns);
     let run = AnswerRun::new(setup(settings, payload.to_string()));
-    let context = ToolContext {
-        graph: &sample.graph,
-        vectors: &sample.embeddings,
-        question_vector,
-        rerank_limit: settings.retrieval.k2,
-        keep: settings.retrieval.k2,
-        tag_max: settings.retrieval.tag_max,
-        tag_limit: settings.retrieval.tag_limit,
-        question: &prepared.search_text,
-        memgas: sample.memgas.as_ref(),
-    };
+    let context = tool_loop::tool_context(settings, sample, question_vector, prepared);
     let tools = QuestionTools {
         context,
         state: ToolState { seen_keys: BTreeSet::new() },

@@ -232,6 +232,26 @@ async fn finish_tool<M: ChatModel, E: Embedder>(
     }
 }
 
+/// What one question's tools read, from the run's settings and the conversation's snapshot.
+pub(super) fn tool_context<'a>(
+    settings: &AnswerSettings,
+    sample: &'a crate::snapshot::Snapshot,
+    question_vector: &'a [f32],
+    prepared: &'a PreparedQuestion,
+) -> ToolContext<'a> {
+    ToolContext {
+        graph: &sample.graph,
+        vectors: &sample.embeddings,
+        question_vector,
+        rerank_limit: settings.retrieval.k2,
+        keep: settings.retrieval.k2,
+        tag_max: settings.retrieval.tag_max,
+        tag_limit: settings.retrieval.tag_limit,
+        question: &prepared.search_text,
+        memgas: sample.memgas.as_ref(),
+    }
+}
+
 /// The loop's prompts and limits for one question.
 pub(super) fn run_setup(
     settings: &AnswerSettings,
