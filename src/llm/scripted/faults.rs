@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{RecordedRequest, ScriptedReply};
 
@@ -96,6 +96,9 @@ impl FaultMix {
                 return responder(request);
             };
             shared.record(fault);
+            if fault == InjectedFault::Hang {
+                shared.record_hang(key, occurrence);
+            }
             match fault {
                 InjectedFault::RateLimited => ScriptedReply::RateLimited {
                     retry_after: self.retry_after.map(|seconds| seconds.to_string()),
@@ -114,6 +117,18 @@ impl FaultMix {
 pub struct FaultLog {
     requests: AtomicUsize,
     counts: [AtomicUsize; 4],
+    hangs: Mutex<Vec<HungRequest>>,
+}
+
+/// One request that was given a hung reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HungRequest {
+    /// Hash of the request's path and body: identical requests (a retry, a hedge) share it.
+    pub key: u64,
+    /// How many identical requests came before it.
+    pub occurrence: u64,
+    /// When it arrived.
+    pub at: Instant,
 }
 
 impl FaultLog {
@@ -121,6 +136,32 @@ impl FaultLog {
         if let Some(index) = InjectedFault::ALL.iter().position(|kind| *kind == fault) {
             self.counts[index].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    fn record_hang(&self, key: u64, occurrence: u64) {
+        let hung = HungRequest { key, occurrence, at: Instant::now() };
+        self.hangs.lock().unwrap_or_else(PoisonError::into_inner).push(hung);
+    }
+
+    /// Every hung request, in arrival order.
+    pub fn hangs(&self) -> Vec<HungRequest> {
+        self.hangs.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Hung requests that were themselves the race of an identical request hung less than
+    /// `within` before them (a hedge that hung too): no client can race those.
+    pub fn hung_behind_a_hang(&self, within: Duration) -> usize {
+        let hangs = self.hangs();
+        hangs
+            .iter()
+            .filter(|hung| {
+                hangs.iter().any(|earlier| {
+                    earlier.key == hung.key
+                        && earlier.occurrence < hung.occurrence
+                        && hung.at.saturating_duration_since(earlier.at) < within
+                })
+            })
+            .count()
     }
 
     /// Requests seen.
@@ -201,5 +242,25 @@ mod tests {
         // A retry of the same request gets its own draw; embeddings never hang by default.
         assert!((0..2000).any(|key| mix.draw(key, 0, false) != mix.draw(key, 1, false)));
         assert!((0..20_000).all(|key| mix.draw(key, 0, true) != Some(InjectedFault::Hang)));
+    }
+
+    #[test]
+    fn a_hang_right_behind_an_identical_hang_is_a_hung_hedge() {
+        let log = FaultLog::default();
+        let now = Instant::now();
+        let hang = |key, occurrence, after_ms| HungRequest {
+            key,
+            occurrence,
+            at: now + Duration::from_millis(after_ms),
+        };
+        log.hangs.lock().unwrap().extend([
+            hang(1, 0, 0),
+            hang(1, 1, 500),    // the hedge of the first, hung too
+            hang(1, 2, 5_600),  // the retry after the hedge's timeout: a fresh hang
+            hang(2, 0, 200),    // another request
+            hang(2, 3, 10_000), // much later
+        ]);
+        assert_eq!(log.hung_behind_a_hang(Duration::from_secs(5)), 1);
+        assert_eq!(log.hung_behind_a_hang(Duration::from_secs(6)), 2);
     }
 }

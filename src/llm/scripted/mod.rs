@@ -35,7 +35,7 @@ use super::{ToolCall, Usage};
 mod faults;
 mod respond;
 
-pub use faults::{FaultLog, FaultMix, InjectedFault};
+pub use faults::{FaultLog, FaultMix, HungRequest, InjectedFault};
 pub use respond::hashed_embedding;
 use respond::render;
 
