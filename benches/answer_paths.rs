@@ -17,14 +17,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mragent::agent::scripted::{AgentScript, mechanical_memory, plausible_agent};
+use mragent::agent::tools::compact::compact_result;
 use mragent::agent::{AnswerGate, AnswerMode, AnswerSettings, answer_all};
 use mragent::dataset::{DatasetKind, load_locomo};
 use mragent::embedding::load_local_async;
-use mragent::llm::scripted::ScriptedServer;
+use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
 use mragent::llm::{EmbedderConfig, LlmConfig, Secret, build_chat_model, build_embedder};
 use mragent::results::{AnswerPath, ResultLine};
 use mragent::retrieval::{IndexOptions, SessionUnits, build_index};
 use mragent::snapshot::{MemgasMemory, Snapshot};
+use serde_json::Value;
 
 fn knob(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
@@ -72,6 +74,7 @@ fn main() {
             "| mode | questions | chat req/q | embed req/q | prompt tok/q | completion tok/q | wall s | wall/q s | single | loop | escalated | wall/floor |"
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let mut parts = Vec::new();
         for mode in modes {
             let script = AgentScript { latency, ..AgentScript::default() };
             let server = ScriptedServer::with_responder(plausible_agent(script)).await.unwrap();
@@ -144,6 +147,91 @@ fn main() {
                 share(AnswerPath::Escalated),
                 wall / floor,
             );
+            if mode == AnswerMode::Loop {
+                parts.push(prompt_parts(&requests));
+            }
+        }
+        for table in parts {
+            println!("{table}");
         }
     });
+}
+
+/// Where the loop's prompt bytes go (issue 43 point 5): every loop request's bytes split into
+/// the system prompt, the tool specs, each field of the retrieval payload, the assistant's tool
+/// calls, each tool's results (and how much of them is `(shown above)` stubs) and the other
+/// user messages (final instructions, nudges), summed over the run. Requests re-send the whole
+/// transcript, so a part's share counts every time it is sent.
+fn prompt_parts(requests: &[RecordedRequest]) -> String {
+    use std::collections::BTreeMap;
+    let loop_head = mragent::prompts::ANSWER_SYSTEM.text.lines().next().unwrap_or_default();
+    let mut bytes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut add = |part: String, size: usize| *bytes.entry(part).or_default() += size;
+    let mut loop_requests = 0;
+    for request in requests.iter().filter(|request| request.is_chat()) {
+        let messages = request.messages();
+        let system = messages.first().and_then(|message| message["content"].as_str());
+        if !system.is_some_and(|text| text.starts_with(loop_head)) {
+            continue;
+        }
+        loop_requests += 1;
+        add("system prompt".into(), system.map_or(0, str::len));
+        if let Some(tools) = request.body.get("tools") {
+            add("tool specs".into(), tools.to_string().len());
+        }
+        let mut tool_names: BTreeMap<String, String> = BTreeMap::new();
+        for (position, message) in messages.iter().enumerate().skip(1) {
+            let content = message["content"].as_str().unwrap_or_default();
+            match message["role"].as_str().unwrap_or_default() {
+                "user" if position == 1 => match serde_json::from_str::<Value>(content) {
+                    Ok(Value::Object(fields)) => {
+                        // Lines the payload itself repeats (the same text in two fields).
+                        let mut shown = std::collections::BTreeSet::new();
+                        let compacted = compact_result(content.to_string(), &mut shown);
+                        add(
+                            "  payload lines repeated within it".into(),
+                            content.len().saturating_sub(compacted.len()),
+                        );
+                        for (field, value) in fields {
+                            add(format!("payload: {field}"), field.len() + value.to_string().len());
+                        }
+                    }
+                    _ => add("payload (not JSON)".into(), content.len()),
+                },
+                "user" => add("other user messages".into(), content.len()),
+                "assistant" => {
+                    for call in message["tool_calls"].as_array().into_iter().flatten() {
+                        let id = call["id"].as_str().unwrap_or_default().to_string();
+                        let name = call["function"]["name"].as_str().unwrap_or("?").to_string();
+                        tool_names.insert(id, name);
+                    }
+                    add("assistant tool calls".into(), message.to_string().len());
+                }
+                "tool" => {
+                    let id = message["tool_call_id"].as_str().unwrap_or_default();
+                    let name = tool_names.get(id).cloned().unwrap_or_else(|| "?".into());
+                    let stubs = content.matches(": (shown above)").count();
+                    add(format!("result: {name}"), content.len());
+                    add("  of which (shown above) stubs".into(), stubs * 20);
+                }
+                other => add(format!("{other} messages"), content.len()),
+            }
+        }
+    }
+    let total: usize =
+        bytes.iter().filter(|(part, _)| !part.starts_with("  ")).map(|(_, size)| size).sum();
+    let mut rows: Vec<(String, usize)> = bytes.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut out = format!(
+        "\nloop prompt bytes by part, {loop_requests} requests, {total} bytes ({:.0} per request):\n\n| part | bytes/request | share |\n|---|---|---|\n",
+        total as f64 / loop_requests.max(1) as f64
+    );
+    for (part, size) in rows {
+        out.push_str(&format!(
+            "| {part} | {:.0} | {:.1} % |\n",
+            size as f64 / loop_requests.max(1) as f64,
+            100.0 * size as f64 / total.max(1) as f64
+        ));
+    }
+    out
 }

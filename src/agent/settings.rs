@@ -11,6 +11,7 @@ use crate::agent::run::RunLimits;
 use crate::agent::trace::trace_path;
 use crate::dataset::DatasetKind;
 use crate::results::{Provenance, result_path};
+use crate::retrieval::gate::ContextSize;
 use crate::snapshot::Snapshot;
 
 /// Resolved settings of an answer run (`mragent run`).
@@ -131,7 +132,8 @@ impl AnswerSettings {
         hasher.update(base.as_bytes());
         hasher.update([0]);
         hasher.update(crate::prompts::ANSWER_SINGLE.version().as_bytes());
-        hasher.update(format!("\0{}\0{:.4}\0{}", gate.mode.as_str(), gate.threshold, gate.k));
+        let ContextSize { k, window } = gate.context;
+        hasher.update(format!("\0{}\0{:.4}\0{k}\0{window}", gate.mode.as_str(), gate.threshold));
         let digest = hasher.finalize();
         digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
     }

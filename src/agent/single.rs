@@ -4,7 +4,8 @@
 //! ranking `query_memgas` uses) and computes a confidence from the rankings alone
 //! ([`crate::retrieval::gate`]), before any model call. `single` always takes the single path;
 //! `adaptive` takes it when the confidence reaches the threshold and runs the tool loop below
-//! it. The single path shows the model the top `k` turns, the dated sentences written from them,
+//! it. The single path shows the model the top turns ([`crate::retrieval::gate::SINGLE_CONTEXT`]:
+//! the loop's whole reach, wider than the head the gate judges), the dated sentences written from them,
 //! the personal facts drawn from them and the dates of their sessions ([`context`]), and reads
 //! one answer with the loop's final-round contract (re-asked like the loop's last round). Under
 //! `adaptive`, an answer that says it found nothing (`No information available`) or cannot be
@@ -28,7 +29,7 @@ use crate::llm::{ChatModel, Embedder, Usage};
 use crate::memory::MemoryGraph;
 use crate::prompts;
 use crate::retrieval::TurnHit;
-use crate::retrieval::gate::{CONTEXT_WINDOW, assess, context_turns};
+use crate::retrieval::gate::{ContextSize, GATE_HEAD, assess, context_turns};
 use crate::snapshot::Snapshot;
 
 /// The answer `adaptive` reads as "the single pass found nothing".
@@ -50,7 +51,8 @@ pub(super) async fn gate(
     trace: &mut TraceWriter,
 ) -> Gate {
     let gate = settings.answer;
-    let mut detail = json!({ "mode": gate.mode.as_str(), "k": gate.k });
+    let mut detail =
+        json!({ "mode": gate.mode.as_str(), "k": gate.context.k, "window": gate.context.window });
     if gate.mode == AnswerMode::Adaptive {
         detail["threshold"] = json!(gate.threshold);
     }
@@ -85,7 +87,7 @@ async fn decide(gate: AnswerGate, sample: &Snapshot, question: &str, detail: &mu
         }
     };
     let words = missing.into_iter().zip(words).collect();
-    let assessed = match assess(index, question, &vector, &words, gate.k) {
+    let assessed = match assess(index, question, &vector, &words, GATE_HEAD.k) {
         Ok(assessed) => assessed,
         Err(error) => {
             detail["reason"] = json!(format!("ranking failed: {error}"));
@@ -101,7 +103,8 @@ async fn decide(gate: AnswerGate, sample: &Snapshot, question: &str, detail: &mu
         detail["reason"] = json!("the confidence is below the threshold");
         return Gate::Loop;
     }
-    let turns: Vec<TurnHit> = context_turns(index, &assessed.turns, gate.k, CONTEXT_WINDOW)
+    let ContextSize { k, window } = gate.context;
+    let turns: Vec<TurnHit> = context_turns(index, &assessed.turns, k, window)
         .into_iter()
         .map(|hit| index.turn_hit(hit))
         .collect();

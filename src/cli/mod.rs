@@ -306,7 +306,8 @@ pub struct RunArgs {
 pub struct AnswerArgs {
     /// `loop`: the tool loop, as MRAgent answers; `single`: one retrieval pass and one model
     /// call; `adaptive`: the single pass when the retrieval is sure, else the loop (and the loop
-    /// after a single pass that found nothing). Default: `loop` (docs/answering.md).
+    /// after a single pass that found nothing). Default: `loop` for `run`, `adaptive` for `ask`,
+    /// `serve` and `mcp` (docs/answering.md).
     #[arg(long = "answer", value_enum, value_name = "MODE")]
     pub answer: Option<crate::agent::AnswerMode>,
     /// `adaptive`: the confidence (0 to 1) at or above which a question takes the single path;

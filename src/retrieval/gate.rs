@@ -25,20 +25,35 @@ use super::bm25::Analyzer;
 use super::index::{IndexError, MemoryIndex, Method, QueryWords, Ranking, Scored};
 use crate::text::stop_words::BM25_QUESTION_WORDS;
 
-/// Top turns the single-pass context is built around by default (chosen with the threshold, see
-/// [`GATE_THRESHOLD`]).
-pub const SINGLE_K: usize = 10;
+/// How much the single-pass context shows: the fusion ranking's top `k` turns, each with up to
+/// `window` turns on either side from its session (a question and its reply are usually next to
+/// each other; the loop reaches them with `query_event_context`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextSize {
+    /// Top turns.
+    pub k: usize,
+    /// Neighbours on either side of each.
+    pub window: usize,
+}
 
-/// Turns on either side of each top turn that the single-pass context also shows, from the
-/// same session: a question and its reply are usually next to each other (the loop reaches
-/// them with `query_event_context`). With [`SINGLE_K`] it shows at most [`LOOP_REACH`] turns.
-pub const CONTEXT_WINDOW: usize = 1;
+/// The head the gate's signals are computed over and its threshold calibrated on
+/// ([`GATE_THRESHOLD`]).
+pub const GATE_HEAD: ContextSize = ContextSize { k: 10, window: 1 };
 
-/// The default confidence at or above which `adaptive` answers in one pass: chosen with
-/// [`SINGLE_K`] by `retrieve --gate` on the dev split, as the threshold that sends the most
-/// questions down the single path while their single-pass contexts hold every evidence turn as
-/// often as the loop's reach ([`LOOP_REACH`]) does (26.6 % of the dev questions). Held out it
-/// sends 22.2 % and they lose 2.7 points of evidence (94.9 against 97.6): docs/answering.md.
+/// What the single path shows by default: the loop's whole reach ([`LOOP_REACH`] top turns), not
+/// just the head the gate was calibrated on. Held out, a threshold calibrated on two
+/// conversations sends questions whose head misses evidence that ranks lower (2.7 points at
+/// the default), while a context as wide as the reach holds all of it; at 30 turns it is no
+/// larger than the head with its neighbours (up to 30 turns), so it costs about the same
+/// tokens (docs/answering.md).
+pub const SINGLE_CONTEXT: ContextSize = ContextSize { k: LOOP_REACH, window: 0 };
+
+/// The default confidence at or above which `adaptive` answers in one pass: calibrated on
+/// [`GATE_HEAD`] by `retrieve --gate` on the dev split, as the threshold that sends the most
+/// questions down the single path while their heads alone hold every evidence turn as often as
+/// the loop's reach ([`LOOP_REACH`]) does (26.6 % of the dev questions). Held out it sends
+/// 22.2 %; their heads lose 2.7 points of evidence (94.9 against 97.6), the context the single
+/// path shows ([`SINGLE_CONTEXT`]) none (97.6 against 97.6): docs/answering.md.
 pub const GATE_THRESHOLD: f64 = 0.5998;
 
 /// What the tool loop's retrieval is taken to reach when the gate is tuned offline: the fusion

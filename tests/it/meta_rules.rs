@@ -268,7 +268,16 @@ async fn ask_with_rules_sends_the_block_and_reports_its_hash() {
     let set = rule_set(&[rule]);
     write_rules(dir.path(), "rules.json", &set);
     let question = "Which race did Maya sign up for?";
-    let ask = ["ask", "--conversation", "demo", question, "--base-url", server.base_url()];
+    let ask = [
+        "ask",
+        "--conversation",
+        "demo",
+        question,
+        "--base-url",
+        server.base_url(),
+        "--answer",
+        "loop",
+    ];
     let ruled = [&ask[..], &["--model", "local/tiny", "--meta-rules", "rules.json", "-q"]].concat();
 
     let before = server.request_count();

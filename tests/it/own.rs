@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use mragent::agent::{AnswerGate, AnswerMode};
 use mragent::convo::{Message, parse};
 use mragent::llm::build_chat_model;
 use mragent::llm::scripted::{
@@ -42,7 +43,9 @@ pub(crate) fn service(
     let chat = build_chat_model(&config).unwrap();
     let embedder = support::embedder(&config, 64);
     let store = Store::open(Store::default_path(root)).unwrap();
-    let settings = ServiceSettings::new(root, EMBEDDER, "test-model", "test-model");
+    let mut settings = ServiceSettings::new(root, EMBEDDER, "test-model", "test-model");
+    // These tests watch the tool loop; own memory's default (`adaptive`) has its own test.
+    settings.answer = AnswerGate::with_mode(AnswerMode::Loop);
     MemoryService::new(store, settings, chat, OwnEmbedder::Api(Box::new(embedder)))
 }
 
@@ -102,6 +105,45 @@ async fn adding_one_session_to_thirty_makes_only_that_sessions_calls() {
     let third = service.add("long", messages).await.unwrap();
     assert_eq!((third.new_messages, third.built_sessions.len()), (0, 0));
     assert_eq!(server.request_count(), count);
+}
+
+#[tokio::test]
+async fn own_memory_answers_adaptively_by_default_and_says_which_path_answered() {
+    // `ServiceSettings::new` (what `ask`, `serve` and `mcp` start from) answers `adaptive`:
+    // each question's gate decides, the trace records it, and the reply names the path.
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::client_config(&server);
+    let store = Store::open(Store::default_path(dir.path())).unwrap();
+    let settings = ServiceSettings::new(dir.path(), EMBEDDER, "test-model", "test-model");
+    assert_eq!(settings.answer.mode, AnswerMode::Adaptive);
+    let embedder = OwnEmbedder::Api(Box::new(support::embedder(&config, 64)));
+    let service = MemoryService::new(store, settings, build_chat_model(&config).unwrap(), embedder);
+    let text = std::fs::read_to_string(example_file()).unwrap();
+    service.add("demo", parse(&text).unwrap()).await.unwrap();
+    let questions =
+        ["What is the name of Sam's dog?", "Who is Pepper?", "What did they talk about?"];
+    for question in questions {
+        let asked = service.ask("demo", question).await.unwrap();
+        assert!(asked.ok, "{asked:?}");
+        let path = asked.path.expect("the reply names its path");
+        let records = mragent::agent::trace::read_trace(&asked.trace).unwrap();
+        let gate = records
+            .iter()
+            .find_map(|record| match &record.event {
+                mragent::agent::trace::TraceEvent::Retrieval { step, detail } if step == "gate" => {
+                    Some(detail.clone())
+                }
+                _ => None,
+            })
+            .expect("a gate record");
+        assert_eq!(gate["mode"], "adaptive", "{gate}");
+        let confidence = gate["confidence"].as_f64().expect("a confidence");
+        let single = confidence >= gate["threshold"].as_f64().unwrap();
+        let expected = if single { ["single", "escalated"] } else { ["loop", "loop"] };
+        let named = serde_json::to_value(path).unwrap();
+        assert!(expected.contains(&named.as_str().unwrap()), "{question}: {named} for {gate}");
+    }
 }
 
 #[tokio::test]

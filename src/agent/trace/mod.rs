@@ -265,13 +265,15 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
-    /// Opens (appending) the trace at `path`. On failure the writer is inert and the error is
-    /// logged.
+    /// Opens (appending) the trace at `path`. A torn last line (a run killed mid-write) is cut
+    /// first, so the new attempt starts on a line of its own instead of being glued to the torn
+    /// one. On failure the writer is inert and the error is logged.
     pub fn open(path: PathBuf) -> Self {
         let file = path
             .parent()
             .map_or(Ok(()), fs::create_dir_all)
-            .and_then(|()| OpenOptions::new().create(true).append(true).open(&path));
+            .and_then(|()| OpenOptions::new().create(true).read(true).append(true).open(&path))
+            .and_then(|file| cut_torn_tail(&file).map(|()| file));
         let file = match file {
             Ok(file) => Some(file),
             Err(error) => {
@@ -362,6 +364,41 @@ impl TraceWriter {
             self.file = None;
         }
     }
+}
+
+/// Cuts `file` back to its last complete line (ending in `\n`); a file that ends in one, or is
+/// empty, is left alone.
+fn cut_torn_tail(file: &File) -> std::io::Result<()> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let length = file.metadata()?.len();
+    if length == 0 {
+        return Ok(());
+    }
+    let mut reader = file;
+    let mut last = [0u8; 1];
+    reader.seek(SeekFrom::End(-1))?;
+    reader.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(());
+    }
+    // Find the last newline, reading backwards in blocks.
+    let mut end = length;
+    let mut block = vec![0u8; 8192];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let size = (end - start) as usize;
+        reader.seek(SeekFrom::Start(start))?;
+        reader.read_exact(&mut block[..size])?;
+        if let Some(position) = block[..size].iter().rposition(|byte| *byte == b'\n') {
+            tracing::warn!(
+                bytes = length - (start + position as u64 + 1),
+                "cutting a torn trace line"
+            );
+            return file.set_len(start + position as u64 + 1);
+        }
+        end = start;
+    }
+    file.set_len(0)
 }
 
 /// Reads a trace file; a torn last line is skipped.

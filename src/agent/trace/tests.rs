@@ -32,6 +32,47 @@ fn paths_are_safe_and_records_round_trip() -> anyhow::Result<()> {
 }
 
 #[test]
+fn a_trace_reopened_after_a_torn_write_starts_on_a_line_of_its_own() -> anyhow::Result<()> {
+    // A run killed mid-record leaves a line without its newline; the rerun appends a new
+    // attempt. Whatever the tear's length, the file reads back whole, with the new attempt.
+    let directory = tempfile::tempdir()?;
+    let record = |writer: &mut TraceWriter, step: &str| {
+        writer.record(TraceEvent::Fallback { step: step.into(), reason: "r".into() });
+    };
+    for torn in [0, 1, 17, 9000] {
+        let path = directory.path().join(format!("q{torn}.jsonl"));
+        let mut writer = TraceWriter::open(path.clone());
+        record(&mut writer, "first");
+        drop(writer);
+        let fragment = format!("{{\"t_ms\":3,\"event\":\"{}", "x".repeat(torn));
+        OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(&fragment.as_bytes()[..torn.min(fragment.len())])?;
+        let mut writer = TraceWriter::open(path.clone());
+        record(&mut writer, "second");
+        record(&mut writer, "third");
+        drop(writer);
+        let steps: Vec<String> = read_trace(&path)?
+            .into_iter()
+            .filter_map(|record| match record.event {
+                TraceEvent::Fallback { step, .. } => Some(step),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, ["first", "second", "third"], "a tear of {torn} bytes");
+    }
+    // A file that is one torn line and nothing else is emptied.
+    let path = directory.path().join("only-torn.jsonl");
+    std::fs::write(&path, b"{\"t_ms\":1,\"ev")?;
+    let mut writer = TraceWriter::open(path.clone());
+    record(&mut writer, "fresh");
+    drop(writer);
+    assert_eq!(read_trace(&path)?.len(), 1);
+    Ok(())
+}
+
+#[test]
 fn branches_merge_in_call_order_and_count_fallbacks_and_rejections() -> anyhow::Result<()> {
     let directory = tempfile::tempdir()?;
     let path = directory.path().join("q.jsonl");

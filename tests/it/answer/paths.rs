@@ -74,7 +74,10 @@ async fn single_answers_every_question_with_one_model_call_and_no_tools() {
         let payload: Value =
             serde_json::from_str(request.messages()[1]["content"].as_str().unwrap()).unwrap();
         let turns = payload["turns"].as_array().unwrap();
-        assert!(!turns.is_empty() && turns.len() <= 30, "{payload}");
+        // The whole reach: the top 30 turns, or every turn of a smaller conversation.
+        let all_turns = fixture().sessions.iter().map(|session| session.turns.len()).sum::<usize>();
+        let shown = mragent::retrieval::gate::SINGLE_CONTEXT.k.min(all_turns);
+        assert_eq!(turns.len(), shown, "{payload}");
         assert!(
             turns.iter().filter_map(Value::as_str).all(|turn| turn.contains("(session date: "))
         );
