@@ -239,11 +239,17 @@ async fn clean(conversations: &[Conversation], args: &[&str], latency: Duration)
     let (gap, gap_at) = longest_gap(&requests, finished.started);
     let rows = run::result_lines(finished.dir.path());
     let errors = rows.iter().filter(|row| row.status == Status::Error).count();
+    // Hedges on a healthy endpoint are extra load: issue 43 asks that they stay far from
+    // doubling it.
+    let (retries, hedges) = run::retries_and_hedges(finished.dir.path());
     println!(
         "  unattributed requests: {loose_build} build, {loose_answers} answer; \
-         {} result rows ({errors} ERROR); longest idle gap {gap:.2} s at {gap_at:.1} s; peak RSS {:.0} MB",
+         {} result rows ({errors} ERROR); longest idle gap {gap:.2} s at {gap_at:.1} s; peak RSS {:.0} MB; \
+         answer traces: {retries} retries, {hedges} hedges ({:.1} % of the {} requests)",
         rows.len(),
         finished.rss_mb,
+        100.0 * hedges as f64 / requests.len().max(1) as f64,
+        requests.len(),
     );
     println!(
         "  floor {floor:.1} s (slowest build + own questions {own:.1} s, throughput {throughput:.1} s; \
