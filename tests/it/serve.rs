@@ -79,6 +79,9 @@ impl Api {
         if let Some(body) = body {
             request = request.json(&body);
         }
+        if path == "/mcp" {
+            request = request.header("accept", "application/json, text/event-stream");
+        }
         let response = request.timeout(Duration::from_secs(60)).send().await.unwrap();
         let status = response.status();
         let text = response.text().await.unwrap();

@@ -40,7 +40,7 @@ use super::openapi::Validators;
 use super::scoped::UserSearchReply;
 use super::{Access, ApiError, SchemaError, ServeOptions, Service, fields};
 use crate::names::NameKind;
-use crate::service::{Scope, ServiceError};
+use crate::service::{Scope, ServiceError, Waited};
 use crate::store::StoreError;
 
 /// What the server tells a client about itself (clients show it to the model).
@@ -87,7 +87,9 @@ impl MemoryTools {
             nothing, so retrying is safe. Returns what was stored and built (`new_messages`, \
             `duplicates`, `built_sessions`); sessions that failed to build are listed in \
             `failed_sessions` (the result is then flagged as an error: the messages are stored, \
-            call again with the same messages to build them).",
+            call again with the same messages to build them). A build that outlasts the bounded \
+            wait (25 s by default) returns what was stored and its `job` instead; the build \
+            goes on, and search says how many sessions are still pending.",
         input_schema = schema::input::<schema::Add>(),
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -198,7 +200,13 @@ impl MemoryTools {
         let AddRequest { messages, mut scope, wait } = request;
         access.add(&self.service, &conversation, &mut scope).await?;
         if wait {
-            json(self.service.add_scoped(&conversation, scope, messages).await?)
+            // The same bounded wait as over HTTP (`MRAGENT_ADD_WAIT`): a build still going on at
+            // the bound returns what was stored and its job, and the build goes on.
+            let bound = self.service.settings().add_wait;
+            match self.service.add_waiting(&conversation, scope, messages, bound).await? {
+                Waited::Done(report) => json(*report),
+                Waited::Building(queued) => json(*queued),
+            }
         } else {
             json(self.service.add_queued(&conversation, scope, messages).await?)
         }

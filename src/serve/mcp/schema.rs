@@ -189,7 +189,8 @@ pub(super) struct Add {
     /// 32); search can keep only lines with given tags.
     #[serde(default)]
     tags: Tags,
-    /// `true` (the default): return when the memory is built. `false`: store the messages and
+    /// `true` (the default): return when the memory is built, or with its job when the build
+    /// outlasts the bounded wait (25 s by default). `false`: store the messages and
     /// return at once with a background job; search then answers over what is built so far
     /// and says how many sessions are still pending.
     #[serde(default)]

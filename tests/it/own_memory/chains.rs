@@ -381,3 +381,40 @@ async fn an_add_that_outlasts_its_bounded_wait_answers_202_with_its_job_and_the_
     assert_one_chain(&chain(&all));
     assert_eq!(chain(&all).len(), 3, "{all}");
 }
+
+#[tokio::test]
+async fn an_mcp_add_that_outlasts_its_bounded_wait_returns_its_job_and_the_build_goes_on() {
+    // `add_messages` waits like the HTTP add: at most `MRAGENT_ADD_WAIT`, then what was stored
+    // and the job, never a tool call held for minutes.
+    let slow = facts_server(Duration::from_millis(250)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = crate::own::service(&slow, dir.path());
+    service.settings_mut().add_wait = Duration::from_millis(200);
+    let api = Api::start_over(service, Vec::new()).await;
+    let started = std::time::Instant::now();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "add_messages",
+        "arguments": {"conversation": "moving", "user": "carol", "messages": super::moving_messages()}}});
+    let (status, reply) = api.post("/mcp", call).await;
+    assert!(started.elapsed() < Duration::from_millis(900), "the call did not wait long");
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let result = &reply["result"];
+    assert_ne!(result["isError"], true, "{reply}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let queued: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(queued["new_messages"], 4, "{queued}");
+    let job = queued["job"]["id"].as_i64().expect("the reply names the job");
+    let mut done = Value::Null;
+    for _ in 0..200 {
+        let (_, now) = api.get(&format!("/v1/jobs/{job}")).await;
+        if crate::jobs::ended(&now) {
+            done = now;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(done["state"], "done", "the build went on: {done}");
+    let (_, all) = api.get("/v1/users/carol/facts?aspect=home&history=true").await;
+    assert_one_chain(&chain(&all));
+    assert_eq!(chain(&all).len(), 3, "{all}");
+}
