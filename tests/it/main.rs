@@ -26,6 +26,7 @@ mod own;
 mod own_memory;
 mod pg_failures;
 mod pg_tls;
+mod pinned;
 mod postgres;
 #[path = "../support/private_pg.rs"]
 mod private_pg;
