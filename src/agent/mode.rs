@@ -56,6 +56,7 @@ impl AnswerGate {
 
 /// The answer mode of own memory (`ask`, `serve`, `mcp`) when none is given: `adaptive`. Held
 /// out on LoCoMo the questions its gate sends down the single path hold their evidence as often
-/// as the loop's reach does, for 0.86–0.88× the loop's prompt tokens and 0.83–0.86× its wall, and a single
-/// pass that finds nothing still goes on to the loop (docs/answering.md). `run` keeps `loop`.
+/// as the loop's reach does, for 0.86–0.88× the loop's prompt tokens and 0.83–0.86× its wall,
+/// and a single pass that finds nothing still goes on to the loop (docs/answering.md). `run`
+/// keeps `loop`.
 pub const OWN_ANSWER_MODE: AnswerMode = AnswerMode::Adaptive;
