@@ -110,15 +110,26 @@ async fn a_refused_password_is_an_authentication_error_at_start_up_and_at_run_ti
                  SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{kick}';"
             ))
             .unwrap();
-        // A terminated backend goes away a moment later: wait until none of the role's is left,
-        // so the next request cannot still find a live pooled connection.
+        // A terminated backend goes away a moment later (seconds on a loaded machine): wait
+        // until none of the role's is left, terminating again now and then (a connection that
+        // was opening during the first round), so the next request cannot still find a live
+        // pooled connection.
         let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{kick}'");
-        for _ in 0..200 {
-            if admin.query_one(&gone, &[]).unwrap().get::<_, i64>(0) == 0 {
+        let terminate = format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{kick}'"
+        );
+        let mut left = -1;
+        for round in 0..1500 {
+            left = admin.query_one(&gone, &[]).unwrap().get::<_, i64>(0);
+            if left == 0 {
                 break;
+            }
+            if round % 100 == 99 {
+                admin.batch_execute(&terminate).unwrap();
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        assert_eq!(left, 0, "the role's backends did not go away in 15 s");
     })
     .await
     .unwrap();
