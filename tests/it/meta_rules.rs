@@ -241,20 +241,7 @@ async fn a_bad_rules_file_stops_run_ask_and_serve_before_any_request() {
 async fn stored_example(server: &ScriptedServer) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let file = crate::own::example_file();
-    let args = [
-        "memory",
-        "add",
-        "--conversation",
-        "demo",
-        file.to_str().unwrap(),
-        "--base-url",
-        server.base_url(),
-        "--model",
-        "local/tiny",
-        "--embedder",
-        crate::support::EMBEDDER,
-        "-q",
-    ];
+    let args = crate::own::add_args(server.base_url(), "demo", file.to_str().unwrap());
     let (ok, stdout, stderr) = mragent(dir.path(), &args).await;
     assert!(ok, "{stdout}\n{stderr}");
     dir

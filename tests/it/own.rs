@@ -191,6 +191,11 @@ pub(crate) async fn run(dir: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The endpoint, model and embedder flags of a command that reaches the scripted endpoint.
+pub(crate) fn model_args(base_url: &str) -> [&str; 6] {
+    ["--base-url", base_url, "--model", "local/tiny", "--embedder", EMBEDDER]
+}
+
 pub(crate) fn add_args<'a>(
     base_url: &'a str,
     conversation: &'a str,

@@ -90,14 +90,7 @@ async fn every_memory_json_reply_is_pinned() {
     let root = dir.path().to_str().unwrap().to_string();
     let file = dir.path().join("moving.json");
     std::fs::write(&file, moving_messages().to_string()).unwrap();
-    let model = [
-        "--base-url",
-        server.base_url(),
-        "--model",
-        "local/tiny",
-        "--embedder",
-        crate::support::EMBEDDER,
-    ];
+    let model = crate::own::model_args(server.base_url());
     let mut replies = serde_json::Map::new();
     let mut add = add_args(server.base_url(), "moving", file.to_str().unwrap());
     // One build at a time: fact row ids follow the order session builds finish in (the chains

@@ -345,6 +345,18 @@ async fn a_replaced_fact_reaches_the_model_with_its_mark_though_its_turn_was_sho
     assert!(shown_first, "the turn was shown before the tool result: {messages:#?}");
 }
 
+/// Job `job` once it has ended (polled for up to 10 s; `null` if it has not).
+async fn job_ended(api: &Api, job: i64) -> Value {
+    for _ in 0..200 {
+        let (_, now) = api.get(&format!("/v1/jobs/{job}")).await;
+        if crate::jobs::ended(&now) {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Value::Null
+}
+
 #[tokio::test]
 async fn an_add_that_outlasts_its_bounded_wait_answers_202_with_its_job_and_the_build_goes_on() {
     let slow = facts_server(Duration::from_millis(250)).await;
@@ -366,15 +378,7 @@ async fn an_add_that_outlasts_its_bounded_wait_answers_202_with_its_job_and_the_
     assert_eq!(status, StatusCode::ACCEPTED, "{batched}");
     let other = batched["results"][0]["queued"]["job"]["id"].as_i64().unwrap();
     for job in [job, other] {
-        let mut done = Value::Null;
-        for _ in 0..200 {
-            let (_, now) = api.get(&format!("/v1/jobs/{job}")).await;
-            if crate::jobs::ended(&now) {
-                done = now;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let done = job_ended(&api, job).await;
         assert_eq!(done["state"], "done", "the build went on: {done}");
     }
     let (_, all) = api.get("/v1/users/carol/facts?aspect=home&history=true").await;
@@ -404,15 +408,7 @@ async fn an_mcp_add_that_outlasts_its_bounded_wait_returns_its_job_and_the_build
     let queued: Value = serde_json::from_str(text).unwrap();
     assert_eq!(queued["new_messages"], 4, "{queued}");
     let job = queued["job"]["id"].as_i64().expect("the reply names the job");
-    let mut done = Value::Null;
-    for _ in 0..200 {
-        let (_, now) = api.get(&format!("/v1/jobs/{job}")).await;
-        if crate::jobs::ended(&now) {
-            done = now;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let done = job_ended(&api, job).await;
     assert_eq!(done["state"], "done", "the build went on: {done}");
     let (_, all) = api.get("/v1/users/carol/facts?aspect=home&history=true").await;
     assert_one_chain(&chain(&all));

@@ -48,14 +48,7 @@ async fn the_command_line_lists_facts_corrects_one_and_undoes_it() {
     let edit = corrected["id"].to_string();
     let (_, listed, _) = run(dir.path(), &facts).await;
     assert!(listed.contains("Munich (corrected from \"Carol lives in Berlin\")"), "{listed}");
-    let model = [
-        "--base-url",
-        server.base_url(),
-        "--model",
-        "local/tiny",
-        "--embedder",
-        crate::support::EMBEDDER,
-    ];
+    let model = crate::own::model_args(server.base_url());
     // The undo of a correction is a store edit alone: no endpoint, no API key.
     let undo = vec!["memory", "undo", edit.as_str()];
     let (ok, stdout, stderr) = run(dir.path(), &undo).await;
