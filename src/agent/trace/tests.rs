@@ -31,6 +31,17 @@ fn paths_are_safe_and_records_round_trip() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The steps of the `Fallback` records of the trace at `path`, in file order.
+fn fallback_steps(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    Ok(read_trace(path)?
+        .into_iter()
+        .filter_map(|record| match record.event {
+            TraceEvent::Fallback { step, .. } => Some(step),
+            _ => None,
+        })
+        .collect())
+}
+
 #[test]
 fn a_trace_reopened_after_a_torn_write_starts_on_a_line_of_its_own() -> anyhow::Result<()> {
     // A run killed mid-record leaves a line without its newline; the rerun appends a new
@@ -53,13 +64,7 @@ fn a_trace_reopened_after_a_torn_write_starts_on_a_line_of_its_own() -> anyhow::
         record(&mut writer, "second");
         record(&mut writer, "third");
         drop(writer);
-        let steps: Vec<String> = read_trace(&path)?
-            .into_iter()
-            .filter_map(|record| match record.event {
-                TraceEvent::Fallback { step, .. } => Some(step),
-                _ => None,
-            })
-            .collect();
+        let steps = fallback_steps(&path)?;
         assert_eq!(steps, ["first", "second", "third"], "a tear of {torn} bytes");
     }
     // A file that is one torn line and nothing else is emptied.
@@ -84,14 +89,7 @@ fn branches_merge_in_call_order_and_count_fallbacks_and_rejections() -> anyhow::
     writer.merge(first);
     writer.merge(second);
     assert_eq!((writer.counts().fallbacks, writer.counts().rejected), (2, 0));
-    let steps: Vec<String> = read_trace(&path)?
-        .into_iter()
-        .filter_map(|record| match record.event {
-            TraceEvent::Fallback { step, .. } => Some(step),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(steps, ["first", "second"]);
+    assert_eq!(fallback_steps(&path)?, ["first", "second"]);
     // A writer that records nothing still counts.
     let mut disabled = TraceWriter::disabled();
     let mut branch = disabled.branch();

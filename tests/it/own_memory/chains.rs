@@ -345,6 +345,15 @@ async fn a_replaced_fact_reaches_the_model_with_its_mark_though_its_turn_was_sho
     assert!(shown_first, "the turn was shown before the tool result: {messages:#?}");
 }
 
+/// The API over a service whose model takes 250 ms a reply and whose adds wait at most 200 ms
+/// (the scripted server is returned to keep it running).
+async fn slow_api(root: &std::path::Path) -> (ScriptedServer, Api) {
+    let slow = facts_server(Duration::from_millis(250)).await;
+    let mut service = crate::own::service(&slow, root);
+    service.settings_mut().add_wait = Duration::from_millis(200);
+    (slow, Api::start_over(service, Vec::new()).await)
+}
+
 /// Job `job` once it has ended (polled for up to 10 s; `null` if it has not).
 async fn job_ended(api: &Api, job: i64) -> Value {
     for _ in 0..200 {
@@ -359,11 +368,8 @@ async fn job_ended(api: &Api, job: i64) -> Value {
 
 #[tokio::test]
 async fn an_add_that_outlasts_its_bounded_wait_answers_202_with_its_job_and_the_build_goes_on() {
-    let slow = facts_server(Duration::from_millis(250)).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut service = crate::own::service(&slow, dir.path());
-    service.settings_mut().add_wait = Duration::from_millis(200);
-    let api = Api::start_over(service, Vec::new()).await;
+    let (_slow, api) = slow_api(dir.path()).await;
     let started = std::time::Instant::now();
     let body = json!({"user": "carol", "messages": super::moving_messages()});
     let (status, reply) = api.post("/v1/conversations/moving/messages", body).await;
@@ -390,11 +396,8 @@ async fn an_add_that_outlasts_its_bounded_wait_answers_202_with_its_job_and_the_
 async fn an_mcp_add_that_outlasts_its_bounded_wait_returns_its_job_and_the_build_goes_on() {
     // `add_messages` waits like the HTTP add: at most `MRAGENT_ADD_WAIT`, then what was stored
     // and the job, never a tool call held for minutes.
-    let slow = facts_server(Duration::from_millis(250)).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut service = crate::own::service(&slow, dir.path());
-    service.settings_mut().add_wait = Duration::from_millis(200);
-    let api = Api::start_over(service, Vec::new()).await;
+    let (_slow, api) = slow_api(dir.path()).await;
     let started = std::time::Instant::now();
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "add_messages",
