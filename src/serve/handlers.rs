@@ -1,98 +1,44 @@
-//! Request handlers: check the body field by field (errors name the field), then against its
-//! schema in the OpenAPI document, call the service, answer JSON. Each handler's
-//! `#[utoipa::path]` is its entry in the document.
+//! The HTTP door: one thin handler per route, each turning the path, the query and the body
+//! into its operation's request (`service::ops`), running it, and answering its reply as JSON
+//! (an error as `ErrorBody`). Each handler's `#[utoipa::path]` is its entry in the document;
+//! `ops::OPERATIONS` names the same routes (a test holds them together).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::request::Parts;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures::StreamExt as _;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
-use super::api::{
-    AddRequest, AskRequest, ConversationId, ConversationList, DEFAULT_K, Deleted, ErrorCode,
-    ForgetMessageReply, MAX_K, MessagePath, SearchReply, SearchRequest,
+use super::AppState;
+use super::api::{ConversationId, EditPath, FactPath, JobPath, MessagePath, UserPath};
+use super::extract::{
+    EDIT, FACT, Id, JOB, MessageId, Number, Params, RawBody, UserId, object, params,
 };
-use super::openapi::{AddErrors, AuthErrors, IdErrors, QueryErrors};
-use super::{Access, ApiError, AppState, fields};
+use super::openapi::{AddErrors, AuthErrors, EditErrors, IdErrors, QueryErrors};
 use crate::agent::events::LoopEvents;
-use crate::names::{NameKind, check_name};
-use crate::service::{
-    AddReport, AskReport, Queued, Scope, SearchFilters, SearchHit, ServiceError, Waited,
-};
-use crate::store::ConversationInfo;
+use crate::service::ops::add::AddRequest;
+use crate::service::ops::add_batch::{BatchReply, BatchRequest};
+use crate::service::ops::ask::AskRequest;
+use crate::service::ops::correct::CorrectRequest;
+use crate::service::ops::facts::{FactList, FactParams};
+use crate::service::ops::forget::Deleted;
+use crate::service::ops::forget_message::ForgetMessageReply;
+use crate::service::ops::history::{EditList, EditParams, HistoryRequest};
+use crate::service::ops::jobs::{JobList, JobParams, JobsRequest};
+use crate::service::ops::list::{ConversationList, ListRequest};
+use crate::service::ops::search::{Found, SearchReply, SearchRequest, UserSearchReply};
+use crate::service::ops::{self, Access, ApiError, ErrorCode};
+use crate::service::{AddReport, AskReport, Queued, Scope, ServiceError, UndoReport};
+use crate::store::{ConversationInfo, Edit, Job};
 
-pub(super) type Shared = State<Arc<AppState>>;
-
-/// The `{id}` of the path, checked against the id rule: 400 naming `conversation` when it is
-/// not UTF-8 or breaks the rule (axum's own rejection would be a `text/plain` body).
-pub(super) struct Id(pub(super) String);
-
-impl<S: Send + Sync> FromRequestParts<S> for Id {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::bad("conversation", rejection.body_text()))?;
-        check_name(NameKind::Conversation, &id)
-            .map_err(|error| ApiError::bad("conversation", error.to_string()))?;
-        Ok(Id(id))
-    }
-}
-
-/// The `{id}` and `{message}` of the path, each checked against the id rule: 400 naming
-/// `conversation` or `message`.
-pub(super) struct MessageId(String, String);
-
-impl<S: Send + Sync> FromRequestParts<S> for MessageId {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path((id, message)) = Path::<(String, String)>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::bad("path", rejection.body_text()))?;
-        check_name(NameKind::Conversation, &id)
-            .map_err(|error| ApiError::bad("conversation", error.to_string()))?;
-        check_name(NameKind::Message, &message)
-            .map_err(|error| ApiError::bad("message", error.to_string()))?;
-        Ok(MessageId(id, message))
-    }
-}
-
-/// The body as a JSON object; 413 when over the limit, 400 when not a JSON object.
-pub(super) fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
-    let bytes = body.map_err(|rejection| {
-        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ErrorCode::TooLarge
-        } else {
-            ErrorCode::Invalid
-        };
-        ApiError::new(rejection.status(), code, "body", rejection.body_text())
-    })?;
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::bad("body", "expected a JSON object")),
-        Err(error) => Err(ApiError::bad("body", format!("invalid JSON: {error}"))),
-    }
-}
-
-/// A required string field with a non-whitespace character.
-fn string_field(map: &Map<String, Value>, field: &str) -> Result<String, ApiError> {
-    match map.get(field) {
-        Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
-        Some(Value::String(_)) => Err(ApiError::bad(field, "must not be empty")),
-        Some(_) => Err(ApiError::bad(field, "expected a string")),
-        None => Err(ApiError::bad(field, "missing")),
-    }
-}
+type Shared = State<Arc<AppState>>;
+type Caller = Extension<Access>;
+type Answer<T> = Result<Json<T>, ApiError>;
 
 #[utoipa::path(
     get,
@@ -101,10 +47,9 @@ fn string_field(map: &Map<String, Value>, field: &str) -> Result<String, ApiErro
 )]
 pub(super) async fn list(
     State(state): Shared,
-    Extension(access): Extension<Access>,
-) -> Result<Json<ConversationList>, ApiError> {
-    let conversations = access.filter(state.service.list().await?);
-    Ok(Json(ConversationList { conversations }))
+    Extension(access): Caller,
+) -> Answer<ConversationList> {
+    Ok(Json(ops::list::run(&state.service, &access, ListRequest::default()).await?))
 }
 
 #[utoipa::path(
@@ -115,20 +60,10 @@ pub(super) async fn list(
 )]
 pub(super) async fn show(
     State(state): Shared,
-    Extension(access): Extension<Access>,
+    Extension(access): Caller,
     Id(id): Id,
-) -> Result<Json<ConversationInfo>, ApiError> {
-    access.conversation(&state.service, &id).await?;
-    let store = state.service.store().clone();
-    let lookup = id.clone();
-    let info = tokio::task::spawn_blocking(move || store.info(&lookup))
-        .await
-        .map_err(|error| ApiError::from(ServiceError::Other(error.into())))?
-        .map_err(|error| ApiError::from(ServiceError::Store(error)))?;
-    match info {
-        Some(info) => Ok(Json(info)),
-        None => Err(ServiceError::Store(crate::store::StoreError::UnknownConversation(id)).into()),
-    }
+) -> Answer<ConversationInfo> {
+    Ok(Json(ops::show::run(&state.service, &access, &id).await?))
 }
 
 #[utoipa::path(
@@ -139,13 +74,10 @@ pub(super) async fn show(
 )]
 pub(super) async fn forget(
     State(state): Shared,
-    Extension(access): Extension<Access>,
+    Extension(access): Caller,
     Id(id): Id,
-) -> Result<Json<Deleted>, ApiError> {
-    access.write()?;
-    access.conversation(&state.service, &id).await?;
-    let deleted = state.service.forget(&id).await?;
-    Ok(Json(Deleted { deleted }))
+) -> Answer<Deleted> {
+    Ok(Json(ops::forget::run(&state.service, &access, &id).await?))
 }
 
 #[utoipa::path(
@@ -159,32 +91,10 @@ pub(super) async fn forget(
 )]
 pub(super) async fn forget_message(
     State(state): Shared,
-    Extension(access): Extension<Access>,
+    Extension(access): Caller,
     MessageId(id, message): MessageId,
-) -> Result<Json<ForgetMessageReply>, ApiError> {
-    access.write()?;
-    access.conversation(&state.service, &id).await?;
-    let (forgotten, rebuilt) = state.service.forget_message(&id, &message, &access.actor()).await?;
-    Ok(Json(ForgetMessageReply { forgotten, rebuilt }))
-}
-
-impl AddRequest {
-    pub(super) fn parse(mut map: Map<String, Value>) -> Result<Self, ApiError> {
-        let items = match map.remove("messages") {
-            Some(Value::Array(items)) => items,
-            Some(_) => return Err(ApiError::bad("messages", "expected an array of messages")),
-            None => return Err(ApiError::bad("messages", "missing")),
-        };
-        let messages = crate::convo::parse_values(items)
-            .map_err(|error| ApiError::bad(error.field(), error.to_string()))?;
-        let scope = crate::store::AddScope {
-            user: fields::name(&map, "user", NameKind::User)?,
-            agent: fields::name(&map, "agent", NameKind::User)?,
-            tags: fields::tags(&map)?,
-        };
-        let wait = fields::flag(&map, "wait")?.unwrap_or(true);
-        Ok(Self { messages, scope, wait })
-    }
+) -> Answer<ForgetMessageReply> {
+    Ok(Json(ops::forget_message::run(&state.service, &access, &id, &message).await?))
 }
 
 #[utoipa::path(
@@ -200,57 +110,40 @@ impl AddRequest {
 )]
 pub(super) async fn add(
     State(state): Shared,
-    Extension(access): Extension<Access>,
+    Extension(access): Caller,
     Id(id): Id,
-    body: Result<Bytes, BytesRejection>,
+    body: RawBody,
 ) -> Result<Response, ApiError> {
-    let map = object(body)?;
-    let whole = Value::Object(map.clone());
-    let request = AddRequest::parse(map)?;
-    // The limits first, with the service's own message (the same the CLI gives), then the
-    // whole body against the published schema.
-    crate::service::check_limits(&request.messages)?;
-    state.validators.add(&whole)?;
-    let AddRequest { messages, mut scope, wait } = request;
-    access.add(&state.service, &id, &mut scope).await?;
-    if wait {
-        // A bounded wait: a build still going on at the bound answers 202 with its job.
-        let bound = state.service.settings().add_wait;
-        match state.service.add_waiting(&id, scope, messages, bound).await? {
-            Waited::Done(report) => Ok(Json(*report).into_response()),
-            Waited::Building(queued) => Ok((StatusCode::ACCEPTED, Json(*queued)).into_response()),
-        }
-    } else {
-        let queued = state.service.add_queued(&id, scope, messages).await?;
-        Ok((StatusCode::ACCEPTED, Json(queued)).into_response())
-    }
+    let request = AddRequest::read(object(body)?)?;
+    let added = ops::add::run(&state.service, &access, &id, request).await?;
+    Ok((accepted(added.building()), Json(added)).into_response())
 }
 
-impl SearchRequest {
-    pub(super) fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
-        let query = string_field(map, "query")?;
-        let bad_k = || ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}"));
-        let k = match map.get("k") {
-            None | Some(Value::Null) => DEFAULT_K,
-            // JSON Schema's `integer` counts 5.0 as an integer; so does this.
-            Some(Value::Number(number)) => number
-                .as_u64()
-                .or_else(|| {
-                    number.as_f64().filter(|k| k.fract() == 0.0 && *k >= 1.0).map(|k| k as u64)
-                })
-                .filter(|k| (1..=MAX_K).contains(k))
-                .ok_or_else(bad_k)?,
-            Some(_) => return Err(bad_k()),
-        };
-        let filters = SearchFilters {
-            speaker: fields::text(map, "speaker", crate::names::MAX_NAME_CHARS)?,
-            from: fields::time(map, "from", false)?,
-            to: fields::time(map, "to", true)?,
-            conversation: fields::name(map, "conversation", NameKind::Conversation)?,
-            tags: fields::tags(map)?,
-        };
-        Ok(Self { query, k, filters })
-    }
+#[utoipa::path(
+    post,
+    path = "/v1/conversations",
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "each conversation's add report or error, in order", body = BatchReply),
+        (status = 202, description = "with `wait: false`, or when some entry's build outlasted the bounded wait (`MRAGENT_ADD_WAIT`): each conversation's report, job or error, in order", body = BatchReply),
+        AddErrors
+    )
+)]
+pub(super) async fn batch_add(
+    State(state): Shared,
+    Extension(access): Caller,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    access.write()?;
+    let request = BatchRequest::read(object(body)?)?;
+    let waited = request.wait;
+    let reply = ops::add_batch::run(&state.service, &access, request).await?;
+    Ok((accepted(!waited || reply.building()), Json(reply)).into_response())
+}
+
+/// 202 while a build goes on in the background, else 200.
+fn accepted(building: bool) -> StatusCode {
+    if building { StatusCode::ACCEPTED } else { StatusCode::OK }
 }
 
 #[utoipa::path(
@@ -262,42 +155,29 @@ impl SearchRequest {
 )]
 pub(super) async fn search(
     State(state): Shared,
-    Extension(access): Extension<Access>,
+    Extension(access): Caller,
     Id(id): Id,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<SearchReply>, ApiError> {
-    let (query, hits, pending_sessions) =
-        find(&state, &access, &Scope::Conversation(id.clone()), body).await?;
-    Ok(Json(SearchReply { conversation: id, query, hits, pending_sessions }))
+    body: RawBody,
+) -> Answer<Found> {
+    let request = SearchRequest::read(object(body)?)?;
+    Ok(Json(ops::search::run(&state.service, &access, Scope::Conversation(id), request).await?))
 }
 
-/// A search over `scope`: the query as given, the lines found, and the sessions not built yet.
-pub(super) async fn find(
-    state: &AppState,
-    access: &Access,
-    scope: &Scope,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(String, Vec<SearchHit>, u64), ApiError> {
-    let map = object(body)?;
-    let request = SearchRequest::parse(&map)?;
-    state.validators.search(&Value::Object(map))?;
-    access.scope(&state.service, scope).await?;
-    let k = request.k as usize;
-    let hits = state.service.search_scoped(scope, &request.query, k, &request.filters).await?;
-    let pending = state.service.pending_sessions(scope).await?;
-    Ok((request.query, hits, pending))
-}
-
-impl AskRequest {
-    pub(super) fn parse(map: &Map<String, Value>) -> Result<Self, ApiError> {
-        let question = string_field(map, "question")?;
-        let stream = match map.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(stream)) => *stream,
-            Some(_) => return Err(ApiError::bad("stream", "expected a boolean")),
-        };
-        Ok(Self { question, stream, as_of: fields::time(map, "as_of", true)? })
-    }
+#[utoipa::path(
+    post,
+    path = "/v1/users/{user}/search",
+    params(UserPath),
+    request_body = SearchRequest,
+    responses((status = 200, description = "ranked memory lines of all the user's conversations (no chat model)", body = UserSearchReply), QueryErrors)
+)]
+pub(super) async fn user_search(
+    State(state): Shared,
+    Extension(access): Caller,
+    UserId(user): UserId,
+    body: RawBody,
+) -> Answer<Found> {
+    let request = SearchRequest::read(object(body)?)?;
+    Ok(Json(ops::search::run(&state.service, &access, Scope::User(user), request).await?))
 }
 
 #[utoipa::path(
@@ -313,44 +193,61 @@ impl AskRequest {
 )]
 pub(super) async fn ask(
     State(state): Shared,
-    Extension(access): Extension<Access>,
+    Extension(access): Caller,
     Id(id): Id,
-    body: Result<Bytes, BytesRejection>,
+    body: RawBody,
 ) -> Result<Response, ApiError> {
     answer(state, &access, Scope::Conversation(id), body).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/users/{user}/ask",
+    params(UserPath),
+    request_body = AskRequest,
+    responses(
+        (status = 200, description = "the answer over all the user's conversations (as `POST /v1/conversations/{id}/ask`); each supporting line names its conversation",
+            content((AskReport = "application/json"), (String = "text/event-stream"))),
+        QueryErrors
+    )
+)]
+pub(super) async fn user_ask(
+    State(state): Shared,
+    Extension(access): Caller,
+    UserId(user): UserId,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    answer(state, &access, Scope::User(user), body).await
+}
+
 /// An ask over `scope`: JSON, or server-sent events with `stream: true`.
-pub(super) async fn answer(
+async fn answer(
     state: Arc<AppState>,
     access: &Access,
     scope: Scope,
-    body: Result<Bytes, BytesRejection>,
+    body: RawBody,
 ) -> Result<Response, ApiError> {
-    let map = object(body)?;
-    let AskRequest { question, stream, as_of } = AskRequest::parse(&map)?;
-    state.validators.ask(&Value::Object(map))?;
-    access.scope(&state.service, &scope).await?;
-    if !stream {
-        let report = state.service.ask_scoped(&scope, &question, as_of.as_deref(), None).await?;
+    let request = AskRequest::read(object(body)?)?;
+    if !request.stream {
+        let report = ops::ask::run(&state.service, access, &scope, &request, None).await?;
         return Ok(Json(report).into_response());
     }
-    // Check the scope before the stream starts, so that a bad id is still a 4xx.
-    state.service.check_scope(&scope).await?;
+    // Checked before the stream starts, so that a bad id is still a 4xx.
+    ops::ask::check(&state.service, access, &scope).await?;
     let started = Event::default()
         .event("started")
-        .json_data(json!({"conversation": scope.label(), "question": question}));
+        .json_data(json!({"conversation": scope.label(), "question": request.question}));
     // The loop runs in its own task and reports each round through `sink`; the stream sends
     // those events as they come and ends with the answer once the loop (and so `sink`) is done.
     let (sink, rounds) = LoopEvents::channel();
-    let service = Arc::clone(&state.service);
+    let (service, access) = (Arc::clone(&state.service), access.clone());
     let task = tokio::spawn(async move {
-        service.ask_scoped(&scope, &question, as_of.as_deref(), Some(sink)).await
+        ops::ask::run(&service, &access, &scope, &request, Some(sink)).await
     });
     let finished = async move {
         match task.await {
             Ok(Ok(report)) => Event::default().event("answer").json_data(report),
-            Ok(Err(error)) => error_event(ApiError::from(error)),
+            Ok(Err(error)) => error_event(error),
             Err(error) => error_event(ApiError::from(ServiceError::Other(anyhow::anyhow!(
                 "ask task failed: {error}"
             )))),
@@ -368,18 +265,120 @@ fn error_event(error: ApiError) -> Result<Event, axum::Error> {
     Event::default().event("error").json_data(error.detail)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/conversations/{id}/facts",
+    params(ConversationId, FactParams),
+    responses((status = 200, description = "the facts of the conversation", body = FactList), IdErrors)
+)]
+pub(super) async fn conversation_facts(
+    State(state): Shared,
+    Extension(access): Caller,
+    Id(id): Id,
+    given: Params,
+) -> Answer<FactList> {
+    let query = ops::facts::parse(&params(given, ops::facts::PARAMETERS)?)?;
+    Ok(Json(ops::facts::run(&state.service, &access, Scope::Conversation(id), query).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user}/facts",
+    params(UserPath, FactParams),
+    responses((status = 200, description = "the facts of the user's conversations", body = FactList), IdErrors)
+)]
+pub(super) async fn user_facts(
+    State(state): Shared,
+    Extension(access): Caller,
+    UserId(user): UserId,
+    given: Params,
+) -> Answer<FactList> {
+    let query = ops::facts::parse(&params(given, ops::facts::PARAMETERS)?)?;
+    Ok(Json(ops::facts::run(&state.service, &access, Scope::User(user), query).await?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/facts/{fact}/correct",
+    params(FactPath),
+    request_body = CorrectRequest,
+    responses((status = 200, description = "the correction's row in the audit log", body = Edit), EditErrors)
+)]
+pub(super) async fn correct(
+    State(state): Shared,
+    Extension(access): Caller,
+    Number(fact): Number<FACT>,
+    body: RawBody,
+) -> Answer<Edit> {
+    access.write()?;
+    let request = CorrectRequest::read(object(body)?)?;
+    Ok(Json(ops::correct::run(&state.service, &access, fact, request).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/edits",
+    params(EditParams),
+    responses((status = 200, description = "the audit log, oldest first", body = EditList), IdErrors)
+)]
+pub(super) async fn history(
+    State(state): Shared,
+    Extension(access): Caller,
+    given: Params,
+) -> Answer<EditList> {
+    let request = HistoryRequest::parse(&params(given, ops::history::PARAMETERS)?)?;
+    Ok(Json(ops::history::run(&state.service, &access, request).await?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/edits/{edit}/undo",
+    params(EditPath),
+    responses((status = 200, description = "the undo's row in the audit log, and the rebuild of a restored message's session", body = UndoReport), EditErrors)
+)]
+pub(super) async fn undo(
+    State(state): Shared,
+    Extension(access): Caller,
+    Number(edit): Number<EDIT>,
+) -> Answer<UndoReport> {
+    Ok(Json(ops::undo::run(&state.service, &access, edit).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{job}",
+    params(JobPath),
+    responses((status = 200, description = "the job: state, sessions done, failed and pending, tokens, errors", body = Job), IdErrors)
+)]
+pub(super) async fn job(
+    State(state): Shared,
+    Extension(access): Caller,
+    Number(id): Number<JOB>,
+) -> Answer<Job> {
+    Ok(Json(ops::job::run(&state.service, &access, id).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    params(JobParams),
+    responses((status = 200, description = "the jobs, newest first", body = JobList), IdErrors)
+)]
+pub(super) async fn jobs(
+    State(state): Shared,
+    Extension(access): Caller,
+    given: Params,
+) -> Answer<JobList> {
+    let request = JobsRequest::parse(&params(given, ops::jobs::PARAMETERS)?)?;
+    Ok(Json(ops::jobs::run(&state.service, &access, request).await?))
+}
+
 pub(super) async fn not_found() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        ErrorCode::NotFound,
-        "path",
-        "no such endpoint; see /openapi.json",
-    )
+    ApiError::new(ErrorCode::NotFound, "path", "no such endpoint; see /openapi.json")
 }
 
 pub(super) async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::MethodNotAllowed,
         "method",
         "the path does not take this method; see /openapi.json",
@@ -388,13 +387,13 @@ pub(super) async fn method_not_allowed() -> ApiError {
 
 /// `GET /ready`: 200 while the store answers, else 503 `store_unavailable` (a readiness
 /// probe; no token, outside the OpenAPI document).
-pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
+pub(super) async fn ready(State(state): Shared) -> Response {
     let store = state.service.store().clone();
     let checked = tokio::task::spawn_blocking(move || store.ping()).await;
     match checked {
         Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
         // The same answers as any request's: nothing about the database in the body.
-        Ok(Err(error)) => ApiError::from(ServiceError::Store(error)).into_response(),
+        Ok(Err(error)) => ApiError::from(error).into_response(),
         Err(error) => ApiError::from(ServiceError::Other(anyhow::anyhow!(
             "the readiness check failed: {error}"
         )))

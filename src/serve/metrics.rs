@@ -35,9 +35,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::api::ErrorCode;
-use super::{ApiError, Service};
+use super::Service;
 use crate::llm::{Step, UsageMeter, UsageTotals};
+use crate::service::ops::{ApiError, ErrorCode};
 use crate::service::{CacheCounts, CacheStats};
 use crate::store::{Store, StoreCounts};
 
@@ -209,7 +209,6 @@ async fn scrape(
             ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], text).into_response()
         }
         Ok(Err(fmt::Error)) | Err(_) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::Internal,
             "",
             "the metrics could not be read; the server log says why",

@@ -23,16 +23,13 @@
 //! (unknown route, wrong method, an id that is not UTF-8), with a 4xx status for bad input, so a
 //! client can tell which field to fix; bad input never reaches the store.
 
-mod access;
 mod api;
-mod fields;
+mod extract;
 mod handlers;
-mod jobs;
 mod limits;
 pub mod mcp;
 mod metrics;
 mod openapi;
-mod scoped;
 mod tls;
 
 use std::sync::Arc;
@@ -49,16 +46,14 @@ use utoipa_axum::routes;
 pub use openapi::SchemaError;
 pub use tls::{TlsError, TlsFiles};
 
-use self::api::{ErrorBody, ErrorCode, ErrorDetail};
-use crate::llm::Client;
-use crate::service::{MemoryService, OwnEmbedder, ServiceError};
+use crate::service::ServiceError;
+pub(crate) use crate::service::ops::Access;
+pub use crate::service::ops::Service;
+use crate::service::ops::{ApiError, ErrorCode};
 use crate::store::StoreError;
 
 /// The environment variable holding the bearer token.
 pub const TOKEN_ENV: &str = "MRAGENT_SERVE_TOKEN";
-
-/// The service the server runs.
-pub type Service = MemoryService<Client, OwnEmbedder>;
 
 /// The environment variable holding named bearer tokens: `name=token` pairs separated by
 /// commas. Each edit is logged under the name of the token that made it.
@@ -66,8 +61,6 @@ pub const TOKENS_ENV: &str = "MRAGENT_SERVE_TOKENS";
 
 /// The name edits made with [`TOKEN_ENV`]'s token are logged under.
 pub const DEFAULT_TOKEN_NAME: &str = "token";
-
-pub(crate) use access::Access;
 
 /// Server options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,8 +99,6 @@ struct AppState {
     tokens: Vec<(String, String)>,
     /// The OpenAPI document as served.
     document: serde_json::Value,
-    /// The request body schemas of `document`, compiled.
-    validators: openapi::Validators,
     /// Each token's or key's request rate, by name (`None`: no limit).
     limits: Option<limits::KeyLimits>,
     /// The metrics (refused requests by key).
@@ -119,21 +110,21 @@ struct AppState {
 fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(openapi::Base::openapi())
         .routes(routes!(openapi::document))
-        .routes(routes!(handlers::list, jobs::batch_add))
+        .routes(routes!(handlers::list, handlers::batch_add))
         .routes(routes!(handlers::show, handlers::forget))
         .routes(routes!(handlers::add))
         .routes(routes!(handlers::forget_message))
         .routes(routes!(handlers::search))
         .routes(routes!(handlers::ask))
-        .routes(routes!(scoped::conversation_facts))
-        .routes(routes!(scoped::user_search))
-        .routes(routes!(scoped::user_ask))
-        .routes(routes!(scoped::user_facts))
-        .routes(routes!(scoped::correct))
-        .routes(routes!(scoped::history))
-        .routes(routes!(scoped::undo))
-        .routes(routes!(jobs::job))
-        .routes(routes!(jobs::jobs))
+        .routes(routes!(handlers::conversation_facts))
+        .routes(routes!(handlers::user_search))
+        .routes(routes!(handlers::user_ask))
+        .routes(routes!(handlers::user_facts))
+        .routes(routes!(handlers::correct))
+        .routes(routes!(handlers::history))
+        .routes(routes!(handlers::undo))
+        .routes(routes!(handlers::job))
+        .routes(routes!(handlers::jobs))
         .split_for_parts()
 }
 
@@ -146,7 +137,8 @@ pub fn document() -> serde_json::Value {
 pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, SchemaError> {
     let (routes, document) = routes();
     let document = openapi::to_json(document).map_err(SchemaError::document)?;
-    let validators = openapi::Validators::new(&document)?;
+    crate::service::ops::check_schemas().map_err(SchemaError::request)?;
+    crate::service::ops::check_routes(&document).map_err(SchemaError::table)?;
     let tokens: Vec<(String, String)> = options
         .token
         .iter()
@@ -155,14 +147,8 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
         .collect();
     let metrics = metrics::Metrics::new(&service);
     let limits = options.key_rate_per_minute.map(limits::KeyLimits::new);
-    let state = Arc::new(AppState {
-        service,
-        tokens,
-        document,
-        validators,
-        limits,
-        metrics: Arc::clone(&metrics),
-    });
+    let state =
+        Arc::new(AppState { service, tokens, document, limits, metrics: Arc::clone(&metrics) });
     Ok(routes
         .merge(metrics.router())
         .route_service("/mcp", mcp::http_service(Arc::clone(&state.service), options)?)
@@ -233,7 +219,6 @@ async fn authorize(
         Ok(Some(access)) => access,
         Ok(None) => {
             return ApiError::new(
-                StatusCode::UNAUTHORIZED,
                 ErrorCode::Unauthorized,
                 "authorization",
                 "missing, wrong, revoked or expired bearer token (Authorization: Bearer <token \
@@ -248,7 +233,6 @@ async fn authorize(
     {
         state.metrics.limited(&access.name);
         return ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::RateLimited,
             "authorization",
             format!("key {:?} is over its rate limit; retry in {wait} s", access.name),
@@ -317,159 +301,15 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     difference == 0
 }
 
-/// A JSON error response.
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    status: StatusCode,
-    detail: ErrorDetail,
-    /// `Retry-After` seconds, when set.
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    pub(crate) fn new(
-        status: StatusCode,
-        code: ErrorCode,
-        field: &str,
-        message: impl Into<String>,
-    ) -> Self {
-        let retry_after = matches!(code, ErrorCode::StoreUnavailable).then_some(STORE_RETRY_AFTER);
-        Self {
-            status,
-            detail: ErrorDetail { code, field: field.to_string(), message: message.into() },
-            retry_after,
-        }
-    }
-
-    pub(crate) fn bad(field: &str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, ErrorCode::Invalid, field, message)
-    }
-
-    /// The same error naming `field`.
-    pub(crate) fn field(mut self, field: &str) -> Self {
-        self.detail.field = field.to_string();
-        self
-    }
-
-    /// The same error asking to retry after `seconds`.
-    pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
-        self.retry_after = Some(seconds);
-        self
-    }
-
-    /// The error of a field inside `prefix` (say `conversations[2]`): its field is prefixed.
-    pub(crate) fn within(mut self, prefix: &str) -> Self {
-        let field = &self.detail.field;
-        self.detail.field = if field.is_empty() || field == "body" {
-            prefix.to_string()
-        } else {
-            format!("{prefix}.{field}")
-        };
-        self
-    }
-}
-
-/// Seconds a client is asked to wait before retrying a request the store could not serve.
-const STORE_RETRY_AFTER: u64 = 2;
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let retry = self.retry_after;
-        let mut response =
-            (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
+        let mut response = (status, axum::Json(self.body())).into_response();
         if let Some(seconds) = retry {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
         }
         response
     }
 }
-
-impl From<ServiceError> for ApiError {
-    fn from(error: ServiceError) -> Self {
-        let message = error.to_string();
-        match error {
-            ServiceError::Invalid { field, .. } => ApiError::bad(&field, message),
-            ServiceError::UnknownUser(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownUser, "user", message)
-            }
-            ServiceError::Store(StoreError::UnknownFact(_)) => {
-                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownFact, "fact", message)
-            }
-            ServiceError::Store(StoreError::UnknownJob(_)) => {
-                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownJob, "job", message)
-            }
-            ServiceError::Store(StoreError::UnknownEdit(_)) => {
-                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownEdit, "edit", message)
-            }
-            ServiceError::Store(StoreError::NotUndoable { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, ErrorCode::NotUndoable, "edit", message)
-            }
-            ServiceError::Store(StoreError::ScopeMismatch { field, .. }) => {
-                ApiError::new(StatusCode::CONFLICT, ErrorCode::ScopeMismatch, field, message)
-            }
-            ServiceError::NotBuilt(..) => {
-                ApiError::new(StatusCode::CONFLICT, ErrorCode::NotBuilt, "conversation", message)
-            }
-            ServiceError::Store(StoreError::UnknownConversation(_)) => ApiError::new(
-                StatusCode::NOT_FOUND,
-                ErrorCode::UnknownConversation,
-                "conversation",
-                message,
-            ),
-            ServiceError::Store(StoreError::UnknownMessage { .. }) => {
-                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::UnknownMessage, "message", message)
-            }
-            ServiceError::Store(StoreError::InvalidName(invalid)) => {
-                ApiError::bad(invalid.kind.field(), message)
-            }
-            ServiceError::Store(StoreError::EmbedderMismatch { .. }) => ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorCode::EmbedderMismatch,
-                "conversation",
-                message,
-            ),
-            // The database's details (its user, host, name, the driver's words) go to the log
-            // only: a client learns what it can do, not what the store is.
-            ServiceError::Store(StoreError::Unavailable(_)) => {
-                tracing::warn!(error = %message, "store unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::StoreUnavailable,
-                    "",
-                    "the store cannot be reached now; retry after the Retry-After seconds",
-                )
-            }
-            ServiceError::Store(StoreError::Authentication(_)) => {
-                tracing::error!(error = %message, "the store refused the server's credentials");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::StoreAuthentication,
-                    "",
-                    "the store refused this server's credentials; an operator must fix the \
-                     server's configuration (retrying does not help)",
-                )
-            }
-            ServiceError::Store(
-                StoreError::Postgres(_)
-                | StoreError::Sqlite(_)
-                | StoreError::Io(_)
-                | StoreError::Corrupt(_),
-            ) => {
-                tracing::warn!(error = %message, "store failed");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::Internal,
-                    "",
-                    "the store failed; the server's log has the details",
-                )
-            }
-            ServiceError::Store(_) | ServiceError::Other(_) => {
-                tracing::warn!(error = %message, "request failed");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal, "", message)
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -20,6 +20,7 @@ mod cache;
 mod edits;
 mod facts;
 mod jobs;
+pub(crate) mod ops;
 mod query;
 mod scope;
 mod sink;

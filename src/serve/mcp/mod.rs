@@ -5,9 +5,8 @@
 //! Six tools: `add_messages`, `search_memory`, `ask_memory`, `list_conversations`,
 //! `show_conversation`, `forget`. They are the HTTP API's operations with its request parsing:
 //! a tool takes the JSON body of the matching route plus the path's ids (`conversation`,
-//! `user`, `message`), reads it with the same parsers (`AddRequest::parse`, …, `fields::…`),
-//! holds it to the same published request schema (`openapi::Validators`), calls the same
-//! [`MemoryService`](crate::service::MemoryService) method, and answers the same JSON shape.
+//! `user`, `message`), and runs the same operation (`service::ops`): the same parser, the same
+//! published request schema, the same access checks and service calls, the same JSON reply.
 //! The input schemas the tools list are in `schema`.
 //!
 //! Errors are tool results, never JSON-RPC errors: `isError: true` with the HTTP API's error
@@ -29,19 +28,16 @@ use rmcp::model::{
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
-use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{
-    AddRequest, AskRequest, ConversationList, Deleted, ErrorBody, ForgetMessageReply, SearchReply,
-    SearchRequest,
-};
-use super::openapi::Validators;
-use super::scoped::UserSearchReply;
-use super::{Access, ApiError, SchemaError, ServeOptions, Service, fields};
+use super::{SchemaError, ServeOptions, Service};
 use crate::names::NameKind;
-use crate::service::{Scope, ServiceError, Waited};
-use crate::store::StoreError;
+use crate::service::Scope;
+use crate::service::ops::add::AddRequest;
+use crate::service::ops::ask::AskRequest;
+use crate::service::ops::list::ListRequest;
+use crate::service::ops::search::SearchRequest;
+use crate::service::ops::{self, Access, ApiError, Body, fields, to_json};
 
 /// What the server tells a client about itself (clients show it to the model).
 const INSTRUCTIONS: &str = "Long-term memory of conversations. Store what was said with \
@@ -60,8 +56,6 @@ const STDIO_ACTOR: &str = "mcp";
 #[derive(Clone)]
 pub struct MemoryTools {
     service: Arc<Service>,
-    /// The request schemas of the HTTP API, compiled (`openapi::Validators`).
-    validators: Arc<Validators>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -71,8 +65,10 @@ type Answer = Result<Value, ApiError>;
 impl MemoryTools {
     /// The tools over `service`.
     pub fn new(service: Arc<Service>) -> Result<Self, SchemaError> {
-        let validators = Arc::new(Validators::new(&super::document())?);
-        Ok(Self { service, validators, tool_router: Self::tool_router() })
+        ops::check_schemas().map_err(SchemaError::request)?;
+        let tool_router = Self::tool_router();
+        ops::check_tools(listed_tools(&tool_router)).map_err(SchemaError::table)?;
+        Ok(Self { service, tool_router })
     }
 }
 
@@ -80,35 +76,19 @@ impl MemoryTools {
 impl MemoryTools {
     #[tool(
         name = "add_messages",
-        description = "Store messages of a conversation in long-term memory and build its \
-            memory: a model rewrites, keywords and embeds each new session, so this takes a \
-            while (seconds per new session, longer for many). Use it to remember what was said. \
-            Creates the conversation on its first add. Re-adding messages already stored does \
-            nothing, so retrying is safe. Returns what was stored and built (`new_messages`, \
-            `duplicates`, `built_sessions`); sessions that failed to build are listed in \
-            `failed_sessions` (the result is then flagged as an error: the messages are stored, \
-            call again with the same messages to build them). A build that outlasts the bounded \
-            wait (25 s by default) returns what was stored and its `job` instead; the build \
-            goes on, and search says how many sessions are still pending.",
+        description = ops::add::TOOL.description,
         input_schema = schema::input::<schema::Add>(),
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn add_messages(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        let answer = self.add(arguments, &access(&extensions)).await;
-        let incomplete = answer.as_ref().is_ok_and(|report| {
-            report["failed_sessions"].as_array().is_some_and(|failed| !failed.is_empty())
-        });
-        reply(answer, incomplete)
+        let added = self.add(arguments, &access(&extensions)).await;
+        let incomplete = added.as_ref().is_ok_and(ops::add::Added::incomplete);
+        reply(added.and_then(to_json), incomplete)
     }
 
     #[tool(
         name = "search_memory",
-        description = "Find the stored lines most relevant to a query: ranked messages, each \
-            with its conversation, message `id`, speaker, date and text. Fast (no chat model). \
-            Use it to look things up, to see exact wording and dates, or to find a message id \
-            (for `forget`); to get an answer to a question that needs several facts combined \
-            or reasoned over, use ask_memory instead. Scope: one conversation (`conversation`) \
-            or all of a user's (`user`); filters: speaker, time range, tags.",
+        description = ops::search::TOOL.description,
         input_schema = schema::input::<schema::Search>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
@@ -118,27 +98,19 @@ impl MemoryTools {
 
     #[tool(
         name = "ask_memory",
-        description = "Answer a question from memory: an answering agent searches the \
-            conversation's memory graph over several rounds (model calls: seconds to a minute) \
-            and returns `answer` with the `supporting` lines it rests on. Use it for questions \
-            that combine facts or reason about time (`When did…`, `What changed after…`, `How \
-            many…`); for a plain lookup, search_memory is faster. Scope: one conversation or \
-            all of a user's; `as_of` answers as known at a past time. A failed answer loop is \
-            flagged as an error, its report says why.",
+        description = ops::ask::TOOL.description,
         input_schema = schema::input::<schema::Ask>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn ask_memory(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        let answer = self.ask(arguments, &access(&extensions)).await;
-        let failed = answer.as_ref().is_ok_and(|report| report["ok"] == Value::Bool(false));
-        reply(answer, failed)
+        let report = self.ask(arguments, &access(&extensions)).await;
+        let failed = report.as_ref().is_ok_and(|report| !report.ok);
+        reply(report.and_then(to_json), failed)
     }
 
     #[tool(
         name = "list_conversations",
-        description = "List the stored conversations: each one's `id`, user, agent, number of \
-            messages and sessions (and how many are built), first and last message time. Use \
-            it to find conversation ids; `user` keeps only one user's.",
+        description = ops::list::TOOL.description,
         input_schema = schema::input::<schema::List>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
@@ -152,9 +124,7 @@ impl MemoryTools {
 
     #[tool(
         name = "show_conversation",
-        description = "One conversation's summary, as list_conversations gives it: user, \
-            agent, messages, sessions and built sessions, first and last message time. An \
-            unknown id is an error (`unknown_conversation`).",
+        description = ops::show::TOOL.description,
         input_schema = schema::input::<schema::Show>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
@@ -168,10 +138,7 @@ impl MemoryTools {
 
     #[tool(
         name = "forget",
-        description = "Delete from memory. Without `message`: the whole conversation and \
-            everything stored for it, for good. With `message` (a message id from \
-            search_memory or ask_memory): only that message; its session is then rebuilt from \
-            the messages left, which calls the model and can take a while.",
+        description = ops::forget::TOOL.description,
         input_schema = schema::input::<schema::Forget>(),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -193,115 +160,65 @@ impl ServerHandler for MemoryTools {
 }
 
 impl MemoryTools {
-    /// `add_messages`: `POST /v1/conversations/{id}/messages`.
-    async fn add(&self, arguments: JsonObject, access: &Access) -> Answer {
+    /// `add_messages`: `ops::add`.
+    async fn add(&self, arguments: Body, access: &Access) -> Result<ops::add::Added, ApiError> {
         access.write()?;
-        let (conversation, request) = parse_add(arguments, &self.validators)?;
-        let AddRequest { messages, mut scope, wait } = request;
-        access.add(&self.service, &conversation, &mut scope).await?;
-        if wait {
-            // The same bounded wait as over HTTP (`MRAGENT_ADD_WAIT`): a build still going on at
-            // the bound returns what was stored and its job, and the build goes on.
-            let bound = self.service.settings().add_wait;
-            match self.service.add_waiting(&conversation, scope, messages, bound).await? {
-                Waited::Done(report) => json(*report),
-                Waited::Building(queued) => json(*queued),
-            }
-        } else {
-            json(self.service.add_queued(&conversation, scope, messages).await?)
-        }
+        let (conversation, request) = parse_add(arguments)?;
+        ops::add::run(&self.service, access, &conversation, request).await
     }
 
-    /// `search_memory`: `POST /v1/conversations/{id}/search` or `POST /v1/users/{user}/search`.
-    async fn search(&self, arguments: JsonObject, access: &Access) -> Answer {
-        let (scope, request) = parse_search(arguments, &self.validators)?;
-        access.scope(&self.service, &scope).await?;
-        let k = request.k as usize;
-        let hits = self.service.search_scoped(&scope, &request.query, k, &request.filters).await?;
-        let pending_sessions = self.service.pending_sessions(&scope).await?;
-        let query = request.query;
-        match scope {
-            Scope::Conversation(conversation) => {
-                json(SearchReply { conversation, query, hits, pending_sessions })
-            }
-            Scope::User(user) => json(UserSearchReply { user, query, hits, pending_sessions }),
-        }
+    /// `search_memory`: `ops::search`.
+    async fn search(&self, arguments: Body, access: &Access) -> Answer {
+        let (scope, request) = parse_search(arguments)?;
+        to_json(ops::search::run(&self.service, access, scope, request).await?)
     }
 
-    /// `ask_memory`: `POST /v1/conversations/{id}/ask` or `POST /v1/users/{user}/ask`, never
-    /// streamed.
-    async fn ask(&self, arguments: JsonObject, access: &Access) -> Answer {
-        let (scope, request) = parse_ask(arguments, &self.validators)?;
-        access.scope(&self.service, &scope).await?;
-        let as_of = request.as_of.as_deref();
-        json(self.service.ask_scoped(&scope, &request.question, as_of, None).await?)
+    /// `ask_memory`: `ops::ask`, never streamed.
+    async fn ask(
+        &self,
+        arguments: Body,
+        access: &Access,
+    ) -> Result<crate::service::AskReport, ApiError> {
+        let (scope, request) = parse_ask(arguments)?;
+        ops::ask::run(&self.service, access, &scope, &request, None).await
     }
 
-    /// `list_conversations`: `GET /v1/conversations`, optionally one user's.
-    async fn list(&self, arguments: JsonObject, access: &Access) -> Answer {
-        let user = fields::name(&arguments, "user", NameKind::User)?;
-        let mut conversations = access.filter(self.service.list().await?);
-        if let Some(user) = user {
-            conversations.retain(|conversation| conversation.user.as_ref() == Some(&user));
-        }
-        json(ConversationList { conversations })
+    /// `list_conversations`: `ops::list`, optionally one user's.
+    async fn list(&self, arguments: Body, access: &Access) -> Answer {
+        let request = ListRequest::parse(&arguments)?;
+        to_json(ops::list::run(&self.service, access, request).await?)
     }
 
-    /// `show_conversation`: `GET /v1/conversations/{id}`.
-    async fn show(&self, mut arguments: JsonObject, access: &Access) -> Answer {
+    /// `show_conversation`: `ops::show`.
+    async fn show(&self, mut arguments: Body, access: &Access) -> Answer {
         let id = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
-        access.conversation(&self.service, &id).await?;
-        let (store, lookup) = (self.service.store().clone(), id.clone());
-        let info = tokio::task::spawn_blocking(move || store.info(&lookup))
-            .await
-            .map_err(|error| ServiceError::Other(error.into()))?
-            .map_err(ServiceError::Store)?;
-        match info {
-            Some(info) => json(info),
-            None => Err(ServiceError::Store(StoreError::UnknownConversation(id)).into()),
-        }
+        to_json(ops::show::run(&self.service, access, &id).await?)
     }
 
-    /// `forget`: `DELETE /v1/conversations/{id}` or
-    /// `DELETE /v1/conversations/{id}/messages/{message}`, logged as `actor`'s.
-    async fn forget_in(&self, arguments: JsonObject, access: &Access) -> Answer {
+    /// `forget`: `ops::forget`, or `ops::forget_message` with a `message`.
+    async fn forget_in(&self, arguments: Body, access: &Access) -> Answer {
         access.write()?;
-        let (conversation, message) = parse_forget(arguments)?;
-        access.conversation(&self.service, &conversation).await?;
-        match (conversation, message) {
-            (conversation, Some(message)) => {
-                let (forgotten, rebuilt) =
-                    self.service.forget_message(&conversation, &message, &access.actor()).await?;
-                json(ForgetMessageReply { forgotten, rebuilt })
-            }
+        match parse_forget(arguments)? {
+            (conversation, Some(message)) => to_json(
+                ops::forget_message::run(&self.service, access, &conversation, &message).await?,
+            ),
             (conversation, None) => {
-                json(Deleted { deleted: self.service.forget(&conversation).await? })
+                to_json(ops::forget::run(&self.service, access, &conversation).await?)
             }
         }
     }
 }
 
-/// The arguments of `add_messages`: the conversation, then the body of
-/// `POST /v1/conversations/{id}/messages`, read and checked as that route does.
-fn parse_add(
-    mut arguments: JsonObject,
-    validators: &Validators,
-) -> Result<(String, AddRequest), ApiError> {
+/// The arguments of `add_messages`: the conversation, then the body of an add.
+fn parse_add(mut arguments: Body) -> Result<(String, AddRequest), ApiError> {
     let conversation = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
-    let whole = Value::Object(arguments.clone());
-    let request = AddRequest::parse(arguments)?;
-    crate::service::check_limits(&request.messages)?;
-    validators.add(&whole)?;
-    Ok((conversation, request))
+    Ok((conversation, AddRequest::read(arguments)?))
 }
 
 /// The arguments of `search_memory`: the scope, then the body of a search. With `user`, the
 /// scope is the user's conversations and `conversation` the body's filter; without, the
 /// conversation is the scope.
-fn parse_search(
-    mut arguments: JsonObject,
-    validators: &Validators,
-) -> Result<(Scope, SearchRequest), ApiError> {
+fn parse_search(mut arguments: Body) -> Result<(Scope, SearchRequest), ApiError> {
     let scope = match fields::name(&arguments, "user", NameKind::User)? {
         Some(user) => {
             arguments.remove("user");
@@ -313,16 +230,11 @@ fn parse_search(
             NameKind::Conversation,
         )?),
     };
-    let request = SearchRequest::parse(&arguments)?;
-    validators.search(&Value::Object(arguments))?;
-    Ok((scope, request))
+    Ok((scope, SearchRequest::read(arguments)?))
 }
 
 /// The arguments of `ask_memory`: a conversation or a user, then the body of an ask.
-fn parse_ask(
-    mut arguments: JsonObject,
-    validators: &Validators,
-) -> Result<(Scope, AskRequest), ApiError> {
+fn parse_ask(mut arguments: Body) -> Result<(Scope, AskRequest), ApiError> {
     let user = fields::name(&arguments, "user", NameKind::User)?;
     let conversation = fields::name(&arguments, "conversation", NameKind::Conversation)?;
     let scope = match (user, conversation) {
@@ -340,33 +252,30 @@ fn parse_ask(
     };
     arguments.remove("user");
     arguments.remove("conversation");
-    let request = AskRequest::parse(&arguments)?;
-    validators.ask(&Value::Object(arguments))?;
-    Ok((scope, request))
+    Ok((scope, AskRequest::read(arguments)?))
 }
 
 /// The arguments of `forget`: the conversation and maybe one of its messages.
-fn parse_forget(mut arguments: JsonObject) -> Result<(String, Option<String>), ApiError> {
+fn parse_forget(mut arguments: Body) -> Result<(String, Option<String>), ApiError> {
     let conversation = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
-    Ok((conversation, fields::name(&arguments, "message", NameKind::Message)?))
+    Ok((conversation, ops::forget::parse_tool(&arguments)?))
+}
+
+/// The tools `router` lists: name and description.
+fn listed_tools(router: &ToolRouter<MemoryTools>) -> Vec<(String, String)> {
+    router
+        .list_all()
+        .into_iter()
+        .map(|tool| (tool.name.to_string(), tool.description.unwrap_or_default().to_string()))
+        .collect()
 }
 
 /// A required id argument, checked against the id rule and taken out of `arguments`.
-fn required_id(
-    arguments: &mut JsonObject,
-    field: &str,
-    kind: NameKind,
-) -> Result<String, ApiError> {
+fn required_id(arguments: &mut Body, field: &str, kind: NameKind) -> Result<String, ApiError> {
     let id =
         fields::name(arguments, field, kind)?.ok_or_else(|| ApiError::bad(field, "missing"))?;
     arguments.remove(field);
     Ok(id)
-}
-
-fn json(value: impl Serialize) -> Answer {
-    serde_json::to_value(value).map_err(|error| {
-        ServiceError::Other(anyhow::anyhow!("encoding the answer: {error}")).into()
-    })
 }
 
 /// The tool result: the answer as JSON (text and structured content), flagged `isError` when
@@ -376,10 +285,11 @@ fn reply(answer: Answer, failed: bool) -> CallToolResult {
         Ok(value) if failed => CallToolResult::structured_error(value),
         Ok(value) => CallToolResult::structured(value),
         Err(error) => {
-            let detail = error.detail;
+            let detail = &error.detail;
             tracing::debug!(code = ?detail.code, field = %detail.field, message = %detail.message, "MCP tool error");
-            let body = ErrorBody { error: detail };
-            CallToolResult::structured_error(serde_json::to_value(body).unwrap_or(Value::Null))
+            CallToolResult::structured_error(
+                serde_json::to_value(error.body()).unwrap_or(Value::Null),
+            )
         }
     }
 }

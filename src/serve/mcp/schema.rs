@@ -22,7 +22,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
 
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NAME_PATTERN};
-use crate::serve::api::{MAX_K, MAX_TAGS};
+use crate::service::ops::schema::MAX_TAGS;
+use crate::service::ops::search::MAX_K;
 
 /// An id: [`crate::names::check_name`]'s rule.
 #[derive(Default)]

@@ -4,10 +4,8 @@
 use serde_json::json;
 
 use super::*;
-
-fn validators() -> Validators {
-    Validators::new(&crate::serve::document()).unwrap()
-}
+use crate::service::ServiceError;
+use crate::store::StoreError;
 
 fn object(value: Value) -> JsonObject {
     match value {
@@ -31,17 +29,17 @@ fn schema(tool: &str) -> jsonschema::Validator {
 
 /// Parses `arguments` as `tool` does before calling the service.
 fn parse(tool: &str, arguments: Value) -> Result<(), ApiError> {
-    let (arguments, validators) = (object(arguments), validators());
+    let arguments = object(arguments);
     match tool {
-        "add_messages" => parse_add(arguments, &validators).map(drop),
-        "search_memory" => parse_search(arguments, &validators).map(drop),
-        "ask_memory" => parse_ask(arguments, &validators).map(drop),
+        "add_messages" => parse_add(arguments).map(drop),
+        "search_memory" => parse_search(arguments).map(drop),
+        "ask_memory" => parse_ask(arguments).map(drop),
         "forget" => parse_forget(arguments).map(drop),
         "show_conversation" => {
             let mut arguments = arguments;
             required_id(&mut arguments, "conversation", NameKind::Conversation).map(drop)
         }
-        "list_conversations" => fields::name(&arguments, "user", NameKind::User).map(drop),
+        "list_conversations" => ListRequest::parse(&arguments).map(drop),
         other => panic!("no tool {other}"),
     }
 }
@@ -201,13 +199,12 @@ fn the_parser_checks_what_the_schema_leaves_to_it() {
 
 #[test]
 fn a_user_search_keeps_the_conversation_as_its_filter() {
-    let validators = validators();
     let arguments = object(json!({"user": "maya", "conversation": "demo", "query": "dog"}));
-    let (scope, request) = parse_search(arguments, &validators).unwrap();
+    let (scope, request) = parse_search(arguments).unwrap();
     assert_eq!(scope, Scope::User("maya".into()));
     assert_eq!(request.filters.conversation.as_deref(), Some("demo"));
     let arguments = object(json!({"conversation": "demo", "query": "dog"}));
-    let (scope, request) = parse_search(arguments, &validators).unwrap();
+    let (scope, request) = parse_search(arguments).unwrap();
     assert_eq!(scope, Scope::Conversation("demo".into()));
     assert_eq!((request.filters.conversation, request.k), (None, 10));
 }
@@ -239,4 +236,17 @@ fn an_edit_over_http_is_logged_under_the_requests_token_name() {
     let (parts, ()) = request.into_parts();
     extensions.insert(parts);
     assert_eq!(access(&extensions).actor(), "alice");
+}
+
+#[test]
+fn the_tools_are_the_tables_with_its_descriptions() {
+    assert_eq!(listed(), ops::check_tools(listed()).map(|()| listed()).unwrap());
+    let mut fewer = listed();
+    fewer.pop();
+    assert!(ops::check_tools(fewer).is_err());
+}
+
+/// The tools as listed: name and description.
+fn listed() -> Vec<(String, String)> {
+    listed_tools(&MemoryTools::tool_router())
 }

@@ -1,5 +1,5 @@
 //! Who a request is and what it may reach ([`Access`]): put on every request by `authorize`,
-//! checked by every handler and MCP tool before the service is called.
+//! checked by every operation before the service is called.
 //!
 //! - The environment's tokens (`MRAGENT_SERVE_TOKEN(S)`) and a server without tokens are
 //!   admin: everything, every user's.
@@ -14,9 +14,6 @@
 //! existence check would run, so a refusal and a missing id are answered at the same step with
 //! the same body.
 
-use axum::http::StatusCode;
-
-use super::api::ErrorCode;
 use super::{ApiError, Service};
 use crate::service::{Scope, ServiceError};
 use crate::store::{AddScope, ApiKey, ConversationInfo, KeyScope, StoreError};
@@ -251,5 +248,5 @@ async fn run<T: Send + 'static>(
 
 /// 403 `forbidden`, naming `authorization`.
 fn forbidden(message: String) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, "authorization", message)
+    ApiError::forbidden(message)
 }

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::ApiError;
-use super::api::MAX_TAGS;
+use super::schema::MAX_TAGS;
 use crate::names::{NameKind, check_name};
 
 /// An optional name field, checked against the one id rule.
-pub(super) fn name(
+pub(crate) fn name(
     map: &Map<String, Value>,
     field: &str,
     kind: NameKind,
@@ -26,7 +26,7 @@ pub(super) fn name(
 }
 
 /// An optional string field with a non-whitespace character, at most `max` characters.
-pub(super) fn text(
+pub(crate) fn text(
     map: &Map<String, Value>,
     field: &str,
     max: usize,
@@ -45,7 +45,7 @@ pub(super) fn text(
 }
 
 /// An optional `tags` object of names to names.
-pub(super) fn tags(map: &Map<String, Value>) -> Result<BTreeMap<String, String>, ApiError> {
+pub(crate) fn tags(map: &Map<String, Value>) -> Result<BTreeMap<String, String>, ApiError> {
     let object = match map.get("tags") {
         None | Some(Value::Null) => return Ok(BTreeMap::new()),
         Some(Value::Object(object)) => object,
@@ -72,7 +72,7 @@ pub(super) fn tags(map: &Map<String, Value>) -> Result<BTreeMap<String, String>,
 
 /// An optional time field as a bound (RFC 3339 UTC; a date is its first second, or its last
 /// with `end`).
-pub(super) fn time(
+pub(crate) fn time(
     map: &Map<String, Value>,
     field: &str,
     end: bool,
@@ -89,7 +89,7 @@ pub(super) fn time(
 }
 
 /// An optional boolean field.
-pub(super) fn flag(map: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn flag(map: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
     match map.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(value)) => Ok(Some(*value)),

@@ -1,10 +1,11 @@
 //! The schema patterns against the rules they stand for, in every regular-expression dialect the
-//! document meets (Rust's `regex`, the `jsonschema` crate the handlers validate with).
+//! document meets (Rust's `regex`, the `jsonschema` crate the operations validate with), and the
+//! operations' table against the document.
 
 use chrono::NaiveDate;
 use serde_json::json;
 
-use super::api::{NON_BLANK_PATTERN, TIMESTAMP_PATTERN};
+use super::schema::{NON_BLANK_PATTERN, TIMESTAMP_PATTERN};
 use crate::convo::Timestamp;
 
 #[test]
@@ -81,8 +82,31 @@ fn a_timestamp_the_schema_takes_is_one_the_service_parses() {
 }
 
 #[test]
-fn the_document_compiles_into_the_request_validators() {
-    let document = super::document();
-    assert!(super::openapi::Validators::new(&document).is_ok());
-    assert!(document["components"]["schemas"]["AddRequest"].is_object(), "{document}");
+fn every_request_schema_compiles_and_is_the_one_the_document_publishes() {
+    super::check_schemas().unwrap();
+    let document = crate::serve::document();
+    let published = |name: &str| document["components"]["schemas"][name].clone();
+    let own = |schema: utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>| {
+        serde_json::to_value(schema).unwrap()
+    };
+    use utoipa::PartialSchema as _;
+    assert_eq!(published("AddRequest"), own(super::add::AddRequest::schema()));
+    assert_eq!(published("BatchRequest"), own(super::add_batch::BatchRequest::schema()));
+    assert_eq!(published("SearchRequest"), own(super::search::SearchRequest::schema()));
+    assert_eq!(published("AskRequest"), own(super::ask::AskRequest::schema()));
+    assert_eq!(published("CorrectRequest"), own(super::correct::CorrectRequest::schema()));
+}
+
+/// The table names exactly the document's routes, each with its `operationId`; a route missing
+/// from either is found.
+#[test]
+fn the_table_and_the_document_name_the_same_routes() {
+    let document = crate::serve::document();
+    super::check_routes(&document).unwrap();
+    let mut fewer = document.clone();
+    fewer["paths"].as_object_mut().unwrap().remove("/v1/edits");
+    assert!(super::check_routes(&fewer).unwrap_err().contains("/v1/edits"));
+    let mut more = document;
+    more["paths"]["/v1/extra"] = json!({"get": {"operationId": "extra"}});
+    assert!(super::check_routes(&more).unwrap_err().contains("/v1/extra"));
 }

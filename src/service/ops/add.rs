@@ -1,0 +1,170 @@
+//! `add`: store messages in one conversation (created on its first add) and build their new
+//! sessions. `POST /v1/conversations/{id}/messages`; MCP `add_messages`.
+//!
+//! The one `wait` branch of every add ([`store`], which the batch add calls per entry too):
+//! waiting, the build runs at once and the add answers when it ends, or with its job when it
+//! outlasts the bound (`MRAGENT_ADD_WAIT`); not waiting, the messages are stored with a job
+//! that builds them in the background.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::schema::{Message, Validator, name_schema, tags_schema, wait_schema};
+use super::{Access, ApiError, Body, Operation, Service, Tool, fields, route};
+use crate::names::{MAX_MESSAGES_PER_ADD, NameKind};
+use crate::service::{AddReport, Queued, ServiceError, Waited};
+use crate::store::AddScope;
+
+pub(crate) const OPERATION: Operation = Operation {
+    name: "add",
+    routes: &[route("post", "/v1/conversations/{id}/messages", "add")],
+    tool: Some(TOOL),
+};
+
+/// The MCP tool.
+pub(crate) const TOOL: Tool = Tool {
+    name: "add_messages",
+    description: "Store messages of a conversation in long-term memory and build its \
+        memory: a model rewrites, keywords and embeds each new session, so this takes a \
+        while (seconds per new session, longer for many). Use it to remember what was said. \
+        Creates the conversation on its first add. Re-adding messages already stored does \
+        nothing, so retrying is safe. Returns what was stored and built (`new_messages`, \
+        `duplicates`, `built_sessions`); sessions that failed to build are listed in \
+        `failed_sessions` (the result is then flagged as an error: the messages are stored, \
+        call again with the same messages to build them). A build that outlasts the bounded \
+        wait (25 s by default) returns what was stored and its `job` instead; the build \
+        goes on, and search says how many sessions are still pending.",
+};
+
+/// The body of an add.
+#[derive(Debug, Clone)]
+pub(crate) struct AddRequest {
+    /// The messages, parsed.
+    pub(crate) messages: Vec<crate::convo::Message>,
+    /// Who the conversation belongs to, and the messages' tags.
+    pub(crate) scope: AddScope,
+    /// Whether to answer only once the sessions are built.
+    pub(crate) wait: bool,
+}
+
+impl PartialSchema for AddRequest {
+    fn schema() -> RefOr<Schema> {
+        AddRequest::object().into()
+    }
+}
+
+impl ToSchema for AddRequest {}
+
+/// The compiled body schema.
+pub(crate) static VALIDATOR: LazyLock<Validator> = LazyLock::new(Validator::of::<AddRequest>);
+
+impl AddRequest {
+    /// The add body's object schema (a batch entry extends it with `conversation`).
+    pub(crate) fn object() -> ObjectBuilder {
+        let messages = ArrayBuilder::new()
+            .items(Message::schema())
+            .min_items(Some(1))
+            .max_items(Some(MAX_MESSAGES_PER_ADD));
+        ObjectBuilder::new()
+            .property("messages", messages)
+            .property("wait", wait_schema())
+            .property(
+                "user",
+                name_schema("the user the conversation belongs to (set when it is created)"),
+            )
+            .property(
+                "agent",
+                name_schema("the agent the conversation belongs to (set when it is created)"),
+            )
+            .property(
+                "tags",
+                tags_schema("tags every message of this add carries (search filters on them)"),
+            )
+            .required("messages")
+    }
+
+    /// The body's fields, each checked on its own (errors name the field), and the size
+    /// limits (the service's own message, the one the CLI gives).
+    pub(crate) fn parse(mut map: Body) -> Result<Self, ApiError> {
+        let items = match map.remove("messages") {
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(ApiError::bad("messages", "expected an array of messages")),
+            None => return Err(ApiError::bad("messages", "missing")),
+        };
+        let messages = crate::convo::parse_values(items)
+            .map_err(|error| ApiError::bad(error.field(), error.to_string()))?;
+        let scope = AddScope {
+            user: fields::name(&map, "user", NameKind::User)?,
+            agent: fields::name(&map, "agent", NameKind::User)?,
+            tags: fields::tags(&map)?,
+        };
+        let wait = fields::flag(&map, "wait")?.unwrap_or(true);
+        crate::service::check_limits(&messages)?;
+        Ok(Self { messages, scope, wait })
+    }
+
+    /// The body: its fields, then the whole body against the published schema.
+    pub(crate) fn read(map: Body) -> Result<Self, ApiError> {
+        let whole = Value::Object(map.clone());
+        let request = Self::parse(map)?;
+        VALIDATOR.check(&whole)?;
+        Ok(request)
+    }
+}
+
+/// What an add answers: built (HTTP 200), or still building with its job (202).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Added {
+    Done(Box<AddReport>),
+    Building(Box<Queued>),
+}
+
+impl Added {
+    /// Whether the build goes on in the background.
+    pub(crate) fn building(&self) -> bool {
+        matches!(self, Self::Building(_))
+    }
+
+    /// Whether sessions failed to build (the messages are stored; the same add retries them).
+    pub(crate) fn incomplete(&self) -> bool {
+        matches!(self, Self::Done(report) if !report.failed_sessions.is_empty())
+    }
+}
+
+/// Adds `request` to conversation `id` for `access`.
+pub(crate) async fn run(
+    service: &Arc<Service>,
+    access: &Access,
+    id: &str,
+    request: AddRequest,
+) -> Result<Added, ApiError> {
+    let AddRequest { messages, mut scope, wait } = request;
+    access.add(service, id, &mut scope).await?;
+    let bound = wait.then_some(service.settings().add_wait);
+    Ok(store(service, id, scope, messages, bound).await?)
+}
+
+/// The one `wait` branch: with a bound, build at once and wait at most that long; without,
+/// queue a job.
+pub(crate) async fn store(
+    service: &Arc<Service>,
+    id: &str,
+    scope: AddScope,
+    messages: Vec<crate::convo::Message>,
+    bound: Option<Duration>,
+) -> Result<Added, ServiceError> {
+    match bound {
+        Some(bound) => Ok(match service.add_waiting(id, scope, messages, bound).await? {
+            Waited::Done(report) => Added::Done(report),
+            Waited::Building(queued) => Added::Building(queued),
+        }),
+        None => Ok(Added::Building(Box::new(service.add_queued(id, scope, messages).await?))),
+    }
+}

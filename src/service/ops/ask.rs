@@ -1,0 +1,115 @@
+//! `ask`: an answer from memory (the answer loop, or one retrieval pass: `--answer`), over
+//! one conversation or all of a user's. `POST /v1/conversations/{id}/ask`,
+//! `POST /v1/users/{user}/ask` (JSON, or server-sent events with `stream: true`); MCP
+//! `ask_memory` (never streamed).
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::schema::{Validator, flag_schema, non_blank, time_schema};
+use super::{Access, ApiError, Body, Operation, Service, Tool, fields, required_text, route};
+use crate::agent::events::LoopEvents;
+use crate::service::{AskReport, Scope};
+
+pub(crate) const OPERATION: Operation = Operation {
+    name: "ask",
+    routes: &[
+        route("post", "/v1/conversations/{id}/ask", "ask"),
+        route("post", "/v1/users/{user}/ask", "user_ask"),
+    ],
+    tool: Some(TOOL),
+};
+
+/// The MCP tool.
+pub(crate) const TOOL: Tool = Tool {
+    name: "ask_memory",
+    description: "Answer a question from memory: an answering agent searches the \
+        conversation's memory graph over several rounds (model calls: seconds to a minute) \
+        and returns `answer` with the `supporting` lines it rests on. Use it for questions \
+        that combine facts or reason about time (`When did…`, `What changed after…`, `How \
+        many…`); for a plain lookup, search_memory is faster. Scope: one conversation or \
+        all of a user's; `as_of` answers as known at a past time. A failed answer loop is \
+        flagged as an error, its report says why.",
+};
+
+/// The body of an ask.
+#[derive(Debug, Clone)]
+pub(crate) struct AskRequest {
+    /// The question.
+    pub(crate) question: String,
+    /// Answer as server-sent events.
+    pub(crate) stream: bool,
+    /// Answer as known at this time (RFC 3339 UTC).
+    pub(crate) as_of: Option<String>,
+}
+
+impl PartialSchema for AskRequest {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .property("question", non_blank("the question"))
+            .property("stream", flag_schema("answer as server-sent events (default false)"))
+            .property(
+                "as_of",
+                time_schema(
+                    "answer from what was known at this time: later messages are invisible, \
+                     facts valid then are current (a date: its end)",
+                ),
+            )
+            .required("question")
+            .into()
+    }
+}
+
+impl ToSchema for AskRequest {}
+
+/// The compiled body schema.
+pub(crate) static VALIDATOR: LazyLock<Validator> = LazyLock::new(Validator::of::<AskRequest>);
+
+impl AskRequest {
+    /// The body's fields, each checked on its own (errors name the field).
+    pub(crate) fn parse(map: &Body) -> Result<Self, ApiError> {
+        let question = required_text(map, "question")?;
+        let stream = match map.get("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(stream)) => *stream,
+            Some(_) => return Err(ApiError::bad("stream", "expected a boolean")),
+        };
+        Ok(Self { question, stream, as_of: fields::time(map, "as_of", true)? })
+    }
+
+    /// The body: its fields, then the whole body against the published schema.
+    pub(crate) fn read(map: Body) -> Result<Self, ApiError> {
+        let request = Self::parse(&map)?;
+        VALIDATOR.check(&Value::Object(map))?;
+        Ok(request)
+    }
+}
+
+/// Whether `access` may ask `scope` and `scope` has something to answer from: what a stream
+/// checks before it starts, so that a bad id is still an error status.
+pub(crate) async fn check(
+    service: &Service,
+    access: &Access,
+    scope: &Scope,
+) -> Result<(), ApiError> {
+    access.scope(service, scope).await?;
+    Ok(service.check_scope(scope).await?)
+}
+
+/// Answers `request` from `scope` for `access`; each round of the loop is reported to
+/// `events`, if given.
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    scope: &Scope,
+    request: &AskRequest,
+    events: Option<LoopEvents>,
+) -> Result<AskReport, ApiError> {
+    access.scope(service, scope).await?;
+    let as_of = request.as_of.as_deref();
+    Ok(service.ask_scoped(scope, &request.question, as_of, events).await?)
+}

@@ -1,0 +1,65 @@
+//! `correct`: give one fact a new value from now on (logged, undoable).
+//! `POST /v1/facts/{fact}/correct`.
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::schema::{NON_BLANK_PATTERN, Validator};
+use super::{Access, ApiError, Body, Operation, Service, fields, route};
+use crate::store::Edit;
+
+pub(crate) const OPERATION: Operation = Operation {
+    name: "correct",
+    routes: &[route("post", "/v1/facts/{fact}/correct", "correct")],
+    tool: None,
+};
+
+/// The body of a correction.
+#[derive(Debug, Clone)]
+pub(crate) struct CorrectRequest {
+    /// The fact's value from now on.
+    pub(crate) value: String,
+}
+
+impl PartialSchema for CorrectRequest {
+    fn schema() -> RefOr<Schema> {
+        let value = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("the fact's value from now on"))
+            .min_length(Some(1))
+            .max_length(Some(crate::names::MAX_MESSAGE_CHARS))
+            .pattern(Some(NON_BLANK_PATTERN));
+        ObjectBuilder::new().property("value", value).required("value").into()
+    }
+}
+
+impl ToSchema for CorrectRequest {}
+
+/// The compiled body schema.
+pub(crate) static VALIDATOR: LazyLock<Validator> = LazyLock::new(Validator::of::<CorrectRequest>);
+
+impl CorrectRequest {
+    /// The body: its field, then the whole body against the published schema.
+    pub(crate) fn read(map: Body) -> Result<Self, ApiError> {
+        let value = fields::text(&map, "value", crate::names::MAX_MESSAGE_CHARS)?
+            .ok_or_else(|| ApiError::bad("value", "missing"))?;
+        VALIDATOR.check(&Value::Object(map))?;
+        Ok(Self { value })
+    }
+}
+
+/// Corrects `fact` for `access`: the correction's row in the audit log.
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    fact: i64,
+    request: CorrectRequest,
+) -> Result<Edit, ApiError> {
+    access.write()?;
+    access.fact(service, fact).await?;
+    Ok(service.correct_fact(fact, &request.value, &access.actor()).await?)
+}

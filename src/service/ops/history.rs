@@ -1,0 +1,79 @@
+//! `history`: the audit log of edits (corrections, forgotten messages, undos), oldest first.
+//! `GET /v1/edits`.
+
+use serde::Serialize;
+use utoipa::openapi::path::{Parameter, ParameterIn};
+use utoipa::{IntoParams, ToSchema};
+
+use super::schema::{name_schema, query_parameter};
+use super::{Access, ApiError, Body, Operation, Service, fields, route};
+use crate::names::NameKind;
+use crate::store::Edit;
+
+pub(crate) const OPERATION: Operation =
+    Operation { name: "history", routes: &[route("get", "/v1/edits", "history")], tool: None };
+
+/// The query parameters the log takes.
+pub(crate) const PARAMETERS: &[&str] = &["user", "conversation"];
+
+/// The query parameters, as the document declares them.
+pub(crate) struct EditParams;
+
+impl IntoParams for EditParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            query_parameter(
+                "user",
+                "only edits of this user's conversations",
+                name_schema("user id"),
+            ),
+            query_parameter(
+                "conversation",
+                "only edits of this conversation",
+                name_schema("conversation id"),
+            ),
+        ]
+    }
+}
+
+/// Whose edits.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HistoryRequest {
+    pub(crate) user: Option<String>,
+    pub(crate) conversation: Option<String>,
+}
+
+impl HistoryRequest {
+    /// The query (its parameters as strings).
+    pub(crate) fn parse(map: &Body) -> Result<Self, ApiError> {
+        Ok(Self {
+            user: fields::name(map, "user", NameKind::User)?,
+            conversation: fields::name(map, "conversation", NameKind::Conversation)?,
+        })
+    }
+}
+
+/// `GET /v1/edits`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct EditList {
+    /// The edits, oldest first.
+    pub(crate) edits: Vec<Edit>,
+}
+
+/// The edits `access` reaches.
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    request: HistoryRequest,
+) -> Result<EditList, ApiError> {
+    let HistoryRequest { user, conversation } = request;
+    let mut edits = service.history(user.as_deref(), conversation.as_deref()).await?;
+    if access.bound() {
+        // Only the edits of conversations the key reaches (those of forgotten conversations
+        // belong to no one any more).
+        let reached: std::collections::BTreeSet<String> =
+            access.filter(service.list().await?).into_iter().map(|info| info.id).collect();
+        edits.retain(|edit| reached.contains(&edit.conversation));
+    }
+    Ok(EditList { edits })
+}

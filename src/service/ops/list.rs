@@ -1,0 +1,57 @@
+//! `list`: the stored conversations a caller reaches. `GET /v1/conversations`; MCP
+//! `list_conversations` (which may keep one user's).
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{Access, ApiError, Body, Operation, Service, Tool, fields, route};
+use crate::names::NameKind;
+use crate::store::ConversationInfo;
+
+pub(crate) const OPERATION: Operation = Operation {
+    name: "list",
+    routes: &[route("get", "/v1/conversations", "list")],
+    tool: Some(TOOL),
+};
+
+/// The MCP tool.
+pub(crate) const TOOL: Tool = Tool {
+    name: "list_conversations",
+    description: "List the stored conversations: each one's `id`, user, agent, number of \
+        messages and sessions (and how many are built), first and last message time. Use \
+        it to find conversation ids; `user` keeps only one user's.",
+};
+
+/// What a listing keeps.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListRequest {
+    /// Only this user's conversations.
+    pub(crate) user: Option<String>,
+}
+
+impl ListRequest {
+    /// The MCP arguments (`user`).
+    pub(crate) fn parse(map: &Body) -> Result<Self, ApiError> {
+        Ok(Self { user: fields::name(map, "user", NameKind::User)? })
+    }
+}
+
+/// `GET /v1/conversations`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ConversationList {
+    /// Every conversation, by id.
+    pub(crate) conversations: Vec<ConversationInfo>,
+}
+
+/// The conversations `access` reaches, maybe one user's only.
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    request: ListRequest,
+) -> Result<ConversationList, ApiError> {
+    let mut conversations = access.filter(service.list().await?);
+    if let Some(user) = request.user {
+        conversations.retain(|conversation| conversation.user.as_ref() == Some(&user));
+    }
+    Ok(ConversationList { conversations })
+}

@@ -1,0 +1,176 @@
+//! The memory service's operations, one file each: a closed set that every door (HTTP in
+//! `serve`, MCP in `serve::mcp`) reads from [`OPERATIONS`].
+//!
+//! Each operation's file holds its request (the one parser, whose errors name the field, and
+//! the one body schema, which the OpenAPI document publishes and [`schema::Validator`] holds the
+//! body to), its `run` (the access checks and the service calls) and its reply. A door only
+//! turns its own input into a request (a path, a query, a body, MCP arguments) and the reply
+//! or the [`ApiError`] into its own output (a status and JSON, a tool result).
+//!
+//! The errors are the doors' one error ([`ApiError`]: a code that fixes the HTTP status, the
+//! field to fix, a message); who may do what is [`Access`].
+
+pub(crate) mod access;
+mod error;
+pub(crate) mod fields;
+pub(crate) mod schema;
+
+pub(crate) mod add;
+pub(crate) mod add_batch;
+pub(crate) mod ask;
+pub(crate) mod correct;
+pub(crate) mod facts;
+pub(crate) mod forget;
+pub(crate) mod forget_message;
+pub(crate) mod history;
+pub(crate) mod job;
+pub(crate) mod jobs;
+pub(crate) mod list;
+pub(crate) mod search;
+pub(crate) mod show;
+pub(crate) mod undo;
+
+pub(crate) use access::Access;
+pub(crate) use error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The service every door runs the operations on.
+pub type Service = super::MemoryService<crate::llm::Client, super::OwnEmbedder>;
+
+/// A request body or MCP arguments: a JSON object.
+pub(crate) type Body = Map<String, Value>;
+
+/// One operation as the doors see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Operation {
+    /// Its name (the module's).
+    pub(crate) name: &'static str,
+    /// Its HTTP routes: method and path, each with its OpenAPI `operationId` (the conversation
+    /// route and, for an operation over a user's conversations too, the user route).
+    pub(crate) routes: &'static [Route],
+    /// Its MCP tool, if it has one.
+    pub(crate) tool: Option<Tool>,
+}
+
+/// One HTTP route of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// `get`, `post` or `delete`.
+    pub(crate) method: &'static str,
+    /// The path, with its `{parameters}`.
+    pub(crate) path: &'static str,
+    /// The OpenAPI `operationId`.
+    pub(crate) id: &'static str,
+}
+
+/// An MCP tool: its name and the description a model reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tool {
+    pub(crate) name: &'static str,
+    pub(crate) description: &'static str,
+}
+
+const fn route(method: &'static str, path: &'static str, id: &'static str) -> Route {
+    Route { method, path, id }
+}
+
+/// Every operation, in the order the MCP tools are listed (then the HTTP-only ones).
+pub(crate) const OPERATIONS: &[Operation] = &[
+    add::OPERATION,
+    search::OPERATION,
+    ask::OPERATION,
+    list::OPERATION,
+    show::OPERATION,
+    forget::OPERATION,
+    forget_message::OPERATION,
+    add_batch::OPERATION,
+    facts::OPERATION,
+    correct::OPERATION,
+    history::OPERATION,
+    undo::OPERATION,
+    job::OPERATION,
+    jobs::OPERATION,
+];
+
+/// Every request schema compiles (a bug in an operation otherwise): checked when a door opens.
+pub(crate) fn check_schemas() -> Result<(), String> {
+    add::VALIDATOR.compiled()?;
+    add_batch::VALIDATOR.compiled()?;
+    search::VALIDATOR.compiled()?;
+    ask::VALIDATOR.compiled()?;
+    correct::VALIDATOR.compiled()
+}
+
+/// Whether `document` (the OpenAPI document as served) names exactly the table's routes, each
+/// with its `operationId`, and the table names each operation once: checked when the HTTP door
+/// opens, so a route cannot be added to one and not the other.
+pub(crate) fn check_routes(document: &Value) -> Result<(), String> {
+    let mut documented = std::collections::BTreeSet::new();
+    for (path, item) in document["paths"].as_object().into_iter().flatten() {
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            let id = operation["operationId"].as_str().unwrap_or_default();
+            documented.insert((method.clone(), path.clone(), id.to_string()));
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for operation in OPERATIONS {
+        if !names.insert(operation.name) {
+            return Err(format!("operation {} is in the table twice", operation.name));
+        }
+        for route in operation.routes {
+            let key = (route.method.to_string(), route.path.to_string(), route.id.to_string());
+            if !documented.remove(&key) {
+                return Err(format!(
+                    "{} {} ({}, of {}) is not in the document",
+                    route.method, route.path, route.id, operation.name
+                ));
+            }
+        }
+    }
+    // The document's own route is the door's, not an operation.
+    documented.retain(|(_, path, _)| path != "/openapi.json");
+    match documented.first() {
+        Some((method, path, id)) => Err(format!("{method} {path} ({id}) is in no operation")),
+        None => Ok(()),
+    }
+}
+
+/// Whether `listed` (an MCP door's tools: name and description) are exactly the table's.
+pub(crate) fn check_tools(mut listed: Vec<(String, String)>) -> Result<(), String> {
+    let mut tabled: Vec<(String, String)> = OPERATIONS
+        .iter()
+        .filter_map(|operation| operation.tool)
+        .map(|tool| (tool.name.to_string(), tool.description.to_string()))
+        .collect();
+    listed.sort();
+    tabled.sort();
+    if listed == tabled {
+        return Ok(());
+    }
+    let names = |tools: &[(String, String)]| {
+        tools.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+    };
+    Err(format!("the MCP tools ({}) are not the table's ({})", names(&listed), names(&tabled)))
+}
+
+/// `value` as JSON (an operation's reply for a door that sends JSON).
+pub(crate) fn to_json(value: impl Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(value).map_err(|error| {
+        super::ServiceError::Other(anyhow::anyhow!("encoding the answer: {error}")).into()
+    })
+}
+
+/// A required string field with a non-whitespace character.
+pub(crate) fn required_text(map: &Body, field: &str) -> Result<String, ApiError> {
+    match map.get(field) {
+        Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
+        Some(Value::String(_)) => Err(ApiError::bad(field, "must not be empty")),
+        Some(_) => Err(ApiError::bad(field, "expected a string")),
+        None => Err(ApiError::bad(field, "missing")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,180 @@
+//! `search`: the stored lines most relevant to a query, over one conversation or all of a
+//! user's (no chat model). `POST /v1/conversations/{id}/search`, `POST /v1/users/{user}/search`;
+//! MCP `search_memory`.
+
+use std::sync::LazyLock;
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::schema::{Validator, name_schema, non_blank, tags_schema, time_schema};
+use super::{Access, ApiError, Body, Operation, Service, Tool, fields, required_text, route};
+use crate::names::NameKind;
+use crate::service::{Scope, SearchFilters, SearchHit};
+
+pub(crate) const OPERATION: Operation = Operation {
+    name: "search",
+    routes: &[
+        route("post", "/v1/conversations/{id}/search", "search"),
+        route("post", "/v1/users/{user}/search", "user_search"),
+    ],
+    tool: Some(TOOL),
+};
+
+/// The MCP tool.
+pub(crate) const TOOL: Tool = Tool {
+    name: "search_memory",
+    description: "Find the stored lines most relevant to a query: ranked messages, each \
+        with its conversation, message `id`, speaker, date and text. Fast (no chat model). \
+        Use it to look things up, to see exact wording and dates, or to find a message id \
+        (for `forget`); to get an answer to a question that needs several facts combined \
+        or reasoned over, use ask_memory instead. Scope: one conversation (`conversation`) \
+        or all of a user's (`user`); filters: speaker, time range, tags.",
+};
+
+/// Largest `k` a search may ask for.
+pub(crate) const MAX_K: u64 = 100;
+/// `k` when a search does not give one.
+pub(crate) const DEFAULT_K: u64 = 10;
+
+/// The body of a search.
+#[derive(Debug, Clone)]
+pub(crate) struct SearchRequest {
+    /// What to look for.
+    pub(crate) query: String,
+    /// How many lines.
+    pub(crate) k: u64,
+    /// Which lines may come back.
+    pub(crate) filters: SearchFilters,
+}
+
+impl PartialSchema for SearchRequest {
+    fn schema() -> RefOr<Schema> {
+        let k = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+            .description(Some(format!("how many lines (default {DEFAULT_K})")))
+            .minimum(Some(1))
+            .maximum(Some(MAX_K));
+        ObjectBuilder::new()
+            .property("query", non_blank("what to look for"))
+            .property("k", k)
+            .property(
+                "speaker",
+                non_blank("only lines said by this speaker (letter case aside)")
+                    .max_length(Some(crate::names::MAX_NAME_CHARS)),
+            )
+            .property(
+                "from",
+                time_schema("only lines sent at or after this time (a date: its first second)"),
+            )
+            .property(
+                "to",
+                time_schema("only lines sent at or before this time (a date: its last second)"),
+            )
+            .property(
+                "conversation",
+                name_schema("only lines of this conversation (of the user's)"),
+            )
+            .property("tags", tags_schema("only lines added with all these tags"))
+            .required("query")
+            .into()
+    }
+}
+
+impl ToSchema for SearchRequest {}
+
+/// The compiled body schema.
+pub(crate) static VALIDATOR: LazyLock<Validator> = LazyLock::new(Validator::of::<SearchRequest>);
+
+impl SearchRequest {
+    /// The body's fields, each checked on its own (errors name the field).
+    pub(crate) fn parse(map: &Body) -> Result<Self, ApiError> {
+        let query = required_text(map, "query")?;
+        let bad_k = || ApiError::bad("k", format!("expected an integer from 1 to {MAX_K}"));
+        let k = match map.get("k") {
+            None | Some(Value::Null) => DEFAULT_K,
+            // JSON Schema's `integer` counts 5.0 as an integer; so does this.
+            Some(Value::Number(number)) => number
+                .as_u64()
+                .or_else(|| {
+                    number.as_f64().filter(|k| k.fract() == 0.0 && *k >= 1.0).map(|k| k as u64)
+                })
+                .filter(|k| (1..=MAX_K).contains(k))
+                .ok_or_else(bad_k)?,
+            Some(_) => return Err(bad_k()),
+        };
+        let filters = SearchFilters {
+            speaker: fields::text(map, "speaker", crate::names::MAX_NAME_CHARS)?,
+            from: fields::time(map, "from", false)?,
+            to: fields::time(map, "to", true)?,
+            conversation: fields::name(map, "conversation", NameKind::Conversation)?,
+            tags: fields::tags(map)?,
+        };
+        Ok(Self { query, k, filters })
+    }
+
+    /// The body: its fields, then the whole body against the published schema.
+    pub(crate) fn read(map: Body) -> Result<Self, ApiError> {
+        let request = Self::parse(&map)?;
+        VALIDATOR.check(&Value::Object(map))?;
+        Ok(request)
+    }
+}
+
+/// `POST /v1/conversations/{id}/search`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct SearchReply {
+    /// The conversation id.
+    pub(crate) conversation: String,
+    /// The query as given.
+    pub(crate) query: String,
+    /// The lines found, best first.
+    pub(crate) hits: Vec<SearchHit>,
+    /// Sessions stored but not built yet (a background job is building them, or they failed
+    /// and the next add retries them): their lines cannot be found yet.
+    pub(crate) pending_sessions: u64,
+}
+
+/// `POST /v1/users/{user}/search`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct UserSearchReply {
+    /// The user.
+    pub(crate) user: String,
+    /// The query as given.
+    pub(crate) query: String,
+    /// The lines found, best first, each naming its conversation.
+    pub(crate) hits: Vec<SearchHit>,
+    /// Sessions of the user's conversations stored but not built yet (see the conversation
+    /// search).
+    pub(crate) pending_sessions: u64,
+}
+
+/// What a search answers, by its scope.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Found {
+    Conversation(SearchReply),
+    User(UserSearchReply),
+}
+
+/// Searches `scope` for `access`.
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    scope: Scope,
+    request: SearchRequest,
+) -> Result<Found, ApiError> {
+    access.scope(service, &scope).await?;
+    let SearchRequest { query, k, filters } = request;
+    let hits = service.search_scoped(&scope, &query, k as usize, &filters).await?;
+    let pending_sessions = service.pending_sessions(&scope).await?;
+    Ok(match scope {
+        Scope::Conversation(conversation) => {
+            Found::Conversation(SearchReply { conversation, query, hits, pending_sessions })
+        }
+        Scope::User(user) => Found::User(UserSearchReply { user, query, hits, pending_sessions }),
+    })
+}

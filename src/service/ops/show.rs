@@ -1,0 +1,33 @@
+//! `show`: one conversation's summary. `GET /v1/conversations/{id}`; MCP `show_conversation`.
+
+use super::{Access, ApiError, Operation, Service, Tool, route};
+use crate::service::ServiceError;
+use crate::store::{ConversationInfo, StoreError};
+
+pub(crate) const OPERATION: Operation = Operation {
+    name: "show",
+    routes: &[route("get", "/v1/conversations/{id}", "show")],
+    tool: Some(TOOL),
+};
+
+/// The MCP tool.
+pub(crate) const TOOL: Tool = Tool {
+    name: "show_conversation",
+    description: "One conversation's summary, as list_conversations gives it: user, \
+        agent, messages, sessions and built sessions, first and last message time. An \
+        unknown id is an error (`unknown_conversation`).",
+};
+
+/// Conversation `id`'s summary, if `access` reaches it.
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    id: &str,
+) -> Result<ConversationInfo, ApiError> {
+    access.conversation(service, id).await?;
+    let (store, lookup) = (service.store().clone(), id.to_string());
+    let info = tokio::task::spawn_blocking(move || store.info(&lookup))
+        .await
+        .map_err(|error| ServiceError::Other(error.into()))??;
+    info.ok_or_else(|| StoreError::UnknownConversation(id.to_string()).into())
+}
