@@ -2,12 +2,13 @@
 //! output (`mragent mcp`, [`serve_stdio`]) or streamable HTTP at `/mcp` of `serve`
 //! (`http_service`, behind the same bearer token as the rest of the API).
 //!
-//! Six tools: `add_messages`, `search_memory`, `ask_memory`, `list_conversations`,
-//! `show_conversation`, `forget`. They are the HTTP API's operations with its request parsing:
-//! a tool takes the JSON body of the matching route plus the path's ids (`conversation`,
-//! `user`, `message`), and runs the same operation (`service::ops`): the same parser, the same
-//! published request schema, the same access checks and service calls, the same JSON reply.
-//! The input schemas the tools list are in `schema`.
+//! One dispatcher over the operations' table (`service::ops::OPERATIONS`): the tools listed are
+//! the table's (six: `add_messages`, `search_memory`, `ask_memory`, `list_conversations`,
+//! `show_conversation`, `forget`), each with the name, description, input schema and hints its
+//! operation's file gives, and a call runs that operation's tool entry: the JSON body of the
+//! matching route plus the path's ids (`conversation`, `user`, `message`), read by the same
+//! parser and held to the same published request schema, the same access checks and service
+//! calls, the same JSON reply.
 //!
 //! Errors are tool results, never JSON-RPC errors: `isError: true` with the HTTP API's error
 //! body `{"error": {"code", "field", "message"}}` (`field` names what to fix), so the model
@@ -17,27 +18,21 @@
 //! their report (it says what failed). Each tool call is handled on its own: an error or a
 //! failure ends that call, not the server.
 
-mod schema;
-
 use std::sync::Arc;
 
-use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
-    CallToolResult, Extensions, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Extensions, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
+use rmcp::{RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::Value;
 
 use super::{SchemaError, ServeOptions, Service};
-use crate::names::NameKind;
-use crate::service::Scope;
-use crate::service::ops::add::AddRequest;
-use crate::service::ops::ask::AskRequest;
-use crate::service::ops::list::ListRequest;
-use crate::service::ops::search::SearchRequest;
-use crate::service::ops::{self, Access, ApiError, Body, fields, to_json};
+use crate::service::ops::{self, Access, ApiError, Called, Hints};
 
 /// What the server tells a client about itself (clients show it to the model).
 const INSTRUCTIONS: &str = "Long-term memory of conversations. Store what was said with \
@@ -52,102 +47,43 @@ const INSTRUCTIONS: &str = "Long-term memory of conversations. Store what was sa
 /// The actor edits over stdio are logged as (over HTTP: the name of the request's token).
 const STDIO_ACTOR: &str = "mcp";
 
-/// The MCP server: the tools over one memory service.
+/// The MCP server: the table's tools over one memory service.
 #[derive(Clone)]
 pub struct MemoryTools {
     service: Arc<Service>,
-    tool_router: ToolRouter<Self>,
 }
-
-/// A tool's answer: a JSON value (the HTTP API's shape), or its error.
-type Answer = Result<Value, ApiError>;
 
 impl MemoryTools {
     /// The tools over `service`.
     pub fn new(service: Arc<Service>) -> Result<Self, SchemaError> {
         ops::check_schemas().map_err(SchemaError::request)?;
-        let tool_router = Self::tool_router();
-        ops::check_tools(listed_tools(&tool_router)).map_err(SchemaError::table)?;
-        Ok(Self { service, tool_router })
+        Ok(Self { service })
     }
 }
 
-#[tool_router]
-impl MemoryTools {
-    #[tool(
-        name = "add_messages",
-        description = ops::add::TOOL.description,
-        input_schema = schema::input::<schema::Add>(),
-        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn add_messages(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        let added = self.add(arguments, &access(&extensions)).await;
-        let incomplete = added.as_ref().is_ok_and(ops::add::Added::incomplete);
-        reply(added.and_then(to_json), incomplete)
-    }
-
-    #[tool(
-        name = "search_memory",
-        description = ops::search::TOOL.description,
-        input_schema = schema::input::<schema::Search>(),
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    async fn search_memory(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        reply(self.search(arguments, &access(&extensions)).await, false)
-    }
-
-    #[tool(
-        name = "ask_memory",
-        description = ops::ask::TOOL.description,
-        input_schema = schema::input::<schema::Ask>(),
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    async fn ask_memory(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        let report = self.ask(arguments, &access(&extensions)).await;
-        let failed = report.as_ref().is_ok_and(|report| !report.ok);
-        reply(report.and_then(to_json), failed)
-    }
-
-    #[tool(
-        name = "list_conversations",
-        description = ops::list::TOOL.description,
-        input_schema = schema::input::<schema::List>(),
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    async fn list_conversations(
-        &self,
-        arguments: JsonObject,
-        extensions: Extensions,
-    ) -> CallToolResult {
-        reply(self.list(arguments, &access(&extensions)).await, false)
-    }
-
-    #[tool(
-        name = "show_conversation",
-        description = ops::show::TOOL.description,
-        input_schema = schema::input::<schema::Show>(),
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    async fn show_conversation(
-        &self,
-        arguments: JsonObject,
-        extensions: Extensions,
-    ) -> CallToolResult {
-        reply(self.show(arguments, &access(&extensions)).await, false)
-    }
-
-    #[tool(
-        name = "forget",
-        description = ops::forget::TOOL.description,
-        input_schema = schema::input::<schema::Forget>(),
-        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
-    )]
-    async fn forget(&self, arguments: JsonObject, extensions: Extensions) -> CallToolResult {
-        reply(self.forget_in(arguments, &access(&extensions)).await, false)
-    }
+/// The table's tools, by name (the order clients list them in).
+fn tools() -> Vec<(&'static ops::Tool, Tool)> {
+    let mut tools: Vec<_> = ops::OPERATIONS
+        .iter()
+        .filter_map(|operation| operation.tool.as_ref())
+        .map(|tool| (tool, listed(tool)))
+        .collect();
+    tools.sort_by_key(|(tool, _)| tool.name);
+    tools
 }
 
-#[tool_handler(router = self.tool_router)]
+/// A tool as clients see it.
+fn listed(tool: &ops::Tool) -> Tool {
+    let hints = match tool.hints {
+        Hints::Reads => ToolAnnotations::new().read_only(true),
+        Hints::Writes { destructive, idempotent } => {
+            ToolAnnotations::new().read_only(false).destructive(destructive).idempotent(idempotent)
+        }
+    };
+    Tool::new(tool.name, tool.description, Arc::new((tool.input)()))
+        .with_annotations(hints.open_world(false))
+}
+
 impl ServerHandler for MemoryTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -157,133 +93,43 @@ impl ServerHandler for MemoryTools {
             )
             .with_instructions(INSTRUCTIONS)
     }
-}
 
-impl MemoryTools {
-    /// `add_messages`: `ops::add`.
-    async fn add(&self, arguments: Body, access: &Access) -> Result<ops::add::Added, ApiError> {
-        access.write()?;
-        let (conversation, request) = parse_add(arguments)?;
-        ops::add::run(&self.service, access, &conversation, request).await
-    }
-
-    /// `search_memory`: `ops::search`.
-    async fn search(&self, arguments: Body, access: &Access) -> Answer {
-        let (scope, request) = parse_search(arguments)?;
-        to_json(ops::search::run(&self.service, access, scope, request).await?)
-    }
-
-    /// `ask_memory`: `ops::ask`, never streamed.
-    async fn ask(
+    async fn list_tools(
         &self,
-        arguments: Body,
-        access: &Access,
-    ) -> Result<crate::service::AskReport, ApiError> {
-        let (scope, request) = parse_ask(arguments)?;
-        ops::ask::run(&self.service, access, &scope, &request, None).await
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools().into_iter().map(|(_, tool)| tool).collect()))
     }
 
-    /// `list_conversations`: `ops::list`, optionally one user's.
-    async fn list(&self, arguments: Body, access: &Access) -> Answer {
-        let request = ListRequest::parse(&arguments)?;
-        to_json(ops::list::run(&self.service, access, request).await?)
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|(tool, _)| tool.name == name).map(|(_, listed)| listed)
     }
 
-    /// `show_conversation`: `ops::show`.
-    async fn show(&self, mut arguments: Body, access: &Access) -> Answer {
-        let id = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
-        to_json(ops::show::run(&self.service, access, &id).await?)
-    }
-
-    /// `forget`: `ops::forget`, or `ops::forget_message` with a `message`.
-    async fn forget_in(&self, arguments: Body, access: &Access) -> Answer {
-        access.write()?;
-        match parse_forget(arguments)? {
-            (conversation, Some(message)) => to_json(
-                ops::forget_message::run(&self.service, access, &conversation, &message).await?,
-            ),
-            (conversation, None) => {
-                to_json(ops::forget::run(&self.service, access, &conversation).await?)
-            }
-        }
+    /// Runs the named tool's operation; an unknown tool is a protocol error (as the MCP
+    /// specification asks), every other failure a flagged result.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some((tool, _)) = tools().into_iter().find(|(tool, _)| tool.name == request.name)
+        else {
+            return Err(ErrorData::invalid_params("tool not found", None));
+        };
+        let access = access(&context.extensions);
+        let arguments = request.arguments.unwrap_or_default();
+        let called = (tool.call)(&self.service, &access, arguments).await;
+        Ok(CallToolResponse::Complete(reply(called)))
     }
 }
 
-/// The arguments of `add_messages`: the conversation, then the body of an add.
-fn parse_add(mut arguments: Body) -> Result<(String, AddRequest), ApiError> {
-    let conversation = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
-    Ok((conversation, AddRequest::read(arguments)?))
-}
-
-/// The arguments of `search_memory`: the scope, then the body of a search. With `user`, the
-/// scope is the user's conversations and `conversation` the body's filter; without, the
-/// conversation is the scope.
-fn parse_search(mut arguments: Body) -> Result<(Scope, SearchRequest), ApiError> {
-    let scope = match fields::name(&arguments, "user", NameKind::User)? {
-        Some(user) => {
-            arguments.remove("user");
-            Scope::User(user)
-        }
-        None => Scope::Conversation(required_id(
-            &mut arguments,
-            "conversation",
-            NameKind::Conversation,
-        )?),
-    };
-    Ok((scope, SearchRequest::read(arguments)?))
-}
-
-/// The arguments of `ask_memory`: a conversation or a user, then the body of an ask.
-fn parse_ask(mut arguments: Body) -> Result<(Scope, AskRequest), ApiError> {
-    let user = fields::name(&arguments, "user", NameKind::User)?;
-    let conversation = fields::name(&arguments, "conversation", NameKind::Conversation)?;
-    let scope = match (user, conversation) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad("user", "give either `conversation` or `user`, not both"));
-        }
-        (Some(user), None) => Scope::User(user),
-        (None, Some(conversation)) => Scope::Conversation(conversation),
-        (None, None) => {
-            return Err(ApiError::bad(
-                "conversation",
-                "missing: give `conversation` (or `user` for all of a user's)",
-            ));
-        }
-    };
-    arguments.remove("user");
-    arguments.remove("conversation");
-    Ok((scope, AskRequest::read(arguments)?))
-}
-
-/// The arguments of `forget`: the conversation and maybe one of its messages.
-fn parse_forget(mut arguments: Body) -> Result<(String, Option<String>), ApiError> {
-    let conversation = required_id(&mut arguments, "conversation", NameKind::Conversation)?;
-    Ok((conversation, ops::forget::parse_tool(&arguments)?))
-}
-
-/// The tools `router` lists: name and description.
-fn listed_tools(router: &ToolRouter<MemoryTools>) -> Vec<(String, String)> {
-    router
-        .list_all()
-        .into_iter()
-        .map(|tool| (tool.name.to_string(), tool.description.unwrap_or_default().to_string()))
-        .collect()
-}
-
-/// A required id argument, checked against the id rule and taken out of `arguments`.
-fn required_id(arguments: &mut Body, field: &str, kind: NameKind) -> Result<String, ApiError> {
-    let id =
-        fields::name(arguments, field, kind)?.ok_or_else(|| ApiError::bad(field, "missing"))?;
-    arguments.remove(field);
-    Ok(id)
-}
-
-/// The tool result: the answer as JSON (text and structured content), flagged `isError` when
-/// `failed`; an error as the HTTP API's error body, flagged `isError`.
-fn reply(answer: Answer, failed: bool) -> CallToolResult {
-    match answer {
-        Ok(value) if failed => CallToolResult::structured_error(value),
-        Ok(value) => CallToolResult::structured(value),
+/// The tool result: the reply as JSON (text and structured content), flagged `isError` when
+/// it failed; an error as the HTTP API's error body, flagged `isError`.
+fn reply(called: Result<Called, ApiError>) -> CallToolResult {
+    match called {
+        Ok(Called { reply, failed: true }) => CallToolResult::structured_error(reply),
+        Ok(Called { reply, failed: false }) => CallToolResult::structured(reply),
         Err(error) => {
             let detail = &error.detail;
             tracing::debug!(code = ?detail.code, field = %detail.field, message = %detail.message, "MCP tool error");

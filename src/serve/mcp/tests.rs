@@ -4,8 +4,11 @@
 use serde_json::json;
 
 use super::*;
+use crate::names::NameKind;
+use crate::service::Scope;
 use crate::service::ServiceError;
 use crate::store::StoreError;
+use rmcp::model::JsonObject;
 
 fn object(value: Value) -> JsonObject {
     match value {
@@ -16,9 +19,7 @@ fn object(value: Value) -> JsonObject {
 
 /// The listed tools, by name.
 fn tools() -> Vec<rmcp::model::Tool> {
-    let mut tools = MemoryTools::tool_router().list_all();
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
-    tools
+    super::tools().into_iter().map(|(_, tool)| tool).collect()
 }
 
 /// The input schema of `tool`, compiled.
@@ -31,15 +32,15 @@ fn schema(tool: &str) -> jsonschema::Validator {
 fn parse(tool: &str, arguments: Value) -> Result<(), ApiError> {
     let arguments = object(arguments);
     match tool {
-        "add_messages" => parse_add(arguments).map(drop),
-        "search_memory" => parse_search(arguments).map(drop),
-        "ask_memory" => parse_ask(arguments).map(drop),
-        "forget" => parse_forget(arguments).map(drop),
+        "add_messages" => ops::add::parse_tool(arguments).map(drop),
+        "search_memory" => ops::search::parse_tool(arguments).map(drop),
+        "ask_memory" => ops::ask::parse_tool(arguments).map(drop),
+        "forget" => ops::forget::parse_tool(arguments).map(drop),
         "show_conversation" => {
             let mut arguments = arguments;
-            required_id(&mut arguments, "conversation", NameKind::Conversation).map(drop)
+            ops::take_id(&mut arguments, "conversation", NameKind::Conversation).map(drop)
         }
-        "list_conversations" => ListRequest::parse(&arguments).map(drop),
+        "list_conversations" => ops::list::ListRequest::parse(&arguments).map(drop),
         other => panic!("no tool {other}"),
     }
 }
@@ -200,18 +201,18 @@ fn the_parser_checks_what_the_schema_leaves_to_it() {
 #[test]
 fn a_user_search_keeps_the_conversation_as_its_filter() {
     let arguments = object(json!({"user": "maya", "conversation": "demo", "query": "dog"}));
-    let (scope, request) = parse_search(arguments).unwrap();
+    let (scope, request) = ops::search::parse_tool(arguments).unwrap();
     assert_eq!(scope, Scope::User("maya".into()));
     assert_eq!(request.filters.conversation.as_deref(), Some("demo"));
     let arguments = object(json!({"conversation": "demo", "query": "dog"}));
-    let (scope, request) = parse_search(arguments).unwrap();
+    let (scope, request) = ops::search::parse_tool(arguments).unwrap();
     assert_eq!(scope, Scope::Conversation("demo".into()));
     assert_eq!((request.filters.conversation, request.k), (None, 10));
 }
 
 #[test]
 fn an_error_is_a_flagged_result_with_the_http_error_body() {
-    let result = reply(Err(ApiError::bad("k", "expected an integer from 1 to 100")), false);
+    let result = reply(Err(ApiError::bad("k", "expected an integer from 1 to 100")));
     assert_eq!(result.is_error, Some(true));
     let body = json!({"error": {"code": "invalid", "field": "k", "message": "expected an integer from 1 to 100"}});
     assert_eq!(result.structured_content, Some(body.clone()));
@@ -219,12 +220,15 @@ fn an_error_is_a_flagged_result_with_the_http_error_body() {
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), body);
 
     let unknown = ServiceError::Store(StoreError::UnknownConversation("nobody".into()));
-    let result = reply(Err(unknown.into()), false);
+    let result = reply(Err(unknown.into()));
     assert_eq!(result.structured_content.unwrap()["error"]["code"], "unknown_conversation");
 
-    let done = reply(Ok(json!({"ok": true})), false);
+    let done = reply(Ok(Called { reply: json!({"ok": true}), failed: false }));
     assert_eq!(done.is_error, Some(false));
-    assert_eq!(reply(Ok(json!({"ok": false})), true).is_error, Some(true));
+    assert_eq!(
+        reply(Ok(Called { reply: json!({"ok": false}), failed: true })).is_error,
+        Some(true)
+    );
 }
 
 #[test]
@@ -239,14 +243,16 @@ fn an_edit_over_http_is_logged_under_the_requests_token_name() {
 }
 
 #[test]
-fn the_tools_are_the_tables_with_its_descriptions() {
-    assert_eq!(listed(), ops::check_tools(listed()).map(|()| listed()).unwrap());
-    let mut fewer = listed();
-    fewer.pop();
-    assert!(ops::check_tools(fewer).is_err());
-}
-
-/// The tools as listed: name and description.
-fn listed() -> Vec<(String, String)> {
-    listed_tools(&MemoryTools::tool_router())
+fn every_tool_of_the_table_is_listed_once_with_its_description() {
+    let listed: Vec<(String, String)> = tools()
+        .into_iter()
+        .map(|tool| (tool.name.to_string(), tool.description.unwrap_or_default().to_string()))
+        .collect();
+    let mut tabled: Vec<(String, String)> = ops::OPERATIONS
+        .iter()
+        .filter_map(|operation| operation.tool)
+        .map(|tool| (tool.name.to_string(), tool.description.to_string()))
+        .collect();
+    tabled.sort();
+    assert_eq!(listed, tabled);
 }

@@ -9,15 +9,18 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::schema::{Message, Validator, name_schema, tags_schema, wait_schema};
-use super::{Access, ApiError, Body, Operation, Service, Tool, fields, route};
-use crate::names::{MAX_MESSAGES_PER_ADD, NameKind};
+use super::schema::{Message, Validator, name_schema, tags_schema, tool, wait_schema};
+use super::{
+    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, route, take_id,
+};
+use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NameKind};
 use crate::service::{AddReport, Queued, ServiceError, Waited};
 use crate::store::AddScope;
 
@@ -40,6 +43,9 @@ pub(crate) const TOOL: Tool = Tool {
         call again with the same messages to build them). A build that outlasts the bounded \
         wait (25 s by default) returns what was stored and its `job` instead; the build \
         goes on, and search says how many sessions are still pending.",
+    hints: Hints::Writes { destructive: false, idempotent: true },
+    input,
+    call,
 };
 
 /// The body of an add.
@@ -167,4 +173,94 @@ pub(crate) async fn store(
         }),
         None => Ok(Added::Building(Box::new(service.add_queued(id, scope, messages).await?))),
     }
+}
+
+/// The tool's input: the conversation, then the body of an add.
+fn input() -> Body {
+    let message = json!({
+        "description": "One message.",
+        "type": "object",
+        "properties": {
+            "speaker": tool::text(
+                "Who said it, e.g. `Alice` or `assistant` (`name` or `role` are accepted instead).",
+                MAX_NAME_CHARS,
+            ),
+            "text": tool::text(
+                "What was said, up to 16,000 characters (`content` is accepted instead, also as \
+                 OpenAI-style text parts).",
+                MAX_MESSAGE_CHARS,
+            ),
+            "timestamp": tool::time(
+                "When it was said: RFC 3339 (`2024-05-03T14:00:00Z`), `YYYY-MM-DD HH:MM[:SS]` \
+                 (UTC) or `YYYY-MM-DD` (`time`, `date` or `created_at` are accepted instead). \
+                 Messages are kept in time order; a gap of hours starts a new session. Without \
+                 it, a message follows the conversation's last one.",
+            ),
+            "session": {
+                "description": "Your own session id (a string or an integer): messages with the \
+                    same one form a session (`session_id` is accepted instead).",
+                "type": ["string", "integer"],
+                "minLength": 1,
+            },
+        },
+        "required": ["speaker", "text"],
+    });
+    tool::input(
+        &["conversation", "messages"],
+        json!({
+            "conversation": tool::id(
+                "The conversation's id, e.g. `support-2024-05-03` or `alice:chat`: 1-128 ASCII \
+                 letters, digits and . _ - : @ +, starting with a letter or digit, no `..`. \
+                 Created by its first add.",
+            ),
+            "messages": {
+                "description": "The messages, in any order (each is placed by its timestamp; one \
+                    already stored is skipped).",
+                "type": "array",
+                "items": message,
+                "minItems": 1,
+                "maxItems": MAX_MESSAGES_PER_ADD,
+            },
+            "user": tool::id(
+                "The user the conversation belongs to (an id, as `conversation`): set when the \
+                 conversation is created; later adds may omit it but not name another. Search \
+                 and ask can then cover all of a user's conversations.",
+            ),
+            "agent": tool::id("The agent the conversation belongs to (an id), set like `user`."),
+            "tags": tool::tags(
+                "Tags every message of this add carries, e.g. `{\"topic\": \"travel\"}` (ids \
+                 to ids, at most 32); search can keep only lines with given tags.",
+            ),
+            "wait": {
+                "description": "`true` (the default): return when the memory is built, or with \
+                    its job when the build outlasts the bounded wait (25 s by default). \
+                    `false`: store the messages and return at once with a background job; \
+                    search then answers over what is built so far and says how many sessions \
+                    are still pending.",
+                "type": ["boolean", "null"],
+                "default": null,
+            },
+        }),
+    )
+}
+
+/// The tool's arguments: the conversation, then the body of an add.
+pub(crate) fn parse_tool(mut arguments: Body) -> Result<(String, AddRequest), ApiError> {
+    let conversation = take_id(&mut arguments, "conversation", NameKind::Conversation)?;
+    Ok((conversation, AddRequest::read(arguments)?))
+}
+
+/// The tool: flagged when sessions failed to build.
+fn call<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    arguments: Body,
+) -> BoxFuture<'a, Result<Called, ApiError>> {
+    Box::pin(async move {
+        access.write()?;
+        let (conversation, request) = parse_tool(arguments)?;
+        let added = run(service, access, &conversation, request).await?;
+        let incomplete = added.incomplete();
+        Called::new(added, incomplete)
+    })
 }

@@ -3,16 +3,21 @@
 //! `POST /v1/users/{user}/ask` (JSON, or server-sent events with `stream: true`); MCP
 //! `ask_memory` (never streamed).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
-use serde_json::Value;
+use futures::future::BoxFuture;
+
+use serde_json::{Value, json};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::schema::{Validator, flag_schema, non_blank, time_schema};
-use super::{Access, ApiError, Body, Operation, Service, Tool, fields, required_text, route};
+use super::schema::{Validator, flag_schema, non_blank, time_schema, tool};
+use super::{
+    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, required_text, route,
+};
 use crate::agent::events::LoopEvents;
+use crate::names::NameKind;
 use crate::service::{AskReport, Scope};
 
 pub(crate) const OPERATION: Operation = Operation {
@@ -34,6 +39,9 @@ pub(crate) const TOOL: Tool = Tool {
         many…`); for a plain lookup, search_memory is faster. Scope: one conversation or \
         all of a user's; `as_of` answers as known at a past time. A failed answer loop is \
         flagged as an error, its report says why.",
+    hints: Hints::Reads,
+    input,
+    call,
 };
 
 /// The body of an ask.
@@ -112,4 +120,63 @@ pub(crate) async fn run(
     access.scope(service, scope).await?;
     let as_of = request.as_of.as_deref();
     Ok(service.ask_scoped(scope, &request.question, as_of, events).await?)
+}
+
+/// The tool's input: a conversation or a user, then the body of an ask (never streamed).
+fn input() -> Body {
+    tool::input(
+        &["question"],
+        json!({
+            "conversation": tool::id(
+                "The conversation to answer from (give this or `user`, not both).",
+            ),
+            "user": tool::id(
+                "A user id: answer from all of the user's conversations (give this or \
+                 `conversation`).",
+            ),
+            "question": tool::non_blank(
+                "The question, in words, e.g. `When did Alice move to Lisbon?`.",
+            ),
+            "as_of": tool::time(
+                "Answer from what was known at this time: later messages are invisible, facts \
+                 valid then are current (a date: its end). Default: now.",
+            ),
+        }),
+    )
+}
+
+/// The tool's arguments: a conversation or a user, then the body of an ask.
+pub(crate) fn parse_tool(mut arguments: Body) -> Result<(Scope, AskRequest), ApiError> {
+    let user = fields::name(&arguments, "user", NameKind::User)?;
+    let conversation = fields::name(&arguments, "conversation", NameKind::Conversation)?;
+    let scope = match (user, conversation) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad("user", "give either `conversation` or `user`, not both"));
+        }
+        (Some(user), None) => Scope::User(user),
+        (None, Some(conversation)) => Scope::Conversation(conversation),
+        (None, None) => {
+            return Err(ApiError::bad(
+                "conversation",
+                "missing: give `conversation` (or `user` for all of a user's)",
+            ));
+        }
+    };
+    arguments.remove("user");
+    arguments.remove("conversation");
+    Ok((scope, AskRequest::read(arguments)?))
+}
+
+/// The tool: flagged when the answer loop failed.
+fn call<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    arguments: Body,
+) -> BoxFuture<'a, Result<Called, ApiError>> {
+    Box::pin(async move {
+        let (scope, request) = parse_tool(arguments)?;
+        let report = run(service, access, &scope, &request, None).await?;
+        let failed = !report.ok;
+        Called::new(report, failed)
+    })
 }

@@ -2,10 +2,17 @@
 //! `DELETE /v1/conversations/{id}`; MCP `forget` (without `message`: with one, the tool is
 //! `forget_message`'s).
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::Serialize;
+use serde_json::json;
 use utoipa::ToSchema;
 
-use super::{Access, ApiError, Body, Operation, Service, Tool, fields, route};
+use super::schema::tool;
+use super::{
+    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, route, take_id,
+};
 use crate::names::NameKind;
 use crate::store::ConversationInfo;
 
@@ -22,13 +29,10 @@ pub(crate) const TOOL: Tool = Tool {
         everything stored for it, for good. With `message` (a message id from \
         search_memory or ask_memory): only that message; its session is then rebuilt from \
         the messages left, which calls the model and can take a while.",
+    hints: Hints::Writes { destructive: true, idempotent: false },
+    input,
+    call,
 };
-
-/// The MCP tool's arguments: a conversation, and maybe one of its messages (then the tool
-/// runs `forget_message`).
-pub(crate) fn parse_tool(map: &Body) -> Result<Option<String>, ApiError> {
-    fields::name(map, "message", NameKind::Message)
-}
 
 /// `DELETE /v1/conversations/{id}`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -42,4 +46,43 @@ pub(crate) async fn run(service: &Service, access: &Access, id: &str) -> Result<
     access.write()?;
     access.conversation(service, id).await?;
     Ok(Deleted { deleted: service.forget(id).await? })
+}
+
+/// The tool's input.
+fn input() -> Body {
+    tool::input(
+        &["conversation"],
+        json!({
+            "conversation": tool::id("The conversation's id."),
+            "message": tool::id(
+                "Only this message: its id (32 hex digits), as the `id` of a `search_memory` \
+                 line or of an `ask_memory` supporting line. Without it the whole conversation \
+                 is forgotten.",
+            ),
+        }),
+    )
+}
+
+/// The tool's arguments: a conversation, and maybe one of its messages.
+pub(crate) fn parse_tool(mut arguments: Body) -> Result<(String, Option<String>), ApiError> {
+    let conversation = take_id(&mut arguments, "conversation", NameKind::Conversation)?;
+    Ok((conversation, fields::name(&arguments, "message", NameKind::Message)?))
+}
+
+/// The tool: the whole conversation, or one message (`forget_message`).
+fn call<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    arguments: Body,
+) -> BoxFuture<'a, Result<Called, ApiError>> {
+    Box::pin(async move {
+        access.write()?;
+        match parse_tool(arguments)? {
+            (conversation, Some(message)) => {
+                let reply = super::forget_message::run(service, access, &conversation, &message);
+                Called::new(reply.await?, false)
+            }
+            (conversation, None) => Called::new(run(service, access, &conversation).await?, false),
+        }
+    })
 }

@@ -1,10 +1,15 @@
 //! `list`: the stored conversations a caller reaches. `GET /v1/conversations`; MCP
 //! `list_conversations` (which may keep one user's).
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::Serialize;
+use serde_json::json;
 use utoipa::ToSchema;
 
-use super::{Access, ApiError, Body, Operation, Service, Tool, fields, route};
+use super::schema::tool;
+use super::{Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, route};
 use crate::names::NameKind;
 use crate::store::ConversationInfo;
 
@@ -20,6 +25,9 @@ pub(crate) const TOOL: Tool = Tool {
     description: "List the stored conversations: each one's `id`, user, agent, number of \
         messages and sessions (and how many are built), first and last message time. Use \
         it to find conversation ids; `user` keeps only one user's.",
+    hints: Hints::Reads,
+    input,
+    call,
 };
 
 /// What a listing keeps.
@@ -54,4 +62,20 @@ pub(crate) async fn run(
         conversations.retain(|conversation| conversation.user.as_ref() == Some(&user));
     }
     Ok(ConversationList { conversations })
+}
+
+/// The tool's input.
+fn input() -> Body {
+    tool::input(&[], json!({"user": tool::id("Only this user's conversations.")}))
+}
+
+fn call<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    arguments: Body,
+) -> BoxFuture<'a, Result<Called, ApiError>> {
+    Box::pin(async move {
+        let request = ListRequest::parse(&arguments)?;
+        Called::new(run(service, access, request).await?, false)
+    })
 }

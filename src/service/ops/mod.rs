@@ -33,6 +33,9 @@ pub(crate) mod undo;
 pub(crate) use access::Access;
 pub(crate) use error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -43,7 +46,7 @@ pub type Service = super::MemoryService<crate::llm::Client, super::OwnEmbedder>;
 pub(crate) type Body = Map<String, Value>;
 
 /// One operation as the doors see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Operation {
     /// Its name (the module's).
     pub(crate) name: &'static str,
@@ -65,11 +68,64 @@ pub(crate) struct Route {
     pub(crate) id: &'static str,
 }
 
-/// An MCP tool: its name and the description a model reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An MCP tool: what the MCP door lists (its name, the description and input schema a model
+/// reads, its hints) and what it runs.
+#[derive(Clone, Copy)]
 pub(crate) struct Tool {
     pub(crate) name: &'static str,
     pub(crate) description: &'static str,
+    pub(crate) hints: Hints,
+    /// Its input schema.
+    pub(crate) input: fn() -> Map<String, Value>,
+    /// Reads its arguments and runs the operation.
+    pub(crate) call: ToolCall,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Tool").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// What a tool tells a client about its effects (none reaches outside the memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hints {
+    /// Changes nothing.
+    Reads,
+    /// Changes the memory.
+    Writes { destructive: bool, idempotent: bool },
+}
+
+/// A tool's run: the arguments in, the reply (as JSON) out.
+pub(crate) type ToolCall =
+    for<'a> fn(&'a Arc<Service>, &'a Access, Body) -> BoxFuture<'a, Result<Called, ApiError>>;
+
+/// What a tool call answers: the operation's reply, and whether to flag it as an error (an add
+/// that left sessions unbuilt, an ask whose loop failed: the reply says what failed).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Called {
+    pub(crate) reply: Value,
+    pub(crate) failed: bool,
+}
+
+impl Called {
+    /// `reply` as JSON, flagged when `failed`.
+    pub(crate) fn new(reply: impl Serialize, failed: bool) -> Result<Self, ApiError> {
+        Ok(Self { reply: to_json(reply)?, failed })
+    }
+}
+
+/// A required id in MCP arguments, checked against the id rule and taken out of them (the body
+/// left is the HTTP route's).
+pub(crate) fn take_id(
+    arguments: &mut Body,
+    field: &str,
+    kind: crate::names::NameKind,
+) -> Result<String, ApiError> {
+    let id =
+        fields::name(arguments, field, kind)?.ok_or_else(|| ApiError::bad(field, "missing"))?;
+    arguments.remove(field);
+    Ok(id)
 }
 
 const fn route(method: &'static str, path: &'static str, id: &'static str) -> Route {
@@ -135,24 +191,6 @@ pub(crate) fn check_routes(document: &Value) -> Result<(), String> {
         Some((method, path, id)) => Err(format!("{method} {path} ({id}) is in no operation")),
         None => Ok(()),
     }
-}
-
-/// Whether `listed` (an MCP door's tools: name and description) are exactly the table's.
-pub(crate) fn check_tools(mut listed: Vec<(String, String)>) -> Result<(), String> {
-    let mut tabled: Vec<(String, String)> = OPERATIONS
-        .iter()
-        .filter_map(|operation| operation.tool)
-        .map(|tool| (tool.name.to_string(), tool.description.to_string()))
-        .collect();
-    listed.sort();
-    tabled.sort();
-    if listed == tabled {
-        return Ok(());
-    }
-    let names = |tools: &[(String, String)]| {
-        tools.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
-    };
-    Err(format!("the MCP tools ({}) are not the table's ({})", names(&listed), names(&tabled)))
 }
 
 /// `value` as JSON (an operation's reply for a door that sends JSON).

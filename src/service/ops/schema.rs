@@ -279,3 +279,78 @@ impl Validator {
 
 /// Longest validator message an error quotes, in characters.
 const MAX_REASON_CHARS: usize = 300;
+
+/// The pieces of the MCP tools' input schemas. A model reads them, so they are lighter than the
+/// document's: no timestamp or non-blank pattern (the operation's parser checks those and names
+/// the field), every part inline (for clients that do not resolve references), descriptions
+/// written for a model.
+pub(crate) mod tool {
+    use serde_json::{Map, Value, json};
+
+    use crate::names::{MAX_NAME_CHARS, NAME_PATTERN};
+
+    /// A tool's input schema: an object of `properties`, `required` ones listed.
+    pub(crate) fn input(required: &[&str], properties: Value) -> Map<String, Value> {
+        let mut schema = Map::new();
+        schema.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
+        if !required.is_empty() {
+            schema.insert("required".into(), json!(required));
+        }
+        schema.insert("properties".into(), properties);
+        schema.insert("type".into(), json!("object"));
+        schema
+    }
+
+    /// `schema` with `description` first.
+    fn described(description: &str, schema: Value) -> Value {
+        let mut described = Map::new();
+        described.insert("description".into(), json!(description));
+        if let Value::Object(fields) = schema {
+            described.extend(fields);
+        }
+        Value::Object(described)
+    }
+
+    /// An id ([`crate::names::check_name`]'s rule), undescribed.
+    fn bare_id() -> Value {
+        json!({
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_NAME_CHARS,
+            "pattern": NAME_PATTERN,
+        })
+    }
+
+    /// An id.
+    pub(crate) fn id(description: &str) -> Value {
+        described(description, bare_id())
+    }
+
+    /// A text with a non-whitespace character.
+    pub(crate) fn non_blank(description: &str) -> Value {
+        described(description, json!({"type": "string", "minLength": 1}))
+    }
+
+    /// A text with a non-whitespace character, at most `max` characters.
+    pub(crate) fn text(description: &str, max: usize) -> Value {
+        described(description, json!({"type": "string", "minLength": 1, "maxLength": max}))
+    }
+
+    /// A time in the formats messages take.
+    pub(crate) fn time(description: &str) -> Value {
+        described(description, json!({"type": "string"}))
+    }
+
+    /// Key/value tags, ids to ids.
+    pub(crate) fn tags(description: &str) -> Value {
+        described(
+            description,
+            json!({
+                "type": "object",
+                "propertyNames": bare_id(),
+                "additionalProperties": bare_id(),
+                "maxProperties": super::MAX_TAGS,
+            }),
+        )
+    }
+}

@@ -2,16 +2,21 @@
 //! user's (no chat model). `POST /v1/conversations/{id}/search`, `POST /v1/users/{user}/search`;
 //! MCP `search_memory`.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
+
+use futures::future::BoxFuture;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::schema::{Validator, name_schema, non_blank, tags_schema, time_schema};
-use super::{Access, ApiError, Body, Operation, Service, Tool, fields, required_text, route};
+use super::schema::{Validator, name_schema, non_blank, tags_schema, time_schema, tool};
+use super::{
+    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, required_text, route,
+    take_id,
+};
 use crate::names::NameKind;
 use crate::service::{Scope, SearchFilters, SearchHit};
 
@@ -33,6 +38,9 @@ pub(crate) const TOOL: Tool = Tool {
         (for `forget`); to get an answer to a question that needs several facts combined \
         or reasoned over, use ask_memory instead. Scope: one conversation (`conversation`) \
         or all of a user's (`user`); filters: speaker, time range, tags.",
+    hints: Hints::Reads,
+    input,
+    call,
 };
 
 /// Largest `k` a search may ask for.
@@ -176,5 +184,66 @@ pub(crate) async fn run(
             Found::Conversation(SearchReply { conversation, query, hits, pending_sessions })
         }
         Scope::User(user) => Found::User(UserSearchReply { user, query, hits, pending_sessions }),
+    })
+}
+
+/// The tool's input: a conversation or a user, then the body of a search.
+fn input() -> Body {
+    tool::input(
+        &["query"],
+        json!({
+            "conversation": tool::id(
+                "The conversation to search. Without `user` it is the scope (required then); with \
+                 `user`, only this one of the user's conversations is searched.",
+            ),
+            "user": tool::id(
+                "A user id: search all of the user's conversations (each line names its \
+                 conversation).",
+            ),
+            "query": tool::non_blank(
+                "What to look for, in words (matched by meaning and by keywords).",
+            ),
+            "k": {
+                "description": "How many lines, best first (default 10).",
+                "type": ["integer", "null"],
+                "format": "uint64",
+                "minimum": 1,
+                "maximum": MAX_K,
+            },
+            "speaker": tool::text(
+                "Only lines said by this speaker (letter case aside).",
+                crate::names::MAX_NAME_CHARS,
+            ),
+            "from": tool::time("Only lines sent at or after this time (a date: its first second)."),
+            "to": tool::time("Only lines sent at or before this time (a date: its last second)."),
+            "tags": tool::tags("Only lines added with all these tags."),
+        }),
+    )
+}
+
+/// The tool's arguments: the scope, then the body of a search. With `user`, the scope is the
+/// user's conversations and `conversation` the body's filter; without, the conversation is the
+/// scope.
+pub(crate) fn parse_tool(mut arguments: Body) -> Result<(Scope, SearchRequest), ApiError> {
+    let scope = match fields::name(&arguments, "user", NameKind::User)? {
+        Some(user) => {
+            arguments.remove("user");
+            Scope::User(user)
+        }
+        None => {
+            Scope::Conversation(take_id(&mut arguments, "conversation", NameKind::Conversation)?)
+        }
+    };
+    Ok((scope, SearchRequest::read(arguments)?))
+}
+
+fn call<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    arguments: Body,
+) -> BoxFuture<'a, Result<Called, ApiError>> {
+    Box::pin(async move {
+        let (scope, request) = parse_tool(arguments)?;
+        Called::new(run(service, access, scope, request).await?, false)
     })
 }

@@ -1,6 +1,13 @@
 //! `show`: one conversation's summary. `GET /v1/conversations/{id}`; MCP `show_conversation`.
 
-use super::{Access, ApiError, Operation, Service, Tool, route};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::json;
+
+use super::schema::tool;
+use super::{Access, ApiError, Body, Called, Hints, Operation, Service, Tool, route, take_id};
+use crate::names::NameKind;
 use crate::service::ServiceError;
 use crate::store::{ConversationInfo, StoreError};
 
@@ -16,6 +23,9 @@ pub(crate) const TOOL: Tool = Tool {
     description: "One conversation's summary, as list_conversations gives it: user, \
         agent, messages, sessions and built sessions, first and last message time. An \
         unknown id is an error (`unknown_conversation`).",
+    hints: Hints::Reads,
+    input,
+    call,
 };
 
 /// Conversation `id`'s summary, if `access` reaches it.
@@ -30,4 +40,20 @@ pub(crate) async fn run(
         .await
         .map_err(|error| ServiceError::Other(error.into()))??;
     info.ok_or_else(|| StoreError::UnknownConversation(id.to_string()).into())
+}
+
+/// The tool's input.
+fn input() -> Body {
+    tool::input(&["conversation"], json!({"conversation": tool::id("The conversation's id.")}))
+}
+
+fn call<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    mut arguments: Body,
+) -> BoxFuture<'a, Result<Called, ApiError>> {
+    Box::pin(async move {
+        let id = take_id(&mut arguments, "conversation", NameKind::Conversation)?;
+        Called::new(run(service, access, &id).await?, false)
+    })
 }
