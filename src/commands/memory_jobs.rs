@@ -18,7 +18,8 @@ use super::output::outln;
 use super::own::{open_store, service};
 use crate::convo::Message;
 use crate::llm::Client;
-use crate::service::{AddReport, MemoryService, OwnEmbedder, Queued};
+use crate::service::ops::add::{Added, Wait};
+use crate::service::{MemoryService, OwnEmbedder, ops};
 use crate::settings::{AddInput, OwnSettings, ProjectPaths};
 use crate::store::{AddScope, Job};
 
@@ -59,11 +60,8 @@ pub(super) async fn add(
             let service = Arc::clone(&services[spec]);
             async move {
                 let Entry { conversation, messages, scope } = entry;
-                let done = if wait {
-                    service.add_scoped(&conversation, scope, messages).await.map(Added::Built)
-                } else {
-                    service.add_queued(&conversation, scope, messages).await.map(Added::Queued)
-                };
+                let wait = if wait { Wait::Whole } else { Wait::No };
+                let done = ops::add::store(&service, &conversation, scope, messages, wait).await;
                 (conversation, done)
             }
         }))
@@ -75,14 +73,6 @@ pub(super) async fn add(
         }
     }
     report(outcomes, single, json)
-}
-
-/// What one entry's add did.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-enum Added {
-    Built(AddReport),
-    Queued(Queued),
 }
 
 /// Prints every entry's outcome; partial when one failed or left sessions unbuilt; an error
@@ -109,20 +99,20 @@ fn report(
                 continue;
             }
         };
-        if matches!(&added, Added::Built(report) if !report.is_complete()) {
+        if matches!(&added, Added::Done(report) if !report.is_complete()) {
             outcome = Outcome::Partial;
         }
         let value = match &added {
-            Added::Built(report) => serde_json::to_value(report)?,
-            Added::Queued(queued) => serde_json::to_value(queued)?,
+            Added::Done(report) => serde_json::to_value(report)?,
+            Added::Building(queued) => serde_json::to_value(queued)?,
         };
         if json {
             listed.push(value);
             continue;
         }
         match added {
-            Added::Built(report) => outln!("{report}")?,
-            Added::Queued(queued) => outln!(
+            Added::Done(report) => outln!("{report}")?,
+            Added::Building(queued) => outln!(
                 "{}: {} new messages ({} already stored); job {} queued, {} sessions to build in the background (`mragent memory jobs {}` shows its progress)",
                 queued.conversation,
                 queued.new_messages,

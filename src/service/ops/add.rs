@@ -153,26 +153,37 @@ pub(crate) async fn run(
 ) -> Result<Added, ApiError> {
     let AddRequest { messages, mut scope, wait } = request;
     access.add(service, id, &mut scope).await?;
-    let bound = wait.then_some(service.settings().add_wait);
-    Ok(store(service, id, scope, messages, bound).await?)
+    let wait = if wait { Wait::AtMost(service.settings().add_wait) } else { Wait::No };
+    Ok(store(service, id, scope, messages, wait).await?)
 }
 
-/// The one `wait` branch: with a bound, build at once and wait at most that long; without,
-/// queue a job.
+/// How long an add waits for its build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Until it ends (the command line: the user asked to wait).
+    Whole,
+    /// At most this long, then it answers with the job (a request: gateways cut long ones).
+    AtMost(Duration),
+    /// Not at all: a job builds it in the background.
+    No,
+}
+
+/// The one `wait` branch of every add (HTTP, MCP, batch, command line).
 pub(crate) async fn store(
     service: &Arc<Service>,
     id: &str,
     scope: AddScope,
     messages: Vec<crate::convo::Message>,
-    bound: Option<Duration>,
+    wait: Wait,
 ) -> Result<Added, ServiceError> {
-    match bound {
-        Some(bound) => Ok(match service.add_waiting(id, scope, messages, bound).await? {
+    Ok(match wait {
+        Wait::Whole => Added::Done(Box::new(service.add_scoped(id, scope, messages).await?)),
+        Wait::AtMost(bound) => match service.add_waiting(id, scope, messages, bound).await? {
             Waited::Done(report) => Added::Done(report),
             Waited::Building(queued) => Added::Building(queued),
-        }),
-        None => Ok(Added::Building(Box::new(service.add_queued(id, scope, messages).await?))),
-    }
+        },
+        Wait::No => Added::Building(Box::new(service.add_queued(id, scope, messages).await?)),
+    })
 }
 
 /// The tool's input: the conversation, then the body of an add.

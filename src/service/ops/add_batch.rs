@@ -15,7 +15,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::add::{AddRequest, Added};
+use super::add::{AddRequest, Added, Wait};
 use super::schema::{Validator, name_schema, wait_schema};
 use super::{Access, ApiError, Body, ErrorDetail, Operation, Service, fields, route};
 use crate::names::NameKind;
@@ -152,8 +152,11 @@ pub(crate) async fn run(
             result.error = Some(refused.detail);
             return result;
         }
-        let bound = wait.then(|| deadline.saturating_duration_since(tokio::time::Instant::now()));
-        match super::add::store(service, &id, scope, messages, bound).await {
+        let wait = match wait {
+            true => Wait::AtMost(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            false => Wait::No,
+        };
+        match super::add::store(service, &id, scope, messages, wait).await {
             Ok(Added::Done(report)) => result.added = Some(*report),
             Ok(Added::Building(queued)) => result.queued = Some(*queued),
             Err(failure) => result.error = Some(ApiError::from(failure).detail),
