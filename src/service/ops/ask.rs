@@ -91,9 +91,7 @@ impl AskRequest {
 
     /// The body: its fields, then the whole body against the published schema.
     pub(crate) fn read(map: Body) -> Result<Self, ApiError> {
-        let request = Self::parse(&map)?;
-        VALIDATOR.check(&Value::Object(map))?;
-        Ok(request)
+        VALIDATOR.read(map, Self::parse)
     }
 }
 

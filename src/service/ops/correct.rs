@@ -3,7 +3,6 @@
 
 use std::sync::LazyLock;
 
-use serde_json::Value;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::{PartialSchema, ToSchema};
@@ -45,10 +44,11 @@ pub(crate) static VALIDATOR: LazyLock<Validator> = LazyLock::new(Validator::of::
 impl CorrectRequest {
     /// The body: its field, then the whole body against the published schema.
     pub(crate) fn read(map: Body) -> Result<Self, ApiError> {
-        let value = fields::text(&map, "value", crate::names::MAX_MESSAGE_CHARS)?
-            .ok_or_else(|| ApiError::bad("value", "missing"))?;
-        VALIDATOR.check(&Value::Object(map))?;
-        Ok(Self { value })
+        VALIDATOR.read(map, |map| {
+            let value = fields::text(map, "value", crate::names::MAX_MESSAGE_CHARS)?
+                .ok_or_else(|| ApiError::bad("value", "missing"))?;
+            Ok(Self { value })
+        })
     }
 }
 

@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{
 };
 use utoipa::{PartialSchema, ToSchema};
 
-use super::ApiError;
+use super::{ApiError, Body};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_NAME_CHARS, NAME_PATTERN};
 
 /// A string that is not all whitespace: one character outside Rust's `char::is_whitespace` (the
@@ -244,6 +244,18 @@ impl Validator {
             })
             .map_err(|message| format!("the schema of {} does not compile: {message}", T::name()));
         Self(compiled)
+    }
+
+    /// A body read by `parse` (field by field: errors name the field), then held whole to the
+    /// schema.
+    pub(crate) fn read<T>(
+        &self,
+        map: Body,
+        parse: impl FnOnce(&Body) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let request = parse(&map)?;
+        self.check(&Value::Object(map))?;
+        Ok(request)
     }
 
     /// Whether the schema compiled (its error otherwise: a bug in the operation's schema).
