@@ -420,6 +420,10 @@ pub struct RetrieveArgs {
     /// session vectors) or `words` (shared content words over the smaller session's).
     #[arg(long, default_value = "vector", value_parser = ["vector", "words"])]
     pub same_topic: String,
+    /// Rank over the memory's vectors as the store keeps them (8 bits and one scale per row,
+    /// what `memory search`, `ask` and `serve` rank on) instead of the embedder's f32.
+    #[arg(long)]
+    pub stored_vectors: bool,
 }
 
 /// `mragent run`.

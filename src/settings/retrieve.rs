@@ -40,6 +40,7 @@ impl RetrieveJob {
         }
         settings.same_topic =
             if args.same_topic == "words" { SameTopic::Words } else { SameTopic::Vector };
+        settings.stored_vectors = args.stored_vectors;
         Ok(Self { settings, folds: args.folds, gate: args.gate })
     }
 }

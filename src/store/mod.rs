@@ -37,6 +37,7 @@ mod read;
 mod revision;
 mod schema;
 mod schema_pg;
+mod vectors;
 mod view;
 mod words;
 mod write;
@@ -58,6 +59,7 @@ pub use jobs::{Job, JobError, JobSessions, JobState, JobStep, JobTokens};
 pub use keys::{ApiKey, CreatedKey, KEY_PREFIX, KeyScope, NewKey, parse_lifetime, split_key};
 pub use read::{SessionFailure, StoredConversation, StoredMessage, StoredOutputs, StoredSession};
 pub use schema::SCHEMA_VERSION;
+pub(crate) use vectors::round_trip as compact_round_trip;
 pub use view::SessionOrigin;
 pub use write::{AddScope, Added};
 

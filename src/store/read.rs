@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::db::{Conn, params};
 use super::facts::StoredFact;
+use super::vectors::decode_vectors;
 use super::{
     ConversationInfo, INFO_QUERY, Store, StoreError, check_conversation_id, content_id, info_of_row,
 };
@@ -371,35 +372,6 @@ fn session_outputs(
     }
     let units = UnitVectors { session, turns, summary: None, keywords: None, hybrid: None };
     Ok(Some(StoredOutputs { model, rewrite, keywords, sentence_vectors, topic_vectors, units }))
-}
-
-/// Little-endian `f32` rows of `dims` values each.
-pub(super) fn encode_vectors<'a>(
-    rows: impl Iterator<Item = &'a Vec<f32>>,
-    dims: usize,
-) -> Result<Vec<u8>, StoreError> {
-    let mut bytes = Vec::new();
-    for row in rows {
-        if row.len() != dims {
-            return Err(StoreError::Corrupt(format!(
-                "vector of {} values, expected {dims}",
-                row.len()
-            )));
-        }
-        bytes.extend(row.iter().flat_map(|value| value.to_le_bytes()));
-    }
-    Ok(bytes)
-}
-
-pub(super) fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>> {
-    if dims == 0 || !bytes.len().is_multiple_of(4 * dims) {
-        return (bytes.is_empty()).then(Vec::new);
-    }
-    let values: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
-        .collect();
-    Some(values.chunks(dims).map(<[f32]>::to_vec).collect())
 }
 
 /// The failure recorded for session `number`, if it is for `content_hash`.

@@ -4,6 +4,9 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::StoreError;
+use super::db::Statements;
+
 /// Migrations in order; index i holds the SQL taking version i to version i+1.
 pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the source of truth: conversations, their sessions and messages.
@@ -230,7 +233,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         expires_at TEXT,
         revoked_at TEXT
     ) STRICT;",
+    // 11 → 12: vectors in the compact form (`store::vectors`: one f32 scale and a signed byte
+    // per dimension, a quarter of the bytes). The step is Rust, not SQL ([`code_step`]).
+    "-- every vector blob is rewritten by store::vectors::compact_stored_vectors",
 ];
+
+/// The part of migration `from` → `from + 1` written in Rust, run after its SQL in the same
+/// transaction, on either backend.
+pub(crate) fn code_step(db: &dyn Statements, from: u32) -> Result<(), StoreError> {
+    if from == 11 {
+        let converted = super::vectors::compact_stored_vectors(db)?;
+        tracing::info!(rows = converted, "stored vectors converted to the compact form");
+    }
+    Ok(())
+}
 
 /// The version this code reads and writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -247,7 +263,7 @@ pub(crate) fn version(connection: &Connection) -> rusqlite::Result<u32> {
 /// first (`BEGIN IMMEDIATE`, waiting up to the connection's busy timeout) and only then reads
 /// the version, so a step another process has applied meanwhile is seen and skipped, never run
 /// twice.
-pub(crate) fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::Result<u32> {
+pub(crate) fn migrate_to(connection: &mut Connection, target: u32) -> Result<u32, StoreError> {
     loop {
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let current = version(&transaction)?;
@@ -255,6 +271,7 @@ pub(crate) fn migrate_to(connection: &mut Connection, target: u32) -> rusqlite::
             return Ok(current);
         }
         transaction.execute_batch(MIGRATIONS[current as usize])?;
+        code_step(&*transaction, current)?;
         transaction.pragma_update(None, "user_version", current + 1)?;
         transaction.commit()?;
     }

@@ -207,6 +207,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         expires_at TEXT COLLATE "C",
         revoked_at TEXT COLLATE "C"
     );"#,
+    // 11 → 12: vectors in the compact form; the step is Rust (`schema::code_step`).
+    "-- every vector blob is rewritten by store::vectors::compact_stored_vectors",
 ];
 
 /// The schema version of the database in `connection` (0 for an empty database).
@@ -256,6 +258,7 @@ fn migrate_step(connection: &Conn, pg: &PgStore, target: u32) -> Result<Option<u
         return Ok(Some(current));
     }
     connection.execute_batch(MIGRATIONS[current as usize])?;
+    super::schema::code_step(connection, current)?;
     connection.execute("DELETE FROM mragent_schema", params![])?;
     connection.execute(
         "INSERT INTO mragent_schema (version) VALUES (?1)",

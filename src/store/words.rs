@@ -7,7 +7,7 @@
 //! ([`forget_unused_words`]).
 
 use super::db::{Conn, params};
-use super::read::{decode_vectors, encode_vectors};
+use super::vectors::{decode_vectors, encode_vectors};
 use super::{Store, StoreError};
 
 impl Store {

@@ -7,8 +7,9 @@ use chrono::{SecondsFormat, TimeDelta};
 use serde::Serialize;
 
 use super::db::{Conn, params};
-use super::read::{encode_vectors, session_messages};
+use super::read::session_messages;
 use super::revision::bump_revision;
+use super::vectors::encode_vectors;
 use super::{Store, StoreError, check_conversation_id};
 use crate::convo::{Message, Placement, SessionSpan, Timestamp, effective_times, place_messages};
 use crate::ingest::SessionOutputs;

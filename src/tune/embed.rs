@@ -134,6 +134,7 @@ impl<'a> Embedding<'a> {
         let Some(vectors) = self.vectors(&conversation.sample_id, &all, timings)? else {
             return Ok(None);
         };
+        let vectors = self.as_stored(vectors)?;
         let index_started = Instant::now();
         let mut index = MemoryIndex::with_needs(self.settings.index, self.needs);
         let mut rest = vectors.into_iter();
@@ -156,8 +157,18 @@ impl<'a> Embedding<'a> {
         let Some(word_vectors) = self.vectors(&conversation.sample_id, &words, timings)? else {
             return Ok(None);
         };
-        index.set_word_vectors(&words, word_vectors);
+        index.set_word_vectors(&words, self.as_stored(word_vectors)?);
         Ok(Some(index))
+    }
+
+    /// Memory vectors as ranking sees them: the store's compact form with `--stored-vectors`,
+    /// else unchanged.
+    fn as_stored(&self, vectors: Vec<Vec<f32>>) -> anyhow::Result<Vec<Vec<f32>>> {
+        if !self.settings.stored_vectors {
+            return Ok(vectors);
+        }
+        let compact = vectors.iter().map(|vector| crate::store::compact_round_trip(vector));
+        Ok(compact.collect::<Result<_, _>>()?)
     }
 
     /// Remove the progress bar.

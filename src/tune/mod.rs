@@ -86,6 +86,11 @@ pub struct RetrieveSettings {
     /// `--same-topic`: what makes two sessions about the same thing for `--prefer-newer`.
     #[serde(default)]
     pub same_topic: SameTopic,
+    /// `--stored-vectors`: rank over the memory's vectors as the store keeps them (8 bits and
+    /// one scale per row, `store::vectors`), as own memory does, instead of the embedder's f32.
+    /// Questions and their words stay f32 (they are never stored).
+    #[serde(default)]
+    pub stored_vectors: bool,
 }
 
 impl RetrieveSettings {
@@ -108,6 +113,7 @@ impl RetrieveSettings {
             index: IndexOptions::default(),
             prefer_newer: None,
             same_topic: SameTopic::default(),
+            stored_vectors: false,
         }
     }
 

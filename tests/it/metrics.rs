@@ -201,12 +201,18 @@ async fn workload(client: &mut Client) {
         ("DELETE", "/v1/conversations", LIST, None, S::METHOD_NOT_ALLOWED),
         ("GET", "/v1/conversations", LIST, None, S::OK),
     ];
+    let mut background = None;
     for (method, path, route, body, status) in calls {
-        client.call((method, path, route), body, status, false).await;
+        let reply = client.call((method, path, route), body, status, false).await;
+        if status == S::ACCEPTED {
+            background = serde_json::from_str::<Value>(&reply).unwrap()["job"]["id"].as_u64();
+        }
     }
-    // The background job of `c` ends before the scrape, so its model calls are counted.
+    // The background job of `c` (named by its 202 reply, not guessed: waited adds are jobs too)
+    // ends before the scrape, so its model calls are counted.
+    let path = format!("/v1/jobs/{}", background.expect("the 202 reply names its job"));
     loop {
-        let job = client.call(("GET", "/v1/jobs/1", "/v1/jobs/{job}"), None, S::OK, false).await;
+        let job = client.call(("GET", &path, "/v1/jobs/{job}"), None, S::OK, false).await;
         if serde_json::from_str::<Value>(&job).unwrap()["state"] == "done" {
             break;
         }

@@ -321,6 +321,35 @@ impl Conn {
     }
 }
 
+/// Statements on either backend's raw connection: what a migration step written in Rust
+/// (`store::vectors::compact_stored_vectors`) runs inside the migration's transaction.
+pub(crate) trait Statements {
+    /// Runs one statement; returns the rows it changed.
+    fn run(&self, sql: &str, params: &[Value]) -> Result<u64, StoreError>;
+    /// Every row of a query.
+    fn all(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>, StoreError>;
+}
+
+impl Statements for rusqlite::Connection {
+    fn run(&self, sql: &str, params: &[Value]) -> Result<u64, StoreError> {
+        sqlite::execute(self, sql, params)
+    }
+
+    fn all(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>, StoreError> {
+        sqlite::query(self, sql, params)
+    }
+}
+
+impl Statements for Conn {
+    fn run(&self, sql: &str, params: &[Value]) -> Result<u64, StoreError> {
+        self.execute(sql, params)
+    }
+
+    fn all(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>, StoreError> {
+        self.rows(sql, params)
+    }
+}
+
 /// An open transaction; rolled back when dropped without [`Tx::commit`]. Derefs to its
 /// connection, so a function taking `&Conn` runs inside it.
 pub(crate) struct Tx<'a> {
