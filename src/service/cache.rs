@@ -281,7 +281,7 @@ pub(super) struct ConversationCache {
     extensions: AtomicU64,
     budget: u64,
     /// The query vectors, in their share of the budget.
-    pub(super) queries: QueryVectorCache,
+    pub(super) queries: Arc<QueryVectorCache>,
 }
 
 impl Default for ConversationCache {
@@ -305,7 +305,7 @@ impl ConversationCache {
             builds: AtomicU64::new(0),
             extensions: AtomicU64::new(0),
             budget: bytes,
-            queries: QueryVectorCache::new(budget.query_bytes()),
+            queries: Arc::new(QueryVectorCache::new(budget.query_bytes())),
         }
     }
 

@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use futures::future::BoxFuture;
-
 use super::cache::{Cached, QueryVectorCache};
 use super::scope::{Scope, SearchFilters, View};
 use super::{MemoryService, ServiceError, blocking};
@@ -16,9 +14,10 @@ use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
 use crate::agent::tools::{MemgasQueryError, query_memgas_each};
 use crate::dataset::{Category, DatasetKind, Question};
-use crate::llm::{ChatModel, Embedder};
+use crate::llm::{ChatModel, Embedder, Embeddings, Usage};
 use crate::results::Status;
-use crate::snapshot::{QueryAndWords, QueryEmbedder, Snapshot};
+use crate::retrieval::vector::unit_length;
+use crate::snapshot::Snapshot;
 use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
@@ -141,7 +140,7 @@ where
                 (entry.index.as_ref(), lines.sum::<usize>().max(1))
             })
             .collect();
-        let embedder = CachedQueries { embedder: &self.embedder, cache: &self.cache.queries };
+        let embedder = self.query_embedder();
         let ranked = query_memgas_each(&indices, &embedder, query.trim()).await.map_err(
             |error| match error {
                 MemgasQueryError::Embed(error) => {
@@ -208,17 +207,30 @@ where
     }
 }
 
-/// The service's embedder seen through its query vector cache: a query (or a query word the
-/// memory lacks) embedded before is not sent again; what is not cached goes in one request.
-struct CachedQueries<'a, E> {
-    embedder: &'a E,
-    cache: &'a QueryVectorCache,
+/// The service's embedder seen through its query vector cache: a text (a search query, a
+/// question, a query word the memory lacks) embedded before is not sent again; what is not
+/// cached goes in one request, each distinct text once. Every query-side embedding of `search`
+/// and `ask` goes through it; the vectors it returns are unit length (what every query-side
+/// reader makes of them anyway), and its usage counts only what was sent.
+#[derive(Clone)]
+pub(super) struct CachedQueries<E> {
+    embedder: E,
+    cache: Arc<QueryVectorCache>,
 }
 
-impl<E: Embedder> CachedQueries<'_, E> {
-    /// The unit vectors of `texts`, in order: cached ones from the cache, the others embedded
-    /// in one request (each distinct text once) and cached.
-    async fn vectors(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::llm::Error> {
+impl<M, E: Clone> MemoryService<M, E> {
+    /// The service's embedder through its query vector cache.
+    fn query_embedder(&self) -> CachedQueries<E> {
+        CachedQueries { embedder: self.embedder.clone(), cache: Arc::clone(&self.cache.queries) }
+    }
+}
+
+impl<E: Embedder> Embedder for CachedQueries<E> {
+    fn name(&self) -> &str {
+        self.embedder.name()
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, crate::llm::Error> {
         let name = self.embedder.name();
         let mut found: Vec<Option<Vec<f32>>> = texts
             .iter()
@@ -226,65 +238,38 @@ impl<E: Embedder> CachedQueries<'_, E> {
             .collect();
         let mut missing: Vec<String> = Vec::new();
         for (text, vector) in texts.iter().zip(&found) {
-            if vector.is_none() && !missing.iter().any(|known| known == text) {
-                missing.push((*text).to_string());
+            if vector.is_none() && !missing.contains(text) {
+                missing.push(text.clone());
             }
         }
+        let mut usage = Usage::default();
         if !missing.is_empty() {
-            let embedded = QueryEmbedder::embed_words(self.embedder, &missing).await?;
-            for (text, vector) in missing.iter().zip(&embedded) {
+            let embedded = self.embedder.embed(&missing).await?;
+            if embedded.vectors.len() != missing.len() {
+                return Err(crate::llm::Error::Decode {
+                    message: format!(
+                        "the embedder returned {} vectors for {} texts",
+                        embedded.vectors.len(),
+                        missing.len()
+                    ),
+                });
+            }
+            usage = embedded.usage;
+            let vectors: Vec<Vec<f32>> = embedded.vectors.into_iter().map(unit_length).collect();
+            for (text, vector) in missing.iter().zip(&vectors) {
                 self.cache.put(name, text, vector);
             }
             for (text, slot) in texts.iter().zip(&mut found) {
                 if slot.is_none() {
                     let position = missing.iter().position(|known| known == text);
-                    *slot = position.and_then(|position| embedded.get(position).cloned());
+                    *slot = position.and_then(|position| vectors.get(position).cloned());
                 }
             }
         }
-        found
-            .into_iter()
-            .map(|vector| {
-                vector.ok_or_else(|| crate::llm::Error::Decode {
-                    message: "the embedder returned fewer vectors than texts".to_string(),
-                })
-            })
-            .collect()
-    }
-}
-
-impl<E: Embedder> QueryEmbedder for CachedQueries<'_, E> {
-    fn embed_query<'a>(
-        &'a self,
-        text: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<f32>, crate::llm::Error>> {
-        Box::pin(async move { Ok(self.embed_query_and_words(text, &[]).await?.0) })
-    }
-
-    fn embed_words<'a>(
-        &'a self,
-        words: &'a [String],
-    ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, crate::llm::Error>> {
-        Box::pin(async move {
-            let texts: Vec<&str> = words.iter().map(String::as_str).collect();
-            self.vectors(&texts).await
-        })
-    }
-
-    fn embed_query_and_words<'a>(
-        &'a self,
-        text: &'a str,
-        words: &'a [String],
-    ) -> BoxFuture<'a, Result<QueryAndWords, crate::llm::Error>> {
-        Box::pin(async move {
-            let texts: Vec<&str> =
-                std::iter::once(text).chain(words.iter().map(String::as_str)).collect();
-            let mut vectors = self.vectors(&texts).await?.into_iter();
-            let query = vectors.next().ok_or_else(|| crate::llm::Error::Decode {
-                message: "the embedder returned no vector".to_string(),
-            })?;
-            Ok((query, vectors.collect()))
-        })
+        let vectors = found.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| {
+            crate::llm::Error::Decode { message: "a query text was left without a vector".into() }
+        })?;
+        Ok(Embeddings { vectors, usage })
     }
 }
 
@@ -377,8 +362,9 @@ where
         let trace = answer.trace_path(&label, &question_id);
         // An endpoint that refuses the question for good (bad key, unknown model) is an error
         // naming the endpoint's reason.
-        let line = crate::agent::answer_one(&answer, &snapshot, &asked, &self.chat, &self.embedder)
-            .await?;
+        let embedder = self.query_embedder();
+        let line =
+            crate::agent::answer_one(&answer, &snapshot, &asked, &self.chat, &embedder).await?;
         let supporting = line
             .prediction_context
             .iter()
@@ -410,7 +396,8 @@ where
     /// The conversation ready to answer, from the cache (made on the first ask of this entry).
     async fn snapshot(&self, entry: &Arc<Cached>) -> Result<Arc<Snapshot>, ServiceError> {
         let made = entry.has_snapshot();
-        let (shared, embedder) = (Arc::clone(entry), self.embedder.clone());
+        // Its query-side embeddings (the gate's, `query_memgas`'s) go through the cache too.
+        let (shared, embedder) = (Arc::clone(entry), self.query_embedder());
         let snapshot = tokio::task::spawn_blocking(move || shared.snapshot(&embedder).clone())
             .await
             .map_err(|error| anyhow::anyhow!("graph task failed: {error}"))?;

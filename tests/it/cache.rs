@@ -190,3 +190,34 @@ async fn a_query_searched_again_is_not_embedded_again_and_the_vector_cache_is_bo
     let stats = small.cache_stats().query_vectors;
     assert!(stats.evictions > 0 && stats.bytes <= 4096, "{stats:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_embeds_through_the_query_vector_cache_and_the_same_question_sends_none() {
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    fill(&server, dir.path()).await;
+    let service = service(&server, dir.path(), CacheBudget::default());
+    // Both conversations loaded and made ready to answer first (a first ask embeds memory-side
+    // texts of its own: the words its index lacks, the graph's).
+    for conversation in ["c0", "c1"] {
+        service.ask(conversation, "Who is Ann?").await.unwrap();
+    }
+    let question = "What did Ann say about Project2?";
+    let first = service.ask("c0", question).await.unwrap();
+    assert!(first.ok, "{first:?}");
+    let before = service.cache_stats().query_vectors;
+    assert!(before.entries >= 1, "the ask's question is kept: {before:?}");
+    let sent = embeddings(&server);
+    // The same question again, on this conversation and on another with the same embedder:
+    // the question and whatever query texts the answer path embeds are all cached.
+    let again = service.ask("c0", question).await.unwrap();
+    assert_eq!(again.answer, first.answer);
+    service.ask("c1", question).await.unwrap();
+    assert_eq!(embeddings(&server), sent, "a repeated question sends no embedding request");
+    let after = service.cache_stats().query_vectors;
+    assert!(after.hits > before.hits, "{before:?} then {after:?}");
+    // A search of the question's text finds its vector cached too (one cache for both paths).
+    service.search("c0", question, 3).await.unwrap();
+    assert_eq!(embeddings(&server), sent, "a search of an asked text sends none");
+    assert_within(&service.cache_stats());
+}
