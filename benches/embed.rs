@@ -24,7 +24,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
-use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 fn main() -> anyhow::Result<()> {
@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
     let which = args.get(2).map_or("all", String::as_str);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let texts = locomo_turn_texts(&root.join("data/dataset_locomo.json"), n_texts)?;
-    let model_dir = ModelSource::from_env_or_data_dir(&root.join("data")).resolve()?;
+    let model_dir = mragent::settings::model_source(&root.join("data")).resolve()?;
 
     let embedder = LocalEmbedder::load(
         &model_dir,

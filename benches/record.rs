@@ -66,7 +66,7 @@ fn main() {
     let data = repo.join("data/dataset_locomo.json");
     let audit = repo.join("data/locomo_audit.json");
     let model_dir = memgas.then(|| {
-        let source = mragent::embedding::ModelSource::from_env_or_data_dir(&repo.join("data"));
+        let source = mragent::settings::model_source(&repo.join("data"));
         let options = mragent::embedding::LocalEmbedderOptions::default();
         let local = mragent::embedding::LocalEmbedder::from_source(&source, options).unwrap();
         local.model_dir().to_str().unwrap().to_string()

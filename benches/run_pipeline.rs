@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mragent::agent::scripted::is_answer_request;
-use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions};
 use mragent::llm::scripted::{RecordedRequest, ScriptedServer};
 
 #[path = "support/run.rs"]
@@ -74,7 +74,7 @@ fn main() {
     let latency = Duration::from_millis(knob("BENCH_LATENCY_MS", 300));
     let sample = knob("BENCH_SAMPLE", 26);
     let source =
-        ModelSource::from_env_or_data_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("data"));
+        mragent::settings::model_source(&Path::new(env!("CARGO_MANIFEST_DIR")).join("data"));
     let local = LocalEmbedder::from_source(&source, LocalEmbedderOptions::default()).unwrap();
     let model_dir = local.model_dir().to_str().unwrap().to_string();
     drop(local);

@@ -30,7 +30,14 @@ pub fn stderr_directive(verbosity: i8) -> &'static str {
 }
 
 /// Install the global subscriber: stderr plus `log/<command>-<timestamp>.log` under `root`.
-pub fn init(root: &Path, command: &str, verbosity: i8) -> anyhow::Result<LogGuard> {
+///
+/// `directive` (`RUST_LOG`, read by `settings::log_directive`) overrides both levels.
+pub fn init(
+    root: &Path,
+    command: &str,
+    verbosity: i8,
+    directive: Option<&str>,
+) -> anyhow::Result<LogGuard> {
     let log_dir = root.join("log");
     std::fs::create_dir_all(&log_dir)
         .with_context(|| format!("creating log directory {}", log_dir.display()))?;
@@ -40,12 +47,11 @@ pub fn init(root: &Path, command: &str, verbosity: i8) -> anyhow::Result<LogGuar
     let appender = tracing_appender::rolling::never(&log_dir, &file_name);
     let (writer, guard) = tracing_appender::non_blocking(appender);
 
-    let from_env = std::env::var("RUST_LOG").ok().filter(|value| !value.is_empty());
-    let stderr_filter = match &from_env {
+    let stderr_filter = match directive {
         Some(directive) => EnvFilter::new(directive),
         None => EnvFilter::new(stderr_directive(verbosity)),
     };
-    let file_filter = match &from_env {
+    let file_filter = match directive {
         Some(directive) => EnvFilter::new(directive),
         None => EnvFilter::new(if verbosity >= 1 { "info,mragent=debug" } else { "info" }),
     };
@@ -60,8 +66,8 @@ pub fn init(root: &Path, command: &str, verbosity: i8) -> anyhow::Result<LogGuar
 }
 
 /// Install a stderr-only subscriber (`verify`: it writes no log file anywhere).
-pub fn init_stderr(verbosity: i8) -> anyhow::Result<()> {
-    let filter = match std::env::var("RUST_LOG").ok().filter(|value| !value.is_empty()) {
+pub fn init_stderr(verbosity: i8, directive: Option<&str>) -> anyhow::Result<()> {
+    let filter = match directive {
         Some(directive) => EnvFilter::new(directive),
         None => EnvFilter::new(stderr_directive(verbosity)),
     };

@@ -27,13 +27,20 @@ fn main() -> ExitCode {
         Ok(paths) => paths.with_store(cli.global.store.clone()),
         Err(error) => return report(error),
     };
+    let directive = mragent::settings::log_directive();
+    let directive = directive.as_deref();
     let _log = if verifying {
-        match mragent::logging::init_stderr(verbosity) {
+        match mragent::logging::init_stderr(verbosity, directive) {
             Ok(()) => None,
             Err(error) => return report(error),
         }
     } else {
-        match mragent::logging::init(&paths.root, commands::name(&cli.command), verbosity) {
+        match mragent::logging::init(
+            &paths.root,
+            commands::name(&cli.command),
+            verbosity,
+            directive,
+        ) {
             Ok(guard) => Some(guard),
             Err(error) => return report(error),
         }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use crate::settings::host_name;
+
 /// Who holds a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockHolder {
@@ -38,16 +40,6 @@ impl LockHolder {
             && proc.join("self").exists()
             && !proc.join(self.pid.to_string()).exists()
     }
-}
-
-/// The machine's host name (`/etc/hostname`, else `$HOSTNAME`, else `unknown`).
-pub fn host_name() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|name| name.trim().to_string())
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
 }
 
 /// A held run lock; dropping it (or [`RunLock::release`]) removes the file.

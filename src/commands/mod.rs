@@ -33,7 +33,7 @@ mod manifest;
 mod own;
 pub mod tape;
 
-pub use self::guard::{LockHolder, RunLock, host_name};
+pub use self::guard::{LockHolder, RunLock};
 pub use self::manifest::{Manifest, endpoint_host, sha256_hex};
 
 use crate::cli::Command;

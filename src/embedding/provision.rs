@@ -53,14 +53,6 @@ impl ModelSource {
         Self { explicit_dir: None, models_root: data_dir.join("models") }
     }
 
-    /// Like [`ModelSource::under_data_dir`], but honouring [`MODEL_DIR_ENV`] when it is set and
-    /// non-empty (for tests, benches and tools without a settings layer).
-    pub fn from_env_or_data_dir(data_dir: &Path) -> Self {
-        let explicit_dir =
-            std::env::var_os(MODEL_DIR_ENV).filter(|value| !value.is_empty()).map(PathBuf::from);
-        Self { explicit_dir, ..Self::under_data_dir(data_dir) }
-    }
-
     /// The directory holding the model files, installing the package first when needed.
     pub fn resolve(&self) -> Result<PathBuf, Error> {
         match &self.explicit_dir {

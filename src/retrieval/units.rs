@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::Session;
+use crate::dataset::{Conversation, Session};
 
 /// A retrieval granularity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -129,6 +129,26 @@ impl SessionUnits {
             summary: None,
             keywords: None,
         }
+    }
+
+    /// The units of every session of `conversation`, each with the LLM units `extra` gives for
+    /// its session id (a summary and a keyword text), if any. The one place the indexes of
+    /// `run`, `retrieve` and the snapshot take their units from.
+    pub fn of_conversation(
+        conversation: &Conversation,
+        extra: impl Fn(&str) -> Option<(Option<String>, Option<String>)>,
+    ) -> Vec<Self> {
+        conversation
+            .sessions
+            .iter()
+            .map(|session| {
+                let mut units = Self::from_session(session);
+                if let Some((summary, keywords)) = extra(&units.session_id) {
+                    (units.summary, units.keywords) = (summary, keywords);
+                }
+                units
+            })
+            .collect()
     }
 
     /// Attach an LLM summary.

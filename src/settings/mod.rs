@@ -60,6 +60,37 @@ impl Env for ProcessEnv {
     }
 }
 
+/// `RUST_LOG`, when set and not empty: it overrides the log levels of `-v`/`-q` (`logging`).
+pub fn log_directive() -> Option<String> {
+    ProcessEnv.var("RUST_LOG").filter(|value| !value.is_empty())
+}
+
+/// The machine's host name (`/etc/hostname`, else `$HOSTNAME`, else `unknown`): who holds a
+/// run's lock (`commands::guard`) and the first part of a job runner's name (the pod's name
+/// under Kubernetes).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .or_else(|| ProcessEnv.var("HOSTNAME"))
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Where the local embedding model comes from for tools without arguments of their own (tests,
+/// benches): [`crate::embedding::MODEL_DIR_ENV`] when set and not empty, else the install under
+/// `<data_dir>/models`.
+pub fn model_source(data_dir: &Path) -> crate::embedding::ModelSource {
+    let explicit_dir = ProcessEnv
+        .var(crate::embedding::MODEL_DIR_ENV)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from);
+    crate::embedding::ModelSource {
+        explicit_dir,
+        ..crate::embedding::ModelSource::under_data_dir(data_dir)
+    }
+}
+
 /// No environment at all: what `verify` resolves an archived run's replay with, so that the
 /// verifier's variables cannot change the verdict.
 #[derive(Debug, Clone, Copy, Default)]

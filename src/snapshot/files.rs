@@ -173,7 +173,10 @@ impl MemgasSource for ConversationMemgas {
             }
             let local = LazyLocal(Arc::clone(run));
             let granules = crate::ingest::load_granules(&run.build, conversation)?;
-            let units = crate::tune::session_units(conversation, None, granules.as_ref());
+            let units =
+                crate::retrieval::units::SessionUnits::of_conversation(conversation, |id| {
+                    granules.as_ref().and_then(|found| found.units_of(id))
+                });
             let options = crate::retrieval::IndexOptions::default();
             let (index, source) = run
                 .indexes

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use folds::{FoldsOutcome, run_retrieval_folds};
 pub use markdown::render_markdown;
-pub use steps::session_units;
+use steps::session_units;
 
 use self::metrics::MetricTable;
 use crate::dataset::{self, DatasetKind, LoadOptions, LongMemEvalType};

@@ -325,27 +325,19 @@ pub(super) fn by_category(
 
 /// The units of every session, with LLM units attached where given (`--llm-units` first, then
 /// the granule cache).
-pub fn session_units(
+pub(super) fn session_units(
     conversation: &Conversation,
     llm: Option<&BTreeMap<String, LlmUnit>>,
     granules: Option<&ConversationGranules>,
 ) -> Vec<SessionUnits> {
-    conversation
-        .sessions
-        .iter()
-        .map(|session| {
-            let mut units = SessionUnits::from_session(session);
-            if let Some(extra) = llm.and_then(|map| map.get(&units.session_id)) {
-                units.summary = extra.summary.clone();
-                units.keywords = extra.keywords.clone();
-            } else if let Some(found) = granules.and_then(|found| found.get(&units.session_id)) {
-                units.summary = Some(found.summary.clone());
-                units.keywords = Some(found.keyword_text());
-            }
-            units
-        })
-        .collect()
+    SessionUnits::of_conversation(conversation, |session| {
+        match llm.and_then(|map| map.get(session)) {
+            Some(extra) => Some((extra.summary.clone(), extra.keywords.clone())),
+            None => granules.and_then(|found| found.units_of(session)),
+        }
+    })
 }
+
 fn category_label(category: &Category) -> String {
     match category {
         Category::Locomo(_) => format!("{} {}", category, category.name()),

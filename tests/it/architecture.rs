@@ -291,3 +291,42 @@ fn retrieval_never_imports_tune_and_text_is_a_leaf() {
     }
     assert!(seen.0 > 10 && seen.1 >= 3, "the scan found retrieval's and text's files ({seen:?})");
 }
+
+#[test]
+fn the_environment_is_read_only_in_settings() {
+    let mut readers = Vec::new();
+    for (path, code) in sources() {
+        if path.starts_with("settings") {
+            continue;
+        }
+        for needle in ["env::var(", "env::var_os(", "env::vars(", "env::vars_os("] {
+            if code.contains(needle) {
+                readers.push(format!("{} ({needle})", path.display()));
+            }
+        }
+    }
+    assert!(readers.is_empty(), "the environment is read outside `settings`: {readers:?}");
+}
+
+#[test]
+fn only_the_store_s_db_schema_and_opening_name_a_backend_type() {
+    // The rows are read and written through `store::db` (`Conn`, `params!`); SQLite's migration
+    // runner (`schema`), the opening and the error type (`store/mod.rs`) name rusqlite, and
+    // PostgreSQL's migration runner (`schema_pg`) goes through `db` too. The tape
+    // (`llm::tape::store`) is a SQLite file of its own, not the store.
+    let allowed =
+        ["store/db/", "store/schema.rs", "store/mod.rs", "store/tests/", "llm/tape/store.rs"];
+    let allowed_tests = ["llm/tape/tests.rs"];
+    let mut seen = 0;
+    for (path, code) in sources() {
+        let shown = path.display().to_string();
+        if allowed.iter().chain(&allowed_tests).any(|prefix| shown.starts_with(prefix)) {
+            seen += 1;
+            continue;
+        }
+        for needle in ["rusqlite", "postgres::", "tokio_postgres", "r2d2"] {
+            assert!(!code.contains(needle), "{shown} names {needle}: go through `store::db`");
+        }
+    }
+    assert!(seen >= 5, "the allowed files exist ({seen})");
+}

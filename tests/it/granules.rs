@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mragent::dataset::{Conversation, DatasetKind, load_locomo, load_longmemeval};
-use mragent::embedding::ModelSource;
 use mragent::ingest::{BuildSettings, GranuleSummary, Stage, build_granules, load_granules};
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::{Client, build_chat_model};
@@ -448,7 +447,7 @@ async fn retrieval_uses_the_granules_as_summary_and_keyword_units() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let data_path = root.join("tests/fixtures/embedding/locomo_retrieval.json");
     let conversations = load_locomo(&data_path).unwrap();
-    let model_dir = ModelSource::from_env_or_data_dir(&root.join("data")).resolve().unwrap();
+    let model_dir = mragent::settings::model_source(&root.join("data")).resolve().unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let mut settings = RetrieveSettings::new(root, DatasetKind::Locomo);
     settings.data_path = data_path;

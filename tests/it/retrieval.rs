@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use mragent::dataset::DatasetKind;
-use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions, ModelSource};
+use mragent::embedding::{LocalEmbedder, LocalEmbedderOptions};
 use mragent::llm::Embedder;
 use mragent::retrieval::{
     Granularity, IndexOptions, Method, QueryWords, SessionUnits, build_index,
@@ -22,7 +22,7 @@ fn repo_root() -> PathBuf {
 pub(crate) fn embedder() -> &'static LocalEmbedder {
     static EMBEDDER: OnceLock<LocalEmbedder> = OnceLock::new();
     EMBEDDER.get_or_init(|| {
-        let source = ModelSource::from_env_or_data_dir(&repo_root().join("data"));
+        let source = mragent::settings::model_source(&repo_root().join("data"));
         LocalEmbedder::from_source(&source, LocalEmbedderOptions::default())
             .expect("local embedder loads")
     })

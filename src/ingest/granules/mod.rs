@@ -87,6 +87,13 @@ impl ConversationGranules {
         self.sessions.iter().find(|session| session.session_id == session_id)
     }
 
+    /// The LLM units of session `session_id` for an index (its summary and keyword text), if
+    /// it has valid granules.
+    pub fn units_of(&self, session_id: &str) -> Option<(Option<String>, Option<String>)> {
+        let found = self.get(session_id)?;
+        Some((Some(found.summary.clone()), Some(found.keyword_text())))
+    }
+
     /// Whether every session has granules.
     pub fn is_complete(&self) -> bool {
         self.missing.is_empty()
