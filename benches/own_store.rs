@@ -13,7 +13,7 @@
 //! - search, warm: every LoCoMo question of conv-26 as a query (k = 10) on a long-lived service
 //!   (`mragent serve`): read the revision, embed the query, rank on the cached index.
 //!
-//! Run: `cargo bench --bench own_store`.
+//! Run: `cargo bench --bench own_store` (`OWN_STORE_DIMS=1536` for an endpoint embedder's size).
 
 // A benchmark aborts on any setup failure (nothing to recover) and reports on stdout.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
@@ -32,7 +32,10 @@ use regex::Regex;
 #[path = "support/stages.rs"]
 mod stages;
 
-const DIMS: usize = 384;
+/// Vector dimensions (`OWN_STORE_DIMS`, default 384: the local model's).
+fn dims() -> usize {
+    std::env::var("OWN_STORE_DIMS").ok().and_then(|value| value.parse().ok()).unwrap_or(384)
+}
 
 /// The conversation's sessions as own messages: session ids, minute-spaced timestamps on the
 /// session's date.
@@ -74,13 +77,14 @@ fn main() {
         .expect("conv-26");
     let sessions = messages(&conversation);
     let turns: usize = sessions.iter().map(Vec::len).sum();
+    let dims = dims();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
         let turn = Regex::new(stages::TURN).expect("valid regex");
         let session = Regex::new(stages::SESSION).expect("valid regex");
         let server = ScriptedServer::with_responder(move |request| {
-            stages::answer(request, &turn, &session, DIMS)
+            stages::answer(request, &turn, &session, dims)
         })
         .await
         .expect("server");
@@ -135,8 +139,9 @@ fn main() {
         searches.sort();
         let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
         println!(
-            "own_store: conv-26, {} sessions, {turns} turns, {DIMS}-d vectors, store {:.1} MiB",
+            "own_store: conv-26, {} sessions, {turns} turns, {}-d vectors, store {:.1} MiB",
             sessions.len(),
+            dims,
             bytes as f64 / (1024.0 * 1024.0)
         );
         println!(

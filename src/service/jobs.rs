@@ -371,7 +371,7 @@ where
 /// A name for this process as a job runner: host (the pod's name under Kubernetes), process
 /// id and start time, unique among the runners sharing one store.
 pub(super) fn runner_name() -> String {
-    let host = crate::settings::host_name();
+    let host = crate::settings::runner_host();
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|since| since.as_nanos())

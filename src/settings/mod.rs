@@ -66,8 +66,8 @@ pub fn log_directive() -> Option<String> {
 }
 
 /// The machine's host name (`/etc/hostname`, else `$HOSTNAME`, else `unknown`): who holds a
-/// run's lock (`commands::guard`) and the first part of a job runner's name (the pod's name
-/// under Kubernetes).
+/// run's lock (`commands::guard`; the file first, since `$HOSTNAME` is often not exported and
+/// two processes of one machine must name it alike).
 pub fn host_name() -> String {
     std::fs::read_to_string("/etc/hostname")
         .ok()
@@ -75,6 +75,12 @@ pub fn host_name() -> String {
         .map(|name| name.trim().to_string())
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// This process's host as a job runner names it: `$HOSTNAME` when set (the pod's name under
+/// Kubernetes; what tests give two replicas on one machine), else [`host_name`].
+pub fn runner_host() -> String {
+    ProcessEnv.var("HOSTNAME").filter(|name| !name.trim().is_empty()).unwrap_or_else(host_name)
 }
 
 /// Where the local embedding model comes from for tools without arguments of their own (tests,
