@@ -71,7 +71,12 @@ impl Cached {
             Some(previous) => ((*previous.index).clone(), previous.indexed.len(), false),
             // Every method's units, and the memory's words for fusion's soft word matching
             // (their vectors come from the store; see `set_word_vectors`).
-            None => (MemoryIndex::with_needs(IndexOptions::default(), IndexNeeds::ALL), 0, true),
+            // The word vectors, the bulk of an entry, are held compact as the store keeps them.
+            None => {
+                let mut index = MemoryIndex::with_needs(IndexOptions::default(), IndexNeeds::ALL);
+                index.hold_word_vectors_compact();
+                (index, 0, true)
+            }
         };
         for (session, vectors) in units.into_iter().skip(skip) {
             index.add_session(session, vectors)?;

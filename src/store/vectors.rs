@@ -3,11 +3,12 @@
 //! `d` dimensions takes `d + 4` bytes instead of `4d` (a quarter, plus the scale), which is what
 //! brings a stored message under 8 KiB at 1,536 dimensions (`benches/scale_serve.rs`).
 //!
-//! The scale is the row's largest magnitude over 127 (symmetric, so zero stays exactly zero and
-//! the largest component is exact), and each component is rounded to the nearest step: the
-//! error of a component is at most half a step, `max|x| / 254`. For the L2-normalised vectors
-//! the embedders return, a similarity moves by about 10⁻³ at most, and the ranking change was
-//! measured on the retrieval benchmark (`mragent retrieve --vectors int8`, docs/retrieval.md).
+//! A row is a [`CompactVector`]: the scale is its largest magnitude over 127 (symmetric, so
+//! zero stays exactly zero and the largest component is exact), and each component is rounded
+//! to the nearest step: the error of a component is at most half a step, `max|x| / 254`. For
+//! the L2-normalised vectors the embedders return, a similarity moves by about 10⁻³ at most,
+//! and the ranking change was measured on the retrieval benchmark (`mragent retrieve
+//! --stored-vectors`, docs/retrieval.md).
 //!
 //! Written by hand rather than taken from a crate: it is two loops, and the crates that
 //! quantise (usearch's own copy, candle's quantised tensors) keep formats of their own that the
@@ -18,12 +19,10 @@
 
 use super::StoreError;
 use super::db::{Statements, params};
+use crate::retrieval::vector::CompactVector;
 
 /// Bytes a row takes on top of its dimensions (the scale).
 const SCALE_BYTES: usize = 4;
-
-/// The largest byte value used (symmetric: −127..=127).
-const STEPS: f32 = 127.0;
 
 /// Why a vector cannot be stored.
 fn refuse(why: String) -> StoreError {
@@ -36,17 +35,9 @@ fn push_row(row: &[f32], dims: usize, bytes: &mut Vec<u8>) -> Result<(), StoreEr
     if row.len() != dims {
         return Err(refuse(format!("vector of {} values, expected {dims}", row.len())));
     }
-    if let Some(bad) = row.iter().find(|value| !value.is_finite()) {
-        return Err(refuse(format!("vector with a non-finite value ({bad})")));
-    }
-    let largest = row.iter().fold(0.0f32, |max, value| max.max(value.abs()));
-    let scale = largest / STEPS;
-    bytes.extend(scale.to_le_bytes());
-    bytes.extend(row.iter().map(|value| {
-        let step = if scale > 0.0 { (value / scale).round().clamp(-STEPS, STEPS) } else { 0.0 };
-        // In −127..=127 by the clamp, so the cast neither wraps nor saturates.
-        (step as i8).to_le_bytes()[0]
-    }));
+    let compact = CompactVector::new(row).map_err(|error| refuse(error.to_string()))?;
+    bytes.extend(compact.scale.to_le_bytes());
+    bytes.extend(compact.values.iter().map(|step| step.to_le_bytes()[0]));
     Ok(())
 }
 
@@ -75,17 +66,16 @@ pub(super) fn decode_vectors(bytes: &[u8], dims: usize) -> Option<Vec<Vec<f32>>>
     let rows = bytes.chunks_exact(width).map(|row| {
         let (scale, values) = row.split_at(SCALE_BYTES);
         let scale = f32::from_le_bytes([scale[0], scale[1], scale[2], scale[3]]);
-        values.iter().map(|&byte| f32::from(i8::from_le_bytes([byte])) * scale).collect()
+        let values = values.iter().map(|&byte| i8::from_le_bytes([byte])).collect();
+        CompactVector { scale, values }.to_f32()
     });
     Some(rows.collect())
 }
 
 /// `row` as the store gives it back: what a ranking over stored vectors sees.
 pub(crate) fn round_trip(row: &[f32]) -> Result<Vec<f32>, StoreError> {
-    let mut bytes = Vec::with_capacity(row.len() + SCALE_BYTES);
-    push_row(row, row.len(), &mut bytes)?;
-    let mut rows = decode_vectors(&bytes, row.len()).unwrap_or_default();
-    Ok(rows.pop().unwrap_or_default())
+    let compact = CompactVector::new(row).map_err(|error| refuse(error.to_string()))?;
+    Ok(compact.to_f32())
 }
 
 /// A blob of plain little-endian `f32` rows (schema version 11 and before) in the compact

@@ -251,6 +251,12 @@ impl MemoryIndex {
         self.words.set_vectors(words, vectors);
     }
 
+    /// Hold the memory words' vectors compact from now on (8 bits per dimension; own memory's
+    /// index, whose vectors come compact from the store).
+    pub fn hold_word_vectors_compact(&mut self) {
+        self.words.hold_compact();
+    }
+
     /// Give every memory word without a vector a stand-in ([`words::test_word_vector`]).
     #[cfg(test)]
     pub(crate) fn set_test_word_vectors(&mut self) {

@@ -18,13 +18,18 @@
 //! ([`MemoryIndex::words_without_vectors`](super::MemoryIndex::words_without_vectors)) and hands
 //! them back ([`MemoryIndex::set_word_vectors`](super::MemoryIndex::set_word_vectors)), and
 //! embeds the query's words that the memory lacks ([`QueryWords`]).
+//!
+//! An own conversation's index holds its word vectors compact ([`WordIndex::hold_compact`]:
+//! 8 bits per dimension, [`CompactVector`]), since they come compact from the store: the
+//! vocabulary is most of a cached conversation's bytes, and a quarter of them is what the
+//! service's memory budget then weighs.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::retrieval::units::TurnUnit;
-use crate::retrieval::vector::{dot, unit_length as unit};
+use crate::retrieval::vector::{CompactVector, dot, unit_length as unit};
 use crate::text::content_words;
 
 /// A turn's words for soft word matching: the content words of its text without the speaker.
@@ -49,6 +54,40 @@ pub enum WordError {
     },
 }
 
+/// A memory word's vector: exact (the indexes of `run` and `retrieve`, saved as plain arrays as
+/// they always were), or compact (own memory's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum WordVector {
+    Exact(Vec<f32>),
+    Compact(CompactVector),
+}
+
+impl WordVector {
+    /// Similarity to a unit query vector.
+    fn dot(&self, query: &[f32]) -> f32 {
+        match self {
+            Self::Exact(vector) => dot(query, vector),
+            Self::Compact(vector) => vector.dot(query),
+        }
+    }
+
+    /// The vector as f32 (when the word is itself a query word).
+    fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Self::Exact(vector) => vector.clone(),
+            Self::Compact(vector) => vector.to_f32(),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Exact(vector) => crate::heap::flat(vector),
+            Self::Compact(vector) => vector.heap_bytes(),
+        }
+    }
+}
+
 /// The memory's vocabulary: per turn its content words, per word its vector and turn count.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WordIndex {
@@ -57,11 +96,14 @@ pub struct WordIndex {
     /// Per id: the word.
     words: Vec<String>,
     /// Per id: its vector, once given.
-    vectors: Vec<Option<Vec<f32>>>,
+    vectors: Vec<Option<WordVector>>,
     /// Per id: turns that contain it.
     turn_counts: Vec<u32>,
     /// Per turn: its word ids, ascending.
     turns: Vec<Vec<u32>>,
+    /// Vectors are held compact ([`WordIndex::hold_compact`]).
+    #[serde(default)]
+    compact: bool,
 }
 
 impl WordIndex {
@@ -70,7 +112,7 @@ impl WordIndex {
     pub fn heap_bytes(&self) -> usize {
         use crate::heap::{ALLOCATION_OVERHEAD, flat, text};
         let words: usize = self.words.iter().map(|word| 2 * text(word) + ALLOCATION_OVERHEAD).sum();
-        let vectors: usize = self.vectors.iter().flatten().map(|vector| flat(vector)).sum();
+        let vectors: usize = self.vectors.iter().flatten().map(WordVector::heap_bytes).sum();
         let turns: usize = self.turns.iter().map(|ids| flat(ids)).sum();
         words
             + vectors
@@ -115,12 +157,33 @@ impl WordIndex {
     }
 
     /// Give words their vectors, scaled to unit length (words the index does not hold are
-    /// ignored).
+    /// ignored); held compact after [`WordIndex::hold_compact`] (a vector with a non-finite
+    /// value, which no store holds, stays exact).
     pub fn set_vectors(&mut self, words: &[String], vectors: Vec<Vec<f32>>) {
         for (word, vector) in words.iter().zip(vectors) {
             if let Some(&id) = self.ids.get(word) {
-                self.vectors[id as usize] = Some(unit(vector));
+                self.vectors[id as usize] = Some(self.hold(unit(vector)));
             }
+        }
+    }
+
+    /// Hold every vector, given and to come, compact (8 bits per dimension).
+    pub fn hold_compact(&mut self) {
+        self.compact = true;
+        let vectors = std::mem::take(&mut self.vectors);
+        self.vectors = vectors
+            .into_iter()
+            .map(|vector| vector.map(|vector| self.hold(vector.to_f32())))
+            .collect();
+    }
+
+    fn hold(&self, vector: Vec<f32>) -> WordVector {
+        if !self.compact {
+            return WordVector::Exact(vector);
+        }
+        match CompactVector::new(&vector) {
+            Ok(compact) => WordVector::Compact(compact),
+            Err(_) => WordVector::Exact(vector),
         }
     }
 
@@ -156,10 +219,13 @@ impl WordIndex {
         let mut scores = vec![0.0; self.turns.len()];
         for word in content_words(query_text) {
             let (count, vector) = match self.ids.get(&word) {
-                Some(&id) => (self.turn_counts[id as usize], self.vectors[id as usize].as_deref()),
-                None => (0, extra.get(&word).map(Vec::as_slice)),
+                Some(&id) => {
+                    let vector = self.vectors[id as usize].as_ref().map(WordVector::to_f32);
+                    (self.turn_counts[id as usize], vector)
+                }
+                None => (0, extra.get(&word).cloned()),
             };
-            let Some(query) = vector.map(|v| unit(v.to_vec())) else { continue };
+            let Some(query) = vector.map(unit) else { continue };
             let n = f64::from(count);
             let idf = (1.0 + (n_turns - n + 0.5) / (n + 0.5)).ln();
             // Per memory word, its credit for this query word.
@@ -167,7 +233,7 @@ impl WordIndex {
                 .vectors
                 .iter()
                 .flatten()
-                .map(|v| ((f64::from(dot(&query, v)) - threshold) / scale).clamp(0.0, 1.0))
+                .map(|v| ((f64::from(v.dot(&query)) - threshold) / scale).clamp(0.0, 1.0))
                 .collect();
             for (score, ids) in scores.iter_mut().zip(&self.turns) {
                 let best = ids.iter().map(|&id| credit[id as usize]).fold(0.0, f64::max);
@@ -235,6 +301,55 @@ mod tests {
         assert!(rare[1] > exact[0]);
         // Without a vector an unknown query word matches nothing.
         assert_eq!(index.scores("instruments", &QueryWords::new(), 0.5).unwrap(), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn an_index_held_compact_scores_as_the_exact_one_in_a_quarter_of_the_vector_bytes() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(384);
+        let turns: Vec<String> = (0..40)
+            .map(|turn| format!("word{} word{} word{}", turn % 7, turn % 11, turn))
+            .collect();
+        let mut exact = WordIndex::default();
+        for turn in &turns {
+            exact.add_turn(content_words(turn));
+        }
+        let words = exact.without_vectors();
+        let vectors: Vec<Vec<f32>> = words
+            .iter()
+            .map(|_| (0..384).map(|_| rng.random_range(-1.0f32..1.0)).collect())
+            .collect();
+        let mut compact = exact.clone();
+        exact.set_vectors(&words, vectors.clone());
+        // Half the words given before holding compact (converted), half after (held so).
+        let half = words.len() / 2;
+        compact.set_vectors(&words[..half], vectors[..half].to_vec());
+        compact.hold_compact();
+        compact.set_vectors(&words[half..], vectors[half..].to_vec());
+        let extra: QueryWords =
+            [("unseen".to_string(), (0..384).map(|_| rng.random_range(-1.0f32..1.0)).collect())]
+                .into();
+        for query in ["word3 word5", "word17 unseen", "word0 word10 word39", "unseen"] {
+            let (a, b) = (
+                exact.scores(query, &extra, 0.0).unwrap(),
+                compact.scores(query, &extra, 0.0).unwrap(),
+            );
+            assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-2), "{query}: {a:?} {b:?}");
+        }
+        let bytes = |index: &WordIndex| {
+            index.vectors.iter().flatten().map(WordVector::heap_bytes).sum::<usize>()
+        };
+        assert!(
+            bytes(&compact) * 3 < bytes(&exact),
+            "{} against {}",
+            bytes(&compact),
+            bytes(&exact)
+        );
+        // Its saved form reads back; an exact index saves plain arrays as before.
+        let saved = serde_json::to_string(&compact).unwrap();
+        assert_eq!(serde_json::from_str::<WordIndex>(&saved).unwrap(), compact);
+        let plain = serde_json::to_value(&exact).unwrap();
+        assert!(plain["vectors"][0].is_array(), "{}", plain["vectors"][0]);
     }
 
     #[test]
