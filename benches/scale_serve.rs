@@ -26,6 +26,11 @@
 //! Run: `cargo bench --bench scale_serve` (settings: `SCALE_N`, `SCALE_BUDGET_MB`,
 //! `SCALE_CLIENTS`, `SCALE_SECONDS`, `SCALE_COLD`, `SCALE_TEMPLATES`, `SCALE_DIMS`,
 //! `SCALE_SEED`).
+//!
+//! On PostgreSQL: `SCALE_STORE=postgres` copies the SQLite store made in step 1 into a private
+//! PostgreSQL (durable: fsync on) with `store::copy_store`, prints its size per message, and
+//! serves it with `SCALE_REPLICAS` (2) `serve` processes, each with the budget; the clients
+//! spread over them round-robin, and RSS and cache are printed per replica.
 
 // A benchmark aborts on any setup failure (nothing to recover) and reports on stdout.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
@@ -53,6 +58,9 @@ mod stages;
 
 #[path = "support/run.rs"]
 mod run;
+
+#[path = "../tests/support/private_pg.rs"]
+mod private_pg;
 
 const EMBEDDER: &str = "bench-embedding";
 const SESSIONS: usize = 5;
@@ -176,16 +184,17 @@ struct Phase {
 /// `clients` clients, each taking the next target from `next` until it returns `None`.
 async fn drive(
     http: &reqwest::Client,
-    base: &str,
+    bases: &[String],
     clients: usize,
     next: Arc<dyn Fn(usize) -> Option<(String, String)> + Send + Sync>,
 ) -> Phase {
     let started = Instant::now();
     let counter = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let (http, base, next, counter) =
-                (http.clone(), base.to_string(), Arc::clone(&next), Arc::clone(&counter));
+        .map(|client| {
+            // Client `c` talks to replica `c mod replicas`.
+            let base = bases[client % bases.len()].clone();
+            let (http, next, counter) = (http.clone(), Arc::clone(&next), Arc::clone(&counter));
             tokio::spawn(async move {
                 let (mut latencies, mut errors) = (Vec::new(), 0);
                 while let Some((conversation, query)) =
@@ -225,21 +234,67 @@ async fn drive(
     phase
 }
 
-fn report(name: &str, phase: &Phase, pid: u32, metrics: &str) {
-    let (bytes, entries, evictions) = cache_of(metrics);
+/// One `serve` process.
+struct Replica {
+    child: tokio::process::Child,
+    pid: u32,
+    base: String,
+}
+
+/// Starts `serve` over `store` (the SQLite store in `dir` when `None`) with the budget.
+async fn serve(dir: &Path, model: &str, budget: u64, store: Option<&str>) -> Replica {
+    let mut command = tokio::process::Command::new(run::binary());
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--base-url", model])
+        .args(["--model", "local/bench", "--embedder", EMBEDDER, "--max-concurrency", "64"])
+        .args(["--cache-mb", &budget.to_string()]);
+    if let Some(url) = store {
+        command.args(["--store", url]);
+    }
+    let mut child = command
+        .current_dir(dir)
+        .env_remove("MRAGENT_SERVE_TOKEN")
+        .env_remove("MRAGENT_SERVE_TOKENS")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let pid = child.id().expect("pid");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut base = None;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(rest) = line.strip_prefix("serving on ") {
+            base = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Replica { child, pid, base: base.expect("serve listens") }
+}
+
+async fn report(name: &str, phase: &Phase, http: &reqwest::Client, replicas: &[Replica]) {
     println!(
-        "{name:>5}: {} searches in {:.1} s = {:.0}/s, p50 {:.1} ms, p99 {:.1} ms, errors {}; \
-         RSS {:.0} MiB (peak {:.0}); cache {:.0} MiB in {entries} entries, {evictions} evictions",
+        "{name:>5}: {} searches in {:.1} s = {:.0}/s, p50 {:.1} ms, p99 {:.1} ms, errors {}",
         phase.latencies.len(),
         phase.wall.as_secs_f64(),
         phase.latencies.len() as f64 / phase.wall.as_secs_f64(),
         percentile(&phase.latencies, 0.5),
         percentile(&phase.latencies, 0.99),
         phase.errors,
-        status_mib(pid, "VmRSS:"),
-        status_mib(pid, "VmHWM:"),
-        bytes / 1024.0 / 1024.0,
     );
+    for (number, replica) in replicas.iter().enumerate() {
+        let metrics = http.get(format!("{}/metrics", replica.base)).send().await.unwrap();
+        let (bytes, entries, evictions) = cache_of(&metrics.text().await.unwrap());
+        println!(
+            "       replica {number}: RSS {:.0} MiB (peak {:.0}); cache {:.0} MiB in {entries} \
+             entries, {evictions} evictions",
+            status_mib(replica.pid, "VmRSS:"),
+            status_mib(replica.pid, "VmHWM:"),
+            bytes / 1024.0 / 1024.0,
+        );
+    }
 }
 
 fn main() {
@@ -251,6 +306,10 @@ fn main() {
     let templates = (setting("SCALE_TEMPLATES", 50) as usize).clamp(1, n);
     let dims = setting("SCALE_DIMS", 1536) as usize;
     let seed = setting("SCALE_SEED", 41);
+    let postgres = std::env::var("SCALE_STORE").is_ok_and(|store| store == "postgres");
+    let replicas = if postgres { setting("SCALE_REPLICAS", 2).max(1) as usize } else { 1 };
+    let pg =
+        postgres.then(|| private_pg::PrivatePg::start_durable().expect("a private PostgreSQL"));
     println!(
         "scale_serve: N={n}, budget {budget} MiB, {clients} clients, {dims}-d vectors, \
          {templates} templates; load before: {}",
@@ -258,6 +317,7 @@ fn main() {
     );
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let pg_ref = pg.as_ref();
     runtime.block_on(async move {
         let (turn, session) =
             (Regex::new(stages::TURN).unwrap(), Regex::new(stages::SESSION).unwrap());
@@ -313,36 +373,35 @@ fn main() {
             started.elapsed().as_secs_f64()
         );
 
-        // 2. The server.
-        let mut child = tokio::process::Command::new(run::binary())
-            .args(["serve", "--bind", "127.0.0.1:0", "--base-url", server.base_url()])
-            .args(["--model", "local/bench", "--embedder", EMBEDDER, "--max-concurrency", "64"])
-            .args(["--cache-mb", &budget.to_string()])
-            .current_dir(dir.path())
-            .env_remove("MRAGENT_SERVE_TOKEN")
-            .env_remove("MRAGENT_SERVE_TOKENS")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("RUST_LOG")
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("serve starts");
-        let pid = child.id().expect("pid");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut base = None;
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(rest) = line.strip_prefix("serving on ") {
-                base = Some(rest.split_whitespace().next().unwrap().to_string());
-                break;
-            }
+        // The synchronous PostgreSQL client runs its own runtime: off this one's worker.
+        let url = pg_ref.map(|pg| tokio::task::block_in_place(|| {
+            let url = pg.fresh_database();
+            let started = Instant::now();
+            let (from, to) = (Store::open(&path).unwrap(), Store::open_url(&url).unwrap());
+            mragent::store::copy_store(&from, &to, |_| {}).expect("copy to PostgreSQL");
+            let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let bytes: i64 =
+                admin.query_one("SELECT pg_database_size(current_database())", &[]).unwrap().get(0);
+            println!(
+                "PostgreSQL store: {:.1} MiB, {:.2} KiB per message (copied in {:.0} s; {replicas} \
+                 replicas)",
+                bytes as f64 / 1024.0 / 1024.0,
+                bytes as f64 / 1024.0 / messages,
+                started.elapsed().as_secs_f64()
+            );
+            url
+        }));
+
+        // 2. The servers.
+        let mut servers = Vec::new();
+        for _ in 0..replicas {
+            servers.push(serve(dir.path(), server.base_url(), budget, url.as_deref()).await);
         }
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let base = base.expect("serve listens");
+        let bases: Vec<String> = servers.iter().map(|replica| replica.base.clone()).collect();
         let http = reqwest::Client::new();
-        let scrape = || async {
-            http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap()
-        };
-        println!("serve: RSS {:.0} MiB at start", status_mib(pid, "VmRSS:"));
+        for replica in &servers {
+            println!("serve: RSS {:.0} MiB at start", status_mib(replica.pid, "VmRSS:"));
+        }
 
         let queries: Arc<Vec<String>> = Arc::new(
             (0..200)
@@ -364,19 +423,19 @@ fn main() {
         let (o, q) = (Arc::clone(&order), Arc::clone(&queries));
         let phase = drive(
             &http,
-            &base,
+            &bases,
             clients,
             Arc::new(move |i| o.get(i).map(|c| (format!("c{c}"), q[i % q.len()].clone()))),
         )
         .await;
-        report("cold", &phase, pid, &scrape().await);
+        report("cold", &phase, &http, &servers).await;
 
         // 4. Load over all N, for `seconds`.
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let q = Arc::clone(&queries);
         let phase = drive(
             &http,
-            &base,
+            &bases,
             clients,
             Arc::new(move |i| {
                 if Instant::now() >= deadline {
@@ -388,13 +447,13 @@ fn main() {
             }),
         )
         .await;
-        report("load", &phase, pid, &scrape().await);
+        report("load", &phase, &http, &servers).await;
 
         // 5. Warm: ten conversations, touched once, then 1,000 searches.
         let q = Arc::clone(&queries);
         let touch = drive(
             &http,
-            &base,
+            &bases,
             1,
             Arc::new(move |i| (i < 10).then(|| (format!("c{i}"), q[0].clone()))),
         )
@@ -403,13 +462,18 @@ fn main() {
         let q = Arc::clone(&queries);
         let phase = drive(
             &http,
-            &base,
+            &bases,
             clients,
             Arc::new(move |i| (i < 1000).then(|| (format!("c{}", i % 10), q[i % q.len()].clone()))),
         )
         .await;
-        report("warm", &phase, pid, &scrape().await);
+        report("warm", &phase, &http, &servers).await;
         println!("load after: {}", run::load());
-        let _ = child.kill().await;
+        for mut replica in servers {
+            let _ = replica.child.kill().await;
+        }
     });
+    if let Some(pg) = pg {
+        pg.stop();
+    }
 }

@@ -4,7 +4,7 @@
 //! duplicate nothing, a job whose replica is killed is finished by the other once its lease
 //! expires (nothing built twice), a database restart is a clear 503 and then recovery, and
 //! `store copy` moves a store to PostgreSQL and back. (The store's own suite runs on both
-//! backends in `src/store/tests.rs`.)
+//! backends in `src/store/tests/`.)
 
 use std::time::Duration;
 

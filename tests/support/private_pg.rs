@@ -8,8 +8,8 @@
 //! the signal follows the thread that started the server, so that thread lives as long as the
 //! server does.
 //!
-//! Shared by the store's unit tests (`src/store/tests.rs`, through `#[path]`) and the
-//! integration tests (`tests/it`).
+//! Shared by the store's unit tests (`src/store/tests/place.rs`, through `#[path]`), the
+//! integration tests (`tests/it`) and the benches on PostgreSQL (`serve_load`, `scale_serve`).
 
 #![allow(dead_code, unreachable_pub)]
 
