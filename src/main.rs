@@ -15,6 +15,13 @@ fn main() -> ExitCode {
     // A missing .env is normal; a malformed one is worth a warning after logging starts.
     let dotenv = dotenvy::dotenv();
     let cli = Cli::parse();
+    // The long-running services keep resident memory near their cache budget: before any
+    // thread allocates, the allocator gets one arena per core.
+    if matches!(cli.command, Command::Serve(_) | Command::Mcp(_))
+        && let Some(arenas) = mragent::settings::malloc_arenas()
+    {
+        mragent::heap::cap_arenas(arenas);
+    }
     // `verify` is quiet unless asked (-v) and writes no log file: it writes nothing outside
     // the folder its user names.
     let verifying = matches!(cli.command, Command::Verify(_));

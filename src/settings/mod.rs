@@ -83,6 +83,15 @@ pub fn runner_host() -> String {
     ProcessEnv.var("HOSTNAME").filter(|name| !name.trim().is_empty()).unwrap_or_else(host_name)
 }
 
+/// The malloc arenas `serve` and `mcp` cap the allocator at (`heap::cap_arenas`): one per
+/// core, at least two; `None` when the operator set `MALLOC_ARENA_MAX` (glibc has read it).
+pub fn malloc_arenas() -> Option<usize> {
+    if ProcessEnv.is_set("MALLOC_ARENA_MAX") {
+        return None;
+    }
+    Some(std::thread::available_parallelism().map_or(2, usize::from).max(2))
+}
+
 /// Where the local embedding model comes from for tools without arguments of their own (tests,
 /// benches): [`crate::embedding::MODEL_DIR_ENV`] when set and not empty, else the install under
 /// `<data_dir>/models`.
