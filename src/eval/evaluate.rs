@@ -8,16 +8,16 @@ use anyhow::Context as _;
 use super::audit;
 use super::compare::{self, PairedSummary};
 use super::input::{self, Matched, Selection};
-use super::judge::{self, CustomPrompt, JudgeProtocol, Verdict};
+use super::judge::{self, CustomPrompt, JudgeProtocol};
 use super::matrix::{JudgeMatrix, ProtocolRun, matrix_markdown};
 use super::paired::BootstrapSettings;
-use super::report::{self, Coverage, Prices, RowOptions};
+use super::report::Coverage;
+use super::summary::{RunFacts, build_summary};
 use super::{
-    AuditChange, AuditedScore, EvalSettings, EvalSummary, ItemScore, check_audit, score_results,
-    summary_markdown, svg,
+    EvalSettings, EvalSummary, ItemScore, check_audit, score_results, summary_markdown, svg,
 };
 use crate::dataset::DatasetKind;
-use crate::llm::{ChatModel, Usage};
+use crate::llm::ChatModel;
 
 /// Find the run's result files: `result/<dataset>/*_result_<model>_<file>.jsonl`, sorted by name.
 pub fn find_result_files(settings: &EvalSettings) -> anyhow::Result<Vec<PathBuf>> {
@@ -377,110 +377,6 @@ async fn run_judge<M: ChatModel>(
         "judged answers"
     );
     Ok(judge_stats)
-}
-
-/// What the summary records about the run's inputs.
-struct RunFacts {
-    files: Vec<String>,
-    expected: usize,
-    protocol_name: String,
-    audit_file: Option<String>,
-}
-
-/// The summary of a scored (and maybe judged) run.
-fn build_summary(
-    settings: &EvalSettings,
-    items: &[ItemScore],
-    facts: RunFacts,
-    judge_stats: &judge::JudgeStats,
-    relative: &dyn Fn(&Path) -> String,
-) -> EvalSummary {
-    // Without explicit prices, the answering model's list price is used when known.
-    let prices = settings.prices.or_else(|| {
-        crate::llm::models::model_price(&settings.model).map(|price| Prices {
-            input_per_million: price.prompt_per_million,
-            output_per_million: price.completion_per_million,
-        })
-    });
-    let locomo = settings.dataset == DatasetKind::Locomo;
-    let rows = report::build_rows(
-        items,
-        RowOptions {
-            locomo,
-            audit: facts.audit_file.is_some(),
-            overall_with_adversarial: settings.overall_with_adversarial,
-            prices,
-        },
-    );
-    let judge_cost = |usage: Usage| {
-        settings
-            .judge_model
-            .as_deref()
-            .and_then(|model| crate::llm::models::estimate_cost_usd(model, usage))
-    };
-    let coverage = Coverage { scored: items.len(), expected: facts.expected };
-    EvalSummary {
-        dataset: settings.dataset.as_str().to_string(),
-        data_file: relative(&settings.data_file),
-        model: settings.model.clone(),
-        file: settings.file.clone(),
-        result_files: facts.files,
-        questions: items.len(),
-        expected_questions: facts.expected,
-        partial: coverage.label(),
-        judge_model: settings.judge_model.clone(),
-        judge_protocol: settings.judge_model.as_ref().map(|_| facts.protocol_name),
-        judge_runs: settings.judge_runs,
-        judge_cached: judge_stats.cached,
-        judge_new: judge_stats.new,
-        judge_failed: judge_stats.failed,
-        judge_usage: judge_stats.usage,
-        judge_usage_total: judge_stats.usage_total,
-        judge_cost_usd: judge_cost(judge_stats.usage),
-        judge_cost_total_usd: judge_cost(judge_stats.usage_total),
-        audit_file: facts.audit_file,
-        audit_corrected: count_audit(items, |audited| audited.answer.is_some()),
-        audit_excluded: count_audit(items, |audited| audited.excluded),
-        audit_evidence_only: count_audit(items, |audited| {
-            audited.answer.is_none() && !audited.excluded
-        }),
-        audit_changes: audit_changes(items),
-        rows,
-    }
-}
-
-fn count_audit(items: &[ItemScore], wanted: fn(&AuditedScore) -> bool) -> usize {
-    items.iter().filter(|item| item.audit.as_ref().is_some_and(wanted)).count()
-}
-
-/// Accepted / judged verdicts.
-fn tally(verdicts: &[Verdict]) -> Option<(usize, usize)> {
-    (!verdicts.is_empty())
-        .then(|| (verdicts.iter().filter(|verdict| verdict.correct).count(), verdicts.len()))
-}
-
-fn audit_changes(items: &[ItemScore]) -> Vec<AuditChange> {
-    items
-        .iter()
-        .filter_map(|item| {
-            let audited = item.audit.as_ref()?;
-            if audited.answer.is_none() && !audited.excluded {
-                return None;
-            }
-            Some(AuditChange {
-                question_id: item.question_id.clone(),
-                qa_index: item.qa_index,
-                category: item.category.clone(),
-                error_type: audited.error_type.clone(),
-                old_gold: item.answer.clone(),
-                new_gold: audited.answer.clone(),
-                f1_raw: item.f1,
-                f1_audited: audited.f1,
-                judge_raw: tally(&item.judge),
-                judge_audited: tally(&audited.judge),
-            })
-        })
-        .collect()
 }
 
 /// Write `scores.jsonl`, `summary.json`, `summary.md` and the plots, each through a temporary

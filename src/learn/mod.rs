@@ -43,7 +43,8 @@ use self::calls::CallCache;
 use self::folds::{Fold, FoldPlan};
 use self::guard::LeakGuard;
 pub use self::judged::{Attempt, Score};
-use self::step::{StepInput, StepRecord};
+pub use self::step::choose;
+use self::step::{StepInput, StepRecord, read_record, write_record};
 use crate::agent::AnswerSettings;
 use crate::agent::rules::{RuleSet, StepRef};
 use crate::dataset::{DatasetKind, Question};
@@ -452,38 +453,6 @@ pub fn plan(
 /// The run tag of a learning run's test answers with its rules (`base`: without).
 pub fn test_tag(name: &str, base: bool) -> String {
     if base { format!("meta-{name}-base") } else { format!("meta-{name}") }
-}
-
-/// The step kept: the best validation accuracy; ties to fewer rules, then to the earlier step.
-pub fn choose(records: &[StepRecord]) -> u32 {
-    let mut best = 0;
-    for (index, record) in records.iter().enumerate() {
-        let kept = &records[best];
-        let better = record.validation.accuracy > kept.validation.accuracy
-            || (record.validation.accuracy == kept.validation.accuracy
-                && record.rules.rules.len() < kept.rules.rules.len());
-        if better {
-            best = index;
-        }
-    }
-    best as u32
-}
-
-fn read_record(path: &std::path::Path) -> anyhow::Result<Option<StepRecord>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(serde_json::from_str(&text).map_err(|error| {
-            anyhow::anyhow!("{} is damaged ({error}); delete it to redo that step", path.display())
-        })?)),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(anyhow::anyhow!("reading {}: {error}", path.display())),
-    }
-}
-
-fn write_record(path: &std::path::Path, record: &StepRecord) -> anyhow::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    crate::fsutil::write_atomic(path, serde_json::to_string_pretty(record)?)
 }
 
 #[cfg(test)]

@@ -411,3 +411,37 @@ fn rules_text(rules: &RuleSet) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The step kept: the best validation accuracy; ties to fewer rules, then to the earlier step.
+pub fn choose(records: &[StepRecord]) -> u32 {
+    let mut best = 0;
+    for (index, record) in records.iter().enumerate() {
+        let kept = &records[best];
+        let better = record.validation.accuracy > kept.validation.accuracy
+            || (record.validation.accuracy == kept.validation.accuracy
+                && record.rules.rules.len() < kept.rules.rules.len());
+        if better {
+            best = index;
+        }
+    }
+    best as u32
+}
+
+/// A step's record, if it was written (a damaged one is an error naming it).
+pub(super) fn read_record(path: &std::path::Path) -> anyhow::Result<Option<StepRecord>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(serde_json::from_str(&text).map_err(|error| {
+            anyhow::anyhow!("{} is damaged ({error}); delete it to redo that step", path.display())
+        })?)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(anyhow::anyhow!("reading {}: {error}", path.display())),
+    }
+}
+
+/// Writes a step's record (temporary file and rename).
+pub(super) fn write_record(path: &std::path::Path, record: &StepRecord) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    crate::fsutil::write_atomic(path, serde_json::to_string_pretty(record)?)
+}
