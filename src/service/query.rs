@@ -16,8 +16,7 @@ use crate::agent::tools::{MemgasQueryError, query_memgas_each};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder, Embeddings, Usage};
 use crate::results::Status;
-use crate::retrieval::vector::unit_length;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, unit_vectors};
 use crate::store::StoredConversation;
 
 /// One memory line found by `search`, or one line supporting an answer.
@@ -244,18 +243,8 @@ impl<E: Embedder> Embedder for CachedQueries<E> {
         }
         let mut usage = Usage::default();
         if !missing.is_empty() {
-            let embedded = self.embedder.embed(&missing).await?;
-            if embedded.vectors.len() != missing.len() {
-                return Err(crate::llm::Error::Decode {
-                    message: format!(
-                        "the embedder returned {} vectors for {} texts",
-                        embedded.vectors.len(),
-                        missing.len()
-                    ),
-                });
-            }
-            usage = embedded.usage;
-            let vectors: Vec<Vec<f32>> = embedded.vectors.into_iter().map(unit_length).collect();
+            let vectors;
+            (vectors, usage) = unit_vectors(&self.embedder, &missing, "texts").await?;
             for (text, vector) in missing.iter().zip(&vectors) {
                 self.cache.put(name, text, vector);
             }

@@ -21,6 +21,7 @@ mod memgas;
 mod store;
 
 pub use self::files::{CacheSource, MemgasCaches, memory_fingerprint};
+pub(crate) use self::memgas::unit_vectors;
 pub use self::memgas::{LoadedMemgas, MemgasMemory, MemgasSource, QueryAndWords, QueryEmbedder};
 
 use crate::dataset::Conversation;

@@ -43,6 +43,14 @@ async fn fill(server: &ScriptedServer, root: &Path) {
     }
 }
 
+/// A scripted endpoint and a folder whose store holds [`CONVERSATIONS`] conversations.
+async fn filled() -> (ScriptedServer, tempfile::TempDir) {
+    let server = server(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    fill(&server, dir.path()).await;
+    (server, dir)
+}
+
 /// Bytes of one cached conversation (all are alike), measured by a service with room for all.
 async fn entry_bytes(server: &ScriptedServer, root: &Path) -> u64 {
     let roomy = service(server, root, CacheBudget::default());
@@ -69,9 +77,7 @@ fn assert_within(stats: &CacheStats) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_of_two_conversations_holds_under_a_random_workload_and_evictions_change_no_answer()
  {
-    let server = server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
-    fill(&server, dir.path()).await;
+    let (server, dir) = filled().await;
     let bytes = entry_bytes(&server, dir.path()).await;
 
     // What every conversation answers with room for all.
@@ -122,9 +128,7 @@ async fn a_budget_of_two_conversations_holds_under_a_random_workload_and_evictio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_queries_over_a_budget_of_one_conversation_all_answer_in_full() {
-    let server = server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
-    fill(&server, dir.path()).await;
+    let (server, dir) = filled().await;
     let bytes = entry_bytes(&server, dir.path()).await;
     let roomy = service(&server, dir.path(), CacheBudget::default());
     let mut expected = Vec::new();
@@ -157,9 +161,7 @@ async fn concurrent_queries_over_a_budget_of_one_conversation_all_answer_in_full
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_searched_again_is_not_embedded_again_and_the_vector_cache_is_bounded() {
-    let server = server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
-    fill(&server, dir.path()).await;
+    let (server, dir) = filled().await;
     let service = service(&server, dir.path(), CacheBudget::default());
     // Both conversations indexed first (their memory words are embedded once, then stored).
     service.search("c1", "Ann", 3).await.unwrap();
@@ -193,9 +195,7 @@ async fn a_query_searched_again_is_not_embedded_again_and_the_vector_cache_is_bo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_embeds_through_the_query_vector_cache_and_the_same_question_sends_none() {
-    let server = server(Duration::ZERO).await;
-    let dir = tempfile::tempdir().unwrap();
-    fill(&server, dir.path()).await;
+    let (server, dir) = filled().await;
     let service = service(&server, dir.path(), CacheBudget::default());
     // Both conversations loaded and made ready to answer first (a first ask embeds memory-side
     // texts of its own: the words its index lacks, the graph's).

@@ -128,7 +128,7 @@ impl<E: Embedder> QueryEmbedder for E {
             if words.is_empty() {
                 return Ok(Vec::new());
             }
-            unit_vectors(self, words, "words").await
+            Ok(unit_vectors(self, words, "words").await?.0)
         })
     }
 
@@ -140,7 +140,7 @@ impl<E: Embedder> QueryEmbedder for E {
         Box::pin(async move {
             let texts: Vec<String> =
                 std::iter::once(text.to_string()).chain(words.to_vec()).collect();
-            let mut vectors = unit_vectors(self, &texts, "texts").await?.into_iter();
+            let mut vectors = unit_vectors(self, &texts, "texts").await?.0.into_iter();
             let query = vectors.next().ok_or_else(|| crate::llm::Error::Decode {
                 message: "the embedder returned no vector".to_string(),
             })?;
@@ -163,12 +163,13 @@ impl<E: Embedder> QueryEmbedder for E {
     }
 }
 
-/// One unit-length vector per text, or a decode error naming `what` when the count is off.
-async fn unit_vectors<E: Embedder>(
+/// One unit-length vector per text and what the request was billed, or a decode error naming
+/// `what` when the count is off.
+pub(crate) async fn unit_vectors<E: Embedder>(
     embedder: &E,
     texts: &[String],
     what: &str,
-) -> Result<Vec<Vec<f32>>, crate::llm::Error> {
+) -> Result<(Vec<Vec<f32>>, crate::llm::Usage), crate::llm::Error> {
     let embedded = embedder.embed(texts).await?;
     if embedded.vectors.len() != texts.len() {
         return Err(crate::llm::Error::Decode {
@@ -179,7 +180,7 @@ async fn unit_vectors<E: Embedder>(
             ),
         });
     }
-    Ok(embedded.vectors.into_iter().map(unit_length).collect())
+    Ok((embedded.vectors.into_iter().map(unit_length).collect(), embedded.usage))
 }
 
 use crate::retrieval::vector::unit_length;
