@@ -22,7 +22,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::bm25::Analyzer;
-use super::index::{IndexError, MemoryIndex, Method, QueryWords, Ranking, Scored};
+use super::index::{
+    IndexError, IndexNeeds, IndexOptions, MemoryIndex, Method, QueryWords, Ranking, Scored,
+};
 use crate::text::stop_words::BM25_QUESTION_WORDS;
 
 /// How much the single-pass context shows: the fusion ranking's top `k` turns, each with up to
@@ -97,8 +99,20 @@ impl Assessment {
     }
 }
 
-/// Ranks the question with the index's query method and with its lexical and dense channels,
-/// and computes the gate's signals over the top `k` turns.
+/// The channels [`assess`] ranks with besides the index's query method: lexical and dense.
+pub const CHANNELS: [Method; 2] = [Method::Bm25, Method::Turn];
+
+/// What an index must hold to be queried with `options`' query method and assessed by the
+/// gate: an own conversation's index (the service's cache) holds just that, no more (the
+/// MemGAS graph and the other granularities' vectors only when the query method reads them).
+pub fn served_needs(options: &IndexOptions) -> IndexNeeds {
+    let mut methods = vec![options.query_method];
+    methods.extend(CHANNELS);
+    IndexNeeds::for_methods(&methods, options)
+}
+
+/// Ranks the question with the index's query method and with its lexical and dense channels
+/// ([`CHANNELS`]), and computes the gate's signals over the top `k` turns.
 pub fn assess(
     index: &MemoryIndex,
     query_text: &str,
@@ -108,8 +122,9 @@ pub fn assess(
 ) -> Result<Assessment, IndexError> {
     let method = index.options().query_method;
     let fused = index.rank_with_words(method, query_text, query_vector, query_words)?;
-    let lexical = index.rank_with_words(Method::Bm25, query_text, query_vector, query_words)?;
-    let dense = index.rank_with_words(Method::Turn, query_text, query_vector, query_words)?;
+    let [lexical, dense] = CHANNELS
+        .map(|channel| index.rank_with_words(channel, query_text, query_vector, query_words));
+    let (lexical, dense) = (lexical?, dense?);
     let turns = turn_order(&fused);
     let signals = GateSignals {
         coverage: coverage(index, query_text, &turns, k),
@@ -253,5 +268,25 @@ mod tests {
         let terms = question_terms("What kind of paintings did Caroline paint?");
         assert_eq!(terms, BTreeSet::from(["carolin".to_string(), "paint".to_string()]));
         assert!(!terms.contains("kind") && !terms.contains("what"), "{terms:?}");
+    }
+
+    #[test]
+    fn an_own_index_holds_what_its_queries_and_the_gate_read_and_no_graph() {
+        use crate::retrieval::units::VectorNeeds;
+        let options = IndexOptions::default();
+        let needs = served_needs(&options);
+        assert!(!needs.graph, "fusion with no MemGAS weight reads no graph");
+        assert_eq!(needs.vectors, VectorNeeds { turns: true, ..VectorNeeds::NONE });
+        let index = MemoryIndex::with_needs(options, needs).test_circle(3);
+        assert_eq!(index.graph().n_nodes(), 0);
+        let query = [0.12f32.cos(), 0.12f32.sin(), 0.0, 0.0];
+        let assessed = assess(&index, "t12", &query, &QueryWords::new(), 10).unwrap();
+        assert_eq!(index.turn_id(assessed.turns[0].index), "D2:3");
+        let hits = index.query("t12", &query, 5).unwrap();
+        assert_eq!(hits.turns[0].dia_id, "D2:3");
+        // A query method that reads the graph gets it.
+        let mut with_memgas = options;
+        with_memgas.fusion.memgas = 0.5;
+        assert!(served_needs(&with_memgas).graph);
     }
 }

@@ -34,12 +34,22 @@ use moka::policy::EvictionPolicy;
 use serde::Serialize;
 
 use crate::llm::Embedder;
-use crate::retrieval::{IndexError, IndexNeeds, IndexOptions, MemoryIndex};
+use crate::retrieval::{IndexError, IndexOptions, MemoryIndex};
 use crate::snapshot::Snapshot;
 use crate::store::StoredConversation;
 
 /// The snapshot `ask` answers over, or why its memory graph could not be built.
 pub(super) type AskSnapshot = Result<Arc<Snapshot>, String>;
+
+/// An empty index for an own conversation: what the queries read (the query method and the
+/// gate's channels), the word vectors held compact.
+fn own_index() -> MemoryIndex {
+    let options = IndexOptions::default();
+    let mut index =
+        MemoryIndex::with_needs(options, crate::retrieval::gate::served_needs(&options));
+    index.hold_word_vectors_compact();
+    index
+}
 
 /// One conversation as the queries see it.
 pub(super) struct Cached {
@@ -69,14 +79,8 @@ impl Cached {
         let reusable = previous.filter(|previous| indexed.starts_with(&previous.indexed));
         let (mut index, skip, rebuilt) = match reusable {
             Some(previous) => ((*previous.index).clone(), previous.indexed.len(), false),
-            // Every method's units, and the memory's words for fusion's soft word matching
-            // (their vectors come from the store; see `set_word_vectors`).
-            // The word vectors, the bulk of an entry, are held compact as the store keeps them.
-            None => {
-                let mut index = MemoryIndex::with_needs(IndexOptions::default(), IndexNeeds::ALL);
-                index.hold_word_vectors_compact();
-                (index, 0, true)
-            }
+            // The memory's words' vectors come from the store (see `set_word_vectors`).
+            None => (own_index(), 0, true),
         };
         for (session, vectors) in units.into_iter().skip(skip) {
             index.add_session(session, vectors)?;
@@ -451,5 +455,18 @@ impl QueryVectorCache {
 
     fn counts(&self) -> CacheCounts {
         self.counters.counts(&self.vectors, self.budget)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_own_index_is_built_for_the_queries_it_serves_and_no_more() {
+        let index = own_index();
+        let served = crate::retrieval::gate::served_needs(&IndexOptions::default());
+        assert_eq!(index.needs(), served);
+        assert!(!index.needs().graph, "no MemGAS graph for fusion without a MemGAS weight");
     }
 }

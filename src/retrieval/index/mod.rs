@@ -266,6 +266,42 @@ impl MemoryIndex {
         self.set_word_vectors(&words, vectors);
     }
 
+    /// `sessions` sessions of 10 turns on a circle in 4-D (turn i at angle i·0.01), each with
+    /// its text `t<i>`.
+    #[cfg(test)]
+    pub(crate) fn test_circle(mut self, sessions: usize) -> Self {
+        for s in 0..sessions {
+            let turns: Vec<crate::retrieval::units::TurnUnit> = (0..10)
+                .map(|t| crate::retrieval::units::TurnUnit {
+                    dia_id: format!("D{}:{}", s + 1, t + 1),
+                    speaker: "A".into(),
+                    text: format!("A: t{}", s * 10 + t),
+                })
+                .collect();
+            let vectors: Vec<Vec<f32>> = (0..10)
+                .map(|t| {
+                    let angle = (s * 10 + t) as f32 * 0.01;
+                    vec![angle.cos(), angle.sin(), 0.0, 0.0]
+                })
+                .collect();
+            let units = crate::retrieval::units::SessionUnits {
+                session_id: format!("D{}", s + 1),
+                date: None,
+                turns,
+                summary: None,
+                keywords: None,
+            };
+            let parts = crate::retrieval::units::SessionVectors {
+                session: Some(vec![1.0, 0.0, 0.0, 0.0]),
+                turns: Some(vectors),
+                ..crate::retrieval::units::SessionVectors::default()
+            };
+            self.add_session_vectors(units, parts).unwrap();
+        }
+        self.set_test_word_vectors();
+        self
+    }
+
     /// The content words of `query_text` that the memory lacks: a caller embeds them and passes
     /// them to [`MemoryIndex::rank_with_words`] (fusion's soft word matching).
     pub fn query_words_missing(&self, query_text: &str) -> Vec<String> {

@@ -85,41 +85,9 @@ impl IndexNeeds {
 mod tests {
     use super::*;
     use crate::retrieval::index::{IndexError, MemoryIndex};
-    use crate::retrieval::units::{SessionUnits, SessionVectors, TurnUnit};
 
-    /// `sessions` sessions of 10 turns on a circle in 4-D (turn i at angle i·0.01), each with
-    /// its text `t<i>`.
-    fn grow(mut index: MemoryIndex, sessions: usize) -> MemoryIndex {
-        for s in 0..sessions {
-            let turns: Vec<TurnUnit> = (0..10)
-                .map(|t| TurnUnit {
-                    dia_id: format!("D{}:{}", s + 1, t + 1),
-                    speaker: "A".into(),
-                    text: format!("A: t{}", s * 10 + t),
-                })
-                .collect();
-            let vectors: Vec<Vec<f32>> = (0..10)
-                .map(|t| {
-                    let angle = (s * 10 + t) as f32 * 0.01;
-                    vec![angle.cos(), angle.sin(), 0.0, 0.0]
-                })
-                .collect();
-            let units = SessionUnits {
-                session_id: format!("D{}", s + 1),
-                date: None,
-                turns,
-                summary: None,
-                keywords: None,
-            };
-            let parts = SessionVectors {
-                session: Some(vec![1.0, 0.0, 0.0, 0.0]),
-                turns: Some(vectors),
-                ..SessionVectors::default()
-            };
-            index.add_session_vectors(units, parts).unwrap();
-        }
-        index.set_test_word_vectors();
-        index
+    fn grow(index: MemoryIndex, sessions: usize) -> MemoryIndex {
+        index.test_circle(sessions)
     }
 
     #[test]
