@@ -109,7 +109,7 @@ fn main() {
             settings.answer = AnswerGate::with_mode(mode);
             let started = Instant::now();
             let summary =
-                answer_all(&settings, &samples, &chat, &embedder, std::future::pending())
+                answer_all(&settings, &Default::default(), &samples, &chat, &embedder, std::future::pending())
                     .await
                     .unwrap();
             let wall = started.elapsed().as_secs_f64();

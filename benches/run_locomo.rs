@@ -65,9 +65,16 @@ fn main() {
         settings.progress = false;
 
         let started = Instant::now();
-        let summary = answer_all(&settings, &samples, &chat, &embedder, std::future::pending())
-            .await
-            .unwrap();
+        let summary = answer_all(
+            &settings,
+            &Default::default(),
+            &samples,
+            &chat,
+            &embedder,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
         let wall = started.elapsed().as_secs_f64();
 
         let requests = server.request_count() as f64;

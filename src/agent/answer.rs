@@ -14,7 +14,7 @@ use crate::agent::mode::AnswerMode;
 use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
 use crate::agent::run::{AnswerRun, Outcome};
-use crate::agent::settings::{AnswerSettings, Shared};
+use crate::agent::settings::{AnswerPass, AnswerSettings, Shared};
 use crate::agent::single::{self, Gate};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::ToolState;
@@ -30,12 +30,13 @@ use crate::snapshot::Snapshot;
 
 /// Answers `question` over `snapshot` and returns its result line, which is written nowhere:
 /// for a question that comes alone (`ask`, `serve`). Everything else is as in a run: the trace
-/// (when `settings.traces`), the loop's rounds reported to `settings.loop_events`, the model
+/// (when `settings.traces`), the loop's rounds reported to `pass.events`, the model
 /// and the embedder sharing one fatal latch. A failed question is a `status: "error"` line;
 /// `Err` when the endpoint refuses every request (a refused key, an unknown model: a run stops
 /// there too), or when the sample id is no valid name (it names the trace file).
 pub async fn answer_one<M: ChatModel, E: Embedder>(
     settings: &AnswerSettings,
+    pass: &AnswerPass,
     snapshot: &Snapshot,
     question: &Question,
     model: &M,
@@ -46,7 +47,7 @@ pub async fn answer_one<M: ChatModel, E: Embedder>(
     let key = &settings.key_variable;
     let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
     let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
-    let shared = Shared::new(settings, &model, &embedder);
+    let shared = Shared::new(settings, pass, &model, &embedder);
     let line = answer_question(&shared, snapshot, question).await;
     if let Some(fatal) = latch.error() {
         // No line, as a run writes none for a question the fatal error failed (its trace is
@@ -67,7 +68,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
     // Every model call of the question is recorded under its id (see `llm::tape`).
     let answered = answer_in_span(shared, sample, question).instrument(span);
     let mut line = crate::llm::tape::within(format!("question {}", question.id), answered).await;
-    line.provenance = shared.settings.provenance(sample);
+    line.provenance = shared.settings.provenance(sample, &shared.pass.rules);
     line
 }
 
@@ -231,8 +232,10 @@ async fn solve_in_loop<M: ChatModel, E: Embedder>(
         retrieve::retrieve(shared.model, &input, trace).await;
     *usage += retrieval_usage;
 
+    let payload_text = payload.to_string();
+    let memgas = sample.memgas.is_some();
     let run =
-        AnswerRun::new(run_setup(settings, prepared, payload.to_string(), sample.memgas.is_some()));
+        AnswerRun::new(run_setup((settings, &shared.pass.rules), prepared, payload_text, memgas));
     let context = tool_loop::tool_context(settings, sample, question_vector, prepared);
     let state = ToolState { seen_keys };
     let mut shown = BTreeSet::new();

@@ -87,7 +87,7 @@ fn excerpt(text: &str) -> String {
     }
 }
 
-/// Where a loop sends its [`LoopEvent`]s (set in [`crate::agent::AnswerSettings::loop_events`]).
+/// Where a loop sends its [`LoopEvent`]s (set in [`crate::agent::AnswerPass::events`]).
 /// Sending never blocks or fails: events for a receiver that is gone are dropped.
 #[derive(Clone)]
 pub struct LoopEvents(futures::channel::mpsc::UnboundedSender<LoopEvent>);

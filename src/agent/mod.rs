@@ -66,5 +66,5 @@ pub use self::mode::{AnswerGate, AnswerMode, OWN_ANSWER_MODE};
 pub use self::pool::{
     AnswerSummary, PathCounts, PendingSample, SampleFeed, answer_all, answer_stream,
 };
-pub use self::settings::{AnswerSettings, answer_prompts_version};
+pub use self::settings::{AnswerPass, AnswerSettings, answer_prompts_version};
 pub use self::single::{NOTHING_FOUND, context as single_context};

@@ -18,7 +18,7 @@ use crate::agent::progress::Progress;
 use crate::agent::resume;
 pub use crate::agent::scan::PendingSample;
 use crate::agent::scan::{Arrival, Scan};
-use crate::agent::settings::{AnswerSettings, Shared};
+use crate::agent::settings::{AnswerPass, AnswerSettings, Shared};
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
@@ -161,6 +161,7 @@ impl PathCounts {
 /// [`AnswerSummary::fatal`] says why. Only IO errors on the result files fail the call.
 pub async fn answer_all<M: ChatModel, E: Embedder>(
     settings: &AnswerSettings,
+    pass: &AnswerPass,
     samples: &[Snapshot],
     model: &M,
     embedder: &E,
@@ -170,14 +171,14 @@ pub async fn answer_all<M: ChatModel, E: Embedder>(
         questions: samples
             .iter()
             .flat_map(|sample| &sample.conversation.questions)
-            .filter(|question| settings.in_scope(&question.id))
+            .filter(|question| pass.in_scope(&question.id))
             .count(),
         // Boxed: the concrete closure types over references trip the compiler's higher-ranked
         // lifetime inference when a caller needs the future to be `Send`.
         samples: futures::stream::iter(samples).map(Ok).boxed(),
         bars: None,
     };
-    answer_stream(settings, feed, model, embedder, stop).await
+    answer_stream(settings, pass, feed, model, embedder, stop).await
 }
 
 /// Conversations that become ready one by one (e.g. as their builds finish), for
@@ -200,6 +201,7 @@ pub struct SampleFeed<St> {
 /// owned [`Snapshot`].
 pub async fn answer_stream<S, St, M, E>(
     settings: &AnswerSettings,
+    pass: &AnswerPass,
     feed: SampleFeed<St>,
     model: &M,
     embedder: &E,
@@ -219,7 +221,7 @@ where
     let key = &settings.key_variable;
     let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
     let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
-    let shared = Shared::new(settings, &model, &embedder);
+    let shared = Shared::new(settings, pass, &model, &embedder);
     let scan = Mutex::new(Scan::default());
 
     // Set once `stop` resolves or the latch trips; checked before starting each question.
@@ -227,7 +229,7 @@ where
     let (stopped_ref, shared_ref, scan_ref, progress_ref) = (&stopped, &shared, &scan, &progress);
     let questions = samples
         .map(move |sample| {
-            futures::stream::iter(questions_of(settings, scan_ref, progress_ref, sample))
+            futures::stream::iter(questions_of((settings, pass), scan_ref, progress_ref, sample))
         })
         .flatten()
         .take_while(move |_| std::future::ready(!stopped_ref.load(Ordering::SeqCst)))
@@ -276,7 +278,7 @@ where
 /// The questions of an arrived conversation still to answer, as `(sample, question index)`,
 /// after counting its resumed or pending ones in `scan` and on the progress bar.
 fn questions_of<S: Borrow<Snapshot> + Clone>(
-    settings: &AnswerSettings,
+    (settings, pass): (&AnswerSettings, &AnswerPass),
     scan: &Mutex<Scan>,
     progress: &Progress,
     sample: anyhow::Result<S>,
@@ -292,7 +294,7 @@ fn questions_of<S: Borrow<Snapshot> + Clone>(
         Err(error) => return vec![Err(error)],
     };
     let mut scan = scan.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    match scan.add(settings, sample.borrow()) {
+    match scan.add(settings, pass, sample.borrow()) {
         Ok(Arrival::Waiting(questions)) => {
             progress.waiting(questions as u64);
             Vec::new()

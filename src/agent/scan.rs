@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::agent::resume;
-use crate::agent::settings::AnswerSettings;
+use crate::agent::settings::{AnswerPass, AnswerSettings};
 use crate::snapshot::Snapshot;
 
 /// A conversation whose questions wait for its memory.
@@ -47,6 +47,7 @@ impl Scan {
     pub(super) fn add(
         &mut self,
         settings: &AnswerSettings,
+        pass: &AnswerPass,
         sample: &Snapshot,
     ) -> anyhow::Result<Arrival> {
         let conversation = &sample.conversation;
@@ -54,7 +55,7 @@ impl Scan {
         self.empty_sessions.extend(conversation.empty_sessions.iter().map(|f| format!("{id} {f}")));
         let questions = &conversation.questions;
         let in_scope: Vec<usize> =
-            (0..questions.len()).filter(|&index| settings.in_scope(&questions[index].id)).collect();
+            (0..questions.len()).filter(|&index| pass.in_scope(&questions[index].id)).collect();
         if !sample.memory.is_complete() {
             self.waiting.push(PendingSample {
                 sample: sample.conversation.sample_id.clone(),
@@ -64,7 +65,7 @@ impl Scan {
             return Ok(Arrival::Waiting(in_scope.len()));
         }
         let path = settings.result_path(&sample.conversation.sample_id);
-        let current = settings.provenance(sample);
+        let current = settings.provenance(sample, &pass.rules);
         let state = resume::load_results(&path, |line| {
             let asked = questions.iter().find(|question| question.id == line.question_id);
             let text = asked.map_or(line.question.as_str(), |question| question.question.as_str());

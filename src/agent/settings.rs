@@ -1,12 +1,15 @@
 //! The resolved settings of an answer run, and what every question of a run borrows.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 
 use crate::agent::counts::Counts;
+use crate::agent::events::LoopEvents;
 use crate::agent::retrieve::{CallSettings, RetrievalSettings};
+use crate::agent::rules::RuleSet;
 use crate::agent::run::RunLimits;
 use crate::agent::trace::trace_path;
 use crate::dataset::DatasetKind;
@@ -45,15 +48,33 @@ pub struct AnswerSettings {
     pub key_variable: String,
     /// How questions are answered (`--answer`, `--gate-threshold`; default: the loop).
     pub answer: crate::agent::mode::AnswerGate,
-    /// Meta-memory rules appended to the loop's system prompt (`--meta-rules`; empty: none).
-    #[serde(skip)]
-    pub rules: std::sync::Arc<crate::agent::rules::RuleSet>,
+}
+
+/// What one answering pass brings beyond its settings: an argument of
+/// [`answer_all`](crate::agent::answer_all), [`answer_stream`](crate::agent::answer_stream) and
+/// [`answer_one`](crate::agent::answer_one), never a setting. The default is a plain run: no
+/// rules, every question, no listener.
+#[derive(Debug, Clone, Default)]
+pub struct AnswerPass {
+    /// Meta-memory rules appended to the answer prompts (`--meta-rules`, a learning pass's
+    /// candidate rules; empty: none). Their hash is in every result line's provenance.
+    pub rules: Arc<RuleSet>,
     /// Only these questions (by id) are in scope; `None`: every question of each conversation.
-    #[serde(skip)]
-    pub only_questions: Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
-    /// Where each question's loop reports its rounds as they happen (none by default).
-    #[serde(skip)]
-    pub loop_events: Option<crate::agent::events::LoopEvents>,
+    pub questions: Option<Arc<BTreeSet<String>>>,
+    /// Where each question's loop reports its rounds as they happen (an `ask` that streams).
+    pub events: Option<LoopEvents>,
+}
+
+impl AnswerPass {
+    /// A pass with `rules` over every question.
+    pub fn with_rules(rules: Arc<RuleSet>) -> Self {
+        Self { rules, ..Self::default() }
+    }
+
+    /// Whether question `id` is in scope (see [`AnswerPass::questions`]).
+    pub fn in_scope(&self, id: &str) -> bool {
+        self.questions.as_ref().is_none_or(|only| only.contains(id))
+    }
 }
 
 impl AnswerSettings {
@@ -81,9 +102,6 @@ impl AnswerSettings {
             traces: true,
             key_variable: "OPENAI_API_KEY".to_string(),
             answer: Default::default(),
-            rules: Default::default(),
-            only_questions: None,
-            loop_events: None,
         }
     }
 
@@ -106,14 +124,15 @@ impl AnswerSettings {
         trace_path(&self.root, self.dataset.as_str(), &self.file, sample_id, question_id)
     }
 
-    /// What a result line of `sample` answered now is made from: the sample's memory
-    /// fingerprint, the answering model and the version of every answer-time prompt.
-    pub fn provenance(&self, sample: &Snapshot) -> Provenance {
+    /// What a result line of `sample` answered now with `rules` is made from: the sample's
+    /// memory fingerprint, the answering model, the version of every answer-time prompt and
+    /// the rules' hash.
+    pub fn provenance(&self, sample: &Snapshot, rules: &RuleSet) -> Provenance {
         Provenance {
             memory: sample.memory.fingerprint.clone(),
             model: self.model.clone(),
             prompts: self.prompts_version(),
-            rules: self.rules.hash(),
+            rules: rules.hash(),
         }
     }
 
@@ -136,11 +155,6 @@ impl AnswerSettings {
         hasher.update(format!("\0{}\0{:.4}\0{k}\0{window}", gate.mode.as_str(), gate.threshold));
         let digest = hasher.finalize();
         digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
-    }
-
-    /// Whether question `id` is in scope (see [`AnswerSettings::only_questions`]).
-    pub fn in_scope(&self, id: &str) -> bool {
-        self.only_questions.as_ref().is_none_or(|only| only.contains(id))
     }
 
     pub(super) fn provider_seed(&self) -> Option<i64> {
@@ -194,6 +208,7 @@ pub fn answer_prompts_version() -> String {
 /// What every question of a run shares.
 pub(super) struct Shared<'a, M, E> {
     pub settings: &'a AnswerSettings,
+    pub pass: &'a AnswerPass,
     pub model: &'a M,
     pub embedder: &'a E,
     /// What the questions of the run counted so far (each adds its own once finished).
@@ -201,8 +216,13 @@ pub(super) struct Shared<'a, M, E> {
 }
 
 impl<'a, M, E> Shared<'a, M, E> {
-    pub(super) fn new(settings: &'a AnswerSettings, model: &'a M, embedder: &'a E) -> Self {
-        Self { settings, model, embedder, counts: Mutex::new(Counts::default()) }
+    pub(super) fn new(
+        settings: &'a AnswerSettings,
+        pass: &'a AnswerPass,
+        model: &'a M,
+        embedder: &'a E,
+    ) -> Self {
+        Self { settings, pass, model, embedder, counts: Mutex::new(Counts::default()) }
     }
 
     /// Adds a question's counts to the run's.

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use crate::agent::mode::{AnswerGate, AnswerMode};
 use crate::agent::question::PreparedQuestion;
+use crate::agent::rules::RuleSet;
 use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup};
 use crate::agent::settings::{AnswerSettings, Shared};
 use crate::agent::tool_loop::{self, QuestionTools};
@@ -131,7 +132,7 @@ pub(super) async fn answer<M: ChatModel, E: Embedder>(
 ) -> Outcome {
     let settings = shared.settings;
     let payload = context(&sample.graph, prepared, turns);
-    let run = AnswerRun::new(setup(settings, payload.to_string()));
+    let run = AnswerRun::new(setup(settings, &shared.pass.rules, payload.to_string()));
     let context = tool_loop::tool_context(settings, sample, question_vector, prepared);
     let tools = QuestionTools {
         context,
@@ -154,7 +155,7 @@ pub(super) fn found_nothing(outcome: &Outcome) -> bool {
 }
 
 /// One request with no tools: the final-answer round alone.
-fn setup(settings: &AnswerSettings, user: String) -> RunSetup {
+fn setup(settings: &AnswerSettings, rules: &RuleSet, user: String) -> RunSetup {
     let dataset_rules = match settings.dataset {
         DatasetKind::Locomo => "",
         DatasetKind::LongMemEval | DatasetKind::Own => {
@@ -170,7 +171,7 @@ fn setup(settings: &AnswerSettings, user: String) -> RunSetup {
         .to_string();
     RunSetup {
         model: settings.model.clone(),
-        system: settings.rules.extend_system(&system),
+        system: rules.extend_system(&system),
         final_instructions: prompts::ANSWER_FINAL.text.trim().to_string(),
         user,
         tools: Vec::new(),

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::agent::events::{CallSummary, LoopEvent, ResultSummary};
 use crate::agent::question::PreparedQuestion;
+use crate::agent::rules::RuleSet;
 use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
-use crate::agent::settings::{AnswerSettings, Shared};
+use crate::agent::settings::{AnswerPass, AnswerSettings, Shared};
 use crate::agent::tools::compact::compact_result;
 use crate::agent::tools::{
     Applied, Tool, ToolContext, ToolError, ToolState, call_memgas, score_tags,
@@ -45,7 +46,7 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
                 let call_started = Instant::now();
                 let response =
                     call_model(shared.model, &request, request_number, &mut sent, trace).await;
-                report_model(shared.settings, request_number, &response, call_started.elapsed());
+                report_model(shared.pass, request_number, &response, call_started.elapsed());
                 let reply = response.as_ref().ok().and_then(|response| {
                     let message = &response.message;
                     message.content.clone().or_else(|| {
@@ -70,7 +71,7 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
                 let names: Vec<&'static str> =
                     invocations.iter().map(|invocation| invocation.tool.name()).collect();
                 let outputs = call_tools(shared, &mut tools, invocations, trace, usage).await;
-                report_tools(shared.settings, request_number, &names, &outputs, started.elapsed());
+                report_tools(shared.pass, request_number, &names, &outputs, started.elapsed());
                 run.tools_finished(outputs);
             }
             Step::Done(outcome) => {
@@ -84,12 +85,12 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
 /// Tells the caller's [`LoopEvents`](crate::agent::events::LoopEvents), if any, what the model
 /// answered in round `round`.
 fn report_model(
-    settings: &AnswerSettings,
+    pass: &AnswerPass,
     round: u32,
     response: &Result<ChatResponse, crate::llm::Error>,
     elapsed: Duration,
 ) {
-    let Some(events) = &settings.loop_events else { return };
+    let Some(events) = &pass.events else { return };
     let (tool_calls, error) = match response {
         Ok(response) => (response.message.tool_calls.iter().map(CallSummary::of).collect(), None),
         Err(error) => (Vec::new(), Some(error.to_string())),
@@ -100,13 +101,13 @@ fn report_model(
 
 /// Tells the caller's events, if any, what round `round`'s tool calls returned.
 fn report_tools(
-    settings: &AnswerSettings,
+    pass: &AnswerPass,
     round: u32,
     names: &[&str],
     outputs: &[ToolOutput],
     elapsed: Duration,
 ) {
-    let Some(events) = &settings.loop_events else { return };
+    let Some(events) = &pass.events else { return };
     let results = outputs
         .iter()
         .zip(names)
@@ -254,7 +255,7 @@ pub(super) fn tool_context<'a>(
 
 /// The loop's prompts and limits for one question.
 pub(super) fn run_setup(
-    settings: &AnswerSettings,
+    (settings, rules): (&AnswerSettings, &RuleSet),
     prepared: &PreparedQuestion,
     payload: String,
     memgas: bool,
@@ -273,7 +274,7 @@ pub(super) fn run_setup(
         .unwrap_or_else(|_| prompts::ANSWER_SYSTEM.text.to_string())
         .trim_end()
         .to_string();
-    let system = settings.rules.extend_system(&system);
+    let system = rules.extend_system(&system);
     RunSetup {
         model: settings.model.clone(),
         system,

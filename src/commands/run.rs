@@ -349,8 +349,9 @@ async fn phases(
         bars: bars.clone(),
     };
     let wind_down = either_stopped(&stop, halted);
+    let pass = job.pass();
     let answering =
-        crate::agent::answer_stream(&job.answer, feed, &answer_chat, &embedder, wind_down);
+        crate::agent::answer_stream(&job.answer, &pass, feed, &answer_chat, &embedder, wind_down);
     let (built, summary) = tokio::join!(building, answering);
     let summary = summary?;
     let built = built?;

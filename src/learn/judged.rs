@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Learner, Stopped};
 use crate::agent::rules::RuleSet;
-use crate::agent::{AnswerSettings, SampleFeed, answer_stream};
+use crate::agent::{AnswerPass, AnswerSettings, SampleFeed, answer_stream};
 use crate::eval::input::{Matched, read_result_lines};
 use crate::eval::judge::judge_items;
 use crate::llm::{ChatModel, Embedder};
@@ -88,34 +88,38 @@ pub(super) struct Pass<'a> {
 impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
     /// Answers `pass.questions` (resuming from the result files) and judges the answers.
     pub(super) async fn answer_and_judge(&self, pass: &Pass<'_>) -> anyhow::Result<Vec<Attempt>> {
-        let settings = self.pass_settings(pass, self.runs_root(), &pass.tag);
-        self.answer(&settings, pass.questions).await?;
-        let lines = self.read_lines(&settings, pass.questions)?;
+        let (settings, answering) = self.pass_settings(pass, self.runs_root(), &pass.tag);
+        self.answer((&settings, &answering), pass.questions).await?;
+        let lines = self.read_lines(&settings, &answering.rules, pass.questions)?;
         self.judge(lines, &settings, pass.attempt).await
     }
 
-    /// The answer settings of a pass, its results and traces under `root`.
+    /// The answer settings of a pass, its results and traces under `root`, and what it answers
+    /// with: its rules, over its questions.
     pub(super) fn pass_settings(
         &self,
         pass: &Pass<'_>,
         root: PathBuf,
         tag: &str,
-    ) -> AnswerSettings {
+    ) -> (AnswerSettings, AnswerPass) {
         let mut settings = self.settings.answer.clone();
         settings.root = root;
         settings.file = tag.to_string();
-        settings.rules = Arc::new(pass.rules.clone());
-        settings.only_questions = Some(Arc::new(pass.questions.iter().cloned().collect()));
         settings.temperature = pass.temperature;
         settings.seed = pass.seed;
         settings.traces = true;
-        settings
+        let answering = AnswerPass {
+            questions: Some(Arc::new(pass.questions.iter().cloned().collect())),
+            ..AnswerPass::with_rules(Arc::new(pass.rules.clone()))
+        };
+        (settings, answering)
     }
 
-    /// Answers the questions in scope of `settings` that its result files do not hold yet.
+    /// Answers the questions in scope of `pass` that the result files of `settings` do not
+    /// hold yet.
     pub(super) async fn answer(
         &self,
-        settings: &AnswerSettings,
+        (settings, pass): (&AnswerSettings, &AnswerPass),
         questions: &[String],
     ) -> anyhow::Result<()> {
         self.check_budget()?;
@@ -132,7 +136,8 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             bars: None,
         };
         let summary =
-            answer_stream(settings, feed, self.model, self.embedder, self.stop_signal()).await?;
+            answer_stream(settings, pass, feed, self.model, self.embedder, self.stop_signal())
+                .await?;
         if let Some(fatal) = summary.fatal {
             anyhow::bail!("answering stopped: {fatal}");
         }
@@ -149,10 +154,12 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         Ok(())
     }
 
-    /// The last line of each question in scope, from the pass's result files.
+    /// The last line of each question in scope answered with `rules`, from the pass's result
+    /// files.
     fn read_lines(
         &self,
         settings: &AnswerSettings,
+        rules: &RuleSet,
         questions: &[String],
     ) -> anyhow::Result<Vec<ResultLine>> {
         let wanted: BTreeSet<&str> = questions.iter().map(String::as_str).collect();
@@ -163,7 +170,7 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             .filter(|path| path.exists())
             .collect();
         files.dedup();
-        let hash = settings.rules.hash();
+        let hash = rules.hash();
         let mut last: BTreeMap<String, ResultLine> = BTreeMap::new();
         for sourced in read_result_lines(&files)? {
             let line = sourced.result;

@@ -399,8 +399,8 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
                 seed: self.settings.answer.seed,
                 attempt: 0,
             };
-            let settings = self.pass_settings(&pass, self.settings.root.clone(), &tag);
-            self.answer(&settings, &fold.test).await?;
+            let (settings, answering) = self.pass_settings(&pass, self.settings.root.clone(), &tag);
+            self.answer((&settings, &answering), &fold.test).await?;
         }
         Ok(())
     }

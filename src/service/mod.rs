@@ -216,11 +216,6 @@ where
         &self.settings
     }
 
-    /// The settings, to adjust.
-    pub fn settings_mut(&mut self) -> &mut ServiceSettings {
-        &mut self.settings
-    }
-
     /// Every conversation.
     pub async fn list(&self) -> Result<Vec<crate::store::ConversationInfo>, ServiceError> {
         let store = self.store.clone();

@@ -10,9 +10,9 @@ use serde::Serialize;
 use super::cache::{Cached, QueryVectorCache};
 use super::scope::{Scope, SearchFilters, View};
 use super::{MemoryService, ServiceError, blocking};
-use crate::agent::AnswerSettings;
 use crate::agent::events::LoopEvents;
 use crate::agent::tools::{MemgasQueryError, query_memgas_each};
+use crate::agent::{AnswerPass, AnswerSettings};
 use crate::dataset::{Category, DatasetKind, Question};
 use crate::llm::{ChatModel, Embedder, Embeddings, Usage};
 use crate::results::Status;
@@ -345,15 +345,15 @@ where
             &settings.answer_model,
             "ask",
         );
-        answer.loop_events = events;
         answer.answer = settings.answer;
-        answer.rules = Arc::clone(&settings.rules);
+        let pass = AnswerPass { events, ..AnswerPass::with_rules(Arc::clone(&settings.rules)) };
         let trace = answer.trace_path(&label, &question_id);
         // An endpoint that refuses the question for good (bad key, unknown model) is an error
         // naming the endpoint's reason.
         let embedder = self.query_embedder();
         let line =
-            crate::agent::answer_one(&answer, &snapshot, &asked, &self.chat, &embedder).await?;
+            crate::agent::answer_one(&answer, &pass, &snapshot, &asked, &self.chat, &embedder)
+                .await?;
         let supporting = line
             .prediction_context
             .iter()

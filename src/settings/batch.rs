@@ -61,7 +61,8 @@ pub struct RunJob {
     pub embedder: EmbedderConfig,
     /// Where the local embedder of the MemGAS tool comes from (`None`: `--no-memgas`).
     pub memgas: Option<ModelSource>,
-    /// The rules of `--meta-rules` (also in `answer.rules`), for the manifest.
+    /// The rules of `--meta-rules`: what every question is answered with ([`RunJob::pass`]),
+    /// and the manifest's record of them.
     pub meta_rules: Option<MetaRules>,
     /// `-q`: no progress bars and no build report.
     pub quiet: bool,
@@ -72,6 +73,12 @@ pub struct RunJob {
 }
 
 impl RunJob {
+    /// What the run answers with: the rules of `--meta-rules` (none without), every question.
+    pub fn pass(&self) -> crate::agent::AnswerPass {
+        let rules = self.meta_rules.as_ref().map(|meta| meta.rules.clone()).unwrap_or_default();
+        crate::agent::AnswerPass::with_rules(rules)
+    }
+
     pub(super) fn resolve(
         paths: &ProjectPaths,
         args: &RunCommandArgs,
@@ -96,9 +103,6 @@ impl RunJob {
         answer.traces = !args.no_traces;
         answer.answer = args.answer.gate(crate::agent::AnswerMode::Loop);
         answer.key_variable = models.key_variable.to_string();
-        if let Some(meta) = &meta_rules {
-            answer.rules = meta.rules.clone();
-        }
         let memgas = (!args.no_memgas).then(|| ModelSource {
             explicit_dir: args.embed_model_dir.clone(),
             models_root: paths.root.join("data").join("models"),

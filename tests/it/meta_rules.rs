@@ -291,11 +291,12 @@ async fn ask_with_rules_sends_the_block_and_reports_its_hash() {
 async fn every_ask_over_http_uses_the_services_rules() {
     let server = crate::own::server(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut service = crate::own::service(&server, dir.path());
+    let set = rule_set(&["Quote the date of the line you answer from."]);
+    let service = crate::own::service_with(&server, dir.path(), |settings| {
+        settings.rules = Arc::new(set.clone());
+    });
     let text = std::fs::read_to_string(crate::own::example_file()).unwrap();
     service.add("demo", mragent::convo::parse(&text).unwrap()).await.unwrap();
-    let set = rule_set(&["Quote the date of the line you answer from."]);
-    service.settings_mut().rules = Arc::new(set.clone());
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/conversations/demo/ask", listener.local_addr().unwrap());

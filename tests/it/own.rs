@@ -39,6 +39,15 @@ pub(crate) fn service(
     server: &ScriptedServer,
     root: &Path,
 ) -> MemoryService<mragent::llm::Client, OwnEmbedder> {
+    service_with(server, root, |_| {})
+}
+
+/// [`service`] with its settings adjusted by `adjust` first.
+pub(crate) fn service_with(
+    server: &ScriptedServer,
+    root: &Path,
+    adjust: impl FnOnce(&mut ServiceSettings),
+) -> MemoryService<mragent::llm::Client, OwnEmbedder> {
     let config = support::client_config(server);
     let chat = build_chat_model(&config).unwrap();
     let embedder = support::embedder(&config, 64);
@@ -46,6 +55,7 @@ pub(crate) fn service(
     let mut settings = ServiceSettings::new(root, EMBEDDER, "test-model", "test-model");
     // These tests watch the tool loop; own memory's default (`adaptive`) has its own test.
     settings.answer = AnswerGate::with_mode(AnswerMode::Loop);
+    adjust(&mut settings);
     MemoryService::new(store, settings, chat, OwnEmbedder::Api(Box::new(embedder)))
 }
 

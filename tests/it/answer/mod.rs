@@ -97,9 +97,16 @@ impl Bench {
     }
 
     async fn run(&self, samples: &[Snapshot]) -> AnswerSummary {
-        answer_all(&self.settings, samples, &self.chat, &self.embedder, std::future::pending())
-            .await
-            .unwrap()
+        answer_all(
+            &self.settings,
+            &Default::default(),
+            samples,
+            &self.chat,
+            &self.embedder,
+            std::future::pending(),
+        )
+        .await
+        .unwrap()
     }
 
     fn lines(&self, sample: &str) -> Vec<ResultLine> {
@@ -483,7 +490,16 @@ async fn kill_mid_run_then_resume_answers_each_question_once() {
     let (chat, embedder) = (bench.chat.clone(), bench.embedder.clone());
     let samples = vec![memory.clone()];
     let task = tokio::spawn(async move {
-        answer_all(&settings, &samples, &chat, &embedder, std::future::pending()).await.unwrap();
+        answer_all(
+            &settings,
+            &Default::default(),
+            &samples,
+            &chat,
+            &embedder,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
     });
     while read_lines(&result_file).len() < 12 {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -505,10 +521,16 @@ async fn kill_mid_run_then_resume_answers_each_question_once() {
     // The rerun, against a fresh endpoint, answers only what is missing.
     let rerun = Bench::new(AgentScript::default()).await;
     let settings = AnswerSettings { root: bench.settings.root.clone(), ..rerun.settings.clone() };
-    let summary =
-        answer_all(&settings, &[memory], &rerun.chat, &rerun.embedder, std::future::pending())
-            .await
-            .unwrap();
+    let summary = answer_all(
+        &settings,
+        &Default::default(),
+        &[memory],
+        &rerun.chat,
+        &rerun.embedder,
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
     assert_eq!(summary.resumed, first.len());
     assert_eq!(summary.answered, total - first.len());
     let lines = read_lines(&result_file);
@@ -546,6 +568,7 @@ async fn interrupt_lets_in_flight_questions_finish_and_says_how_to_resume() {
     let stop = tokio::time::sleep(Duration::from_millis(400));
     let summary = answer_all(
         &bench.settings,
+        &Default::default(),
         std::slice::from_ref(&memory),
         &bench.chat,
         &bench.embedder,

@@ -349,8 +349,9 @@ async fn a_replaced_fact_reaches_the_model_with_its_mark_though_its_turn_was_sho
 /// (the scripted server is returned to keep it running).
 async fn slow_api(root: &std::path::Path) -> (ScriptedServer, Api) {
     let slow = facts_server(Duration::from_millis(250)).await;
-    let mut service = crate::own::service(&slow, root);
-    service.settings_mut().add_wait = Duration::from_millis(200);
+    let service = crate::own::service_with(&slow, root, |settings| {
+        settings.add_wait = Duration::from_millis(200);
+    });
     (slow, Api::start_over(service, Vec::new()).await)
 }
 
