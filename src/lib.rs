@@ -7,12 +7,13 @@
 //! - [`cli`]: clap types; [`fsutil`]: safe file names and atomic file replacement; [`heap`]:
 //!   estimates of the heap bytes a value holds (byte-bounded caches); [`names`]: the
 //!   one id rule and the shared input limits; [`logging`]: tracing setup; [`prompts`]: every
-//!   prompt, compiled in.
+//!   prompt, compiled in; [`provenance`]: the crate version and the commit a build came from.
 //! - [`dataset`]: LoCoMo / LongMemEval input model and loaders; [`convo`]: the format of own
 //!   conversations and their placement into sessions.
 //! - [`llm`]: the only module that talks to model endpoints (its `fatal` latch also stops a
 //!   whole run on the first error no retry can fix).
-//! - [`embedding`]: the local all-MiniLM-L6-v2 embedder (candle), provisioned automatically.
+//! - [`embedding`]: the local all-MiniLM-L6-v2 embedder, its BERT encoder written here (candle is
+//!   only the `candle-baseline` feature's reference), its model files provisioned once.
 //! - [`ingest`]: the write path, the three cached LLM stages (rewrite, keywords, embeddings) and the graph.
 //! - [`memory`]: the graph store built from the stage outputs, and its pure queries.
 //! - [`retrieval`]: MemGAS multi-granularity retrieval (GMM association graph, entropy router,
@@ -21,10 +22,13 @@
 //!   only there, from the file caches of a run or from the store.
 //! - [`agent`]: the answer engine: pre-loop retrieval, graph tools, the tool-calling loop,
 //!   resumable concurrent runs, traces.
-//! - [`store`]: the SQLite store of own conversations (a source of truth); [`service`]: add,
-//!   search and ask over it; [`serve`]: the HTTP API.
+//! - [`store`]: the store of own conversations (a source of truth), on SQLite or on PostgreSQL
+//!   shared by replicas; [`service`]: add, search, ask, facts, edits and jobs over it, one file
+//!   per operation (`service::ops`); [`serve`]: the HTTP API and MCP.
 //! - [`results`]: the per-question result-line format.
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
+//! - [`learn`]: MetaMem, rules on how to use memory learned from judged answers and kept only
+//!   when held-out questions improve.
 //! - [`tune`]: the `retrieve` benchmark harness: retrieval methods run over a dataset, scored
 //!   with retrieval metrics, their settings tuned by folds.
 //! - [`settings`]: every command's settings, resolved once from arguments and environment;

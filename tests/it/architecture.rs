@@ -86,6 +86,16 @@ fn references(path: &Path, code: &str) -> Vec<String> {
     found
 }
 
+/// The crate version is real: the changelog's first entry is the version every build reports.
+#[test]
+fn the_changelog_starts_with_the_crate_version() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("CHANGELOG.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let first = text.lines().find_map(|line| line.strip_prefix("## ")).unwrap_or_default();
+    let version = first.split_whitespace().next().unwrap_or_default();
+    assert_eq!(version, env!("CARGO_PKG_VERSION"), "CHANGELOG.md's first entry: {first:?}");
+}
+
 #[test]
 fn no_import_cycle_between_modules() {
     let mut graph = DiGraph::<String, ()>::new();
