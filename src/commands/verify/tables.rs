@@ -28,37 +28,30 @@ pub(super) async fn check_eval(
     }
     let kept = root.join(".archived-eval");
     std::fs::rename(&folder, &kept).context("setting the archived eval folder aside")?;
+    if let Err(mismatch) = recompute(checked, root).await? {
+        return Ok(Err(mismatch));
+    }
+    if let Some(mismatch) = compare_tables(root, &kept, &folder)? {
+        return Ok(Err(mismatch));
+    }
+    sort_eval_members(checked, &kept, report)?;
+    Ok(Ok(what_was_judged(checked)))
+}
+
+/// Writes the eval folder anew from the results and the dataset, judged (when the run was)
+/// by the judge played back from its recorded calls.
+async fn recompute(checked: &Checked, root: &Path) -> anyhow::Result<Result<(), String>> {
+    let index = &checked.index;
     let dataset = crate::dataset::DatasetKind::from_name(&index.dataset)?;
     let mut settings = crate::eval::EvalSettings::new(root, dataset, &index.model, &index.file);
     settings.data_file = root.join(&index.dataset_file);
     let summary = match &checked.eval {
         Some(record) => {
             record.apply(&mut settings);
-            let path = crate::commands::tape::judge_calls_path(
-                root,
-                &index.dataset,
-                &index.model,
-                &index.file,
-            );
-            if !path.is_file() {
-                return Ok(Err(format!(
-                    "{}: the recorded judge calls are not in the archive",
-                    relative(root, &path)
-                )));
+            match judged_from_tape(checked, root, &settings, record).await? {
+                Ok(judged) => judged,
+                Err(mismatch) => return Ok(Err(mismatch)),
             }
-            let store = Arc::new(CallStore::open_read_only(&path)?);
-            let tape = Tape::new(store, TapeMode::Replay { fill: false });
-            let judge = Unrecorded::new(TapedChat::new(Offline, tape));
-            let judged =
-                crate::commands::eval::judged(&settings, &record.protocols, Some(&judge), KEY)
-                    .await;
-            // A judgement that fails is graded, not fatal: a verdict missing from the tape is a
-            // mismatch of the judge's tape itself.
-            if let Some(what) = judge.first() {
-                let judge_calls = relative(root, &path);
-                return Ok(Err(format!("{judge_calls}: a judge call was never recorded: {what}")));
-            }
-            judged
         }
         None => {
             let protocols = [settings.protocol];
@@ -70,28 +63,74 @@ pub(super) async fn check_eval(
             format!("record/{}/{}_{}.judge.sqlite", index.dataset, index.model, index.file);
         return Ok(Err(format!("recomputing the eval tables from {judge_calls}: {error:#}")));
     }
+    Ok(Ok(()))
+}
+
+/// The judged tables with the judge played back from the archived judge calls: `Err` when
+/// they are not archived or a judge call is not on them.
+async fn judged_from_tape(
+    checked: &Checked,
+    root: &Path,
+    settings: &crate::eval::EvalSettings,
+    record: &crate::commands::eval::EvalRecord,
+) -> anyhow::Result<Result<anyhow::Result<crate::eval::MatrixEvaluation>, String>> {
+    let index = &checked.index;
+    let path =
+        crate::commands::tape::judge_calls_path(root, &index.dataset, &index.model, &index.file);
+    if !path.is_file() {
+        return Ok(Err(format!(
+            "{}: the recorded judge calls are not in the archive",
+            relative(root, &path)
+        )));
+    }
+    let store = Arc::new(CallStore::open_read_only(&path)?);
+    let tape = Tape::new(store, TapeMode::Replay { fill: false });
+    let judge = Unrecorded::new(TapedChat::new(Offline, tape));
+    let judged =
+        crate::commands::eval::judged(settings, &record.protocols, Some(&judge), KEY).await;
+    // A judgement that fails is graded, not fatal: a verdict missing from the tape is a
+    // mismatch of the judge's tape itself.
+    if let Some(what) = judge.first() {
+        let judge_calls = relative(root, &path);
+        return Ok(Err(format!("{judge_calls}: a judge call was never recorded: {what}")));
+    }
+    Ok(Ok(judged))
+}
+
+/// The first difference between the archived eval folder (`kept`) and the recomputed one
+/// (`folder`): the tables and plots, the summary's fields, then its page.
+fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Option<String>> {
     let name = |file: &str| relative(root, &folder.join(file));
     for file in [SCORES, MATRIX, MATRIX_MARKDOWN, "accuracy.svg", "tokens.svg"] {
         if let Some(mismatch) = compare_file(&kept.join(file), &folder.join(file), &name(file))? {
-            return Ok(Err(mismatch));
+            return Ok(Some(mismatch));
         }
     }
     if let Some(mismatch) = compare_summary(&kept.join(SUMMARY), &folder.join(SUMMARY))? {
-        return Ok(Err(format!("{}: {mismatch}", name(SUMMARY))));
+        return Ok(Some(format!("{}: {mismatch}", name(SUMMARY))));
     }
-    if let Some(mismatch) = compare_summary_markdown(&kept, &folder, &name(SUMMARY_MARKDOWN))? {
-        return Ok(Err(mismatch));
-    }
-    for file in crate::commands::export::files_under(&kept)? {
+    compare_summary_markdown(kept, folder, &name(SUMMARY_MARKDOWN))
+}
+
+/// Sorts the archived eval folder's files (`kept`) into recomputed (those of [`RECOMPUTED`]
+/// at its top) and carried.
+fn sort_eval_members(checked: &Checked, kept: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let index = &checked.index;
+    for file in crate::commands::export::files_under(kept)? {
         let file_name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let inside = format!("eval/{}/{}/{}", index.dataset, index.file, relative(&kept, &file));
-        if RECOMPUTED.contains(&file_name.as_str()) && file.parent() == Some(kept.as_path()) {
+        let inside = format!("eval/{}/{}/{}", index.dataset, index.file, relative(kept, &file));
+        if RECOMPUTED.contains(&file_name.as_str()) && file.parent() == Some(kept) {
             report.recomputed.insert(inside);
         } else {
             report.carried.insert(inside);
         }
     }
-    Ok(Ok(match &checked.eval {
+    Ok(())
+}
+
+/// What the eval check recomputed, for the report.
+fn what_was_judged(checked: &Checked) -> String {
+    match &checked.eval {
         Some(record) => format!(
             "F1, exact match and the judge tables ({}, {} run(s), {} protocol(s)) recomputed from the recorded judge calls are identical",
             record.judge_model,
@@ -99,7 +138,7 @@ pub(super) async fn check_eval(
             record.protocols.len()
         ),
         None => "F1 and exact match recomputed are identical (the run was not judged)".to_string(),
-    }))
+    }
 }
 
 /// The first line where `archived` and `recomputed` differ, naming the file (`name`, its path
