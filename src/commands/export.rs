@@ -78,54 +78,16 @@ pub fn execute(job: &ExportJob) -> anyhow::Result<Outcome> {
 fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
     let root = &job.paths.root;
     let dataset = job.dataset.as_str();
-    let manifest_path =
-        root.join("result").join(dataset).join(format!("{}_{}.manifest.json", job.model, job.file));
-    let manifest: serde_json::Value = read_json(&manifest_path).with_context(|| {
-        format!("run {} of model {} has no manifest; run it first", job.file, job.model)
-    })?;
-    if manifest["status"] != "complete" {
-        anyhow::bail!(
-            "run {} is {} (see {}): export a complete run",
-            job.file,
-            manifest["status"],
-            manifest_path.display()
-        );
-    }
-    let calls = super::tape::calls_path(root, dataset, &job.model, &job.file);
-    if !calls.is_file() {
-        anyhow::bail!("run {} has no recorded calls ({} is missing)", job.file, calls.display());
-    }
-    let mut paths: Vec<PathBuf> = vec![manifest_path.clone(), calls];
-    let judge_calls = super::tape::judge_calls_path(root, dataset, &job.model, &job.file);
-    let eval_record = super::eval::eval_record_path(root, dataset, &job.model, &job.file);
-    let eval_settings: Option<super::eval::EvalRecord> = if judge_calls.is_file() {
-        let text = std::fs::read_to_string(&eval_record)
-            .with_context(|| format!("reading {}", eval_record.display()))?;
-        Some(serde_json::from_str(&text).with_context(|| format!("{}", eval_record.display()))?)
-    } else {
-        None
-    };
-    for store in std::iter::once(&paths[1]).chain(judge_calls.is_file().then_some(&judge_calls)) {
-        // One file holds everything once the write-ahead log is folded in.
-        crate::llm::tape::CallStore::open(store)?.checkpoint()?;
-    }
-    if eval_settings.is_some() {
-        paths.extend([judge_calls, eval_record]);
-    }
+    let (manifest_path, manifest) = complete_manifest(job)?;
+    let (calls, mut eval_settings) = recorded_calls(job)?;
+    let mut paths: Vec<PathBuf> = vec![manifest_path];
+    paths.extend(calls);
     let dataset_file = PathBuf::from(manifest["dataset_file"].as_str().unwrap_or_default());
     let samples: Vec<String> = manifest["settings"]["samples"]
         .as_array()
         .map(|samples| samples.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
         .unwrap_or_default();
-    for sample in &samples {
-        let result = crate::results::result_path(root, dataset, sample, &job.model, &job.file);
-        paths.extend(result.is_file().then_some(result));
-    }
-    let traces = root.join("log").join(dataset).join(&job.file);
-    paths.extend(files_under(&traces)?);
-    let eval = root.join("eval").join(dataset).join(&job.file);
-    paths.extend(files_under(&eval)?.into_iter().filter(|path| !is_judge_cache(path)));
-    paths.extend(memory_caches(&root.join("data").join(dataset), &samples)?);
+    paths.extend(run_outputs(job, &samples)?);
     let mut members: Vec<(String, PathBuf)> = paths
         .into_iter()
         .map(|path| Ok((relative(root, &path)?, path)))
@@ -133,7 +95,6 @@ fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
     let dataset_member = format!("data/{}", file_name(&dataset_file)?);
     members.push((dataset_member.clone(), root.join(&dataset_file)));
     let meta_rules = rules_member(&manifest, root, &mut members)?;
-    let mut eval_settings = eval_settings;
     if let Some(audit) = eval_settings.as_mut().and_then(|record| record.audit_file.as_mut()) {
         let member = format!("data/audit/{}", file_name(Path::new(audit.as_str()))?);
         members.push((member.clone(), root.join(audit.as_str())));
@@ -158,6 +119,75 @@ fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
         files,
     };
     Ok((index, members.into_iter().map(|(_, source)| source).collect()))
+}
+
+/// The run's manifest (its path and its JSON), refused unless the run is complete.
+fn complete_manifest(job: &ExportJob) -> anyhow::Result<(PathBuf, serde_json::Value)> {
+    let manifest_path = job
+        .paths
+        .root
+        .join("result")
+        .join(job.dataset.as_str())
+        .join(format!("{}_{}.manifest.json", job.model, job.file));
+    let manifest: serde_json::Value = read_json(&manifest_path).with_context(|| {
+        format!("run {} of model {} has no manifest; run it first", job.file, job.model)
+    })?;
+    if manifest["status"] != "complete" {
+        anyhow::bail!(
+            "run {} is {} (see {}): export a complete run",
+            job.file,
+            manifest["status"],
+            manifest_path.display()
+        );
+    }
+    Ok((manifest_path, manifest))
+}
+
+/// The run's recorded calls, and the judge's with the eval record when the run was judged
+/// (the record too), each call store checkpointed into one file.
+fn recorded_calls(
+    job: &ExportJob,
+) -> anyhow::Result<(Vec<PathBuf>, Option<super::eval::EvalRecord>)> {
+    let (root, dataset) = (&job.paths.root, job.dataset.as_str());
+    let calls = super::tape::calls_path(root, dataset, &job.model, &job.file);
+    if !calls.is_file() {
+        anyhow::bail!("run {} has no recorded calls ({} is missing)", job.file, calls.display());
+    }
+    let judge_calls = super::tape::judge_calls_path(root, dataset, &job.model, &job.file);
+    let eval_record = super::eval::eval_record_path(root, dataset, &job.model, &job.file);
+    let eval_settings: Option<super::eval::EvalRecord> = if judge_calls.is_file() {
+        let text = std::fs::read_to_string(&eval_record)
+            .with_context(|| format!("reading {}", eval_record.display()))?;
+        Some(serde_json::from_str(&text).with_context(|| format!("{}", eval_record.display()))?)
+    } else {
+        None
+    };
+    for store in std::iter::once(&calls).chain(judge_calls.is_file().then_some(&judge_calls)) {
+        // One file holds everything once the write-ahead log is folded in.
+        crate::llm::tape::CallStore::open(store)?.checkpoint()?;
+    }
+    let mut paths = vec![calls];
+    if eval_settings.is_some() {
+        paths.extend([judge_calls, eval_record]);
+    }
+    Ok((paths, eval_settings))
+}
+
+/// What the run wrote for `samples`: its result files, traces, eval folder (the judge cache
+/// aside) and the memory caches its answers were made from.
+fn run_outputs(job: &ExportJob, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let (root, dataset) = (&job.paths.root, job.dataset.as_str());
+    let mut paths = Vec::new();
+    for sample in samples {
+        let result = crate::results::result_path(root, dataset, sample, &job.model, &job.file);
+        paths.extend(result.is_file().then_some(result));
+    }
+    let traces = root.join("log").join(dataset).join(&job.file);
+    paths.extend(files_under(&traces)?);
+    let eval = root.join("eval").join(dataset).join(&job.file);
+    paths.extend(files_under(&eval)?.into_iter().filter(|path| !is_judge_cache(path)));
+    paths.extend(memory_caches(&root.join("data").join(dataset), samples)?);
+    Ok(paths)
 }
 
 /// The judge cache of an eval folder: a cache, not a result (verify recomputes it).

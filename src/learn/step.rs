@@ -286,22 +286,9 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             return Ok((all, false));
         }
         self.check_budget()?;
-        let numbered: Vec<String> = proposals
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.ops.is_empty())
-            .map(|(n, p)| {
-                let ops: Vec<String> = p
-                    .ops
-                    .iter()
-                    .map(|op| serde_json::to_string(&op.op).unwrap_or_default())
-                    .collect();
-                format!("{}. {}", n + 1, ops.join(" "))
-            })
-            .collect();
         let prompt = prompts::LEARN_CONSOLIDATE.render(&[
             ("rules", &rules_text(rules)),
-            ("proposals", &numbered.join("\n")),
+            ("proposals", &numbered_proposals(proposals)),
             ("max_rules", &self.settings.max_rules.to_string()),
         ])?;
         let reply = match self
@@ -317,47 +304,68 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             Err(error) => return Err(error),
         };
         *usage += reply.usage;
-        // Each valid item with the proposal numbers it says it comes from; the others are
-        // kept for the report.
-        let mut ops = Vec::new();
-        let mut froms: Vec<Vec<usize>> = Vec::new();
-        for item in super::ops::op_items(&reply.value) {
-            match super::ops::read_op(item) {
-                Some(op) => {
-                    ops.push(op);
-                    froms.push(
-                        item.get("from")
-                            .and_then(|f| f.as_array())
-                            .map(|list| {
-                                list.iter().filter_map(|n| n.as_u64()).map(|n| n as usize).collect()
-                            })
-                            .unwrap_or_default(),
-                    );
-                }
-                None => malformed.push(item.to_string()),
-            }
-        }
-        let merged = ops
+        let merged = consolidated_ops(&reply.value, malformed)
             .into_iter()
-            .zip(froms)
-            .map(|(op, from)| {
-                let chosen: Vec<&Proposal> = if from.is_empty() {
-                    proposals.iter().collect()
-                } else {
-                    from.iter()
-                        .filter_map(|n| n.checked_sub(1).and_then(|i| proposals.get(i)))
-                        .collect()
-                };
-                let mut sources = Vec::new();
-                super::ops::merge_sources(
-                    &mut sources,
-                    &chosen.iter().map(|p| p.source.clone()).collect::<Vec<_>>(),
-                );
-                SourcedOp { op, sources }
-            })
+            .map(|(op, from)| SourcedOp { op, sources: sources_of(proposals, &from) })
             .collect();
         Ok((merged, false))
     }
+}
+
+/// The proposals with operations, one line each under its number (from 1): `2. {op} {op}`.
+fn numbered_proposals(proposals: &[Proposal]) -> String {
+    let numbered: Vec<String> = proposals
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !p.ops.is_empty())
+        .map(|(n, p)| {
+            let ops: Vec<String> =
+                p.ops.iter().map(|op| serde_json::to_string(&op.op).unwrap_or_default()).collect();
+            format!("{}. {}", n + 1, ops.join(" "))
+        })
+        .collect();
+    numbered.join("\n")
+}
+
+/// The consolidation reply's valid operations, each with the proposal numbers it says it
+/// comes from; the other items go to `malformed`.
+fn consolidated_ops(
+    reply: &serde_json::Value,
+    malformed: &mut Vec<String>,
+) -> Vec<(super::ops::Op, Vec<usize>)> {
+    let mut ops = Vec::new();
+    for item in super::ops::op_items(reply) {
+        match super::ops::read_op(item) {
+            Some(op) => {
+                let from = item
+                    .get("from")
+                    .and_then(|f| f.as_array())
+                    .map(|list| {
+                        list.iter().filter_map(|n| n.as_u64()).map(|n| n as usize).collect()
+                    })
+                    .unwrap_or_default();
+                ops.push((op, from));
+            }
+            None => malformed.push(item.to_string()),
+        }
+    }
+    ops
+}
+
+/// The sources of a consolidated operation: those of the proposals numbered `from` (from 1),
+/// or of every proposal when it names none.
+fn sources_of(proposals: &[Proposal], from: &[usize]) -> Vec<RuleSource> {
+    let chosen: Vec<&Proposal> = if from.is_empty() {
+        proposals.iter().collect()
+    } else {
+        from.iter().filter_map(|n| n.checked_sub(1).and_then(|i| proposals.get(i))).collect()
+    };
+    let mut sources = Vec::new();
+    super::ops::merge_sources(
+        &mut sources,
+        &chosen.iter().map(|p| p.source.clone()).collect::<Vec<_>>(),
+    );
+    sources
 }
 
 /// Whether `error` is a reply that stayed unusable after the re-asks (not a transport error,

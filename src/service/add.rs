@@ -253,7 +253,8 @@ where
         report: &mut AddReport,
         job: Option<i64>,
     ) -> Result<(), ServiceError> {
-        let conversation = report.conversation.as_str();
+        let conversation = report.conversation.clone();
+        let conversation = conversation.as_str();
         let store = self.store.clone();
         let last_edit = blocking(move || store.last_edit()).await?;
         let stored = self.load_checked(conversation).await?;
@@ -266,44 +267,55 @@ where
             .iter()
             .map(|session| (session.number, session.content_hash.clone()))
             .collect();
-        let (dialogue_ref, hashes_ref) = (&dialogue, &hashes);
+        self.build_sessions(report, job, &dialogue, pending, &hashes).await?;
+        self.settle_into(report, job).await?;
+        let (store, id) = (self.store.clone(), conversation.to_string());
+        report.lapsed_corrections = blocking(move || store.lapses_since(&id, last_edit)).await?;
+        if self.cache.contains(conversation) {
+            // Bring the cached index up to date now (only the new sessions are indexed), so the
+            // next query finds it current. A failure here is the next query's to report.
+            if let Err(error) = self.cached(conversation).await {
+                tracing::warn!(conversation, %error, "updating the cached index");
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the sessions `pending` of `dialogue`, `workers` at a time, into `report` (built,
+    /// failed, chat calls), counting each outcome in `job`'s row; the endpoint refusing every
+    /// request ends it.
+    async fn build_sessions(
+        &self,
+        report: &mut AddReport,
+        job: Option<i64>,
+        dialogue: &Conversation,
+        pending: Vec<u32>,
+        hashes: &[(u32, String)],
+    ) -> Result<(), ServiceError> {
         let mut results = futures::stream::iter(pending)
-            .map(|number| async move {
-                (number, self.build_one(dialogue_ref, number, hashes_ref).await)
-            })
+            .map(|number| async move { (number, self.build_one(dialogue, number, hashes).await) })
             .buffer_unordered(self.settings.workers.max(1));
         let mut built = Vec::new();
         while let Some((number, result)) = results.next().await {
-            let mut step = JobStep::default();
-            match result {
+            let step = match result {
                 Ok((calls, usage)) => {
                     report.chat_calls += calls;
                     built.push(number);
-                    step = JobStep {
+                    JobStep {
                         built: true,
                         chat_calls: u64::from(calls),
                         prompt_tokens: usage.prompt_tokens,
                         completion_tokens: usage.completion_tokens,
                         error: None,
-                    };
+                    }
                 }
                 Err(SessionError::Fatal(error)) => {
                     return Err(
                         anyhow::anyhow!("the endpoint refuses every request: {error}").into()
                     );
                 }
-                Err(error) => {
-                    let error = error.to_string();
-                    let hash = content_hash(hashes_ref, number);
-                    let (store, id, why) =
-                        (self.store.clone(), conversation.to_string(), error.clone());
-                    blocking(move || store.record_failure(&id, number, &hash, &why)).await?;
-                    let session = format!("D{number}");
-                    step.error =
-                        Some(JobError { session: Some(session.clone()), error: error.clone() });
-                    report.failed_sessions.push(FailedSession { session, error });
-                }
-            }
+                Err(error) => self.record_failure(report, number, &error, hashes).await?,
+            };
             if let Some(job) = job {
                 let store = self.store.clone();
                 blocking(move || store.job_step(job, &step)).await?;
@@ -313,7 +325,38 @@ where
         built.sort_unstable();
         report.built_sessions = built.into_iter().map(|number| format!("D{number}")).collect();
         report.failed_sessions.sort_by_key(|failed| session_number(&failed.session));
-        report.facts = self.settle_facts(conversation).await?;
+        Ok(())
+    }
+
+    /// Records session `number`'s failure in the store and in `report`; the job step saying so.
+    async fn record_failure(
+        &self,
+        report: &mut AddReport,
+        number: u32,
+        error: &SessionError,
+        hashes: &[(u32, String)],
+    ) -> Result<JobStep, ServiceError> {
+        let error = error.to_string();
+        let hash = content_hash(hashes, number);
+        let (store, id, why) = (self.store.clone(), report.conversation.clone(), error.clone());
+        blocking(move || store.record_failure(&id, number, &hash, &why)).await?;
+        let session = format!("D{number}");
+        let step = JobStep {
+            error: Some(JobError { session: Some(session.clone()), error: error.clone() }),
+            ..JobStep::default()
+        };
+        report.failed_sessions.push(FailedSession { session, error });
+        Ok(step)
+    }
+
+    /// Settles the facts of the conversation's scope into `report`, its chat calls counted
+    /// there and in `job`'s row.
+    async fn settle_into(
+        &self,
+        report: &mut AddReport,
+        job: Option<i64>,
+    ) -> Result<(), ServiceError> {
+        report.facts = self.settle_facts(&report.conversation).await?;
         report.chat_calls += report.facts.model_calls;
         if let Some(job) = job {
             // The settling's calls are the job's too.
@@ -326,15 +369,6 @@ where
             };
             let store = self.store.clone();
             blocking(move || store.job_spent(job, &step)).await?;
-        }
-        let (store, id) = (self.store.clone(), conversation.to_string());
-        report.lapsed_corrections = blocking(move || store.lapses_since(&id, last_edit)).await?;
-        if self.cache.contains(conversation) {
-            // Bring the cached index up to date now (only the new sessions are indexed), so the
-            // next query finds it current. A failure here is the next query's to report.
-            if let Err(error) = self.cached(conversation).await {
-                tracing::warn!(conversation, %error, "updating the cached index");
-            }
         }
         Ok(())
     }

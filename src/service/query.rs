@@ -316,37 +316,10 @@ where
             let reason = self.why_not_built(scope, as_of, stored).await?;
             return Err(ServiceError::NotBuilt(label, reason));
         }
-        let now = chrono::Utc::now();
-        let question_id = format!(
-            "{label}:ask-{}-{}",
-            now.format("%Y%m%dT%H%M%S%3f"),
-            &crate::store::content_id(question)[..8]
-        );
-        let asked_at = as_of.unwrap_or_default().replace('T', " ");
-        let asked = Question {
-            id: question_id.clone(),
-            sample_id: label.clone(),
-            question: question.to_string(),
-            answer: None,
-            adversarial_answer: None,
-            category: Category::LongMemEval("own".into()),
-            evidence: Vec::new(),
-            question_date: Some(match as_of {
-                Some(_) => asked_at.chars().take(16).collect(),
-                None => now.format("%Y-%m-%d %H:%M").to_string(),
-            }),
-        };
+        let asked = asked_question(&label, question, as_of);
+        let question_id = asked.id.clone();
         let snapshot = self.snapshot(entry).await?;
-        let settings = &self.settings;
-        let mut answer = AnswerSettings::new(
-            &settings.root,
-            DatasetKind::Own,
-            &crate::fsutil::safe_name(&settings.model_name, '_'),
-            &settings.answer_model,
-            "ask",
-        );
-        answer.answer = settings.answer;
-        let pass = AnswerPass { events, ..AnswerPass::with_rules(Arc::clone(&settings.rules)) };
+        let (answer, pass) = self.ask_settings(events);
         let trace = answer.trace_path(&label, &question_id);
         // An endpoint that refuses the question for good (bad key, unknown model) is an error
         // naming the endpoint's reason.
@@ -354,15 +327,7 @@ where
         let line =
             crate::agent::answer_one(&answer, &pass, &snapshot, &asked, &self.chat, &embedder)
                 .await?;
-        let supporting = line
-            .prediction_context
-            .iter()
-            .filter_map(|id| {
-                let mut found = hit(stored, id, 0.0)?;
-                (found.conversation, found.dia_id) = view.origin(id, scope);
-                Some(found)
-            })
-            .collect();
+        let supporting = supporting_hits(&view, scope, &line.prediction_context);
         Ok(AskReport {
             conversation: label,
             as_of: as_of.map(str::to_string),
@@ -382,6 +347,22 @@ where
         })
     }
 
+    /// The answer settings of an ask (the service's answer model and gate), and what it answers
+    /// with: the service's rules, each round reported to `events`.
+    fn ask_settings(&self, events: Option<LoopEvents>) -> (AnswerSettings, AnswerPass) {
+        let settings = &self.settings;
+        let mut answer = AnswerSettings::new(
+            &settings.root,
+            DatasetKind::Own,
+            &crate::fsutil::safe_name(&settings.model_name, '_'),
+            &settings.answer_model,
+            "ask",
+        );
+        answer.answer = settings.answer;
+        let pass = AnswerPass { events, ..AnswerPass::with_rules(Arc::clone(&settings.rules)) };
+        (answer, pass)
+    }
+
     /// The conversation ready to answer, from the cache (made on the first ask of this entry).
     async fn snapshot(&self, entry: &Arc<Cached>) -> Result<Arc<Snapshot>, ServiceError> {
         let made = entry.has_snapshot();
@@ -396,6 +377,43 @@ where
         }
         Ok(snapshot.map_err(|error| anyhow::anyhow!(error))?)
     }
+}
+
+/// `question` asked over `label` as known at `as_of`: a fresh id (the time and the question's
+/// hash), dated `as_of` or now.
+fn asked_question(label: &str, question: &str, as_of: Option<&str>) -> Question {
+    let now = chrono::Utc::now();
+    let question_id = format!(
+        "{label}:ask-{}-{}",
+        now.format("%Y%m%dT%H%M%S%3f"),
+        &crate::store::content_id(question)[..8]
+    );
+    let asked_at = as_of.unwrap_or_default().replace('T', " ");
+    Question {
+        id: question_id,
+        sample_id: label.to_string(),
+        question: question.to_string(),
+        answer: None,
+        adversarial_answer: None,
+        category: Category::LongMemEval("own".into()),
+        evidence: Vec::new(),
+        question_date: Some(match as_of {
+            Some(_) => asked_at.chars().take(16).collect(),
+            None => now.format("%Y-%m-%d %H:%M").to_string(),
+        }),
+    }
+}
+
+/// The lines an answer drew on (`ids`, the view's turn ids), each named by the conversation
+/// and turn it stands for.
+fn supporting_hits(view: &View, scope: &Scope, ids: &[String]) -> Vec<SearchHit> {
+    ids.iter()
+        .filter_map(|id| {
+            let mut found = hit(&view.entry.stored, id, 0.0)?;
+            (found.conversation, found.dia_id) = view.origin(id, scope);
+            Some(found)
+        })
+        .collect()
 }
 
 /// The sessions of a view without outputs, with their recorded failures.

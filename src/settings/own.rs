@@ -7,7 +7,8 @@ use anyhow::Context as _;
 
 use super::{Env, MetaRules, ModelSettings, ProjectPaths};
 use crate::cli::{
-    AskArgs, McpArgs, MemoryCommand, ScopeArgs, ServeArgs, ServiceArgs, StoreModelArgs,
+    AskArgs, McpArgs, MemoryAddArgs, MemoryCommand, MemoryFactsArgs, MemoryJobsArgs,
+    MemorySearchArgs, ScopeArgs, ServeArgs, ServiceArgs, StoreModelArgs,
 };
 use crate::embedding::ModelSource;
 use crate::serve::ServeOptions;
@@ -256,72 +257,13 @@ impl MemoryJob {
         env: &impl Env,
     ) -> anyhow::Result<Self> {
         Ok(match command {
-            MemoryCommand::Add(args) => {
-                let mut own = OwnSettings::resolve(paths, &args.models, env)?;
-                own.service.session_gap = args.session_gap;
-                own.service.workers = args.workers as usize;
-                let scope = AddScope {
-                    user: args.user,
-                    agent: args.agent,
-                    tags: args.tags.into_iter().collect(),
-                };
-                let mut worker_env = args.models.as_env();
-                worker_env.push(("MRAGENT_WORKERS", args.workers.to_string()));
-                let input = match (args.batch, args.conversation, args.file) {
-                    (Some(file), _, _) => AddInput::Batch { file },
-                    (None, Some(conversation), Some(file)) => {
-                        AddInput::One { conversation, file, scope }
-                    }
-                    // clap requires both unless `--batch` is given.
-                    _ => anyhow::bail!("memory add needs --conversation and a file, or --batch"),
-                };
-                Self::Add { input, wait: !args.no_wait, worker_env, json: args.json, own }
-            }
-            MemoryCommand::Jobs(args) => {
-                let mut own = OwnSettings::resolve(paths, &args.models, env)?;
-                own.service.workers = args.workers as usize;
-                Self::Jobs {
-                    job: args.job,
-                    conversation: args.conversation,
-                    unfinished: args.unfinished,
-                    run: args.run,
-                    json: args.json,
-                    own,
-                }
-            }
-            MemoryCommand::Search(args) => {
-                let (scope, conversation) = scope_of(args.scope);
-                let filters = SearchFilters {
-                    speaker: args.speaker,
-                    from: args.from.and_then(|from| time_bound(&from, false)),
-                    to: args.to.and_then(|to| time_bound(&to, true)),
-                    conversation,
-                    tags: args.tags.into_iter().collect(),
-                };
-                Self::Search {
-                    own: OwnSettings::resolve(paths, &args.models, env)?,
-                    scope,
-                    filters,
-                    query: args.query,
-                    k: args.k,
-                    json: args.json,
-                }
-            }
+            MemoryCommand::Add(args) => Self::add(paths, args, env)?,
+            MemoryCommand::Jobs(args) => Self::jobs(paths, args, env)?,
+            MemoryCommand::Search(args) => Self::search(paths, args, env)?,
             MemoryCommand::List(args) => {
                 Self::List { paths: paths.clone(), user: args.user, json: args.json }
             }
-            MemoryCommand::Facts(args) => {
-                let (user, conversation) = (args.scope.user, args.scope.conversation);
-                let query = FactQuery {
-                    user,
-                    conversation,
-                    person: args.person,
-                    aspect: args.aspect,
-                    history: args.history,
-                    as_of: args.as_of.and_then(|at| time_bound(&at, true)),
-                };
-                Self::Facts { paths: paths.clone(), query, json: args.json }
-            }
+            MemoryCommand::Facts(args) => Self::facts(paths, args),
             MemoryCommand::Correct(args) => Self::Correct {
                 paths: paths.clone(),
                 fact: args.fact,
@@ -355,6 +297,76 @@ impl MemoryJob {
                 conversation: args.conversation,
             },
         })
+    }
+
+    /// `memory add`: one file or a batch, the build's settings, and a worker's environment.
+    fn add(paths: &ProjectPaths, args: MemoryAddArgs, env: &impl Env) -> anyhow::Result<Self> {
+        let mut own = OwnSettings::resolve(paths, &args.models, env)?;
+        own.service.session_gap = args.session_gap;
+        own.service.workers = args.workers as usize;
+        let scope =
+            AddScope { user: args.user, agent: args.agent, tags: args.tags.into_iter().collect() };
+        let mut worker_env = args.models.as_env();
+        worker_env.push(("MRAGENT_WORKERS", args.workers.to_string()));
+        let input = match (args.batch, args.conversation, args.file) {
+            (Some(file), _, _) => AddInput::Batch { file },
+            (None, Some(conversation), Some(file)) => AddInput::One { conversation, file, scope },
+            // clap requires both unless `--batch` is given.
+            _ => anyhow::bail!("memory add needs --conversation and a file, or --batch"),
+        };
+        Ok(Self::Add { input, wait: !args.no_wait, worker_env, json: args.json, own })
+    }
+
+    /// `memory jobs`: which jobs to list or run, with the build's workers.
+    fn jobs(paths: &ProjectPaths, args: MemoryJobsArgs, env: &impl Env) -> anyhow::Result<Self> {
+        let mut own = OwnSettings::resolve(paths, &args.models, env)?;
+        own.service.workers = args.workers as usize;
+        Ok(Self::Jobs {
+            job: args.job,
+            conversation: args.conversation,
+            unfinished: args.unfinished,
+            run: args.run,
+            json: args.json,
+            own,
+        })
+    }
+
+    /// `memory search`: the scope and the filters of the lines that may come back.
+    fn search(
+        paths: &ProjectPaths,
+        args: MemorySearchArgs,
+        env: &impl Env,
+    ) -> anyhow::Result<Self> {
+        let (scope, conversation) = scope_of(args.scope);
+        let filters = SearchFilters {
+            speaker: args.speaker,
+            from: args.from.and_then(|from| time_bound(&from, false)),
+            to: args.to.and_then(|to| time_bound(&to, true)),
+            conversation,
+            tags: args.tags.into_iter().collect(),
+        };
+        Ok(Self::Search {
+            own: OwnSettings::resolve(paths, &args.models, env)?,
+            scope,
+            filters,
+            query: args.query,
+            k: args.k,
+            json: args.json,
+        })
+    }
+
+    /// `memory facts`: which facts, as known when.
+    fn facts(paths: &ProjectPaths, args: MemoryFactsArgs) -> Self {
+        let (user, conversation) = (args.scope.user, args.scope.conversation);
+        let query = FactQuery {
+            user,
+            conversation,
+            person: args.person,
+            aspect: args.aspect,
+            history: args.history,
+            as_of: args.as_of.and_then(|at| time_bound(&at, true)),
+        };
+        Self::Facts { paths: paths.clone(), query, json: args.json }
     }
 }
 

@@ -24,11 +24,11 @@ use serde::{Deserialize, Serialize};
 use super::embed::Embedding;
 use super::steps::{Scoreboard, read_llm_units};
 use super::{RetrieveSettings, Timings, session_units};
-use crate::dataset::{self, LoadOptions};
+use crate::dataset::{self, LoadOptions, Question};
 use crate::retrieval::gate::{
     ContextSize, GateSignals, LOOP_REACH, SINGLE_CONTEXT, assess, context_turns,
 };
-use crate::retrieval::index::{IndexNeeds, Method};
+use crate::retrieval::index::{IndexNeeds, MemoryIndex, Method, QueryWords};
 use crate::tune::metrics::Evidence;
 
 /// The conversations the retrieval defaults were tuned on; the gate is chosen on them.
@@ -245,57 +245,79 @@ pub fn run_gate_eval(settings: &RetrieveSettings) -> anyhow::Result<GateReport> 
             break;
         };
         for (question, vector) in conversation.questions.iter().zip(&vectors) {
-            let evidence = Evidence::parse(&question.evidence).turns;
-            let holds = |turns: &[crate::retrieval::Scored], k: usize| {
-                let top: BTreeSet<&str> =
-                    turns.iter().take(k).map(|hit| index.turn_id(hit.index)).collect();
-                evidence.iter().all(|turn| top.contains(turn.as_str()))
-            };
-            let mut sizes = Vec::new();
-            let (mut loop_holds, mut shown_holds) = (false, false);
-            let mut top = Vec::new();
-            for ContextSize { k, window } in HEAD_SIZES {
-                let assessed = assess(&index, &question.question, vector, &words, k)
-                    .with_context(|| format!("ranking {}", question.id))?;
-                loop_holds = holds(&assessed.turns, LOOP_REACH);
-                let ContextSize { k: shown_k, window: shown_window } = SINGLE_CONTEXT;
-                let shown = context_turns(&index, &assessed.turns, shown_k, shown_window);
-                shown_holds = holds(&shown, shown.len());
-                top = assessed
-                    .turns
-                    .iter()
-                    .take(LOOP_REACH)
-                    .map(|hit| index.turn_id(hit.index).to_string())
-                    .collect();
-                let context = context_turns(&index, &assessed.turns, k, window);
-                sizes.push(AtSize {
-                    k,
-                    window,
-                    signals: assessed.signals,
-                    confidence: assessed.confidence(),
-                    single_holds: holds(&context, context.len()),
-                    top_k_holds: holds(&assessed.turns, k),
-                });
-            }
-            rows.push(GateRow {
-                question_id: question.id.clone(),
-                sample: conversation.sample_id.clone(),
-                category: question.category.name().to_string(),
-                evidence: evidence.into_iter().collect(),
-                loop_holds,
-                shown_holds,
-                sizes,
-                top,
-            });
+            rows.push(gate_row(&index, &conversation.sample_id, question, vector, &words)?);
         }
     }
     embedding.finish();
     let report = gate_report(&rows, conversations.len(), started.elapsed().as_secs_f64());
+    write_gate_files(settings, &rows, &report)?;
+    Ok(report)
+}
+
+/// One question's row: ranked with fusion, the gate's signals and what each head size holds,
+/// what the shown context holds and what the loop reaches.
+fn gate_row(
+    index: &MemoryIndex,
+    sample: &str,
+    question: &Question,
+    vector: &[f32],
+    words: &QueryWords,
+) -> anyhow::Result<GateRow> {
+    let evidence = Evidence::parse(&question.evidence).turns;
+    let holds = |turns: &[crate::retrieval::Scored], k: usize| {
+        let top: BTreeSet<&str> =
+            turns.iter().take(k).map(|hit| index.turn_id(hit.index)).collect();
+        evidence.iter().all(|turn| top.contains(turn.as_str()))
+    };
+    let mut sizes = Vec::new();
+    let (mut loop_holds, mut shown_holds) = (false, false);
+    let mut top = Vec::new();
+    for ContextSize { k, window } in HEAD_SIZES {
+        let assessed = assess(index, &question.question, vector, words, k)
+            .with_context(|| format!("ranking {}", question.id))?;
+        loop_holds = holds(&assessed.turns, LOOP_REACH);
+        let ContextSize { k: shown_k, window: shown_window } = SINGLE_CONTEXT;
+        let shown = context_turns(index, &assessed.turns, shown_k, shown_window);
+        shown_holds = holds(&shown, shown.len());
+        top = assessed
+            .turns
+            .iter()
+            .take(LOOP_REACH)
+            .map(|hit| index.turn_id(hit.index).to_string())
+            .collect();
+        let context = context_turns(index, &assessed.turns, k, window);
+        sizes.push(AtSize {
+            k,
+            window,
+            signals: assessed.signals,
+            confidence: assessed.confidence(),
+            single_holds: holds(&context, context.len()),
+            top_k_holds: holds(&assessed.turns, k),
+        });
+    }
+    Ok(GateRow {
+        question_id: question.id.clone(),
+        sample: sample.to_string(),
+        category: question.category.name().to_string(),
+        evidence: evidence.into_iter().collect(),
+        loop_holds,
+        shown_holds,
+        sizes,
+        top,
+    })
+}
+
+/// Writes `gate.jsonl` (one line per question), `gate.md` and `gate.json` into the output folder.
+fn write_gate_files(
+    settings: &RetrieveSettings,
+    rows: &[GateRow],
+    report: &GateReport,
+) -> anyhow::Result<()> {
     let output_dir = settings.output_dir();
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("creating {}", output_dir.display()))?;
     let mut lines = Vec::new();
-    for row in &rows {
+    for row in rows {
         serde_json::to_writer(&mut lines, row)?;
         lines.push(b'\n');
     }
@@ -303,9 +325,9 @@ pub fn run_gate_eval(settings: &RetrieveSettings) -> anyhow::Result<GateReport> 
     crate::fsutil::write_atomic(&output_dir.join("gate.md"), report.markdown.as_bytes())?;
     crate::fsutil::write_atomic(
         &output_dir.join("gate.json"),
-        &serde_json::to_vec_pretty(&report)?,
+        &serde_json::to_vec_pretty(report)?,
     )?;
-    Ok(report)
+    Ok(())
 }
 
 /// Chooses on the dev rows and reports on the others.

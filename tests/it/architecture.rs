@@ -1,8 +1,8 @@
 //! The invariants of ARCHITECTURE.md that the source itself can show, checked on the source
 //! tree: no import cycle between modules, only `llm` speaks HTTP to models, `memory` never calls
 //! a model, prompts are loaded only by `prompts.rs`, result files are rewritten only by
-//! `agent::resume`, only `snapshot` assembles a conversation ready to answer, and there is one
-//! stage sequence (`ingest/pipeline.rs`).
+//! `agent::resume`, only `snapshot` assembles a conversation ready to answer, there is one
+//! stage sequence (`ingest/pipeline.rs`), and no file or function in `src/` is overlong.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use petgraph::algo::is_cyclic_directed;
 use petgraph::graph::DiGraph;
 
-/// Every `.rs` file under `src/`, with its text minus comment lines and unit-test modules.
-fn sources() -> Vec<(PathBuf, String)> {
+/// Every `.rs` file under `src/`, in path order, as its path there and its whole text.
+fn source_files() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<PathBuf> =
             std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().path()).collect();
@@ -31,10 +31,20 @@ fn sources() -> Vec<(PathBuf, String)> {
         .into_iter()
         .map(|path| {
             let text = std::fs::read_to_string(&path).unwrap();
+            (path.strip_prefix(&root).unwrap().to_path_buf(), text)
+        })
+        .collect()
+}
+
+/// Every `.rs` file under `src/`, with its text minus comment lines and unit-test modules.
+fn sources() -> Vec<(PathBuf, String)> {
+    source_files()
+        .into_iter()
+        .map(|(path, text)| {
             let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
             let code: Vec<&str> =
                 text.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
-            (path.strip_prefix(&root).unwrap().to_path_buf(), code.join("\n"))
+            (path, code.join("\n"))
         })
         .filter(|(path, _)| !path.ends_with("tests.rs"))
         .collect()
@@ -346,4 +356,105 @@ fn only_the_store_s_db_schema_and_opening_name_a_backend_type() {
         }
     }
     assert!(seen >= 5, "the allowed files exist ({seen})");
+}
+
+/// Longest file under `src/`, in lines.
+const MAX_FILE_LINES: usize = 500;
+/// Longest function under `src/`, in lines from its `fn` line to its closing brace.
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// The indentation and name of a line that starts a function (`    pub(crate) async fn name`):
+/// indentation, then optionally `pub` or `pub(…)`, `const`, `async` and `unsafe`, each followed
+/// by spaces, then `fn`, spaces and the name (as issue 40's scanner reads them).
+fn function_start(line: &str) -> Option<(&str, String)> {
+    /// `text` after `word` and the spaces that must follow it.
+    fn after_word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+        let rest = text.strip_prefix(word)?;
+        let spaced = rest.trim_start();
+        (spaced.len() < rest.len()).then_some(spaced)
+    }
+    let mut rest = line.trim_start();
+    let indent = &line[..line.len() - rest.len()];
+    if let Some(after) = rest.strip_prefix("pub") {
+        let after = match after.strip_prefix('(') {
+            Some(inside) => &inside[inside.find(')')? + 1..],
+            None => after,
+        };
+        rest = after_word(after, "")?;
+    }
+    for word in ["const", "async", "unsafe"] {
+        rest = after_word(rest, word).unwrap_or(rest);
+    }
+    let name: String =
+        after_word(rest, "fn")?.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then_some((indent, name))
+}
+
+/// The functions of `text` over `max` lines, as `(line, name, lines)`. A function runs from its
+/// `fn` line to the first later line that is its indentation and `}` alone, both counted (issue
+/// 40's count); a line declaring one without a body (`fn name(…);`)
+/// starts none. Functions in `#[cfg(test)]` code count too.
+fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some((indent, name)) = function_start(line) else { continue };
+        if line.trim_end().ends_with(';') {
+            continue;
+        }
+        let closing = format!("{indent}}}");
+        if let Some(end) = lines[at + 1..].iter().position(|later| *later == closing) {
+            let length = end + 2;
+            if length > max {
+                found.push((at + 1, name, length));
+            }
+        }
+    }
+    found
+}
+
+/// What in the file at `path` (under `src/`) with `text` is too long: the file itself, and each
+/// function over [`MAX_FUNCTION_LINES`].
+fn overlong(path: &Path, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let lines = text.lines().count();
+    if lines > MAX_FILE_LINES {
+        found.push(format!("{}: {lines} lines", path.display()));
+    }
+    for (line, name, length) in long_functions(text, MAX_FUNCTION_LINES) {
+        found.push(format!("{}:{line} fn {name}: {length} lines", path.display()));
+    }
+    found
+}
+
+#[test]
+fn no_file_over_500_lines_and_no_function_over_80_in_src() {
+    // The count itself, on small texts: the limits are inclusive.
+    let file = Path::new("f.rs");
+    let function = |indent: &str, head: &str, lines: usize| {
+        let body = format!("{indent}    step();\n").repeat(lines - 2);
+        format!("{indent}{head} {{\n{body}{indent}}}\n")
+    };
+    assert!(overlong(file, &"\n".repeat(500)).is_empty());
+    assert_eq!(overlong(file, &"\n".repeat(501)), ["f.rs: 501 lines"]);
+    assert!(overlong(file, &function("", "fn f()", 80)).is_empty());
+    assert_eq!(overlong(file, &function("", "fn f()", 81)), ["f.rs:1 fn f: 81 lines"]);
+    let method = function("    ", "pub(crate) async unsafe fn run(&self)", 81);
+    let in_impl = format!("impl S {{\n    fn declared(&self);\n{method}}}\n");
+    assert_eq!(overlong(file, &in_impl), ["f.rs:3 fn run: 81 lines"]);
+    assert!(function_start("    pub(in crate::store) const fn id() {").is_some());
+    assert!(function_start("let fnord = 1;").is_none() && function_start("pubfn x()").is_none());
+
+    let files = source_files();
+    assert!(files.len() > 100, "the scan found the source files ({})", files.len());
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|(path, text)| overlong(&Path::new("src").join(path), text))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "over {MAX_FILE_LINES} lines per file or {MAX_FUNCTION_LINES} per function in src/: split \
+         them by job:\n{}",
+        found.join("\n")
+    );
 }

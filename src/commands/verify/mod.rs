@@ -1,0 +1,199 @@
+//! `mragent verify ARCHIVE`: checks an archive of `mragent export` offline, in order, and stops
+//! at the first mismatch, naming the file (its path inside the archive), the line and the
+//! question:
+//!
+//! 1. every member against the SHA-256 and size in `archive.json`, and nothing unlisted;
+//! 2. `archive.json` against the hashed manifest member, which drives every later check
+//!    (samples, traces, replay arguments), and against the archived judge settings;
+//! 3. a trace for every result line (when the run wrote traces);
+//! 4. the answers replayed from the recorded calls, every result line against the archived
+//!    one (latency aside), with every setting from the manifest and none from the verifier's
+//!    environment; a trace for every question the replay traced;
+//! 5. the eval folder recomputed (official F1 and exact match from the results and the
+//!    dataset, the judge tables and matrix from the recorded judge calls) against the
+//!    archived one.
+//!
+//! What it cannot recompute it lists as "carried, not verified". Nothing is sent anywhere: the
+//! judge and the run are played back from their tapes, and a request that is not on them is a
+//! mismatch.
+
+mod archive;
+mod replay;
+mod tables;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use self::archive::{check_index, check_members, unpack};
+use self::replay::{check_replayed_traces, check_traces, replay};
+use self::tables::check_eval;
+use super::Outcome;
+use super::export::ArchiveIndex;
+use super::output::outln;
+use crate::settings::VerifyJob;
+
+/// Checks the archive; prints VERIFIED, or the first mismatch and fails.
+pub async fn execute(job: &VerifyJob) -> anyhow::Result<Outcome> {
+    let temporary;
+    let folder = match &job.keep {
+        Some(folder) => {
+            std::fs::create_dir_all(folder)
+                .with_context(|| format!("creating {}", folder.display()))?;
+            if std::fs::read_dir(folder)?.next().is_some() {
+                anyhow::bail!("--keep {}: the folder is not empty", folder.display());
+            }
+            folder.clone()
+        }
+        None => {
+            temporary = tempfile::tempdir().context("creating a temporary folder")?;
+            temporary.path().to_path_buf()
+        }
+    };
+    // Messages name paths inside the archive, never the folder it was unpacked into.
+    let inside = |text: String| text.replace(&format!("{}/", folder.display()), "");
+    match verify(&job.archive, &folder)
+        .await
+        .map_err(|error| anyhow::anyhow!(inside(format!("{error:#}"))))?
+    {
+        Ok(report) => {
+            outln!("VERIFIED {}: {}", job.archive.display(), inside(report.summary()))?;
+            for path in &report.carried {
+                outln!("  carried, not verified: {path}")?;
+            }
+            Ok(Outcome::Success)
+        }
+        Err(mismatch) => {
+            outln!("MISMATCH {}: {}", job.archive.display(), inside(mismatch))?;
+            anyhow::bail!("{} is not verified", job.archive.display())
+        }
+    }
+}
+
+/// What a verified archive was checked for: each member is in exactly one set.
+#[derive(Debug, Default)]
+struct Report {
+    /// Members recomputed from the recorded calls and the inputs, and identical.
+    recomputed: BTreeSet<String>,
+    /// Members the recomputation read (the dataset, the recorded calls, the memory, the rules,
+    /// the audit, the manifest's settings): an alteration that matters shows in what is
+    /// recomputed.
+    inputs: BTreeSet<String>,
+    /// Members verify cannot recompute, listed, never counted among what matches.
+    carried: BTreeSet<String>,
+    /// Result lines replayed.
+    lines: usize,
+    /// What the eval check did.
+    judged: String,
+}
+
+impl Report {
+    fn summary(&self) -> String {
+        format!(
+            "{} files recomputed and identical, {} inputs they were recomputed from, {} carried, not verified; {}; {} result lines replayed from the recorded calls are identical (latency aside)",
+            self.recomputed.len(),
+            self.inputs.len(),
+            self.carried.len(),
+            self.judged,
+            self.lines
+        )
+    }
+}
+
+/// The archive's settings as its hashed members say them: the manifest member drives every
+/// check, and `archive.json` is checked against it.
+struct Checked {
+    index: ArchiveIndex,
+    manifest: serde_json::Value,
+    manifest_member: String,
+    eval: Option<super::eval::EvalRecord>,
+}
+
+impl Checked {
+    fn samples(&self) -> Vec<String> {
+        self.manifest["settings"]["samples"]
+            .as_array()
+            .map(|samples| samples.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The checks in order: `Ok(Err(first mismatch))` when one fails, `Ok(Ok(report))` when all pass.
+async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, String>> {
+    let index = match unpack(archive, root) {
+        Ok(index) => index,
+        Err(error) => return Ok(Err(format!("{error:#}"))),
+    };
+    if let Some(mismatch) = check_members(&index, root)? {
+        return Ok(Err(mismatch));
+    }
+    let checked = match check_index(index, root)? {
+        Ok(checked) => checked,
+        Err(mismatch) => return Ok(Err(mismatch)),
+    };
+    let lines = match check_traces(&checked, root)? {
+        Ok(lines) => lines,
+        Err(mismatch) => return Ok(Err(mismatch)),
+    };
+    let mut report = Report { lines, ..Report::default() };
+    if let Err(mismatch) = replay(&checked, root).await? {
+        return Ok(Err(mismatch));
+    }
+    if let Some(mismatch) = check_replayed_traces(&checked, root)? {
+        return Ok(Err(mismatch));
+    }
+    report.judged = match check_eval(&checked, root, &mut report).await? {
+        Ok(judged) => judged,
+        Err(mismatch) => return Ok(Err(mismatch)),
+    };
+    classify(&checked, &mut report);
+    Ok(Ok(report))
+}
+
+/// Sorts every member into recomputed, inputs and carried (see [`Report`]).
+fn classify(checked: &Checked, report: &mut Report) {
+    let index = &checked.index;
+    let samples = checked.samples();
+    for member in &index.files {
+        let path = member.path.as_str();
+        if report.recomputed.contains(path) {
+            continue;
+        }
+        let result_file = samples.iter().any(|sample| {
+            let file = crate::results::result_path(
+                Path::new(""),
+                &index.dataset,
+                sample,
+                &index.model,
+                &index.file,
+            );
+            file.to_string_lossy() == path
+        });
+        let input = result_file
+            || path == index.dataset_file
+            || index.meta_rules.as_deref() == Some(path)
+            || checked.eval.as_ref().and_then(|eval| eval.audit_file.as_deref()) == Some(path)
+            || path.ends_with(".calls.sqlite")
+            || path.ends_with(".judge.sqlite")
+            || path.ends_with(".eval.json")
+            || (path.starts_with("data/") && !path.starts_with("data/audit/"));
+        if result_file {
+            // Every result line was replayed from the recorded calls and found identical.
+            report.recomputed.insert(path.to_string());
+        } else if input {
+            report.inputs.insert(path.to_string());
+        } else {
+            report.carried.insert(path.to_string());
+        }
+    }
+    // The manifest's replay arguments, settings and dataset hash were used; its counts, times
+    // and host were not checked.
+    report.carried.insert(checked.manifest_member.clone());
+    report.inputs.remove(&checked.manifest_member);
+}
+
+/// `path` as a path inside the archive unpacked at `root`.
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root).unwrap_or(path).display().to_string()
+}

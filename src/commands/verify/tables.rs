@@ -1,0 +1,271 @@
+//! The eval folder recomputed from the results, the dataset and the recorded judge calls
+//! (played back, nothing sent), against the archived one.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::{Checked, Report, relative};
+use crate::llm::tape::{CallStore, Offline, Tape, TapeMode, TapedChat};
+use crate::llm::{ChatModel, ChatRequest, ChatResponse, Error as LlmError, Step};
+
+/// The files of an eval folder that `eval` writes and `verify` recomputes.
+const RECOMPUTED: &[&str] =
+    &[SCORES, SUMMARY, SUMMARY_MARKDOWN, MATRIX, MATRIX_MARKDOWN, "accuracy.svg", "tokens.svg"];
+
+/// The eval folder recomputed from the results, the dataset and the recorded judge calls,
+/// against the archived one.
+pub(super) async fn check_eval(
+    checked: &Checked,
+    root: &Path,
+    report: &mut Report,
+) -> anyhow::Result<Result<String, String>> {
+    let index = &checked.index;
+    let folder = root.join("eval").join(&index.dataset).join(&index.file);
+    if !folder.is_dir() {
+        return Ok(Ok("no eval tables in the archive".to_string()));
+    }
+    let kept = root.join(".archived-eval");
+    std::fs::rename(&folder, &kept).context("setting the archived eval folder aside")?;
+    if let Err(mismatch) = recompute(checked, root).await? {
+        return Ok(Err(mismatch));
+    }
+    if let Some(mismatch) = compare_tables(root, &kept, &folder)? {
+        return Ok(Err(mismatch));
+    }
+    sort_eval_members(checked, &kept, report)?;
+    Ok(Ok(what_was_judged(checked)))
+}
+
+/// Writes the eval folder anew from the results and the dataset, judged (when the run was)
+/// by the judge played back from its recorded calls.
+async fn recompute(checked: &Checked, root: &Path) -> anyhow::Result<Result<(), String>> {
+    let index = &checked.index;
+    let dataset = crate::dataset::DatasetKind::from_name(&index.dataset)?;
+    let mut settings = crate::eval::EvalSettings::new(root, dataset, &index.model, &index.file);
+    settings.data_file = root.join(&index.dataset_file);
+    let summary = match &checked.eval {
+        Some(record) => {
+            record.apply(&mut settings);
+            match judged_from_tape(checked, root, &settings, record).await? {
+                Ok(judged) => judged,
+                Err(mismatch) => return Ok(Err(mismatch)),
+            }
+        }
+        None => {
+            let protocols = [settings.protocol];
+            crate::commands::eval::judged::<Offline>(&settings, &protocols, None, KEY).await
+        }
+    };
+    if let Err(error) = summary {
+        let judge_calls =
+            format!("record/{}/{}_{}.judge.sqlite", index.dataset, index.model, index.file);
+        return Ok(Err(format!("recomputing the eval tables from {judge_calls}: {error:#}")));
+    }
+    Ok(Ok(()))
+}
+
+/// The judged tables with the judge played back from the archived judge calls: `Err` when
+/// they are not archived or a judge call is not on them.
+async fn judged_from_tape(
+    checked: &Checked,
+    root: &Path,
+    settings: &crate::eval::EvalSettings,
+    record: &crate::commands::eval::EvalRecord,
+) -> anyhow::Result<Result<anyhow::Result<crate::eval::MatrixEvaluation>, String>> {
+    let index = &checked.index;
+    let path =
+        crate::commands::tape::judge_calls_path(root, &index.dataset, &index.model, &index.file);
+    if !path.is_file() {
+        return Ok(Err(format!(
+            "{}: the recorded judge calls are not in the archive",
+            relative(root, &path)
+        )));
+    }
+    let store = Arc::new(CallStore::open_read_only(&path)?);
+    let tape = Tape::new(store, TapeMode::Replay { fill: false });
+    let judge = Unrecorded::new(TapedChat::new(Offline, tape));
+    let judged =
+        crate::commands::eval::judged(settings, &record.protocols, Some(&judge), KEY).await;
+    // A judgement that fails is graded, not fatal: a verdict missing from the tape is a
+    // mismatch of the judge's tape itself.
+    if let Some(what) = judge.first() {
+        let judge_calls = relative(root, &path);
+        return Ok(Err(format!("{judge_calls}: a judge call was never recorded: {what}")));
+    }
+    Ok(Ok(judged))
+}
+
+/// The first difference between the archived eval folder (`kept`) and the recomputed one
+/// (`folder`): the tables and plots, the summary's fields, then its page.
+fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Option<String>> {
+    let name = |file: &str| relative(root, &folder.join(file));
+    for file in [SCORES, MATRIX, MATRIX_MARKDOWN, "accuracy.svg", "tokens.svg"] {
+        if let Some(mismatch) = compare_file(&kept.join(file), &folder.join(file), &name(file))? {
+            return Ok(Some(mismatch));
+        }
+    }
+    if let Some(mismatch) = compare_summary(&kept.join(SUMMARY), &folder.join(SUMMARY))? {
+        return Ok(Some(format!("{}: {mismatch}", name(SUMMARY))));
+    }
+    compare_summary_markdown(kept, folder, &name(SUMMARY_MARKDOWN))
+}
+
+/// Sorts the archived eval folder's files (`kept`) into recomputed (those of [`RECOMPUTED`]
+/// at its top) and carried.
+fn sort_eval_members(checked: &Checked, kept: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let index = &checked.index;
+    for file in crate::commands::export::files_under(kept)? {
+        let file_name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let inside = format!("eval/{}/{}/{}", index.dataset, index.file, relative(kept, &file));
+        if RECOMPUTED.contains(&file_name.as_str()) && file.parent() == Some(kept) {
+            report.recomputed.insert(inside);
+        } else {
+            report.carried.insert(inside);
+        }
+    }
+    Ok(())
+}
+
+/// What the eval check recomputed, for the report.
+fn what_was_judged(checked: &Checked) -> String {
+    match &checked.eval {
+        Some(record) => format!(
+            "F1, exact match and the judge tables ({}, {} run(s), {} protocol(s)) recomputed from the recorded judge calls are identical",
+            record.judge_model,
+            record.judge_runs,
+            record.protocols.len()
+        ),
+        None => "F1 and exact match recomputed are identical (the run was not judged)".to_string(),
+    }
+}
+
+/// The first line where `archived` and `recomputed` differ, naming the file (`name`, its path
+/// inside the archive), line and question; a file on one side only is a mismatch.
+fn compare_file(archived: &Path, recomputed: &Path, name: &str) -> anyhow::Result<Option<String>> {
+    let (Ok(want), Ok(have)) =
+        (std::fs::read_to_string(archived), std::fs::read_to_string(recomputed))
+    else {
+        return Ok((archived.is_file() != recomputed.is_file()).then(|| {
+            if archived.is_file() {
+                format!("{name}: archived, but recomputing the eval tables does not write it")
+            } else {
+                format!("{name}: recomputing the eval tables writes it, but it is not archived")
+            }
+        }));
+    };
+    let (want, have): (Vec<&str>, Vec<&str>) = (want.lines().collect(), have.lines().collect());
+    for number in 0..want.len().max(have.len()) {
+        let (a, b) = (want.get(number).copied(), have.get(number).copied());
+        if a != b {
+            let question = a
+                .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .and_then(|value| value["question_id"].as_str().map(str::to_string))
+                .map_or_else(String::new, |id| format!(" (question {id})"));
+            return Ok(Some(format!(
+                "{name} line {}{question}: the archived line differs from the one recomputed: {:?} ≠ {:?}",
+                number + 1,
+                excerpt(a.unwrap_or("(none)")),
+                excerpt(b.unwrap_or("(none)"))
+            )));
+        }
+    }
+    Ok(None)
+}
+
+const SCORES: &str = "scores.jsonl";
+/// The key variable named in messages (nothing is sent, so no key is read).
+const KEY: &str = "OPENAI_API_KEY";
+const SUMMARY: &str = "summary.json";
+const SUMMARY_MARKDOWN: &str = "summary.md";
+const MATRIX: &str = "matrix.json";
+const MATRIX_MARKDOWN: &str = "matrix.md";
+
+/// Fields of `summary.json` that describe the evaluation that wrote it rather than its scores:
+/// paths on the host, and what that invocation judged anew or took from its cache.
+const INVOCATION_FIELDS: &[&str] = &[
+    "data_file",
+    "result_files",
+    "audit_file",
+    "judge_cached",
+    "judge_new",
+    "judge_usage",
+    "judge_cost_usd",
+];
+
+/// The first field in which the archived summary and the recomputed one differ, the fields of
+/// [`INVOCATION_FIELDS`] aside.
+fn compare_summary(archived: &Path, recomputed: &Path) -> anyhow::Result<Option<String>> {
+    let read = |path: &Path| -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+        let mut value = crate::commands::export::read_json(path)?;
+        let object = value.as_object_mut().context("a summary is a JSON object")?;
+        for field in INVOCATION_FIELDS {
+            object.remove(*field);
+        }
+        Ok(std::mem::take(object))
+    };
+    let (want, have) = (read(archived)?, read(recomputed)?);
+    let mut names: Vec<&String> = want.keys().chain(have.keys()).collect();
+    names.sort();
+    names.dedup();
+    Ok(names.into_iter().find(|name| want.get(*name) != have.get(*name)).map(|name| {
+        format!("field {name} differs from the one recomputed from the recorded judge calls")
+    }))
+}
+
+/// `summary.md` rendered from the recomputed summary, with the fields of
+/// [`INVOCATION_FIELDS`] taken from the archived `summary.json`, against the archived page.
+fn compare_summary_markdown(
+    kept: &Path,
+    folder: &Path,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    let archived = crate::commands::export::read_json(&kept.join(SUMMARY))?;
+    let mut recomputed = crate::commands::export::read_json(&folder.join(SUMMARY))?;
+    for field in INVOCATION_FIELDS {
+        recomputed[*field] = archived[*field].clone();
+    }
+    let Ok(summary) = serde_json::from_value::<crate::eval::EvalSummary>(recomputed) else {
+        return Ok(Some(format!("{}: its invocation fields are malformed", SUMMARY)));
+    };
+    std::fs::write(folder.join(SUMMARY_MARKDOWN), crate::eval::summary_markdown(&summary))
+        .context("writing the recomputed summary page")?;
+    compare_file(&kept.join(SUMMARY_MARKDOWN), &folder.join(SUMMARY_MARKDOWN), name)
+}
+
+/// The first 200 characters of `text`, for a message.
+fn excerpt(text: &str) -> String {
+    text.chars().take(200).collect()
+}
+
+/// A model whose first unrecorded request is kept (see [`check_eval`]).
+struct Unrecorded<M> {
+    inner: M,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl<M> Unrecorded<M> {
+    fn new(inner: M) -> Self {
+        Self { inner, first: std::sync::Mutex::new(None) }
+    }
+
+    fn first(&self) -> Option<String> {
+        self.first.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+impl<M: ChatModel> ChatModel for Unrecorded<M> {
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let reply = self.inner.chat(request).await;
+        if let Err(LlmError::Unrecorded { what }) = &reply {
+            let mut first = self.first.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            first.get_or_insert_with(|| what.clone());
+        }
+        reply
+    }
+
+    fn max_tokens(&self, step: Step) -> Option<u32> {
+        self.inner.max_tokens(step)
+    }
+}
