@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use mragent::cli::{Cli, Command};
 use mragent::commands::{self, Outcome};
-use mragent::settings::{Job, ProcessEnv, ProjectPaths};
+use mragent::settings::{ProcessEnv, ProjectPaths, Resolved};
 
 fn main() -> ExitCode {
     // A missing .env is normal; a malformed one is worth a warning after logging starts.
@@ -72,22 +72,22 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command, paths: &ProjectPaths, quiet: bool) -> anyhow::Result<Outcome> {
     match mragent::settings::resolve(command, paths, quiet, &ProcessEnv)? {
-        Job::Ping(job) => commands::ping::execute(&job).await,
-        Job::Build(job) => commands::build::execute(&job).await,
-        Job::Run(job) => commands::run::execute(&job).await,
-        Job::Eval(job) => commands::eval::execute(&job).await,
-        Job::Compare(job) => commands::compare::execute(&job).await,
-        Job::Learn(job) => commands::learn::execute(&job).await,
-        Job::Retrieve(job) => commands::retrieve::execute(job).await,
-        Job::Trace(job) => commands::trace::execute(&job),
-        Job::Memory(job) => commands::memory::execute(job).await,
-        Job::Ask(job) => commands::ask::execute(&job).await,
-        Job::Serve(job) => commands::serve::execute(&job).await,
-        Job::Mcp(job) => commands::mcp::execute(&job).await,
-        Job::StoreCopy(args) => commands::store_copy::execute(args).await,
-        Job::Keys(paths, command) => commands::keys::execute(&paths, command).await,
-        Job::Export(job) => commands::export::execute(&job),
-        Job::Verify(job) => commands::verify::execute(&job).await,
+        Resolved::Ping(job) => commands::ping::execute(&job).await,
+        Resolved::Build(job) => commands::build::execute(&job).await,
+        Resolved::Run(job) => commands::run::execute(&job).await,
+        Resolved::Eval(job) => commands::eval::execute(&job).await,
+        Resolved::Compare(job) => commands::compare::execute(&job).await,
+        Resolved::Learn(job) => commands::learn::execute(&job).await,
+        Resolved::Retrieve(job) => commands::retrieve::execute(job).await,
+        Resolved::Trace(job) => commands::trace::execute(&job),
+        Resolved::Memory(job) => commands::memory::execute(job).await,
+        Resolved::Ask(job) => commands::ask::execute(&job).await,
+        Resolved::Serve(job) => commands::serve::execute(&job).await,
+        Resolved::Mcp(job) => commands::mcp::execute(&job).await,
+        Resolved::StoreCopy(args) => commands::store_copy::execute(args).await,
+        Resolved::Keys(paths, command) => commands::keys::execute(&paths, command).await,
+        Resolved::Export(job) => commands::export::execute(&job),
+        Resolved::Verify(job) => commands::verify::execute(&job).await,
     }
 }
 

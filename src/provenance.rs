@@ -11,7 +11,7 @@ pub const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("MR
 
 /// The build of this binary, as outputs record it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Provenance {
+pub struct Build {
     /// The crate version.
     pub version: String,
     /// The commit the binary was built from; `None` when built outside a git checkout.
@@ -20,9 +20,9 @@ pub struct Provenance {
     pub git_dirty: Option<bool>,
 }
 
-impl Provenance {
+impl Build {
     /// This binary's.
-    pub fn of_build() -> Self {
+    pub fn of_this_binary() -> Self {
         let commit = env!("MRAGENT_GIT_COMMIT");
         let dirty = match env!("MRAGENT_GIT_DIRTY") {
             "true" => Some(true),
@@ -43,7 +43,7 @@ mod tests {
 
     #[test]
     fn the_version_line_names_the_embedded_commit() {
-        let build = Provenance::of_build();
+        let build = Build::of_this_binary();
         assert_eq!(build.version, VERSION);
         match &build.git_commit {
             Some(commit) => {

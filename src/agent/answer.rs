@@ -13,8 +13,8 @@ use tracing::Instrument as _;
 use crate::agent::mode::AnswerMode;
 use crate::agent::question::{self, PreparedQuestion};
 use crate::agent::retrieve::{self, RetrieveInput, Retrieved};
-use crate::agent::run::{AnswerRun, Outcome};
-use crate::agent::settings::{AnswerPass, AnswerSettings, Shared};
+use crate::agent::run::{AnswerOutcome, AnswerRun};
+use crate::agent::settings::{AnswerPass, AnswerSettings, RunShared};
 use crate::agent::single::{self, Gate};
 use crate::agent::tool_loop::{self, QuestionTools, run_setup};
 use crate::agent::tools::ToolState;
@@ -47,7 +47,7 @@ pub async fn answer_one<M: ChatModel, E: Embedder>(
     let key = &settings.key_variable;
     let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
     let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
-    let shared = Shared::new(settings, pass, &model, &embedder);
+    let shared = RunShared::new(settings, pass, &model, &embedder);
     let line = answer_question(&shared, snapshot, question).await;
     if let Some(fatal) = latch.error() {
         // No line, as a run writes none for a question the fatal error failed (its trace is
@@ -60,7 +60,7 @@ pub async fn answer_one<M: ChatModel, E: Embedder>(
 /// Answers one question of a run end to end, in its own span, its line carrying the run's
 /// provenance; never fails (a failure is a `status: "error"` line).
 pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     sample: &Snapshot,
     question: &Question,
 ) -> ResultLine {
@@ -74,7 +74,7 @@ pub(super) async fn answer_question<M: ChatModel, E: Embedder>(
 
 /// [`answer_question`] inside its span.
 async fn answer_in_span<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     sample: &Snapshot,
     question: &Question,
 ) -> ResultLine {
@@ -107,10 +107,10 @@ async fn answer_in_span<M: ChatModel, E: Embedder>(
     let outcome = solved.map(|(outcome, _)| outcome);
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (status, prediction, prediction_context, error, rounds, tool_calls) = match outcome {
-        Ok(Outcome { answer: Ok(answer), rounds, tool_calls, .. }) => {
+        Ok(AnswerOutcome { answer: Ok(answer), rounds, tool_calls, .. }) => {
             (Status::Ok, answer.answer.clone(), answer.support_turns(), None, rounds, tool_calls)
         }
-        Ok(Outcome { answer: Err(error), rounds, tool_calls, .. }) => {
+        Ok(AnswerOutcome { answer: Err(error), rounds, tool_calls, .. }) => {
             (Status::Error, String::new(), Vec::new(), Some(error), rounds, tool_calls)
         }
         Err(error) => (Status::Error, String::new(), Vec::new(), Some(error), 0, 0),
@@ -166,13 +166,13 @@ fn open_trace(settings: &AnswerSettings, sample_id: &str, question_id: &str) -> 
 /// retrieval then the loop; under `adaptive` a single pass that found nothing goes on to the
 /// loop. `usage` accumulates every call's tokens, failed attempts included.
 async fn solve<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     sample: &Snapshot,
     question: &Question,
     prepared: &PreparedQuestion,
     trace: &mut TraceWriter,
     usage: &mut Usage,
-) -> Result<(Outcome, AnswerPath), String> {
+) -> Result<(AnswerOutcome, AnswerPath), String> {
     let settings = shared.settings;
     let question_vector = question_vector(shared, sample, question, usage).await?;
     let mut first = None;
@@ -198,7 +198,7 @@ async fn solve<M: ChatModel, E: Embedder>(
     Ok(match first {
         None => (outcome, AnswerPath::Loop),
         Some(first) => (
-            Outcome {
+            AnswerOutcome {
                 rounds: first.rounds + outcome.rounds,
                 tool_calls: first.tool_calls + outcome.tool_calls,
                 usage: first.usage + outcome.usage,
@@ -211,13 +211,13 @@ async fn solve<M: ChatModel, E: Embedder>(
 
 /// Retrieval then the loop.
 async fn solve_in_loop<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     sample: &Snapshot,
     prepared: &PreparedQuestion,
     question_vector: &[f32],
     trace: &mut TraceWriter,
     usage: &mut Usage,
-) -> Outcome {
+) -> AnswerOutcome {
     let settings = shared.settings;
     let input = RetrieveInput {
         graph: &sample.graph,
@@ -246,7 +246,7 @@ async fn solve_in_loop<M: ChatModel, E: Embedder>(
 
 /// The question's embedding: from the build's cache, else embedded now.
 async fn question_vector<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     sample: &Snapshot,
     question: &Question,
     usage: &mut Usage,

@@ -14,11 +14,11 @@ use serde::Serialize;
 
 use crate::agent::answer::answer_question;
 use crate::agent::counts::Counts;
-use crate::agent::progress::Progress;
+use crate::agent::progress::AnswerProgress;
 use crate::agent::resume;
 pub use crate::agent::scan::PendingSample;
 use crate::agent::scan::{Arrival, Scan};
-use crate::agent::settings::{AnswerPass, AnswerSettings, Shared};
+use crate::agent::settings::{AnswerPass, AnswerSettings, RunShared};
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::results::{ResultLine, Status};
@@ -216,12 +216,12 @@ where
     let started = Instant::now();
     let SampleFeed { samples, questions: total, bars } = feed;
     tracing::info!(total, workers = settings.workers, "answering started");
-    let progress = Progress::new(settings, total as u64, bars.as_ref());
+    let progress = AnswerProgress::new(settings, total as u64, bars.as_ref());
     let latch = Arc::new(FatalLatch::default());
     let key = &settings.key_variable;
     let model = Latched::sharing(model, &latch, key, AfterFatal::Fail);
     let embedder = Latched::sharing(embedder, &latch, key, AfterFatal::Fail);
-    let shared = Shared::new(settings, pass, &model, &embedder);
+    let shared = RunShared::new(settings, pass, &model, &embedder);
     let scan = Mutex::new(Scan::default());
 
     // Set once `stop` resolves or the latch trips; checked before starting each question.
@@ -280,7 +280,7 @@ where
 fn questions_of<S: Borrow<Snapshot> + Clone>(
     (settings, pass): (&AnswerSettings, &AnswerPass),
     scan: &Mutex<Scan>,
-    progress: &Progress,
+    progress: &AnswerProgress,
     sample: anyhow::Result<S>,
 ) -> Vec<anyhow::Result<(S, usize)>> {
     // The sample id becomes result and trace file names: checked before anything is read or
@@ -310,7 +310,7 @@ fn questions_of<S: Borrow<Snapshot> + Clone>(
 /// Where finished questions go.
 struct Output<'a> {
     settings: &'a AnswerSettings,
-    progress: &'a Progress,
+    progress: &'a AnswerProgress,
     latch: &'a FatalLatch,
 }
 

@@ -8,11 +8,11 @@ use crate::agent::settings::AnswerSettings;
 use crate::llm::Usage;
 
 /// The progress bar: questions done/total, errors, tokens, estimated cost, ETA.
-pub(super) struct Progress {
+pub(super) struct AnswerProgress {
     bar: ProgressBar,
 }
 
-impl Progress {
+impl AnswerProgress {
     /// A bar over `total` questions, drawn among `bars` when given.
     pub(super) fn new(
         settings: &AnswerSettings,

@@ -206,7 +206,7 @@ pub fn answer_prompts_version() -> String {
 }
 
 /// What every question of a run shares.
-pub(super) struct Shared<'a, M, E> {
+pub(super) struct RunShared<'a, M, E> {
     pub settings: &'a AnswerSettings,
     pub pass: &'a AnswerPass,
     pub model: &'a M,
@@ -215,7 +215,7 @@ pub(super) struct Shared<'a, M, E> {
     counts: Mutex<Counts>,
 }
 
-impl<'a, M, E> Shared<'a, M, E> {
+impl<'a, M, E> RunShared<'a, M, E> {
     pub(super) fn new(
         settings: &'a AnswerSettings,
         pass: &'a AnswerPass,

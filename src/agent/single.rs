@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use crate::agent::mode::{AnswerGate, AnswerMode};
 use crate::agent::question::PreparedQuestion;
 use crate::agent::rules::RuleSet;
-use crate::agent::run::{AnswerRun, Outcome, RunLimits, RunSetup};
-use crate::agent::settings::{AnswerSettings, Shared};
+use crate::agent::run::{AnswerOutcome, AnswerRun, RunLimits, RunSetup};
+use crate::agent::settings::{AnswerSettings, RunShared};
 use crate::agent::tool_loop::{self, QuestionTools};
 use crate::agent::tools::ToolState;
 use crate::agent::trace::{TraceEvent, TraceWriter};
@@ -122,14 +122,14 @@ fn round4(value: f64) -> f64 {
 
 /// Answers from `turns` in one model call (re-asked like the loop's final round).
 pub(super) async fn answer<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     sample: &Snapshot,
     prepared: &PreparedQuestion,
     question_vector: &[f32],
     turns: &[TurnHit],
     trace: &mut TraceWriter,
     usage: &mut Usage,
-) -> Outcome {
+) -> AnswerOutcome {
     let settings = shared.settings;
     let payload = context(&sample.graph, prepared, turns);
     let run = AnswerRun::new(setup(settings, &shared.pass.rules, payload.to_string()));
@@ -144,7 +144,7 @@ pub(super) async fn answer<M: ChatModel, E: Embedder>(
 
 /// Whether a single-path outcome sends an `adaptive` question to the loop: no readable answer,
 /// or the answer that nothing was found.
-pub(super) fn found_nothing(outcome: &Outcome) -> bool {
+pub(super) fn found_nothing(outcome: &AnswerOutcome) -> bool {
     match &outcome.answer {
         Err(_) => true,
         Ok(answer) => {

@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 use crate::agent::events::{CallSummary, LoopEvent, ResultSummary};
 use crate::agent::question::PreparedQuestion;
 use crate::agent::rules::RuleSet;
-use crate::agent::run::{AnswerRun, Outcome, RunSetup, Step, ToolInvocation, ToolOutput};
-use crate::agent::settings::{AnswerPass, AnswerSettings, Shared};
+use crate::agent::run::{AnswerOutcome, AnswerRun, NextStep, RunSetup, ToolInvocation, ToolOutput};
+use crate::agent::settings::{AnswerPass, AnswerSettings, RunShared};
 use crate::agent::tools::compact::compact_result;
 use crate::agent::tools::{
     Applied, Tool, ToolContext, ToolError, ToolState, call_memgas, score_tags,
 };
 use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, rejected_excerpt};
 use crate::dataset::DatasetKind;
-use crate::llm::{ChatModel, ChatRequest, ChatResponse, Embedder, Message, ToolChoice, Usage};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, ChatResponse, Embedder, ToolChoice, Usage};
 use crate::prompts;
 
 /// What one question's tool calls read and update.
@@ -30,17 +30,17 @@ pub(super) struct QuestionTools<'a> {
 
 /// Runs the loop to its end. `usage` gets the loop's tokens.
 pub(super) async fn drive<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     mut run: AnswerRun,
     mut tools: QuestionTools<'_>,
     trace: &mut TraceWriter,
     usage: &mut Usage,
-) -> Outcome {
-    let mut sent: Vec<Message> = Vec::new();
+) -> AnswerOutcome {
+    let mut sent: Vec<ChatMessage> = Vec::new();
     let mut request_number = 0;
     loop {
         match run.next_step() {
-            Step::CallModel(mut request) => {
+            NextStep::CallModel(mut request) => {
                 request.for_step(Some(crate::llm::Step::Answer), &shared.model);
                 request_number += 1;
                 let call_started = Instant::now();
@@ -66,7 +66,7 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
                     });
                 }
             }
-            Step::CallTools(invocations) => {
+            NextStep::CallTools(invocations) => {
                 let started = Instant::now();
                 let names: Vec<&'static str> =
                     invocations.iter().map(|invocation| invocation.tool.name()).collect();
@@ -74,7 +74,7 @@ pub(super) async fn drive<M: ChatModel, E: Embedder>(
                 report_tools(shared.pass, request_number, &names, &outputs, started.elapsed());
                 run.tools_finished(outputs);
             }
-            Step::Done(outcome) => {
+            NextStep::Done(outcome) => {
                 *usage += outcome.usage;
                 return outcome;
             }
@@ -121,7 +121,7 @@ async fn call_model<M: ChatModel>(
     model: &M,
     request: &ChatRequest,
     request_number: u32,
-    sent: &mut Vec<Message>,
+    sent: &mut Vec<ChatMessage>,
     trace: &mut TraceWriter,
 ) -> Result<ChatResponse, crate::llm::Error> {
     let messages_from =
@@ -170,7 +170,7 @@ async fn call_model<M: ChatModel>(
 /// model and embedding work they need (tag scoring, MemGAS queries) runs concurrently. Outputs
 /// and trace records come back in call order, each with its own timing.
 async fn call_tools<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     tools: &mut QuestionTools<'_>,
     invocations: Vec<ToolInvocation>,
     trace: &mut TraceWriter,
@@ -213,7 +213,7 @@ async fn call_tools<M: ChatModel, E: Embedder>(
 /// The tool message of one applied call: tag scoring for `query_event_keywords` asks the model
 /// (all wide keys at once), and `query_memgas` embeds its query.
 async fn finish_tool<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &RunShared<'_, M, E>,
     tools: &QuestionTools<'_>,
     applied: Result<Applied, ToolError>,
     trace: &mut TraceWriter,

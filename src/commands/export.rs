@@ -42,7 +42,7 @@ pub struct ArchiveIndex {
     pub eval: Option<super::eval::EvalRecord>,
     /// The build of the mragent that wrote the archive.
     #[serde(default)]
-    pub build: Option<crate::provenance::Provenance>,
+    pub build: Option<crate::provenance::Build>,
     /// Every other member, in path order.
     pub files: Vec<Member>,
 }
@@ -115,7 +115,7 @@ fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
         meta_rules,
         manifest,
         eval: eval_settings,
-        build: Some(crate::provenance::Provenance::of_build()),
+        build: Some(crate::provenance::Build::of_this_binary()),
         files,
     };
     Ok((index, members.into_iter().map(|(_, source)| source).collect()))

@@ -79,7 +79,7 @@ impl Manifest {
             .iter()
             .map(|prompt| (prompt.name.to_string(), prompt.version()))
             .collect();
-        let build = crate::provenance::Provenance::of_build();
+        let build = crate::provenance::Build::of_this_binary();
         Ok(Self {
             status: "running".into(),
             exit_code: None,
@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(value["settings"]["workers"], 3);
         assert_eq!(value["exit_code"], 0);
         // The commit is the binary's, embedded at build time, wherever the project is.
-        let build = crate::provenance::Provenance::of_build();
+        let build = crate::provenance::Build::of_this_binary();
         assert_eq!(value["git_commit"], serde_json::json!(build.git_commit));
         assert_eq!(value["git_dirty"], serde_json::json!(build.git_dirty));
         assert_eq!(value["version"], crate::provenance::VERSION);

@@ -18,13 +18,13 @@ use super::output::outln;
 use super::own::{open_store, service};
 use crate::convo::Message;
 use crate::llm::Client;
-use crate::service::ops::add::{Added, Wait};
+use crate::service::ops::add::{AddReply, Wait};
 use crate::service::{MemoryService, OwnEmbedder, ops};
 use crate::settings::{AddInput, OwnSettings, ProjectPaths};
 use crate::store::{AddScope, Job};
 
 /// One conversation's add.
-struct Entry {
+struct ConversationAdd {
     conversation: String,
     messages: Vec<Message>,
     scope: AddScope,
@@ -59,7 +59,7 @@ pub(super) async fn add(
         futures::future::join_all(entries.into_iter().zip(&specs).map(|(entry, spec)| {
             let service = Arc::clone(&services[spec]);
             async move {
-                let Entry { conversation, messages, scope } = entry;
+                let ConversationAdd { conversation, messages, scope } = entry;
                 let wait = if wait { Wait::Whole } else { Wait::No };
                 let done = ops::add::store(&service, &conversation, scope, messages, wait).await;
                 (conversation, done)
@@ -78,7 +78,7 @@ pub(super) async fn add(
 /// Prints every entry's outcome; partial when one failed or left sessions unbuilt; an error
 /// when the only entry failed.
 fn report(
-    outcomes: Vec<(String, Result<Added, crate::service::ServiceError>)>,
+    outcomes: Vec<(String, Result<AddReply, crate::service::ServiceError>)>,
     single: bool,
     json: bool,
 ) -> anyhow::Result<Outcome> {
@@ -99,20 +99,20 @@ fn report(
                 continue;
             }
         };
-        if matches!(&added, Added::Done(report) if !report.is_complete()) {
+        if matches!(&added, AddReply::Done(report) if !report.is_complete()) {
             outcome = Outcome::Partial;
         }
         let value = match &added {
-            Added::Done(report) => serde_json::to_value(report)?,
-            Added::Building(queued) => serde_json::to_value(queued)?,
+            AddReply::Done(report) => serde_json::to_value(report)?,
+            AddReply::Building(queued) => serde_json::to_value(queued)?,
         };
         if json {
             listed.push(value);
             continue;
         }
         match added {
-            Added::Done(report) => outln!("{report}")?,
-            Added::Building(queued) => outln!(
+            AddReply::Done(report) => outln!("{report}")?,
+            AddReply::Building(queued) => outln!(
                 "{}: {} new messages ({} already stored); job {} queued, {} sessions to build in the background (`mragent memory jobs {}` shows its progress)",
                 queued.conversation,
                 queued.new_messages,
@@ -141,12 +141,12 @@ fn read_text(file: &Path) -> anyhow::Result<String> {
 }
 
 /// The entries of the input, each checked (id, limits, scope).
-fn read_input(input: AddInput) -> anyhow::Result<Vec<Entry>> {
+fn read_input(input: AddInput) -> anyhow::Result<Vec<ConversationAdd>> {
     let entries = match input {
         AddInput::One { conversation, file, scope } => {
             let messages = crate::convo::parse(&read_text(&file)?)
                 .with_context(|| format!("{} is not a usable conversation", file.display()))?;
-            vec![Entry { conversation, messages, scope }]
+            vec![ConversationAdd { conversation, messages, scope }]
         }
         AddInput::Batch { file } => read_batch(&read_text(&file)?)
             .with_context(|| format!("{} is not a usable batch", file.display()))?,
@@ -161,7 +161,7 @@ fn read_input(input: AddInput) -> anyhow::Result<Vec<Entry>> {
 }
 
 /// `{"conversations": [{"conversation", "messages", "user", "agent", "tags"}]}`.
-fn read_batch(text: &str) -> anyhow::Result<Vec<Entry>> {
+fn read_batch(text: &str) -> anyhow::Result<Vec<ConversationAdd>> {
     let value: Value = serde_json::from_str(text).context("not JSON")?;
     let Some(Value::Array(items)) = value.get("conversations") else {
         anyhow::bail!("expected an object with a `conversations` array");
@@ -189,7 +189,7 @@ fn read_batch(text: &str) -> anyhow::Result<Vec<Entry>> {
                 .with_context(|| format!("{at}.tags: expected an object of strings"))?,
         };
         let scope = AddScope { user: text("user")?, agent: text("agent")?, tags };
-        entries.push(Entry { conversation, messages, scope });
+        entries.push(ConversationAdd { conversation, messages, scope });
     }
     anyhow::ensure!(!entries.is_empty(), "no conversations");
     Ok(entries)

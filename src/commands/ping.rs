@@ -6,7 +6,7 @@ use anyhow::Context as _;
 
 use super::Outcome;
 use super::output::outln;
-use crate::llm::{ChatModel as _, ChatRequest, Message};
+use crate::llm::{ChatMessage, ChatModel as _, ChatRequest};
 use crate::settings::ModelSettings;
 
 /// Pings the endpoint (a key is required for the default one) and prints what came back.
@@ -57,7 +57,7 @@ pub async fn ping(settings: &ModelSettings) -> anyhow::Result<PingReport> {
     let config = settings.llm_config(&settings.answer_model);
     let client = crate::llm::build_chat_model(&config).context("building the model client")?;
     let text = crate::prompts::PING.render(&[]).context("rendering the ping prompt")?;
-    let mut request = ChatRequest::new(config.model.clone(), vec![Message::user(text)]);
+    let mut request = ChatRequest::new(config.model.clone(), vec![ChatMessage::user(text)]);
     request.for_step(Some(crate::llm::Step::Ping), &client);
     request.temperature = Some(0.0);
     let started = Instant::now();

@@ -41,14 +41,14 @@ pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
         );
     }
     if !path.is_file() {
-        copy_store(&source, &path)?;
+        copy_call_store(&source, &path)?;
     }
     let store = CallStore::open(&path)?;
     Ok(Tape::new(Arc::new(store), TapeMode::Replay { fill: replay.fill }))
 }
 
 /// Copies a call store whole (its write-ahead log folded in first), through a temporary file.
-pub fn copy_store(source: &Path, target: &Path) -> anyhow::Result<()> {
+pub fn copy_call_store(source: &Path, target: &Path) -> anyhow::Result<()> {
     CallStore::open(source)?.checkpoint()?;
     let parent = target.parent().context("a call store path has a folder")?;
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;

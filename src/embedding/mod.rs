@@ -146,10 +146,10 @@ pub async fn load_local_source(source: ModelSource) -> anyhow::Result<LocalEmbed
 /// all-MiniLM-L6-v2 sentence embeddings computed locally. Cheap to clone (shared state).
 #[derive(Clone)]
 pub struct LocalEmbedder {
-    inner: Arc<Inner>,
+    inner: Arc<LoadedModel>,
 }
 
-struct Inner {
+struct LoadedModel {
     tokenizer: Tokenizer,
     encoder: Encoder,
     /// Threads that run encoder chunks (and tokenisation). Owned by the embedder so its
@@ -204,7 +204,7 @@ impl LocalEmbedder {
             })?;
         let options = LocalEmbedderOptions { threads, ..options };
         Ok(Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(LoadedModel {
                 tokenizer,
                 encoder,
                 pool,
@@ -247,7 +247,7 @@ impl LocalEmbedder {
     }
 }
 
-impl Inner {
+impl LoadedModel {
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, Error> {
         use rayon::prelude::*;
         if texts.is_empty() {

@@ -94,7 +94,7 @@ pub async fn evaluate_matrix<M: ChatModel>(
 const MATRIX_MARKDOWN: &str = "matrix.md";
 
 /// Every protocol's judged run, and the matrix over them when judged.
-struct Judged {
+struct JudgedRuns {
     runs: Vec<(EvalSummary, Vec<ItemScore>)>,
     matrix: Option<JudgeMatrix>,
 }
@@ -105,7 +105,7 @@ async fn judge_protocols<M: ChatModel>(
     settings: &EvalSettings,
     protocols: &[JudgeProtocol],
     judge: Option<&M>,
-) -> anyhow::Result<Judged> {
+) -> anyhow::Result<JudgedRuns> {
     let judging = match (judge, &settings.judge_model) {
         (Some(model), Some(name)) => Some((model, name.clone())),
         (None, None) => None,
@@ -156,7 +156,7 @@ async fn judge_protocols<M: ChatModel>(
         Some(_) => write_matrix(&scored.output_dir, &runs)?,
         None => None,
     };
-    Ok(Judged { runs, matrix })
+    Ok(JudgedRuns { runs, matrix })
 }
 
 /// Protocols must be given, distinct, and apply to the dataset; a prompt file replaces the
@@ -205,7 +205,7 @@ fn write_matrix(
 }
 
 /// A run's result lines matched and scored without a judge.
-struct Scored {
+struct ScoredItem {
     files: Vec<String>,
     expected: usize,
     audit_file: Option<String>,
@@ -217,7 +217,7 @@ struct Scored {
 fn score_run(
     settings: &EvalSettings,
     relative: &dyn Fn(&Path) -> String,
-) -> anyhow::Result<Scored> {
+) -> anyhow::Result<ScoredItem> {
     let (files, expected, matched) = load_matched(settings, relative)?;
     let audit = match settings.audit_in_use() {
         Some(path) => {
@@ -232,7 +232,7 @@ fn score_run(
     let output_dir = settings.output_dir();
     std::fs::create_dir_all(&output_dir)
         .with_context(|| format!("creating {}", output_dir.display()))?;
-    Ok(Scored {
+    Ok(ScoredItem {
         files: files.iter().map(|file| relative(file)).collect(),
         expected: expected.len(),
         audit_file: audit.as_ref().and(settings.audit_in_use()).map(relative),

@@ -45,7 +45,7 @@ use self::audit::{Audit, AuditAction};
 use self::input::Matched;
 use self::judge::{JudgeProtocol, Verdict};
 use self::recall::EvidenceRecall;
-use self::report::{Coverage, Prices, Row};
+use self::report::{Coverage, Prices, TableRow};
 use crate::dataset::{Category, DatasetKind, LongMemEvalType};
 use crate::llm::Usage;
 use crate::results::Status;
@@ -285,7 +285,7 @@ pub struct EvalSummary {
     /// Every scored question whose gold the audit corrects or excludes.
     pub audit_changes: Vec<AuditChange>,
     /// The table rows.
-    pub rows: Vec<Row>,
+    pub rows: Vec<TableRow>,
 }
 
 impl EvalSummary {

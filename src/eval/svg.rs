@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::Row;
+use super::report::TableRow;
 
 /// One series of a grouped bar chart.
 struct Series {
@@ -23,7 +23,7 @@ const PLOT_HEIGHT: f64 = 220.0;
 const BOTTOM: f64 = 70.0;
 
 /// Accuracy (percent) per row: F1, judge accuracy, and audited judge accuracy where present.
-pub fn accuracy_chart(title: &str, rows: &[Row]) -> String {
+pub fn accuracy_chart(title: &str, rows: &[TableRow]) -> String {
     let labels: Vec<&str> = rows.iter().map(|row| row.label.as_str()).collect();
     let mut series = Vec::new();
     if rows.iter().any(|row| row.raw.f1.is_some()) {
@@ -59,7 +59,7 @@ pub fn accuracy_chart(title: &str, rows: &[Row]) -> String {
 }
 
 /// Mean tokens per question per row.
-pub fn tokens_chart(title: &str, rows: &[Row]) -> String {
+pub fn tokens_chart(title: &str, rows: &[TableRow]) -> String {
     let labels: Vec<&str> = rows.iter().map(|row| row.label.as_str()).collect();
     let values: Vec<Option<f64>> = rows.iter().map(|row| Some(row.tokens_per_question)).collect();
     let top = values.iter().flatten().fold(0.0f64, |max, value| max.max(*value));

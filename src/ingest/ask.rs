@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use crate::llm::structured::chat_json;
-use crate::llm::{self, ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
+use crate::llm::{self, ChatMessage, ChatModel, ChatRequest, JsonSchemaSpec, Usage};
 use crate::prompts;
 
 /// At most this many semantic problems are quoted back to the model in one re-ask.
@@ -60,7 +60,7 @@ pub(crate) async fn ask_checked<M, T>(
 where
     M: ChatModel,
 {
-    let mut messages = vec![Message::user(prompt)];
+    let mut messages = vec![ChatMessage::user(prompt)];
     let mut usage = Usage::default();
     let mut attempts = 0;
     let mut round = 0;
@@ -103,8 +103,8 @@ where
         let reask = prompts::STAGE_REASK.render(&[("reason", &reason)]).map_err(|error| {
             AskFailure { error: error.to_string(), llm_error: None, usage, attempts }
         })?;
-        messages.push(Message::assistant(response.value.to_string()));
-        messages.push(Message::user(reask));
+        messages.push(ChatMessage::assistant(response.value.to_string()));
+        messages.push(ChatMessage::user(reask));
     }
 }
 

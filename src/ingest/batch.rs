@@ -51,7 +51,7 @@ pub async fn build_each<M: ChatModel, E: Embedder>(
     on_built: impl Fn(usize) + Sync,
 ) -> anyhow::Result<BuildSummary> {
     let started = Instant::now();
-    let shared = Shared::new(settings, chat, embedder, conversations);
+    let shared = BuildShared::new(settings, chat, embedder, conversations);
     if let Some(bars) = bars {
         shared.pool.progress.join(bars);
     }
@@ -80,7 +80,7 @@ pub async fn build_memory<M: ChatModel, E: Embedder>(
     embedder: &E,
     conversation: &Conversation,
 ) -> anyhow::Result<BuiltMemory> {
-    let shared = Shared::new(settings, chat, embedder, std::slice::from_ref(conversation));
+    let shared = BuildShared::new(settings, chat, embedder, std::slice::from_ref(conversation));
     let (_, memory) = build_sample(&shared, conversation, true).await?;
     shared.pool.finish(std::iter::empty());
     memory.context("built memory was not kept")
@@ -128,14 +128,14 @@ pub fn load_memory(
 }
 
 /// State shared by every unit of a build.
-struct Shared<'a, M, E> {
+struct BuildShared<'a, M, E> {
     settings: &'a BuildSettings,
     chat: &'a M,
     embedder: &'a E,
     pool: Pool,
 }
 
-impl<'a, M: ChatModel, E: Embedder> Shared<'a, M, E> {
+impl<'a, M: ChatModel, E: Embedder> BuildShared<'a, M, E> {
     fn new(
         settings: &'a BuildSettings,
         chat: &'a M,
@@ -148,7 +148,7 @@ impl<'a, M: ChatModel, E: Embedder> Shared<'a, M, E> {
 
 /// Build one conversation; with `keep`, also return its stage outputs and embeddings.
 async fn build_sample<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &BuildShared<'_, M, E>,
     conversation: &Conversation,
     keep: bool,
 ) -> anyhow::Result<(SampleSummary, Option<BuiltMemory>)> {
@@ -198,7 +198,7 @@ async fn build_sample<M: ChatModel, E: Embedder>(
 /// Run the stages of one unit that are not cached yet, under a worker permit. `Err` only for
 /// what must abort the build; a failed stage is recorded and ends the unit.
 async fn build_unit<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &BuildShared<'_, M, E>,
     run: &SampleRun<'_>,
     unit: &Unit<'_>,
 ) -> anyhow::Result<()> {
@@ -210,7 +210,7 @@ async fn build_unit<M: ChatModel, E: Embedder>(
 
 /// Embed the conversation's questions unless cached.
 async fn embed_questions<M: ChatModel, E: Embedder>(
-    shared: &Shared<'_, M, E>,
+    shared: &BuildShared<'_, M, E>,
     run: &SampleRun<'_>,
 ) -> anyhow::Result<()> {
     let (ids, texts, hash) = question_texts(&run.conversation.questions);

@@ -25,7 +25,7 @@ pub(crate) const FORMAT: u32 = 1;
 
 /// What a cache's content depends on; stored in its header and compared on open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Provenance {
+pub(crate) struct StageProvenance {
     /// Stage name (`rewrite`, `keywords`, `embeddings`).
     pub(crate) stage: String,
     /// Sample id.
@@ -39,7 +39,7 @@ pub(crate) struct Provenance {
 /// How a unit ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-pub(crate) enum Outcome<T> {
+pub(crate) enum StageLookup<T> {
     /// Valid output.
     Done {
         /// The validated, normalised output.
@@ -68,7 +68,7 @@ pub(crate) struct UnitEntry<T> {
     pub(crate) usage: Usage,
     /// Result.
     #[serde(flatten)]
-    pub(crate) outcome: Outcome<T>,
+    pub(crate) outcome: StageLookup<T>,
 }
 
 /// The file as stored.
@@ -76,7 +76,7 @@ pub(crate) struct UnitEntry<T> {
 struct StageFile<T> {
     format: u32,
     #[serde(flatten)]
-    provenance: Provenance,
+    provenance: StageProvenance,
     units: Vec<UnitEntry<T>>,
 }
 
@@ -95,7 +95,7 @@ pub(crate) struct PlannedUnit {
 #[derive(Debug)]
 pub(crate) struct StageCache<T> {
     path: PathBuf,
-    provenance: Provenance,
+    provenance: StageProvenance,
     /// Entries by first session number (so the file lists them in dialogue order).
     units: BTreeMap<u32, UnitEntry<T>>,
 }
@@ -106,7 +106,10 @@ impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
     /// Returns the cache and the notices worth showing the user (an invalidated file). A file
     /// that cannot be parsed is an error naming it: it was not written by this format, and
     /// silently rebuilding it could cost a lot of model calls.
-    pub(crate) fn open(path: &Path, provenance: Provenance) -> anyhow::Result<(Self, Vec<String>)> {
+    pub(crate) fn open(
+        path: &Path,
+        provenance: StageProvenance,
+    ) -> anyhow::Result<(Self, Vec<String>)> {
         let mut notices = Vec::new();
         let mut units = BTreeMap::new();
         match std::fs::read(path) {
@@ -145,8 +148,8 @@ impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
             return None;
         }
         match &entry.outcome {
-            Outcome::Done { output } => Some(output),
-            Outcome::Failed { .. } => None,
+            StageLookup::Done { output } => Some(output),
+            StageLookup::Failed { .. } => None,
         }
     }
 
@@ -174,8 +177,8 @@ impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
     #[cfg(test)]
     pub(crate) fn outputs(&self) -> impl Iterator<Item = (&UnitEntry<T>, &T)> {
         self.units.values().filter_map(|entry| match &entry.outcome {
-            Outcome::Done { output } => Some((entry, output)),
-            Outcome::Failed { .. } => None,
+            StageLookup::Done { output } => Some((entry, output)),
+            StageLookup::Failed { .. } => None,
         })
     }
 
@@ -186,7 +189,11 @@ impl<T: Serialize + DeserializeOwned + Clone> StageCache<T> {
 }
 
 /// Why a stored header does not fit the expected one, in words; `None` when it fits.
-pub(crate) fn mismatch(format: u32, stored: &Provenance, expected: &Provenance) -> Option<String> {
+pub(crate) fn mismatch(
+    format: u32,
+    stored: &StageProvenance,
+    expected: &StageProvenance,
+) -> Option<String> {
     if format != FORMAT {
         return Some(format!("file format {format}, this build writes format {FORMAT}"));
     }
@@ -225,8 +232,8 @@ pub(crate) fn mismatch(format: u32, stored: &Provenance, expected: &Provenance) 
 mod tests {
     use super::*;
 
-    fn provenance(version: &str) -> Provenance {
-        Provenance {
+    fn provenance(version: &str) -> StageProvenance {
+        StageProvenance {
             stage: "rewrite".into(),
             sample_id: "conv-1".into(),
             model: "m".into(),
@@ -242,7 +249,7 @@ mod tests {
         }
     }
 
-    fn entry(first: u32, hash: &str, outcome: Outcome<String>) -> UnitEntry<String> {
+    fn entry(first: u32, hash: &str, outcome: StageLookup<String>) -> UnitEntry<String> {
         UnitEntry {
             unit: format!("session_{first}"),
             first_session: first,
@@ -259,9 +266,9 @@ mod tests {
         let path = dir.path().join("deep/conv-1_rewrite.json");
         let (mut cache, notices) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
         assert!(notices.is_empty());
-        cache.record(entry(2, "h2", Outcome::Done { output: "two".into() })).await.unwrap();
-        cache.record(entry(1, "h1", Outcome::Failed { error: "bad".into() })).await.unwrap();
-        cache.record(entry(10, "h10", Outcome::Done { output: "ten".into() })).await.unwrap();
+        cache.record(entry(2, "h2", StageLookup::Done { output: "two".into() })).await.unwrap();
+        cache.record(entry(1, "h1", StageLookup::Failed { error: "bad".into() })).await.unwrap();
+        cache.record(entry(10, "h10", StageLookup::Done { output: "ten".into() })).await.unwrap();
 
         let (cache, notices) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
         assert!(notices.is_empty());
@@ -284,7 +291,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.json");
         let (mut cache, _) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
-        cache.record(entry(1, "h1", Outcome::Done { output: "one".into() })).await.unwrap();
+        cache.record(entry(1, "h1", StageLookup::Done { output: "one".into() })).await.unwrap();
         let (cache, notices) = StageCache::<String>::open(&path, provenance("v2")).unwrap();
         assert_eq!(cache.done(&planned(1, "h1")), None);
         assert_eq!(notices.len(), 1);
@@ -309,8 +316,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.json");
         let (mut cache, _) = StageCache::<String>::open(&path, provenance("v1")).unwrap();
-        cache.record(entry(1, "h1", Outcome::Done { output: "one".into() })).await.unwrap();
-        cache.record(entry(2, "h2", Outcome::Done { output: "two".into() })).await.unwrap();
+        cache.record(entry(1, "h1", StageLookup::Done { output: "one".into() })).await.unwrap();
+        cache.record(entry(2, "h2", StageLookup::Done { output: "two".into() })).await.unwrap();
         cache.retain_planned(&[planned(2, "h2")]);
         assert_eq!(cache.outputs().count(), 1);
     }

@@ -15,7 +15,7 @@ use crate::llm::Usage;
 
 /// Progress of one build.
 #[derive(Debug)]
-pub(crate) struct Progress {
+pub(crate) struct BuildProgress {
     bar: ProgressBar,
     tokens: AtomicU64,
     failures: AtomicU64,
@@ -27,7 +27,7 @@ pub(crate) struct Progress {
     reasked: AtomicU64,
 }
 
-impl Progress {
+impl BuildProgress {
     /// A bar over `total_sessions`, drawn on stderr when `visible`.
     pub(crate) fn new(total_sessions: u64, visible: bool) -> Self {
         let target =
@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn a_hidden_bar_still_counts() {
-        let progress = Progress::new(5, false);
+        let progress = BuildProgress::new(5, false);
         progress.reused(2);
         progress.done(1);
         progress.tokens(Usage { prompt_tokens: 1500, completion_tokens: 0 });

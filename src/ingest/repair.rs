@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::ingest::ask::{AskFailure, AskSettings, Asked, describe};
 use crate::llm::structured::extract_json;
-use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, JsonSchemaSpec, Usage};
 use crate::prompts::PromptError;
 
 /// How a unit's stage output was put together when the model's first reply was not complete.
@@ -96,7 +96,7 @@ pub(crate) async fn ask_salvaging<M: ChatModel, S: Salvage>(
     schema: &JsonSchemaSpec,
     mut state: S,
 ) -> Result<Salvaged<S>, AskFailure> {
-    let mut messages = vec![Message::user(prompt)];
+    let mut messages = vec![ChatMessage::user(prompt)];
     let (mut usage, mut attempts, mut reasks) = (Usage::default(), 0, 0);
     let mut first_complete = false;
     loop {
@@ -136,8 +136,8 @@ pub(crate) async fn ask_salvaging<M: ChatModel, S: Salvage>(
             usage,
             attempts,
         })?;
-        messages.push(Message::assistant(text));
-        messages.push(Message::user(reask));
+        messages.push(ChatMessage::assistant(text));
+        messages.push(ChatMessage::user(reask));
     }
 }
 

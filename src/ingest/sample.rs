@@ -8,11 +8,11 @@ use std::sync::Mutex as StdMutex;
 use tokio::sync::Mutex;
 
 use crate::dataset::Conversation;
-use crate::ingest::cache::{PlannedUnit, Provenance, StageCache};
+use crate::ingest::cache::{PlannedUnit, StageCache, StageProvenance};
 use crate::ingest::embed::{EmbeddingStageCache, UnitTexts};
 use crate::ingest::keywords::{self, KeywordRecord};
 use crate::ingest::pipeline::{AskFailure, Asked, EmbedError, Embedded, StageSink};
-use crate::ingest::progress::Progress;
+use crate::ingest::progress::BuildProgress;
 use crate::ingest::repair::Repair;
 use crate::ingest::rewrite::RewriteRecord;
 use crate::ingest::summary::{RepairCounts, SampleSummary, Stage};
@@ -46,12 +46,13 @@ impl SampleCaches {
         let rewrite_versions = vec![version(prompts::REWRITE), version(prompts::REWRITE_MISSING)];
         let mut keyword_versions = rewrite_versions.clone();
         keyword_versions.extend([version(prompts::KEYWORDS), version(prompts::KEYWORDS_MISSING)]);
-        let provenance = |stage: &str, model: &str, versions: Vec<(String, String)>| Provenance {
-            stage: stage.into(),
-            sample_id: sample_id.clone(),
-            model: model.into(),
-            versions: versions.into_iter().collect(),
-        };
+        let provenance =
+            |stage: &str, model: &str, versions: Vec<(String, String)>| StageProvenance {
+                stage: stage.into(),
+                sample_id: sample_id.clone(),
+                model: model.into(),
+                versions: versions.into_iter().collect(),
+            };
         let (mut rewrite, mut notices) = StageCache::open(
             &settings.rewrite_path(sample_id),
             provenance("rewrite", &settings.model, rewrite_versions.clone()),
@@ -178,7 +179,7 @@ impl<'c> SampleRun<'c> {
         }
     }
 
-    fn progress(&self) -> &Progress {
+    fn progress(&self) -> &BuildProgress {
         &self.pool.progress
     }
 

@@ -13,8 +13,8 @@ use tracing::Instrument as _;
 
 use crate::dataset::Conversation;
 use crate::ingest::ask::{self, AskFailure, AskSettings};
-use crate::ingest::cache::{Outcome, PlannedUnit, StageCache, UnitEntry};
-use crate::ingest::progress::Progress;
+use crate::ingest::cache::{PlannedUnit, StageCache, StageLookup, UnitEntry};
+use crate::ingest::progress::BuildProgress;
 use crate::ingest::unit::Unit;
 use crate::ingest::{BuildSettings, FailedUnit, Stage};
 use crate::llm::{self, Usage};
@@ -27,7 +27,7 @@ pub(super) struct Pool {
     /// holds one permit from its first model call until its last stage is written, so the
     /// number of concurrent requests never exceeds the number of workers.
     permits: Semaphore,
-    pub(super) progress: Progress,
+    pub(super) progress: BuildProgress,
     /// Cache-invalidation notices, in the order they were found.
     notices: StdMutex<Vec<String>>,
 }
@@ -43,7 +43,7 @@ impl Pool {
         Self {
             ask: AskSettings { model: settings.model.clone(), max_reasks: settings.max_reasks },
             permits: Semaphore::new(settings.workers.max(1)),
-            progress: Progress::new(total as u64, settings.progress),
+            progress: BuildProgress::new(total as u64, settings.progress),
             notices: StdMutex::new(Vec::new()),
         }
     }
@@ -115,7 +115,7 @@ impl ConversationTally {
 /// through it.
 #[derive(Clone, Copy)]
 pub(super) struct Ledger<'a> {
-    pub(super) progress: &'a Progress,
+    pub(super) progress: &'a BuildProgress,
     pub(super) conversation: &'a Conversation,
     pub(super) tally: &'a StdMutex<ConversationTally>,
 }
@@ -146,7 +146,7 @@ pub(super) async fn settle<T: Serialize + serde::de::DeserializeOwned + Clone>(
         tally.chat_calls += attempts;
     }
     let (outcome, output) = match asked {
-        Ok(asked) => (Outcome::Done { output: asked.value.clone() }, Some(asked.value)),
+        Ok(asked) => (StageLookup::Done { output: asked.value.clone() }, Some(asked.value)),
         Err(failure) => {
             if let Some(error) = &failure.llm_error {
                 abort_if_fatal(error)?;
@@ -160,7 +160,7 @@ pub(super) async fn settle<T: Serialize + serde::de::DeserializeOwned + Clone>(
                 failure.error.clone(),
                 attempts,
             ));
-            (Outcome::Failed { error: failure.error }, None)
+            (StageLookup::Failed { error: failure.error }, None)
         }
     };
     let entry = UnitEntry {

@@ -13,14 +13,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::structured::chat_json;
-use crate::llm::{ChatModel, ChatRequest, JsonSchemaSpec, Message, Usage};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, JsonSchemaSpec, Usage};
 
 /// Re-asks when a reply is not JSON of the expected shape.
 const MAX_REASKS: u32 = 2;
 
 /// One cached reply.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
+struct CachedCall {
     key: String,
     stage: String,
     value: Value,
@@ -35,7 +35,7 @@ pub struct CallCache {
 }
 
 /// A learning call's reply.
-pub struct Reply {
+pub struct CallReply {
     /// The JSON value, valid against the call's schema.
     pub value: Value,
     /// Tokens spent now (zero when cached).
@@ -56,7 +56,7 @@ impl CallCache {
         };
         let mut entries = BTreeMap::new();
         for line in text.lines().filter(|line| !line.trim().is_empty()) {
-            match serde_json::from_str::<Entry>(line) {
+            match serde_json::from_str::<CachedCall>(line) {
                 Ok(entry) => {
                     entries.insert(entry.key, entry.value);
                 }
@@ -85,7 +85,7 @@ impl CallCache {
         stage: &str,
         prompt: String,
         schema: &JsonSchemaSpec,
-    ) -> anyhow::Result<Reply> {
+    ) -> anyhow::Result<CallReply> {
         let key = crate::text::short_hash(format!("{model_id}\0{stage}\0{prompt}").as_bytes(), 12);
         let cached = self
             .entries
@@ -94,16 +94,16 @@ impl CallCache {
             .get(&key)
             .cloned();
         if let Some(value) = cached {
-            return Ok(Reply { value, usage: Usage::default() });
+            return Ok(CallReply { value, usage: Usage::default() });
         }
-        let mut request = ChatRequest::new(model_id, vec![Message::user(prompt)]);
+        let mut request = ChatRequest::new(model_id, vec![ChatMessage::user(prompt)]);
         request.temperature = Some(0.0);
         request.seed = Some(0);
         request.for_step(Some(crate::llm::Step::Learn), model);
         let response = chat_json(model, request, schema, MAX_REASKS)
             .await
             .with_context(|| format!("{stage}: the model gave no usable reply"))?;
-        let entry = Entry {
+        let entry = CachedCall {
             key: key.clone(),
             stage: stage.into(),
             value: response.value.clone(),
@@ -120,7 +120,7 @@ impl CallCache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key, response.value.clone());
-        Ok(Reply { value: response.value, usage: response.usage })
+        Ok(CallReply { value: response.value, usage: response.usage })
     }
 }
 

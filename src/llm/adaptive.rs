@@ -91,7 +91,7 @@ impl State {
 /// A slot in flight; give it back through [`AdaptiveLimit::success`] /
 /// [`AdaptiveLimit::overload`], or just drop it (a neutral outcome).
 #[derive(Debug)]
-pub struct Slot<'a> {
+pub struct LimitSlot<'a> {
     permit: Option<SemaphorePermit<'a>>,
     limiter: &'a AdaptiveLimit,
     epoch: u64,
@@ -130,16 +130,16 @@ impl AdaptiveLimit {
     }
 
     /// Wait for a slot (FIFO).
-    pub async fn acquire(&self) -> Slot<'_> {
+    pub async fn acquire(&self) -> LimitSlot<'_> {
         // The semaphore is owned by `self` and never closed, so `acquire` cannot fail; a
         // closed semaphore would only mean "no limit", which is what `None` gives.
         let permit = self.semaphore.acquire().await.ok();
         let epoch = self.lock().epoch;
-        Slot { permit, limiter: self, epoch }
+        LimitSlot { permit, limiter: self, epoch }
     }
 
     /// The request in `slot` succeeded: additive increase.
-    pub fn success(&self, slot: Slot<'_>) {
+    pub fn success(&self, slot: LimitSlot<'_>) {
         let mut state = self.lock();
         state.reply(false);
         let limit = state.limit;
@@ -160,7 +160,7 @@ impl AdaptiveLimit {
     /// The request in `slot` was refused as overload (429, 503): multiplicative decrease once
     /// `confirm` overloads are in the round, once per epoch. Returns whether the overload is
     /// confirmed: this one cut the limit, or an earlier one of the same congestion did.
-    pub fn overload(&self, slot: Slot<'_>) -> bool {
+    pub fn overload(&self, slot: LimitSlot<'_>) -> bool {
         let mut state = self.lock();
         state.reply(true);
         let confirmed =
@@ -192,7 +192,7 @@ impl AdaptiveLimit {
     }
 }
 
-impl Drop for Slot<'_> {
+impl Drop for LimitSlot<'_> {
     fn drop(&mut self) {
         let Some(permit) = self.permit.take() else { return };
         let mut state = self.limiter.lock();

@@ -1,7 +1,7 @@
 //! The LLM layer: the only module that knows HTTP, async-openai, API keys or rate limits.
 //!
 //! Everything above this module talks to models through the provider-neutral types defined here
-//! ([`ChatRequest`], [`ChatResponse`], [`Message`], [`ToolSpec`]) and the two traits
+//! ([`ChatRequest`], [`ChatResponse`], [`ChatMessage`], [`ToolSpec`]) and the two traits
 //! [`ChatModel`] and [`Embedder`]. Wire formats stay at the edge (`openai.rs`).
 //!
 //! The real stack, assembled only by [`build_chat_model`] / [`build_embedder`], is
@@ -72,7 +72,7 @@ pub struct ToolCall {
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
+pub struct ChatMessage {
     /// Author.
     pub role: Role,
     /// Text content (absent for an assistant message that only calls tools).
@@ -86,7 +86,7 @@ pub struct Message {
     pub tool_call_id: Option<String>,
 }
 
-impl Message {
+impl ChatMessage {
     /// A system message.
     pub fn system(text: impl Into<String>) -> Self {
         Self {
@@ -166,7 +166,7 @@ pub struct ChatRequest {
     /// Model id as the endpoint knows it (aliases already resolved).
     pub model: String,
     /// Transcript.
-    pub messages: Vec<Message>,
+    pub messages: Vec<ChatMessage>,
     /// Tools offered (empty: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolSpec>,
@@ -197,7 +197,7 @@ pub struct ChatRequest {
 
 impl ChatRequest {
     /// A request with just a model and messages; everything else at provider defaults.
-    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+    pub fn new(model: impl Into<String>, messages: Vec<ChatMessage>) -> Self {
         Self {
             model: model.into(),
             messages,
@@ -257,7 +257,7 @@ impl std::ops::AddAssign for Usage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatResponse {
     /// The assistant message (text and/or tool calls).
-    pub message: Message,
+    pub message: ChatMessage,
     /// Provider finish reason, kept as a free string (providers disagree on the set).
     pub finish_reason: Option<String>,
     /// Tokens of this call: the reply plus every failed attempt of it whose body carried a
@@ -271,7 +271,7 @@ pub struct ChatResponse {
 
 impl ChatResponse {
     /// A response obtained in one attempt (no retries, no hedge recorded).
-    pub fn new(message: Message, finish_reason: Option<String>, usage: Usage) -> Self {
+    pub fn new(message: ChatMessage, finish_reason: Option<String>, usage: Usage) -> Self {
         Self { message, finish_reason, usage, calls: CallLog::default() }
     }
 }

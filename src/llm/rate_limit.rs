@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Jitter, Quota, RateLimiter};
 
-use super::adaptive::{AdaptiveLimit, AimdPolicy, Slot};
+use super::adaptive::{AdaptiveLimit, AimdPolicy, LimitSlot};
 use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error};
 
 /// Longest shared pause a single `Retry-After` can impose on all workers.
@@ -81,7 +81,7 @@ impl RateLimits {
     }
 
     /// Wait for a slot under the concurrency limit (`None` when there is no such limit).
-    pub async fn acquire_slot(&self) -> Option<Slot<'_>> {
+    pub async fn acquire_slot(&self) -> Option<LimitSlot<'_>> {
         match &self.concurrency {
             Some(limit) => Some(limit.acquire().await),
             None => None,
@@ -93,7 +93,7 @@ impl RateLimits {
     /// [`AdaptiveLimit`]) a 429's `Retry-After` pauses every worker for that long. An isolated
     /// 429 pauses only its own request (the retry layer waits its `Retry-After`). Without a
     /// concurrency limit every `Retry-After` pauses every worker.
-    pub fn observe<T>(&self, result: &Result<T, Error>, slot: Option<Slot<'_>>) {
+    pub fn observe<T>(&self, result: &Result<T, Error>, slot: Option<LimitSlot<'_>>) {
         let (overload, retry_after) = match result {
             Ok(_) => (false, None),
             Err(Error::RateLimited { retry_after, .. }) => (true, *retry_after),
@@ -251,7 +251,7 @@ impl<E: Embedder> Embedder for RateLimited<E> {
 mod tests {
     use std::time::Instant;
 
-    use super::super::Message;
+    use super::super::ChatMessage;
     use super::*;
 
     fn per_minute(rate: u32) -> Option<NonZeroU32> {
@@ -260,9 +260,9 @@ mod tests {
 
     #[test]
     fn token_estimate_counts_messages_and_tools() {
-        let mut request = ChatRequest::new("m", vec![Message::user("x".repeat(400))]);
+        let mut request = ChatRequest::new("m", vec![ChatMessage::user("x".repeat(400))]);
         assert_eq!(estimate_request_tokens(&request), 100);
-        request.messages.push(Message::assistant(""));
+        request.messages.push(ChatMessage::assistant(""));
         assert_eq!(estimate_request_tokens(&request), 100);
         assert_eq!(estimate_texts_tokens(&["abcde".to_owned()]), 2);
         assert_eq!(estimate_texts_tokens(&[]), 1);

@@ -100,7 +100,7 @@ impl Client {
     }
 
     /// A request for the configured model.
-    pub fn request(&self, messages: Vec<super::Message>) -> ChatRequest {
+    pub fn request(&self, messages: Vec<super::ChatMessage>) -> ChatRequest {
         ChatRequest::new(self.model.clone(), messages)
     }
 

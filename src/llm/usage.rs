@@ -32,13 +32,13 @@ use super::budget::Step;
 /// reporting.
 #[derive(Debug, Default)]
 pub struct UsageMeter {
-    all: Counters,
-    steps: [Counters; Step::ALL.len()],
+    all: UsageCounters,
+    steps: [UsageCounters; Step::ALL.len()],
 }
 
 /// One set of tallies (see [`UsageTotals`] for what each counts).
 #[derive(Debug, Default)]
-struct Counters {
+struct UsageCounters {
     requests: AtomicU64,
     failed_requests: AtomicU64,
     hedges: AtomicU64,
@@ -48,7 +48,7 @@ struct Counters {
     completion_tokens: AtomicU64,
 }
 
-impl Counters {
+impl UsageCounters {
     fn totals(&self) -> UsageTotals {
         UsageTotals {
             requests: self.requests.load(Ordering::Relaxed),
@@ -94,7 +94,7 @@ impl UsageMeter {
     }
 
     /// Adds one to `counter` of the totals and of `step`'s share.
-    fn add(&self, step: Option<Step>, counter: fn(&Counters) -> &AtomicU64, amount: u64) {
+    fn add(&self, step: Option<Step>, counter: fn(&UsageCounters) -> &AtomicU64, amount: u64) {
         counter(&self.all).fetch_add(amount, Ordering::Relaxed);
         if let Some(step) = step {
             counter(&self.steps[step.index()]).fetch_add(amount, Ordering::Relaxed);

@@ -36,7 +36,7 @@ use crate::service::ops::{self, Access, ApiError, ErrorCode};
 use crate::service::{AddReport, AskReport, Queued, Scope, ServiceError, UndoReport};
 use crate::store::{ConversationInfo, Edit, Job};
 
-type Shared = State<Arc<AppState>>;
+type AppRef = State<Arc<AppState>>;
 type Caller = Extension<Access>;
 type Answer<T> = Result<Json<T>, ApiError>;
 
@@ -46,7 +46,7 @@ type Answer<T> = Result<Json<T>, ApiError>;
     responses((status = 200, description = "every conversation", body = ConversationList), AuthErrors)
 )]
 pub(super) async fn list(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
 ) -> Answer<ConversationList> {
     Ok(Json(ops::list::run(&state.service, &access, ListRequest::default()).await?))
@@ -59,7 +59,7 @@ pub(super) async fn list(
     responses((status = 200, description = "the conversation's summary", body = ConversationInfo), IdErrors)
 )]
 pub(super) async fn show(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Id(id): Id,
 ) -> Answer<ConversationInfo> {
@@ -73,7 +73,7 @@ pub(super) async fn show(
     responses((status = 200, description = "the conversation, now forgotten", body = Deleted), IdErrors)
 )]
 pub(super) async fn forget(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Id(id): Id,
 ) -> Answer<Deleted> {
@@ -90,7 +90,7 @@ pub(super) async fn forget(
     )
 )]
 pub(super) async fn forget_message(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     MessageId(id, message): MessageId,
 ) -> Answer<ForgetMessageReply> {
@@ -109,7 +109,7 @@ pub(super) async fn forget_message(
     )
 )]
 pub(super) async fn add(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Id(id): Id,
     body: RawBody,
@@ -130,7 +130,7 @@ pub(super) async fn add(
     )
 )]
 pub(super) async fn batch_add(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     body: RawBody,
 ) -> Result<Response, ApiError> {
@@ -154,7 +154,7 @@ fn accepted(building: bool) -> StatusCode {
     responses((status = 200, description = "ranked memory lines (no chat model)", body = SearchReply), QueryErrors)
 )]
 pub(super) async fn search(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Id(id): Id,
     body: RawBody,
@@ -171,7 +171,7 @@ pub(super) async fn search(
     responses((status = 200, description = "ranked memory lines of all the user's conversations (no chat model)", body = UserSearchReply), QueryErrors)
 )]
 pub(super) async fn user_search(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     UserId(user): UserId,
     body: RawBody,
@@ -192,7 +192,7 @@ pub(super) async fn user_search(
     )
 )]
 pub(super) async fn ask(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Id(id): Id,
     body: RawBody,
@@ -212,7 +212,7 @@ pub(super) async fn ask(
     )
 )]
 pub(super) async fn user_ask(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     UserId(user): UserId,
     body: RawBody,
@@ -272,7 +272,7 @@ fn error_event(error: ApiError) -> Result<Event, axum::Error> {
     responses((status = 200, description = "the facts of the conversation", body = FactList), IdErrors)
 )]
 pub(super) async fn conversation_facts(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Id(id): Id,
     given: Params,
@@ -288,7 +288,7 @@ pub(super) async fn conversation_facts(
     responses((status = 200, description = "the facts of the user's conversations", body = FactList), IdErrors)
 )]
 pub(super) async fn user_facts(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     UserId(user): UserId,
     given: Params,
@@ -305,7 +305,7 @@ pub(super) async fn user_facts(
     responses((status = 200, description = "the correction's row in the audit log", body = Edit), EditErrors)
 )]
 pub(super) async fn correct(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Number(fact): Number<FACT>,
     body: RawBody,
@@ -322,7 +322,7 @@ pub(super) async fn correct(
     responses((status = 200, description = "the audit log, oldest first", body = EditList), IdErrors)
 )]
 pub(super) async fn history(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     given: Params,
 ) -> Answer<EditList> {
@@ -337,7 +337,7 @@ pub(super) async fn history(
     responses((status = 200, description = "the undo's row in the audit log, and the rebuild of a restored message's session", body = UndoReport), EditErrors)
 )]
 pub(super) async fn undo(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Number(edit): Number<EDIT>,
 ) -> Answer<UndoReport> {
@@ -351,7 +351,7 @@ pub(super) async fn undo(
     responses((status = 200, description = "the job: state, sessions done, failed and pending, tokens, errors", body = Job), IdErrors)
 )]
 pub(super) async fn job(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     Number(id): Number<JOB>,
 ) -> Answer<Job> {
@@ -365,7 +365,7 @@ pub(super) async fn job(
     responses((status = 200, description = "the jobs, newest first", body = JobList), IdErrors)
 )]
 pub(super) async fn jobs(
-    State(state): Shared,
+    State(state): AppRef,
     Extension(access): Caller,
     given: Params,
 ) -> Answer<JobList> {
@@ -387,7 +387,7 @@ pub(super) async fn method_not_allowed() -> ApiError {
 
 /// `GET /ready`: 200 while the store answers, else 503 `store_unavailable` (a readiness
 /// probe; no token, outside the OpenAPI document).
-pub(super) async fn ready(State(state): Shared) -> Response {
+pub(super) async fn ready(State(state): AppRef) -> Response {
     let store = state.service.store().clone();
     let checked = tokio::task::spawn_blocking(move || store.ping()).await;
     match checked {

@@ -85,14 +85,14 @@ struct KeyLabels {
 /// The server's metrics: the HTTP families it updates and the registry that also reads the
 /// model meters and the store at each scrape.
 #[derive(Debug)]
-pub(crate) struct Metrics {
+pub(crate) struct ServiceMetrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     durations: Durations,
     limited: Family<KeyLabels, Counter>,
 }
 
-impl Metrics {
+impl ServiceMetrics {
     /// The metrics of a server of `service`.
     pub(crate) fn new(service: &Arc<Service>) -> Arc<Self> {
         let requests = Family::<RequestLabels, Counter>::default();
@@ -159,7 +159,7 @@ impl Metrics {
 /// The layer counting and timing every request but the scrapes (added around every route with
 /// `Router::layer`, so the route template is known here).
 pub(crate) async fn track(
-    State(metrics): State<Arc<Metrics>>,
+    State(metrics): State<Arc<ServiceMetrics>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -195,7 +195,7 @@ fn method_label(method: &Method) -> &'static str {
 
 /// `GET /metrics`: encoded off the runtime (the store collector runs SQLite queries).
 async fn scrape(
-    State(metrics): State<Arc<Metrics>>,
+    State(metrics): State<Arc<ServiceMetrics>>,
     access: Option<axum::Extension<super::Access>>,
 ) -> Response {
     // Every user's counts: admin keys (and the operator's tokens) only.

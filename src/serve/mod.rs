@@ -102,7 +102,7 @@ struct AppState {
     /// Each token's or key's request rate, by name (`None`: no limit).
     limits: Option<limits::KeyLimits>,
     /// The metrics (refused requests by key).
-    metrics: Arc<metrics::Metrics>,
+    metrics: Arc<metrics::ServiceMetrics>,
 }
 
 /// The routes, each with its documentation: `routes!` adds a handler and its
@@ -145,7 +145,7 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
         .map(|token| (DEFAULT_TOKEN_NAME.to_string(), token.clone()))
         .chain(options.named_tokens.iter().cloned())
         .collect();
-    let metrics = metrics::Metrics::new(&service);
+    let metrics = metrics::ServiceMetrics::new(&service);
     let limits = options.key_rate_per_minute.map(limits::KeyLimits::new);
     let state =
         Arc::new(AppState { service, tokens, document, limits, metrics: Arc::clone(&metrics) });

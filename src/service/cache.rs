@@ -221,13 +221,13 @@ fn weight(bytes: usize) -> u32 {
 
 /// The counters of one cache.
 #[derive(Default)]
-struct Counters {
+struct CacheCounters {
     hits: AtomicU64,
     misses: AtomicU64,
     evictions: Arc<AtomicU64>,
 }
 
-impl Counters {
+impl CacheCounters {
     fn counts<K, V>(&self, cache: &moka::sync::Cache<K, V>, budget: u64) -> CacheCounts
     where
         K: std::hash::Hash + Eq + Send + Sync + 'static,
@@ -261,7 +261,7 @@ impl Counters {
 fn lru<K, V>(
     budget: u64,
     weigh: impl Fn(&K, &V) -> u32 + Send + Sync + 'static,
-    counters: &Counters,
+    counters: &CacheCounters,
 ) -> moka::sync::Cache<K, V>
 where
     K: std::hash::Hash + Eq + Send + Sync + 'static,
@@ -285,7 +285,7 @@ pub(super) struct ConversationCache {
     /// each loading and indexing the conversation (and embedding its words) again. A gate is
     /// dropped when its last holder releases it ([`ConversationCache::release`]).
     gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    counters: Counters,
+    counters: CacheCounters,
     builds: AtomicU64,
     extensions: AtomicU64,
     budget: u64,
@@ -302,7 +302,7 @@ impl Default for ConversationCache {
 impl ConversationCache {
     /// Empty caches within `budget`.
     pub(super) fn new(budget: CacheBudget) -> Self {
-        let counters = Counters::default();
+        let counters = CacheCounters::default();
         let bytes = budget.conversation_bytes();
         let entries =
             lru(bytes, |_: &String, entry: &Arc<Cached>| weight(entry.heap_bytes()), &counters);
@@ -418,13 +418,13 @@ impl ConversationCache {
 /// every conversation), so words share the cache.
 pub(super) struct QueryVectorCache {
     vectors: moka::sync::Cache<(String, String), Arc<[f32]>>,
-    counters: Counters,
+    counters: CacheCounters,
     budget: u64,
 }
 
 impl QueryVectorCache {
     fn new(budget: u64) -> Self {
-        let counters = Counters::default();
+        let counters = CacheCounters::default();
         let vectors = lru(
             budget,
             |(embedder, text): &(String, String), vector: &Arc<[f32]>| {

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::{MemoryService, ServiceError, blocking};
 use crate::llm::structured::chat_json;
-use crate::llm::{ChatModel, ChatRequest, Embedder, JsonSchemaSpec, Message, Step, Usage};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, Embedder, JsonSchemaSpec, Step, Usage};
 use crate::store::{FactPair, FactVerdict, StoredFact};
 
 /// Re-asks when the verdicts are not JSON of the expected shape.
@@ -200,7 +200,7 @@ where
             Ok(prompt) => prompt,
             Err(error) => return (Err(error.to_string()), (0, Usage::default())),
         };
-        let mut request = ChatRequest::new(&self.settings.model, vec![Message::user(prompt)]);
+        let mut request = ChatRequest::new(&self.settings.model, vec![ChatMessage::user(prompt)]);
         request.temperature = Some(0.0);
         request.seed = Some(0);
         request.for_step(Some(Step::Facts), &self.chat);

@@ -1,6 +1,6 @@
 //! Resolved settings: command-line arguments plus environment, decided once, in one place.
 //!
-//! [`resolve`] turns the parsed command and the environment into a [`Job`]: everything that
+//! [`resolve`] turns the parsed command and the environment into a [`Resolved`]: everything that
 //! command needs as typed values, the settings of the layers it drives (`BuildSettings`,
 //! `AnswerSettings`, `EvalSettings`, `RetrieveSettings`, `ServiceSettings`, …) filled in.
 //! Paths are made absolute, model aliases resolved, the endpoint and key chosen. Commands
@@ -154,7 +154,7 @@ impl ProjectPaths {
 
 /// One command, resolved: what `main` hands to `commands::<command>::execute`.
 #[derive(Debug)]
-pub enum Job {
+pub enum Resolved {
     /// `mragent ping`: the endpoint and the model to ask.
     Ping(ModelSettings),
     /// `mragent build`.
@@ -195,31 +195,33 @@ pub fn resolve(
     paths: &ProjectPaths,
     quiet: bool,
     env: &impl Env,
-) -> anyhow::Result<Job> {
+) -> anyhow::Result<Resolved> {
     Ok(match command {
         Command::Ping(args) => {
-            Job::Ping(ModelSettings::resolve(&args.model, |name| env.var(name))?)
+            Resolved::Ping(ModelSettings::resolve(&args.model, |name| env.var(name))?)
         }
-        Command::Build(args) => Job::Build(BuildJob::resolve(paths, &args, quiet, env)?),
-        Command::Run(args) => Job::Run(Box::new(RunJob::resolve(paths, &args, quiet, env)?)),
-        Command::Eval(args) => Job::Eval(EvalJob::resolve(paths, &args, env)?),
-        Command::Compare(args) => Job::Compare(CompareJob::resolve(paths, &args, env)?),
-        Command::Learn(args) => Job::Learn(Box::new(LearnJob::resolve(paths, &args, quiet, env)?)),
-        Command::Retrieve(args) => Job::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),
-        Command::Trace(args) => Job::Trace(TraceJob::resolve(paths, args, env)),
-        Command::Memory(args) => Job::Memory(MemoryJob::resolve(paths, args.command, env)?),
-        Command::Ask(args) => Job::Ask(AskJob::resolve(paths, args, env)?),
-        Command::Serve(args) => Job::Serve(ServeJob::resolve(paths, &args, env)?),
-        Command::Mcp(args) => Job::Mcp(McpJob::resolve(paths, &args, env)?),
+        Command::Build(args) => Resolved::Build(BuildJob::resolve(paths, &args, quiet, env)?),
+        Command::Run(args) => Resolved::Run(Box::new(RunJob::resolve(paths, &args, quiet, env)?)),
+        Command::Eval(args) => Resolved::Eval(EvalJob::resolve(paths, &args, env)?),
+        Command::Compare(args) => Resolved::Compare(CompareJob::resolve(paths, &args, env)?),
+        Command::Learn(args) => {
+            Resolved::Learn(Box::new(LearnJob::resolve(paths, &args, quiet, env)?))
+        }
+        Command::Retrieve(args) => Resolved::Retrieve(RetrieveJob::resolve(paths, &args, quiet)?),
+        Command::Trace(args) => Resolved::Trace(TraceJob::resolve(paths, args, env)),
+        Command::Memory(args) => Resolved::Memory(MemoryJob::resolve(paths, args.command, env)?),
+        Command::Ask(args) => Resolved::Ask(AskJob::resolve(paths, args, env)?),
+        Command::Serve(args) => Resolved::Serve(ServeJob::resolve(paths, &args, env)?),
+        Command::Mcp(args) => Resolved::Mcp(McpJob::resolve(paths, &args, env)?),
         Command::Store(args) => match args.command {
-            crate::cli::StoreCommand::Copy(copy) => Job::StoreCopy(copy),
+            crate::cli::StoreCommand::Copy(copy) => Resolved::StoreCopy(copy),
         },
-        Command::Keys(args) => Job::Keys(paths.clone(), args.command),
+        Command::Keys(args) => Resolved::Keys(paths.clone(), args.command),
         Command::Replay(args) => {
-            Job::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
+            Resolved::Run(Box::new(RunJob::resolve_replay(paths, &args, quiet, env)?))
         }
-        Command::Export(args) => Job::Export(ExportJob::resolve(paths, &args)?),
-        Command::Verify(args) => Job::Verify(VerifyJob::resolve(&args)?),
+        Command::Export(args) => Resolved::Export(ExportJob::resolve(paths, &args)?),
+        Command::Verify(args) => Resolved::Verify(VerifyJob::resolve(&args)?),
     })
 }
 

@@ -21,7 +21,7 @@ impl Env for Fixed {
     }
 }
 
-fn job(argv: &[&str], env: &[(&'static str, &'static str)]) -> anyhow::Result<Job> {
+fn job(argv: &[&str], env: &[(&'static str, &'static str)]) -> anyhow::Result<Resolved> {
     let cli = Cli::parse_from(std::iter::once("mragent").chain(argv.iter().copied()));
     let paths = ProjectPaths { root: "/project".into(), store: None };
     resolve(cli.command, &paths, true, &Fixed(env.iter().copied().collect()))
@@ -29,7 +29,7 @@ fn job(argv: &[&str], env: &[(&'static str, &'static str)]) -> anyhow::Result<Jo
 
 #[test]
 fn serve_reads_its_token_from_the_environment() {
-    let Job::Serve(serve) =
+    let Resolved::Serve(serve) =
         job(&["serve", "--workers", "2"], &[("MRAGENT_SERVE_TOKEN", "t")]).unwrap()
     else {
         panic!("not serve");
@@ -37,7 +37,7 @@ fn serve_reads_its_token_from_the_environment() {
     assert_eq!(serve.options.token.as_deref(), Some("t"));
     assert_eq!(serve.own.service.workers, 2);
     assert_eq!(serve.own.service.embedder, crate::service::LOCAL_EMBEDDER);
-    let Job::Serve(serve) = job(&["serve"], &[("MRAGENT_SERVE_TOKEN", "")]).unwrap() else {
+    let Resolved::Serve(serve) = job(&["serve"], &[("MRAGENT_SERVE_TOKEN", "")]).unwrap() else {
         panic!("not serve");
     };
     assert_eq!(serve.options.token, None, "an empty token is none");
@@ -47,7 +47,7 @@ fn serve_reads_its_token_from_the_environment() {
 #[test]
 fn mcp_resolves_the_service_as_serve_does() {
     let argv = ["mcp", "--workers", "3", "--session-gap", "2h", "--embedder", "e", "--model", "m"];
-    let Job::Mcp(mcp) = job(&argv, &[("OPENAI_API_KEY", "k")]).unwrap() else {
+    let Resolved::Mcp(mcp) = job(&argv, &[("OPENAI_API_KEY", "k")]).unwrap() else {
         panic!("not mcp");
     };
     assert_eq!(mcp.own.service.workers, 3);
@@ -56,7 +56,7 @@ fn mcp_resolves_the_service_as_serve_does() {
     assert_eq!(mcp.own.service.model, "m");
     let mut serve_argv = vec!["serve"];
     serve_argv.extend_from_slice(&argv[1..]);
-    let Job::Serve(serve) = job(&serve_argv, &[("OPENAI_API_KEY", "k")]).unwrap() else {
+    let Resolved::Serve(serve) = job(&serve_argv, &[("OPENAI_API_KEY", "k")]).unwrap() else {
         panic!("not serve");
     };
     assert_eq!(serve.own.service, mcp.own.service);
@@ -65,7 +65,7 @@ fn mcp_resolves_the_service_as_serve_does() {
 #[test]
 fn forgetting_a_conversation_resolves_no_model() {
     let whole = ["memory", "forget", "--conversation", "c", "--base-url", "localhost"];
-    assert!(matches!(job(&whole, &[]).unwrap(), Job::Memory(MemoryJob::Forget { .. })));
+    assert!(matches!(job(&whole, &[]).unwrap(), Resolved::Memory(MemoryJob::Forget { .. })));
     let one = [&whole[..], &["--message", "m1"]].concat();
     let message = job(&one, &[]).unwrap_err().to_string();
     assert!(message.contains("--base-url"), "{message}");
@@ -74,7 +74,8 @@ fn forgetting_a_conversation_resolves_no_model() {
 #[test]
 fn run_settings_reach_the_build_and_answer_settings() {
     let argv = ["run", "--data", "lm", "--seed", "7", "--workers", "3", "--no-traces"];
-    let Job::Run(run) = job(&[&argv[..], &["--no-memgas", "--file", "t"]].concat(), &[]).unwrap()
+    let Resolved::Run(run) =
+        job(&[&argv[..], &["--no-memgas", "--file", "t"]].concat(), &[]).unwrap()
     else {
         panic!("not run");
     };
@@ -82,7 +83,7 @@ fn run_settings_reach_the_build_and_answer_settings() {
     assert_eq!((run.build.workers, run.build.progress), (3, false));
     assert_eq!((run.answer.seed, run.answer.workers, run.answer.traces), (7, 3, false));
     assert_eq!((run.answer.file.as_str(), run.memgas), ("t", None));
-    let Job::Run(run) = job(&["run"], &[("OPENROUTER_API_KEY", "k")]).unwrap() else {
+    let Resolved::Run(run) = job(&["run"], &[("OPENROUTER_API_KEY", "k")]).unwrap() else {
         panic!("not run");
     };
     assert!(run.models.api_key.is_some());
@@ -92,7 +93,7 @@ fn run_settings_reach_the_build_and_answer_settings() {
 #[test]
 fn eval_paths_are_under_the_root_and_the_judge_is_resolved() {
     let argv = ["eval", "--data", "lm", "--judge-prompt", "p.txt", "--judge-model", "gemini"];
-    let Job::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
+    let Resolved::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
     let scoring = eval.scoring;
     assert_eq!(scoring.settings.dataset, DatasetKind::LongMemEval);
     assert_eq!(scoring.settings.judge_prompt.as_deref(), Some(Path::new("/project/p.txt")));
@@ -106,21 +107,21 @@ fn eval_paths_are_under_the_root_and_the_judge_is_resolved() {
 #[test]
 fn eval_judge_protocols_are_a_list_that_must_fit_the_dataset() {
     let argv = ["eval", "--judge-protocol", "mem0,strict,longmemeval", "--judge-runs", "1"];
-    let Job::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
+    let Resolved::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
     let protocols = [JudgeProtocol::Mem0, JudgeProtocol::Strict, JudgeProtocol::LongMemEval];
     assert_eq!(eval.scoring.protocols, protocols);
     assert_eq!(
         (eval.scoring.settings.protocol, eval.scoring.settings.judge_runs),
         (protocols[0], 1)
     );
-    let Job::Eval(eval) = job(&["eval", "--judge-protocol", "strict"], &[]).unwrap() else {
+    let Resolved::Eval(eval) = job(&["eval", "--judge-protocol", "strict"], &[]).unwrap() else {
         panic!("not eval")
     };
     assert_eq!(eval.scoring.protocols, [JudgeProtocol::Strict]);
     assert_eq!(
         job(&["eval"], &[])
             .map(|job| match job {
-                Job::Eval(eval) => eval.scoring.protocols,
+                Resolved::Eval(eval) => eval.scoring.protocols,
                 _ => Vec::new(),
             })
             .unwrap(),
@@ -143,7 +144,7 @@ fn eval_judge_protocols_are_a_list_that_must_fit_the_dataset() {
 #[test]
 fn compare_takes_two_checked_run_tags_and_one_protocol() {
     let argv = ["compare", "meta-x", "meta-x-base", "--judge-model", "gemini", "--partial"];
-    let Job::Compare(compare) = job(&argv, &[]).unwrap() else { panic!("not compare") };
+    let Resolved::Compare(compare) = job(&argv, &[]).unwrap() else { panic!("not compare") };
     assert_eq!(compare.scoring.settings.file, "meta-x");
     assert_eq!(compare.run_b, "meta-x-base");
     assert!(compare.scoring.settings.partial);
@@ -161,9 +162,9 @@ fn compare_takes_two_checked_run_tags_and_one_protocol() {
 #[test]
 fn eval_paired_with_is_a_checked_tag_other_than_the_file() {
     let argv = ["eval", "--file", "meta-x", "--paired-with", "meta-x-base"];
-    let Job::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
+    let Resolved::Eval(eval) = job(&argv, &[]).unwrap() else { panic!("not eval") };
     assert_eq!(eval.paired_with.as_deref(), Some("meta-x-base"));
-    let Job::Eval(eval) = job(&["eval"], &[]).unwrap() else { panic!("not eval") };
+    let Resolved::Eval(eval) = job(&["eval"], &[]).unwrap() else { panic!("not eval") };
     assert_eq!(eval.paired_with, None);
     let error = job(&["eval", "--file", "a", "--paired-with", "a"], &[]).unwrap_err();
     assert!(error.to_string().contains("--paired-with names the run --file"), "{error}");

@@ -96,6 +96,30 @@ fn references(path: &Path, code: &str) -> Vec<String> {
     found
 }
 
+/// Every type name in `src/` has one meaning: no struct, enum, trait or type alias is defined
+/// twice, except the names that mean the same thing wherever they are: each module's `Error`,
+/// each tool's `Args`, and `Message` (a conversation's message, and its OpenAPI schema).
+#[test]
+fn no_type_name_is_defined_twice_with_two_meanings() {
+    let same_meaning = ["Error", "Args", "Message"];
+    // Items at the top of a file, and types in a file's inline modules (not associated types).
+    let definition = regex::Regex::new(
+        r"(?m)^(?:(?:pub(?:\([^)]*\))? )?(?:struct|enum|trait|type)|    (?:pub(?:\([^)]*\))? )?(?:struct|enum|trait)) ([A-Z]\w*)",
+    )
+    .unwrap();
+    let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (path, text) in source_files() {
+        for found in definition.captures_iter(&text) {
+            defined.entry(found[1].to_string()).or_default().push(path.display().to_string());
+        }
+    }
+    let twice: Vec<_> = defined
+        .iter()
+        .filter(|(name, places)| places.len() > 1 && !same_meaning.contains(&name.as_str()))
+        .collect();
+    assert!(twice.is_empty(), "type names defined more than once: {twice:?}");
+}
+
 /// The crate version is real: the changelog's first entry is the version every build reports.
 #[test]
 fn the_changelog_starts_with_the_crate_version() {

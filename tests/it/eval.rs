@@ -235,7 +235,7 @@ fn read_scores(root: &Path, dataset: &str) -> Vec<ItemScore> {
     text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
-fn row<'a>(summary: &'a EvalSummary, key: &str) -> &'a mragent::eval::report::Row {
+fn row<'a>(summary: &'a EvalSummary, key: &str) -> &'a mragent::eval::report::TableRow {
     summary.rows.iter().find(|row| row.key == key).unwrap()
 }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::RenderOptions;
 use crate::agent::trace::{TraceEvent, TraceRecord};
-use crate::llm::{CallLog, Message, Role};
+use crate::llm::{CallLog, ChatMessage, Role};
 use crate::results::Status;
 
 /// Styles of the timeline.
@@ -380,7 +380,7 @@ fn render_calls(out: &mut String, calls: &CallLog, prefix: &str, palette: &Palet
 /// event. Assistant messages were shown as responses and the system prompt is a template.
 fn render_sent_message(
     out: &mut String,
-    message: &Message,
+    message: &ChatMessage,
     executed_calls: &std::collections::BTreeSet<String>,
     palette: &Palette,
     limit: usize,

@@ -11,7 +11,9 @@ use serde_json::Value;
 use super::input::CallSettings;
 use crate::agent::trace::{TraceEvent, TraceWriter, failed_call, is_plain_call, rejected_excerpt};
 use crate::llm::structured::chat_json;
-use crate::llm::{CallLog, ChatModel, ChatRequest, ChatResponse, JsonSchemaSpec, Message, Usage};
+use crate::llm::{
+    CallLog, ChatMessage, ChatModel, ChatRequest, ChatResponse, JsonSchemaSpec, Usage,
+};
 
 /// One structured call of the answer stage, traced; the usage counts every attempt that
 /// returned.
@@ -25,7 +27,7 @@ pub(super) async fn ask_json<M: ChatModel>(
     trace: &mut TraceWriter,
 ) -> (Result<Value, crate::llm::Error>, Usage) {
     let mut request =
-        ChatRequest::new(call.model, vec![Message::system(system), Message::user(user)]);
+        ChatRequest::new(call.model, vec![ChatMessage::system(system), ChatMessage::user(user)]);
     request.temperature = call.temperature;
     request.seed = call.seed;
     request.for_step(crate::llm::Step::for_schema(&schema.name), model);
@@ -74,7 +76,7 @@ pub(super) async fn ask_json<M: ChatModel>(
 
 /// One reply `chat_json` received, with the last user message of its request (the re-ask
 /// quoting why the previous reply was rejected).
-struct Reply {
+struct ReceivedReply {
     reask: String,
     reply: String,
     usage: Usage,
@@ -84,7 +86,7 @@ struct Reply {
 /// retry layer's [`CallLog`] of a reply, the attempts of a failed call).
 struct Recording<'a, M> {
     inner: &'a M,
-    replies: Mutex<Vec<Reply>>,
+    replies: Mutex<Vec<ReceivedReply>>,
     calls: Mutex<Vec<CallLog>>,
 }
 
@@ -105,7 +107,7 @@ impl<M: ChatModel> ChatModel for Recording<'_, M> {
             let reply = response.message.content.clone().unwrap_or_default();
             let usage = response.usage;
             let mut replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
-            replies.push(Reply { reask, reply, usage });
+            replies.push(ReceivedReply { reask, reply, usage });
         }
         response
     }

@@ -2,13 +2,13 @@
 
 use std::collections::BTreeSet;
 
-use super::{AnswerRun, Phase, Slot, ToolOutput};
+use super::{AnswerRun, PendingCall, Phase, ToolOutput};
 use crate::agent::tools::{Tool, ToolError};
-use crate::llm::Message;
+use crate::llm::ChatMessage;
 
 impl AnswerRun {
     /// Appends the assistant message and decides, call by call, what runs.
-    pub(super) fn take_tool_calls(&mut self, message: Message) {
+    pub(super) fn take_tool_calls(&mut self, message: ChatMessage) {
         let limits = self.setup.limits;
         let mut slots = Vec::with_capacity(message.tool_calls.len());
         let mut executed_this_round = 0;
@@ -22,7 +22,7 @@ impl AnswerRun {
                 None
             };
             let slot = match refusal {
-                Some(reason) => Slot {
+                Some(reason) => PendingCall {
                     call_id: call.id.clone(),
                     tool: None,
                     content: Some(ToolError::LimitReached(reason).to_tool_result()),
@@ -31,10 +31,12 @@ impl AnswerRun {
                     executed_this_round += 1;
                     self.executed_calls += 1;
                     match Tool::parse(&call.name, &call.arguments) {
-                        Ok(tool) => {
-                            Slot { call_id: call.id.clone(), tool: Some(tool), content: None }
-                        }
-                        Err(error) => Slot {
+                        Ok(tool) => PendingCall {
+                            call_id: call.id.clone(),
+                            tool: Some(tool),
+                            content: None,
+                        },
+                        Err(error) => PendingCall {
                             call_id: call.id.clone(),
                             tool: None,
                             content: Some(error.to_tool_result()),
@@ -52,7 +54,7 @@ impl AnswerRun {
         }
     }
 
-    /// Reports the outputs of the last [`Step::CallTools`]. Outputs may come in any order; a
+    /// Reports the outputs of the last [`NextStep::CallTools`]. Outputs may come in any order; a
     /// call without an output is answered with an error so the transcript stays well formed.
     pub fn tools_finished(&mut self, outputs: Vec<ToolOutput>) {
         let Phase::AwaitingTools(mut slots) = std::mem::replace(&mut self.phase, Phase::Ready)
@@ -70,12 +72,12 @@ impl AnswerRun {
         self.append_tool_messages(slots);
     }
 
-    pub(super) fn append_tool_messages(&mut self, slots: Vec<Slot>) {
+    pub(super) fn append_tool_messages(&mut self, slots: Vec<PendingCall>) {
         for slot in slots {
             let content = slot.content.unwrap_or_else(|| {
                 ToolError::NotFound("the tool produced no result".into()).to_tool_result()
             });
-            self.messages.push(Message::tool(slot.call_id, content));
+            self.messages.push(ChatMessage::tool(slot.call_id, content));
         }
         self.phase = Phase::Ready;
         self.end_tool_round();
@@ -84,7 +86,7 @@ impl AnswerRun {
 
 /// Gives every tool call a non-empty id that is unique within the message (some providers send
 /// empty or repeated ids; the tool messages must echo distinct ones).
-pub(super) fn normalise_call_ids(message: &mut Message, round: u32) {
+pub(super) fn normalise_call_ids(message: &mut ChatMessage, round: u32) {
     let mut seen = BTreeSet::new();
     for (index, call) in message.tool_calls.iter_mut().enumerate() {
         if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {

@@ -1,7 +1,7 @@
 //! The tool-calling loop of one question as a sans-IO state machine.
 //!
 //! [`AnswerRun`] holds the transcript and decides what happens next; it never performs IO. The
-//! async driver in `agent/tool_loop.rs` asks [`AnswerRun::next_step`] for the next [`Step`],
+//! async driver in `agent/tool_loop.rs` asks [`AnswerRun::next_step`] for the next [`NextStep`],
 //! performs it (a model call, or a batch of tool calls) and feeds the outcome back with
 //! [`AnswerRun::model_responded`] or [`AnswerRun::tools_finished`]. Turn limits, the tool-call
 //! budget, recovery from malformed calls and final-answer validation are therefore unit-tested
@@ -32,7 +32,7 @@ pub use self::answer::{DEFAULT_CONFIDENCE, FinalAnswer, answer_schema, parse_ans
 use self::calls::normalise_call_ids;
 use crate::agent::tools::{Tool, ToolError};
 use crate::llm::{
-    self, ChatRequest, ChatResponse, JsonSchemaSpec, Message, Role, ToolChoice, ToolSpec, Usage,
+    self, ChatMessage, ChatRequest, ChatResponse, JsonSchemaSpec, Role, ToolChoice, ToolSpec, Usage,
 };
 use crate::prompts;
 
@@ -86,7 +86,7 @@ pub struct RunSetup {
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct AnswerOutcome {
     /// The answer, or why there is none.
     pub answer: Result<FinalAnswer, String>,
     /// Model requests made.
@@ -117,18 +117,18 @@ pub struct ToolOutput {
 
 /// What the driver must do next.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub enum NextStep {
     /// Send this request and report with [`AnswerRun::model_responded`].
     CallModel(ChatRequest),
     /// Execute these calls and report with [`AnswerRun::tools_finished`], one output per call.
     CallTools(Vec<ToolInvocation>),
     /// The run is over.
-    Done(Outcome),
+    Done(AnswerOutcome),
 }
 
 /// One tool call of the latest assistant message, waiting for its tool message.
 #[derive(Debug, Clone)]
-struct Slot {
+struct PendingCall {
     call_id: String,
     /// Set for calls to execute; `None` once `content` is known.
     tool: Option<Tool>,
@@ -142,16 +142,16 @@ enum Phase {
     /// A request is out.
     AwaitingModel,
     /// Tool calls are out.
-    AwaitingTools(Vec<Slot>),
+    AwaitingTools(Vec<PendingCall>),
     /// Finished.
-    Done(Outcome),
+    Done(AnswerOutcome),
 }
 
 /// The state of one question's tool-calling loop.
 #[derive(Debug, Clone)]
 pub struct AnswerRun {
     setup: RunSetup,
-    messages: Vec<Message>,
+    messages: Vec<ChatMessage>,
     phase: Phase,
     /// Model responses received (all rounds, re-asks included).
     rounds: u32,
@@ -177,7 +177,7 @@ impl AnswerRun {
     /// A run about to send its first request.
     pub fn new(setup: RunSetup) -> Self {
         let messages =
-            vec![Message::system(setup.system.clone()), Message::user(setup.user.clone())];
+            vec![ChatMessage::system(setup.system.clone()), ChatMessage::user(setup.user.clone())];
         let final_round = setup.limits.max_rounds <= 1;
         Self {
             setup,
@@ -204,15 +204,15 @@ impl AnswerRun {
     }
 
     /// The transcript so far.
-    pub fn messages(&self) -> &[Message] {
+    pub fn messages(&self) -> &[ChatMessage] {
         &self.messages
     }
 
     /// What to do next. Calling it again before reporting returns the same step.
-    pub fn next_step(&mut self) -> Step {
+    pub fn next_step(&mut self) -> NextStep {
         match &self.phase {
-            Phase::Done(outcome) => Step::Done(outcome.clone()),
-            Phase::AwaitingTools(slots) => Step::CallTools(
+            Phase::Done(outcome) => NextStep::Done(outcome.clone()),
+            Phase::AwaitingTools(slots) => NextStep::CallTools(
                 slots
                     .iter()
                     .filter_map(|slot| {
@@ -225,7 +225,7 @@ impl AnswerRun {
             Phase::Ready | Phase::AwaitingModel => {
                 self.prepare_round();
                 self.phase = Phase::AwaitingModel;
-                Step::CallModel(self.request())
+                NextStep::CallModel(self.request())
             }
         }
     }
@@ -238,14 +238,14 @@ impl AnswerRun {
         if self.final_round {
             if !self.final_prepared {
                 self.final_prepared = true;
-                self.messages.push(Message::user(self.setup.final_instructions.clone()));
+                self.messages.push(ChatMessage::user(self.setup.final_instructions.clone()));
             }
         } else if self.setup.time_nudge
             && !self.time_nudged
             && self.rounds + 2 == self.setup.limits.max_rounds
         {
             self.time_nudged = true;
-            self.messages.push(Message::user(prompts::ANSWER_TIME_NUDGE.text.trim()));
+            self.messages.push(ChatMessage::user(prompts::ANSWER_TIME_NUDGE.text.trim()));
         }
     }
 
@@ -270,7 +270,7 @@ impl AnswerRun {
         request
     }
 
-    /// Reports the result of the request from the last [`Step::CallModel`].
+    /// Reports the result of the request from the last [`NextStep::CallModel`].
     pub fn model_responded(&mut self, response: Result<ChatResponse, llm::Error>) {
         if !matches!(self.phase, Phase::AwaitingModel) {
             return;
@@ -310,13 +310,13 @@ impl AnswerRun {
             _ if !message.tool_calls.is_empty() => self.take_tool_calls(message),
             _ => {
                 self.messages.push(message);
-                self.messages.push(Message::user(prompts::ANSWER_NUDGE.text.trim()));
+                self.messages.push(ChatMessage::user(prompts::ANSWER_NUDGE.text.trim()));
                 self.end_tool_round();
             }
         }
     }
 
-    fn handle_final(&mut self, message: Message, attempt: Option<Result<FinalAnswer, String>>) {
+    fn handle_final(&mut self, message: ChatMessage, attempt: Option<Result<FinalAnswer, String>>) {
         let error = match attempt {
             Some(Ok(answer)) => {
                 self.finish(Ok(answer));
@@ -339,7 +339,7 @@ impl AnswerRun {
         self.messages.push(message);
         for call_id in calls {
             let refused = ToolError::LimitReached("this is the final round".into());
-            self.messages.push(Message::tool(call_id, refused.to_tool_result()));
+            self.messages.push(ChatMessage::tool(call_id, refused.to_tool_result()));
         }
         self.reask(&error);
     }
@@ -354,7 +354,7 @@ impl AnswerRun {
         let text = prompts::ANSWER_REASK
             .render(&[("error", error)])
             .unwrap_or_else(|_| format!("Your answer could not be used: {error}"));
-        self.messages.push(Message::user(text));
+        self.messages.push(ChatMessage::user(text));
         if !self.final_round {
             self.end_tool_round();
         }
@@ -391,7 +391,7 @@ impl AnswerRun {
     }
 
     fn finish(&mut self, answer: Result<FinalAnswer, String>) {
-        self.phase = Phase::Done(Outcome {
+        self.phase = Phase::Done(AnswerOutcome {
             answer,
             rounds: self.rounds,
             tool_calls: self.tool_calls,

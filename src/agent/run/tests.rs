@@ -18,7 +18,7 @@ fn setup(limits: RunLimits) -> RunSetup {
 }
 
 fn reply(content: Option<&str>, calls: &[(&str, &str, &str)]) -> Result<ChatResponse, llm::Error> {
-    let mut message = Message::assistant(content.unwrap_or_default());
+    let mut message = ChatMessage::assistant(content.unwrap_or_default());
     message.content = content.map(str::to_string);
     message.tool_calls = calls
         .iter()
@@ -35,27 +35,27 @@ const ANSWER: &str = r#"{"mode":"answer","answer":"Art studio","supports":["D1:3
 
 fn expect_model(run: &mut AnswerRun) -> ChatRequest {
     match run.next_step() {
-        Step::CallModel(request) => request,
+        NextStep::CallModel(request) => request,
         other => panic!("expected a model call, got {other:?}"),
     }
 }
 
 fn expect_tools(run: &mut AnswerRun) -> Vec<ToolInvocation> {
     match run.next_step() {
-        Step::CallTools(calls) => calls,
+        NextStep::CallTools(calls) => calls,
         other => panic!("expected tool calls, got {other:?}"),
     }
 }
 
-fn expect_done(run: &mut AnswerRun) -> Outcome {
+fn expect_done(run: &mut AnswerRun) -> AnswerOutcome {
     match run.next_step() {
-        Step::Done(outcome) => outcome,
+        NextStep::Done(outcome) => outcome,
         other => panic!("expected the end, got {other:?}"),
     }
 }
 
 /// Every assistant tool call is followed by exactly its tool messages, in order.
-fn assert_well_formed(messages: &[Message]) {
+fn assert_well_formed(messages: &[ChatMessage]) {
     let mut index = 0;
     while index < messages.len() {
         let message = &messages[index];

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::agent::counts::Counts;
 use crate::dataset::Category;
-use crate::llm::{CallLog, Message, ToolSpec, Usage};
+use crate::llm::{CallLog, ChatMessage, ToolSpec, Usage};
 use crate::results::Status;
 
 /// One line of a trace file.
@@ -67,7 +67,7 @@ pub enum TraceEvent {
         /// What the call was for.
         purpose: String,
         /// The full request.
-        messages: Vec<Message>,
+        messages: Vec<ChatMessage>,
         /// The parsed JSON reply, when the call succeeded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<Value>,
@@ -126,7 +126,7 @@ pub enum TraceEvent {
         /// Index of the first message in `messages` within the full transcript.
         messages_from: usize,
         /// Messages added since the previous request (all of them for the first).
-        messages: Vec<Message>,
+        messages: Vec<ChatMessage>,
         /// Tool specs; only on the first request (later requests offer the same tools).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tools: Vec<ToolSpec>,
@@ -141,7 +141,7 @@ pub enum TraceEvent {
         round: u32,
         /// The assistant message, when the call succeeded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        message: Option<Message>,
+        message: Option<ChatMessage>,
         /// Provider finish reason.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,

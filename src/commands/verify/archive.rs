@@ -1,19 +1,19 @@
 //! The archive itself: unpacking it, every member against `archive.json`, and `archive.json`
-//! against the hashed manifest member ([`Checked`]).
+//! against the hashed manifest member ([`ArchiveClaims`]).
 
 use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::Checked;
+use super::ArchiveClaims;
 use crate::commands::export::{ARCHIVE_FORMAT, ArchiveIndex, INDEX};
 
 /// The hashed manifest member, and `archive.json` checked against it and the other members.
 pub(super) fn check_index(
     index: ArchiveIndex,
     root: &Path,
-) -> anyhow::Result<Result<Checked, String>> {
+) -> anyhow::Result<Result<ArchiveClaims, String>> {
     let manifest_member =
         format!("result/{}/{}_{}.manifest.json", index.dataset, index.model, index.file);
     let Ok(text) = std::fs::read_to_string(root.join(&manifest_member)) else {
@@ -85,7 +85,7 @@ pub(super) fn check_index(
     if eval.is_none() && root.join(&judge_calls).is_file() {
         return Ok(Err(format!("{judge_calls} is archived without {record_member}")));
     }
-    Ok(Ok(Checked { index, manifest, manifest_member, eval }))
+    Ok(Ok(ArchiveClaims { index, manifest, manifest_member, eval }))
 }
 
 /// Unpacks the archive under `root` (plain files at safe relative paths only) and reads its index.

@@ -103,14 +103,14 @@ impl Report {
 
 /// The archive's settings as its hashed members say them: the manifest member drives every
 /// check, and `archive.json` is checked against it.
-struct Checked {
+struct ArchiveClaims {
     index: ArchiveIndex,
     manifest: serde_json::Value,
     manifest_member: String,
     eval: Option<super::eval::EvalRecord>,
 }
 
-impl Checked {
+impl ArchiveClaims {
     fn samples(&self) -> Vec<String> {
         self.manifest["settings"]["samples"]
             .as_array()
@@ -152,7 +152,7 @@ async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, St
 }
 
 /// Sorts every member into recomputed, inputs and carried (see [`Report`]).
-fn classify(checked: &Checked, report: &mut Report) {
+fn classify(checked: &ArchiveClaims, report: &mut Report) {
     let index = &checked.index;
     let samples = checked.samples();
     for member in &index.files {

@@ -6,11 +6,11 @@ use std::path::Path;
 use anyhow::Context as _;
 use clap::{CommandFactory as _, FromArgMatches as _};
 
-use super::{Checked, relative};
+use super::{ArchiveClaims, relative};
 
 /// The result lines of the run, as `(sample, question id, file, line number)`.
 fn result_lines(
-    checked: &Checked,
+    checked: &ArchiveClaims,
     root: &Path,
 ) -> anyhow::Result<Vec<(String, String, String, usize)>> {
     let index = &checked.index;
@@ -32,7 +32,7 @@ fn result_lines(
 
 /// A trace for every result line, when the run wrote traces; the number of result lines.
 pub(super) fn check_traces(
-    checked: &Checked,
+    checked: &ArchiveClaims,
     root: &Path,
 ) -> anyhow::Result<Result<usize, String>> {
     let index = &checked.index;
@@ -55,7 +55,7 @@ pub(super) fn check_traces(
 /// Every question the replay traced has its trace in the archive, whatever the manifest says
 /// of traces (the replay writes them as the recorded run did).
 pub(super) fn check_replayed_traces(
-    checked: &Checked,
+    checked: &ArchiveClaims,
     root: &Path,
 ) -> anyhow::Result<Option<String>> {
     let index = &checked.index;
@@ -77,7 +77,10 @@ pub(super) fn check_replayed_traces(
 /// The answers replayed from the recorded calls into a `-verify` tag, compared line by line.
 /// Every setting comes from the archived manifest: the arguments are parsed with no
 /// environment variable read, and resolved against an empty environment.
-pub(super) async fn replay(checked: &Checked, root: &Path) -> anyhow::Result<Result<(), String>> {
+pub(super) async fn replay(
+    checked: &ArchiveClaims,
+    root: &Path,
+) -> anyhow::Result<Result<(), String>> {
     let index = &checked.index;
     let mut args: Vec<String> = vec!["mragent".into(), "-q".into(), "replay".into()];
     let mut given: Vec<String> = checked.manifest["replay_args"]
@@ -114,7 +117,7 @@ pub(super) async fn replay(checked: &Checked, root: &Path) -> anyhow::Result<Res
     };
     let paths = crate::settings::ProjectPaths { root: root.to_path_buf(), store: None };
     let job = match crate::settings::resolve(cli.command, &paths, true, &crate::settings::NoEnv)? {
-        crate::settings::Job::Run(job) => job,
+        crate::settings::Resolved::Run(job) => job,
         _ => anyhow::bail!("the archived replay_args do not make a replay"),
     };
     let calls = format!("record/{}/{}_{}.calls.sqlite", index.dataset, index.model, index.file);

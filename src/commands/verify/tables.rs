@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::{Checked, Report, relative};
+use super::{ArchiveClaims, Report, relative};
 use crate::llm::tape::{CallStore, Offline, Tape, TapeMode, TapedChat};
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, Error as LlmError, Step};
 
@@ -17,7 +17,7 @@ const RECOMPUTED: &[&str] =
 /// The eval folder recomputed from the results, the dataset and the recorded judge calls,
 /// against the archived one.
 pub(super) async fn check_eval(
-    checked: &Checked,
+    checked: &ArchiveClaims,
     root: &Path,
     report: &mut Report,
 ) -> anyhow::Result<Result<String, String>> {
@@ -40,7 +40,7 @@ pub(super) async fn check_eval(
 
 /// Writes the eval folder anew from the results and the dataset, judged (when the run was)
 /// by the judge played back from its recorded calls.
-async fn recompute(checked: &Checked, root: &Path) -> anyhow::Result<Result<(), String>> {
+async fn recompute(checked: &ArchiveClaims, root: &Path) -> anyhow::Result<Result<(), String>> {
     let index = &checked.index;
     let dataset = crate::dataset::DatasetKind::from_name(&index.dataset)?;
     let mut settings = crate::eval::EvalSettings::new(root, dataset, &index.model, &index.file);
@@ -69,7 +69,7 @@ async fn recompute(checked: &Checked, root: &Path) -> anyhow::Result<Result<(), 
 /// The judged tables with the judge played back from the archived judge calls: `Err` when
 /// they are not archived or a judge call is not on them.
 async fn judged_from_tape(
-    checked: &Checked,
+    checked: &ArchiveClaims,
     root: &Path,
     settings: &crate::eval::EvalSettings,
     record: &crate::commands::eval::EvalRecord,
@@ -114,7 +114,11 @@ fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Opt
 
 /// Sorts the archived eval folder's files (`kept`) into recomputed (those of [`RECOMPUTED`]
 /// at its top) and carried.
-fn sort_eval_members(checked: &Checked, kept: &Path, report: &mut Report) -> anyhow::Result<()> {
+fn sort_eval_members(
+    checked: &ArchiveClaims,
+    kept: &Path,
+    report: &mut Report,
+) -> anyhow::Result<()> {
     let index = &checked.index;
     for file in crate::commands::export::files_under(kept)? {
         let file_name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
@@ -129,7 +133,7 @@ fn sort_eval_members(checked: &Checked, kept: &Path, report: &mut Report) -> any
 }
 
 /// What the eval check recomputed, for the report.
-fn what_was_judged(checked: &Checked) -> String {
+fn what_was_judged(checked: &ArchiveClaims) -> String {
     match &checked.eval {
         Some(record) => format!(
             "F1, exact match and the judge tables ({}, {} run(s), {} protocol(s)) recomputed from the recorded judge calls are identical",

@@ -175,7 +175,7 @@ pub fn paired_rows(
 }
 
 /// A question's J under the run's verdicts.
-enum Judged {
+enum JudgeShare {
     /// Not judged (LoCoMo category 5, or no judge).
     No,
     /// A judgement failed; a rerun of `eval` retries it.
@@ -184,15 +184,15 @@ enum Judged {
     Value(f64),
 }
 
-fn judged(item: &ItemScore) -> Judged {
+fn judged(item: &ItemScore) -> JudgeShare {
     if !item.judge_failed.is_empty() {
-        return Judged::Failed;
+        return JudgeShare::Failed;
     }
     if item.judge.is_empty() {
-        return Judged::No;
+        return JudgeShare::No;
     }
     let correct = item.judge.iter().filter(|verdict| verdict.correct).count();
-    Judged::Value(correct as f64 / item.judge.len() as f64)
+    JudgeShare::Value(correct as f64 / item.judge.len() as f64)
 }
 
 /// Words of an answer: its runs of letters, digits and apostrophes.
@@ -205,8 +205,8 @@ fn row(key: String, label: String, pairs: &[Pair<'_>], bootstrap: BootstrapSetti
     let mut judge_failed = 0;
     for pair in pairs {
         match (judged(pair.a), judged(pair.b)) {
-            (Judged::Value(a), Judged::Value(b)) => values.push((a, b)),
-            (Judged::Failed, _) | (_, Judged::Failed) => judge_failed += 1,
+            (JudgeShare::Value(a), JudgeShare::Value(b)) => values.push((a, b)),
+            (JudgeShare::Failed, _) | (_, JudgeShare::Failed) => judge_failed += 1,
             _ => {}
         }
     }

@@ -25,7 +25,7 @@ use sha2::{Digest as _, Sha256};
 use super::ItemScore;
 use crate::dataset::DatasetKind;
 use crate::llm::structured::chat_json;
-use crate::llm::{ChatModel, ChatRequest, Message, Usage};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, Usage};
 use crate::results::Status;
 
 mod prompt;
@@ -373,7 +373,7 @@ async fn judge_one<M: ChatModel>(
     task: &Task,
 ) -> anyhow::Result<JudgementRecord> {
     let text = task.prompt.render(&task.question, &task.gold, &task.prediction)?;
-    let mut request = ChatRequest::new(judge_model, vec![Message::user(text)]);
+    let mut request = ChatRequest::new(judge_model, vec![ChatMessage::user(text)]);
     request.temperature = Some(0.0);
     request.for_step(Some(crate::llm::Step::Judge), model);
     // The run index is the seed, so repeated runs are distinct requests even to a

@@ -81,7 +81,7 @@ pub struct Metrics {
 
 /// One row of the summary table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Row {
+pub struct TableRow {
     /// Row key: the category (`1`…`5`, a LongMemEval question type), `overall`,
     /// `overall_1_4`, `task_averaged` or `abstention`.
     pub key: String,
@@ -115,7 +115,7 @@ pub struct RowOptions {
 /// Build every row for `items` (in dataset order): categories in their canonical order, then
 /// the overall rows. LoCoMo: categories 1–4, `overall (1–4)`, category 5 as the refusal rate,
 /// and with `overall_with_adversarial` the official overall over 1–5.
-pub fn build_rows(items: &[ItemScore], options: RowOptions) -> Vec<Row> {
+pub fn build_rows(items: &[ItemScore], options: RowOptions) -> Vec<TableRow> {
     let mut categories: Vec<&Category> = Vec::new();
     for item in items {
         if !categories.contains(&&item.category) {
@@ -136,7 +136,11 @@ fn in_category<'a>(items: &'a [ItemScore], category: &Category) -> Vec<&'a ItemS
 
 /// LoCoMo: categories 1–4, `overall (1–4)`, category 5 as the refusal rate, and on request
 /// the official overall over 1–5.
-fn locomo_rows(items: &[ItemScore], categories: &[&Category], options: RowOptions) -> Vec<Row> {
+fn locomo_rows(
+    items: &[ItemScore],
+    categories: &[&Category],
+    options: RowOptions,
+) -> Vec<TableRow> {
     let RowOptions { audit, overall_with_adversarial, prices, .. } = options;
     let mut rows = Vec::new();
     for category in categories.iter().filter(|category| **category != &Category::Locomo(5)) {
@@ -176,7 +180,7 @@ fn longmemeval_rows(
     items: &[ItemScore],
     categories: &[&Category],
     prices: Option<Prices>,
-) -> Vec<Row> {
+) -> Vec<TableRow> {
     let mut rows = Vec::new();
     for category in categories {
         let selected = in_category(items, category);
@@ -227,7 +231,7 @@ pub(super) fn category_order(category: &Category) -> (usize, String) {
 }
 
 /// What aggregation needs from one item under one view.
-struct View<'a> {
+struct ReportView<'a> {
     category: &'a Category,
     f1: Option<f64>,
     exact_match: Option<bool>,
@@ -236,8 +240,8 @@ struct View<'a> {
     recall: Option<EvidenceRecall>,
 }
 
-fn raw_view(item: &ItemScore) -> View<'_> {
-    View {
+fn raw_view(item: &ItemScore) -> ReportView<'_> {
+    ReportView {
         category: &item.category,
         f1: item.f1,
         exact_match: item.exact_match,
@@ -248,14 +252,14 @@ fn raw_view(item: &ItemScore) -> View<'_> {
 }
 
 /// The audited view: `None` when the audit excludes the item.
-fn audited_view(item: &ItemScore) -> Option<View<'_>> {
+fn audited_view(item: &ItemScore) -> Option<ReportView<'_>> {
     let Some(audited) = &item.audit else { return Some(raw_view(item)) };
     if audited.excluded {
         return None;
     }
     let recall = if audited.evidence.is_some() { audited.recall } else { item.recall };
     Some(match &audited.answer {
-        Some(_) => View {
+        Some(_) => ReportView {
             category: &item.category,
             f1: audited.f1,
             exact_match: audited.exact_match,
@@ -263,7 +267,7 @@ fn audited_view(item: &ItemScore) -> Option<View<'_>> {
             judge_failed: audited.judge_failed.len(),
             recall,
         },
-        None => View { recall, ..raw_view(item) },
+        None => ReportView { recall, ..raw_view(item) },
     })
 }
 
@@ -273,7 +277,7 @@ fn row(
     items: &[&ItemScore],
     audit: bool,
     prices: Option<Prices>,
-) -> Row {
+) -> TableRow {
     let raw = metrics(items.iter().map(|item| raw_view(item)));
     let audited = audit.then(|| metrics(items.iter().filter_map(|item| audited_view(item))));
     let errors = items.iter().filter(|item| item.status == crate::results::Status::Error).count();
@@ -286,11 +290,11 @@ fn row(
         (prompt as f64 * prices.input_per_million + completion as f64 * prices.output_per_million)
             / 1e6
     });
-    Row { key, label, raw, audited, errors, tokens_per_question, cost_usd }
+    TableRow { key, label, raw, audited, errors, tokens_per_question, cost_usd }
 }
 
-fn metrics<'a>(views: impl Iterator<Item = View<'a>>) -> Metrics {
-    let views: Vec<View<'a>> = views.collect();
+fn metrics<'a>(views: impl Iterator<Item = ReportView<'a>>) -> Metrics {
+    let views: Vec<ReportView<'a>> = views.collect();
     let mean = |values: Vec<f64>| {
         (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
     };

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::{JudgeAccuracy, Row};
+use super::{JudgeAccuracy, TableRow};
 
 /// What every column of the table means: `eval --help` and `summary.md` print it.
 pub const COLUMNS_HELP: &str = "\
@@ -58,7 +58,7 @@ impl Coverage {
 
 /// The summary table as Markdown: one line per row; audited columns when any row has them. A
 /// partial run says so in the first header cell.
-pub fn markdown_table(rows: &[Row], coverage: Coverage) -> String {
+pub fn markdown_table(rows: &[TableRow], coverage: Coverage) -> String {
     let audited = rows.iter().any(|row| row.audited.is_some());
     let with_f1 = rows.iter().any(|row| row.raw.f1.is_some());
     let with_cost = rows.iter().any(|row| row.cost_usd.is_some());

@@ -20,7 +20,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Question;
-use crate::ingest::cache::{FORMAT, PlannedUnit, Provenance, mismatch};
+use crate::ingest::cache::{FORMAT, PlannedUnit, StageProvenance, mismatch};
 use crate::ingest::unit::INPUT_HASH_BYTES;
 use crate::llm::{self, Embedder, Usage};
 use crate::memory::input::SessionRewrite;
@@ -146,7 +146,7 @@ pub(crate) async fn embed_texts<E: Embedder>(
 
 /// One unit's vectors as cached.
 #[derive(Debug, Clone, PartialEq)]
-struct UnitVectors {
+struct EmbeddedUnits {
     header: UnitHeader,
     vectors: Vec<f32>,
 }
@@ -182,7 +182,7 @@ struct QuestionVectors {
 struct FileHeader {
     format: u32,
     #[serde(flatten)]
-    provenance: Provenance,
+    provenance: StageProvenance,
     dims: usize,
     units: Vec<UnitHeader>,
     questions: Option<QuestionHeader>,
@@ -192,16 +192,19 @@ struct FileHeader {
 #[derive(Debug)]
 pub(crate) struct EmbeddingStageCache {
     path: PathBuf,
-    provenance: Provenance,
+    provenance: StageProvenance,
     dims: usize,
-    units: BTreeMap<u32, UnitVectors>,
+    units: BTreeMap<u32, EmbeddedUnits>,
     questions: Option<QuestionVectors>,
 }
 
 impl EmbeddingStageCache {
     /// Open the cache at `path`, keeping it only if it matches `provenance` (same rules and
     /// messages as the JSON stage caches).
-    pub(crate) fn open(path: &Path, provenance: Provenance) -> anyhow::Result<(Self, Vec<String>)> {
+    pub(crate) fn open(
+        path: &Path,
+        provenance: StageProvenance,
+    ) -> anyhow::Result<(Self, Vec<String>)> {
         let mut cache = Self {
             path: path.to_path_buf(),
             provenance: provenance.clone(),
@@ -232,7 +235,7 @@ impl EmbeddingStageCache {
             let len = unit.rows() * header.dims;
             let vectors = floats[offset..offset + len].to_vec();
             offset += len;
-            cache.units.insert(unit.first_session, UnitVectors { header: unit, vectors });
+            cache.units.insert(unit.first_session, EmbeddedUnits { header: unit, vectors });
         }
         if let Some(questions) = header.questions {
             let len = questions.question_ids.len() * header.dims;
@@ -279,7 +282,8 @@ impl EmbeddingStageCache {
             sentence_ids: texts.sentence_ids.clone(),
             topic_ids: texts.topic_ids.clone(),
         };
-        self.units.insert(planned.first_session, UnitVectors { header, vectors: embedded.vectors });
+        self.units
+            .insert(planned.first_session, EmbeddedUnits { header, vectors: embedded.vectors });
         self.write().await
     }
 

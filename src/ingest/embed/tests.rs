@@ -20,8 +20,8 @@ impl Embedder for ShapeEmbedder {
     }
 }
 
-fn provenance() -> Provenance {
-    Provenance {
+fn provenance() -> StageProvenance {
+    StageProvenance {
         stage: "embeddings".into(),
         sample_id: "conv-1".into(),
         model: "shape".into(),

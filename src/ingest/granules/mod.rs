@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use super::ask::ask_checked;
-use super::cache::{PlannedUnit, Provenance, StageCache};
+use super::cache::{PlannedUnit, StageCache, StageProvenance};
 use super::progress::human_count;
 use super::summary::{SampleFailures, UnitRunSummary};
 use super::unit::{INPUT_HASH_BYTES, Unit, plan_units};
@@ -172,7 +172,7 @@ pub async fn build_granules<M: ChatModel>(
     conversations: &[Conversation],
 ) -> anyhow::Result<GranuleSummary> {
     let started = Instant::now();
-    let shared = Shared { settings, chat, pool: Pool::new(settings, conversations) };
+    let shared = GranuleShared { settings, chat, pool: Pool::new(settings, conversations) };
     tracing::info!(conversations = conversations.len(), model = %settings.model, "granules started");
     let shared_ref = &shared;
     let samples: Vec<GranuleSampleSummary> = stream::iter(conversations)
@@ -218,7 +218,7 @@ pub fn load_granules(
 }
 
 /// State shared by every session of a run.
-struct Shared<'a, M> {
+struct GranuleShared<'a, M> {
     settings: &'a BuildSettings,
     chat: &'a M,
     /// A session holds a worker permit from its first call until its cache entry is written.
@@ -257,7 +257,7 @@ fn open_cache(
     conversation: &Conversation,
 ) -> anyhow::Result<(StageCache<SessionGranules>, Vec<String>)> {
     let prompt = prompts::MEMGAS_GRANULES;
-    let provenance = Provenance {
+    let provenance = StageProvenance {
         stage: Stage::Granules.to_string(),
         sample_id: conversation.sample_id.clone(),
         model: settings.model.clone(),
@@ -268,7 +268,7 @@ fn open_cache(
 
 /// Generate one conversation's missing granules.
 async fn granules_of<M: ChatModel>(
-    shared: &Shared<'_, M>,
+    shared: &GranuleShared<'_, M>,
     conversation: &Conversation,
 ) -> anyhow::Result<GranuleSampleSummary> {
     let (mut cache, notices) = open_cache(shared.settings, conversation)?;
@@ -308,7 +308,7 @@ async fn granules_of<M: ChatModel>(
 /// Ask for one session's granules and record the outcome in the cache. `Err` only for what
 /// must abort the run.
 async fn granules_of_session<M: ChatModel>(
-    shared: &Shared<'_, M>,
+    shared: &GranuleShared<'_, M>,
     ledger: Ledger<'_>,
     session: &PlannedSession<'_>,
     cache: &Mutex<StageCache<SessionGranules>>,

@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::*;
-use crate::llm::Message;
+use crate::llm::ChatMessage;
 
 fn api(status: u16, body: &str) -> Error {
     Error::Api { status, attempts: 1, body: body.to_owned(), retry_after: None }
@@ -81,7 +81,7 @@ impl ChatModel for Failing {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest::new("local/tiny", vec![Message::user("hi")])
+    ChatRequest::new("local/tiny", vec![ChatMessage::user("hi")])
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use async_openai::types::chat::{
 };
 use serde_json::Value;
 
-use crate::llm::{ChatRequest, JsonSchemaSpec, Message, Role, ToolChoice};
+use crate::llm::{ChatMessage, ChatRequest, JsonSchemaSpec, Role, ToolChoice};
 
 /// Our request in async-openai's typed form. `response_format` is only sent when
 /// `structured_output` is on.
@@ -64,7 +64,7 @@ pub(super) fn to_wire_request(
 }
 
 #[allow(deprecated)] // `function_call` is filled by `Default` only.
-fn wire_message(message: &Message) -> ChatCompletionRequestMessage {
+fn wire_message(message: &ChatMessage) -> ChatCompletionRequestMessage {
     let text = message.content.clone().unwrap_or_default();
     match message.role {
         Role::System => ChatCompletionRequestMessage::System(ChatCompletionRequestSystemMessage {

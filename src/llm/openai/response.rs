@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::errors::WireError;
 use super::transport::Transport;
 use crate::llm::retry::unusable_reason;
-use crate::llm::{ChatResponse, Error, Message, Role, ToolCall, Usage};
+use crate::llm::{ChatMessage, ChatResponse, Error, Role, ToolCall, Usage};
 
 impl Transport {
     pub(super) fn chat_response(&self, wire: WireChatResponse) -> Result<ChatResponse, Error> {
@@ -38,7 +38,7 @@ impl Transport {
                 },
             })
             .collect();
-        let message = Message {
+        let message = ChatMessage {
             role: Role::Assistant,
             content: choice.message.content.map(WireContent::into_text),
             tool_calls,
@@ -90,7 +90,7 @@ struct WireMessage {
     tool_calls: Vec<WireToolCall>,
 }
 
-/// Message content: a string, or a list of parts whose texts are joined.
+/// A chat message's content: a string, or a list of parts whose texts are joined.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum WireContent {

@@ -8,7 +8,7 @@ use super::response::WireChatResponse;
 use super::transport::Transport;
 use super::*;
 use crate::llm::secret::Secret;
-use crate::llm::{JsonSchemaSpec, Message, ToolCall, ToolChoice, ToolSpec, Usage};
+use crate::llm::{ChatMessage, JsonSchemaSpec, ToolCall, ToolChoice, ToolSpec, Usage};
 
 fn transport() -> Transport {
     Transport::new(
@@ -86,7 +86,7 @@ fn error_inside_a_200_body_keeps_its_integer_status() {
 
 #[test]
 fn request_shape_with_tools_and_response_format() {
-    let mut request = ChatRequest::new("m", vec![Message::system("s"), Message::user("u")]);
+    let mut request = ChatRequest::new("m", vec![ChatMessage::system("s"), ChatMessage::user("u")]);
     request.tools = vec![ToolSpec {
         name: "f".into(),
         description: "d".into(),

@@ -240,11 +240,11 @@ pub struct ScriptedServer {
 /// request log; it is locked only for short, non-async sections (never across an `.await`).
 struct ServerState {
     responder: Option<Responder>,
-    inner: Mutex<Inner>,
+    inner: Mutex<Script>,
 }
 
 #[derive(Default)]
-struct Inner {
+struct Script {
     chat_script: VecDeque<ScriptedReply>,
     embedding_script: VecDeque<ScriptedReply>,
     requests: Vec<RecordedRequest>,
@@ -276,7 +276,7 @@ impl ScriptedServer {
     async fn launch(responder: Option<Responder>) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
-        let state = Arc::new(ServerState { responder, inner: Mutex::new(Inner::default()) });
+        let state = Arc::new(ServerState { responder, inner: Mutex::new(Script::default()) });
         let app = Router::new().fallback(handle).with_state(Arc::clone(&state));
         let (shutdown, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -346,13 +346,13 @@ impl ScriptedServer {
         self.lock().chat_script.len()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Script> {
         self.state.lock()
     }
 }
 
 impl ServerState {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Script> {
         // A panic while holding the lock cannot leave the queues half-updated (every section
         // is a single push/pop), so a poisoned lock is still usable.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 pub use scan::balanced_end;
 
-use super::{ChatModel, ChatRequest, Error, JsonSchemaSpec, Message, Usage};
+use super::{ChatMessage, ChatModel, ChatRequest, Error, JsonSchemaSpec, Usage};
 
 /// Longest rejected reply kept in [`Error::SchemaInvalid`] (bytes, cut at a char boundary).
 pub const REJECTED_EXCERPT: usize = 2000;
@@ -89,8 +89,8 @@ pub async fn chat_json<M: ChatModel>(
             });
         }
         tracing::debug!(schema = %schema.name, path = %rejection.path, reason = %rejection.message, attempts, "re-asking for valid json");
-        request.messages.push(Message::assistant(text));
-        request.messages.push(Message::user(reask_message(&schema.name, &rejection)));
+        request.messages.push(ChatMessage::assistant(text));
+        request.messages.push(ChatMessage::user(reask_message(&schema.name, &rejection)));
     }
 }
 

@@ -74,7 +74,7 @@ pub struct TapeTotals {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+struct TapeCounters {
     recorded: AtomicU64,
     replayed: AtomicU64,
     reused: AtomicU64,
@@ -87,13 +87,13 @@ struct Counters {
 pub struct Tape {
     store: Arc<CallStore>,
     mode: TapeMode,
-    counters: Counters,
+    counters: TapeCounters,
 }
 
 impl Tape {
     /// A tape over `store` in `mode`.
     pub fn new(store: Arc<CallStore>, mode: TapeMode) -> Arc<Self> {
-        Arc::new(Self { store, mode, counters: Counters::default() })
+        Arc::new(Self { store, mode, counters: TapeCounters::default() })
     }
 
     /// The store.

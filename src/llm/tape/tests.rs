@@ -1,10 +1,10 @@
 use super::*;
-use crate::llm::Message;
+use crate::llm::ChatMessage;
 
 fn request(text: &str) -> ChatRequest {
     let mut request = ChatRequest::new(
         "m",
-        vec![Message::system("You answer."), Message::user(text.to_string())],
+        vec![ChatMessage::system("You answer."), ChatMessage::user(text.to_string())],
     );
     request.seed = Some(7);
     request
@@ -12,7 +12,7 @@ fn request(text: &str) -> ChatRequest {
 
 fn reply(text: &str) -> ChatResponse {
     ChatResponse::new(
-        Message::assistant(text),
+        ChatMessage::assistant(text),
         Some("stop".into()),
         Usage { prompt_tokens: 5, completion_tokens: 2 },
     )
@@ -93,8 +93,8 @@ fn bodies_are_stored_once_and_requests_come_back_whole() {
     let directory = tempfile::tempdir().unwrap();
     let store = CallStore::open(&directory.path().join("c.sqlite")).unwrap();
     for round in 0..5 {
-        let mut messages = vec![Message::system("S".repeat(2000))];
-        messages.extend((0..round).map(|i| Message::user(format!("turn {i}"))));
+        let mut messages = vec![ChatMessage::system("S".repeat(2000))];
+        messages.extend((0..round).map(|i| ChatMessage::user(format!("turn {i}"))));
         let request = serde_json::to_value(ChatRequest::new("m", messages)).unwrap();
         let key = chat_key(&request);
         let new = NewCall {

@@ -94,7 +94,7 @@ pub fn query_event_keywords(
 pub fn query_event_context(
     memory: &MemoryGraph,
     event_id: &str,
-) -> Result<Vec<TurnHit>, QueryError> {
+) -> Result<Vec<RawTurn>, QueryError> {
     let id = event_id.trim();
     let turn = match memory.turn_node(id) {
         Some(turn) => turn,
@@ -117,7 +117,7 @@ pub fn query_event_context(
         .iter()
         .filter_map(|&node| match memory.node(node) {
             Node::Turn(turn) => {
-                Some(TurnHit { dia_id: turn.dia_id.clone(), text: turn.text.clone() })
+                Some(RawTurn { dia_id: turn.dia_id.clone(), text: turn.text.clone() })
             }
             _ => None,
         })

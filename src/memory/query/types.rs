@@ -93,14 +93,14 @@ impl fmt::Display for ConversationTime {
 
 /// A raw turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TurnHit {
+pub struct RawTurn {
     /// Dia_id.
     pub dia_id: String,
     /// `Speaker: text`.
     pub text: String,
 }
 
-impl fmt::Display for TurnHit {
+impl fmt::Display for RawTurn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.dia_id, self.text)
     }

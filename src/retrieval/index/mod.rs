@@ -41,7 +41,7 @@ use crate::text::content_words;
 
 /// What a graph node stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Node {
+struct IndexNode {
     granularity: Granularity,
     session: usize,
 }
@@ -70,7 +70,7 @@ pub struct MemoryIndex {
     dims: Option<usize>,
     sessions: Vec<SessionEntry>,
     turns: Vec<TurnEntry>,
-    nodes: Vec<Node>,
+    nodes: Vec<IndexNode>,
     vectors: Vec<Vec<f32>>,
     graph: AssociationGraph,
     bm25_turns: Bm25Index,
@@ -237,7 +237,7 @@ impl MemoryIndex {
     }
 
     fn push_node(&mut self, granularity: Granularity, session: usize, vector: Vec<f32>) {
-        self.nodes.push(Node { granularity, session });
+        self.nodes.push(IndexNode { granularity, session });
         self.vectors.push(vector);
     }
 

@@ -62,7 +62,7 @@ impl MemoryTools {
 }
 
 /// The table's tools, by name (the order clients list them in).
-fn tools() -> Vec<(&'static ops::Tool, Tool)> {
+fn tools() -> Vec<(&'static ops::McpTool, Tool)> {
     let mut tools: Vec<_> = ops::OPERATIONS
         .iter()
         .filter_map(|operation| operation.tool.as_ref())
@@ -73,7 +73,7 @@ fn tools() -> Vec<(&'static ops::Tool, Tool)> {
 }
 
 /// A tool as clients see it.
-fn listed(tool: &ops::Tool) -> Tool {
+fn listed(tool: &ops::McpTool) -> Tool {
     let hints = match tool.hints {
         Hints::Reads => ToolAnnotations::new().read_only(true),
         Hints::Writes { destructive, idempotent } => {

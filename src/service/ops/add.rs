@@ -18,7 +18,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::schema::{Message, Validator, name_schema, tags_schema, tool, wait_schema};
 use super::{
-    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, route, take_id,
+    Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, route, take_id,
 };
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NameKind};
 use crate::service::{AddReport, Queued, ServiceError, Waited};
@@ -31,7 +31,7 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// The MCP tool.
-pub(crate) const TOOL: Tool = Tool {
+pub(crate) const TOOL: McpTool = McpTool {
     name: "add_messages",
     description: "Store messages of a conversation in long-term memory and build its \
         memory: a model rewrites, keywords and embeds each new session, so this takes a \
@@ -127,12 +127,12 @@ impl AddRequest {
 /// What an add answers: built (HTTP 200), or still building with its job (202).
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub(crate) enum Added {
+pub(crate) enum AddReply {
     Done(Box<AddReport>),
     Building(Box<Queued>),
 }
 
-impl Added {
+impl AddReply {
     /// Whether the build goes on in the background.
     pub(crate) fn building(&self) -> bool {
         matches!(self, Self::Building(_))
@@ -150,7 +150,7 @@ pub(crate) async fn run(
     access: &Access,
     id: &str,
     request: AddRequest,
-) -> Result<Added, ApiError> {
+) -> Result<AddReply, ApiError> {
     let AddRequest { messages, mut scope, wait } = request;
     access.add(service, id, &mut scope).await?;
     let wait = if wait { Wait::AtMost(service.settings().add_wait) } else { Wait::No };
@@ -175,14 +175,14 @@ pub(crate) async fn store(
     scope: AddScope,
     messages: Vec<crate::convo::Message>,
     wait: Wait,
-) -> Result<Added, ServiceError> {
+) -> Result<AddReply, ServiceError> {
     Ok(match wait {
-        Wait::Whole => Added::Done(Box::new(service.add_scoped(id, scope, messages).await?)),
+        Wait::Whole => AddReply::Done(Box::new(service.add_scoped(id, scope, messages).await?)),
         Wait::AtMost(bound) => match service.add_waiting(id, scope, messages, bound).await? {
-            Waited::Done(report) => Added::Done(report),
-            Waited::Building(queued) => Added::Building(queued),
+            Waited::Done(report) => AddReply::Done(report),
+            Waited::Building(queued) => AddReply::Building(queued),
         },
-        Wait::No => Added::Building(Box::new(service.add_queued(id, scope, messages).await?)),
+        Wait::No => AddReply::Building(Box::new(service.add_queued(id, scope, messages).await?)),
     })
 }
 

@@ -15,7 +15,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::add::{AddRequest, Added, Wait};
+use super::add::{AddReply, AddRequest, Wait};
 use super::schema::{Validator, name_schema, wait_schema};
 use super::{Access, ApiError, Body, ErrorDetail, Operation, Service, fields, route};
 use crate::names::NameKind;
@@ -157,8 +157,8 @@ pub(crate) async fn run(
             false => Wait::No,
         };
         match super::add::store(service, &id, scope, messages, wait).await {
-            Ok(Added::Done(report)) => result.added = Some(*report),
-            Ok(Added::Building(queued)) => result.queued = Some(*queued),
+            Ok(AddReply::Done(report)) => result.added = Some(*report),
+            Ok(AddReply::Building(queued)) => result.queued = Some(*queued),
             Err(failure) => result.error = Some(ApiError::from(failure).detail),
         }
         result

@@ -14,7 +14,8 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::schema::{Validator, flag_schema, non_blank, time_schema, tool};
 use super::{
-    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, required_text, route,
+    Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, required_text,
+    route,
 };
 use crate::agent::events::LoopEvents;
 use crate::names::NameKind;
@@ -30,7 +31,7 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// The MCP tool.
-pub(crate) const TOOL: Tool = Tool {
+pub(crate) const TOOL: McpTool = McpTool {
     name: "ask_memory",
     description: "Answer a question from memory: an answering agent searches the \
         conversation's memory graph over several rounds (model calls: seconds to a minute) \

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::schema::tool;
 use super::{
-    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, route, take_id,
+    Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, route, take_id,
 };
 use crate::names::NameKind;
 use crate::store::ConversationInfo;
@@ -23,7 +23,7 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// The MCP tool.
-pub(crate) const TOOL: Tool = Tool {
+pub(crate) const TOOL: McpTool = McpTool {
     name: "forget",
     description: "Delete from memory. Without `message`: the whole conversation and \
         everything stored for it, for good. With `message` (a message id from \

@@ -9,7 +9,7 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::schema::tool;
-use super::{Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, route};
+use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, route};
 use crate::names::NameKind;
 use crate::store::ConversationInfo;
 
@@ -20,7 +20,7 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// The MCP tool.
-pub(crate) const TOOL: Tool = Tool {
+pub(crate) const TOOL: McpTool = McpTool {
     name: "list_conversations",
     description: "List the stored conversations: each one's `id`, user, agent, number of \
         messages and sessions (and how many are built), first and last message time. Use \

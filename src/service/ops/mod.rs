@@ -54,7 +54,7 @@ pub(crate) struct Operation {
     /// route and, for an operation over a user's conversations too, the user route).
     pub(crate) routes: &'static [Route],
     /// Its MCP tool, if it has one.
-    pub(crate) tool: Option<Tool>,
+    pub(crate) tool: Option<McpTool>,
 }
 
 /// One HTTP route of an operation.
@@ -71,19 +71,19 @@ pub(crate) struct Route {
 /// An MCP tool: what the MCP door lists (its name, the description and input schema a model
 /// reads, its hints) and what it runs.
 #[derive(Clone, Copy)]
-pub(crate) struct Tool {
+pub(crate) struct McpTool {
     pub(crate) name: &'static str,
     pub(crate) description: &'static str,
     pub(crate) hints: Hints,
     /// Its input schema.
     pub(crate) input: fn() -> Map<String, Value>,
     /// Reads its arguments and runs the operation.
-    pub(crate) call: ToolCall,
+    pub(crate) call: McpCall,
 }
 
-impl std::fmt::Debug for Tool {
+impl std::fmt::Debug for McpTool {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Tool").field("name", &self.name).finish_non_exhaustive()
+        formatter.debug_struct("McpTool").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -97,7 +97,7 @@ pub(crate) enum Hints {
 }
 
 /// A tool's run: the arguments in, the reply (as JSON) out.
-pub(crate) type ToolCall =
+pub(crate) type McpCall =
     for<'a> fn(&'a Arc<Service>, &'a Access, Body) -> BoxFuture<'a, Result<Called, ApiError>>;
 
 /// What a tool call answers: the operation's reply, and whether to flag it as an error (an add

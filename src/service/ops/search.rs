@@ -14,8 +14,8 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::schema::{Validator, name_schema, non_blank, tags_schema, time_schema, tool};
 use super::{
-    Access, ApiError, Body, Called, Hints, Operation, Service, Tool, fields, required_text, route,
-    take_id,
+    Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, required_text,
+    route, take_id,
 };
 use crate::names::NameKind;
 use crate::service::{Scope, SearchFilters, SearchHit};
@@ -30,7 +30,7 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// The MCP tool.
-pub(crate) const TOOL: Tool = Tool {
+pub(crate) const TOOL: McpTool = McpTool {
     name: "search_memory",
     description: "Find the stored lines most relevant to a query: ranked messages, each \
         with its conversation, message `id`, speaker, date and text. Fast (no chat model). \

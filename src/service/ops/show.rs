@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 
 use super::schema::tool;
-use super::{Access, ApiError, Body, Called, Hints, Operation, Service, Tool, route, take_id};
+use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, route, take_id};
 use crate::names::NameKind;
 use crate::service::ServiceError;
 use crate::store::{ConversationInfo, StoreError};
@@ -18,7 +18,7 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// The MCP tool.
-pub(crate) const TOOL: Tool = Tool {
+pub(crate) const TOOL: McpTool = McpTool {
     name: "show_conversation",
     description: "One conversation's summary, as list_conversations gives it: user, \
         agent, messages, sessions and built sessions, first and last message time. An \

@@ -3,9 +3,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::*;
 use crate::llm::{Embeddings, Usage};
 
-struct Unit;
+struct UnitEmbedder;
 
-impl Embedder for Unit {
+impl Embedder for UnitEmbedder {
     fn name(&self) -> &str {
         "unit"
     }
@@ -24,7 +24,7 @@ impl MemgasSource for Counting {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             anyhow::ensure!(self.1, "no model files");
             let index = MemoryIndex::new(crate::retrieval::IndexOptions::default());
-            Ok(LoadedMemgas { index: Arc::new(index), embedder: Arc::new(Unit) })
+            Ok(LoadedMemgas { index: Arc::new(index), embedder: Arc::new(UnitEmbedder) })
         })
     }
 }

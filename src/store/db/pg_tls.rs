@@ -149,7 +149,7 @@ impl PgTls {
                 )
                 .build()
                 .map_err(|error| StoreError::Postgres(format!("sslrootcert: {error}")))?;
-                Arc::new(Checked { webpki, names: verify == Verify::Full })
+                Arc::new(CaVerifier { webpki, names: verify == Verify::Full })
             }
         };
         let config = ClientConfig::builder_with_provider(provider)
@@ -164,12 +164,12 @@ impl PgTls {
 
 /// `verify-ca` and `verify-full`: webpki's checks, the name's left out for `verify-ca`.
 #[derive(Debug)]
-struct Checked {
+struct CaVerifier {
     webpki: Arc<WebPkiServerVerifier>,
     names: bool,
 }
 
-impl ServerCertVerifier for Checked {
+impl ServerCertVerifier for CaVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,

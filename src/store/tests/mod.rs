@@ -23,7 +23,7 @@ use vectors::{
     word_vectors_of_the_previous_schema_become_one_per_embedder_and_word_in_place,
 };
 
-use place::{Kind, Place, count, store};
+use place::{Kind, TestPlace, count, store};
 
 /// A SQLite and a PostgreSQL test of each function of the backend.
 macro_rules! on_both {
@@ -67,7 +67,7 @@ const WEEK_ONE: &str = r#"[
 ]"#;
 
 fn migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows(kind: Kind) {
-    let place = Place::new(kind);
+    let place = TestPlace::new(kind);
     place.at_version(
         1,
         "INSERT INTO conversations VALUES ('c', 'local', '2024-01-01T00:00:00Z');
@@ -89,10 +89,11 @@ fn migrations_bring_an_old_database_to_the_current_version_and_keep_its_rows(kin
 }
 
 fn an_empty_database_is_migrated_and_several_openers_migrate_once(kind: Kind) {
-    let place = Place::new(kind);
+    let place = TestPlace::new(kind);
     let openers: Vec<_> = (0..4)
         .map(|_| {
-            let place = Place { _dir: None, sqlite: place.sqlite.clone(), url: place.url.clone() };
+            let place =
+                TestPlace { _dir: None, sqlite: place.sqlite.clone(), url: place.url.clone() };
             std::thread::spawn(move || place.open().map(|_| ()))
         })
         .collect();
@@ -279,7 +280,7 @@ fn revisions_change_with_every_write_and_are_never_reused(kind: Kind) {
 }
 
 fn a_store_of_the_previous_schema_is_migrated_in_place_and_takes_scopes_and_facts(kind: Kind) {
-    let place = Place::new(kind);
+    let place = TestPlace::new(kind);
     // A store as an earlier release (schema version 5) left it.
     let blob = place.empty_blob();
     place.at_version(
@@ -344,7 +345,7 @@ type FactRow<'a> = (i64, &'a str, u32, &'a str, &'a str, Option<&'a str>, Option
 
 /// Two conversations of user `ann`, one session each, and facts `rows` (id, conversation,
 /// session, value, valid_from, valid_to, superseded_by) about Ann's home.
-fn facts_store(kind: Kind, rows: &[FactRow]) -> (Place, Store) {
+fn facts_store(kind: Kind, rows: &[FactRow]) -> (TestPlace, Store) {
     let (place, store) = store(kind);
     let scope = AddScope { user: Some("ann".into()), ..AddScope::default() };
     // c1: one session; c2: D1 (1 May) and D2 (8 May).

@@ -14,23 +14,25 @@ pub(super) enum Kind {
 }
 
 /// A store's place: the SQLite folder (kept until the test ends) or the PostgreSQL URL.
-pub(super) struct Place {
+pub(super) struct TestPlace {
     pub(super) _dir: Option<tempfile::TempDir>,
     pub(super) sqlite: Option<std::path::PathBuf>,
     pub(super) url: Option<String>,
 }
 
-impl Place {
+impl TestPlace {
     pub(super) fn new(kind: Kind) -> Self {
         match kind {
             Kind::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
                 let path = Store::default_path(dir.path());
-                Place { _dir: Some(dir), sqlite: Some(path), url: None }
+                TestPlace { _dir: Some(dir), sqlite: Some(path), url: None }
             }
-            Kind::Postgres => {
-                Place { _dir: None, sqlite: None, url: Some(private_pg::shared().fresh_database()) }
-            }
+            Kind::Postgres => TestPlace {
+                _dir: None,
+                sqlite: None,
+                url: Some(private_pg::shared().fresh_database()),
+            },
         }
     }
 
@@ -98,8 +100,8 @@ fn raw_pg(url: &str) -> Conn {
     Conn::pg(pg.get().unwrap())
 }
 
-pub(super) fn store(kind: Kind) -> (Place, Store) {
-    let place = Place::new(kind);
+pub(super) fn store(kind: Kind) -> (TestPlace, Store) {
+    let place = TestPlace::new(kind);
     let store = place.open().unwrap();
     (place, store)
 }

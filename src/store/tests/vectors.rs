@@ -5,12 +5,17 @@
 use super::super::db::params;
 use super::super::{SCHEMA_VERSION, StoreError};
 use super::WEEK_ONE;
-use super::place::{Kind, Place, count, store};
+use super::place::{Kind, TestPlace, count, store};
 use crate::convo::{DEFAULT_SESSION_GAP, parse};
 
 /// A version-11 store (plain f32 vectors) with one conversation, a session's output rows of
 /// `dims` dimensions (`sentences` sentence and topic rows, `units` unit rows) and one word.
-fn version_11_with_vectors(place: &Place, dims: usize, sentences: &[Vec<f32>], units: &[Vec<f32>]) {
+fn version_11_with_vectors(
+    place: &TestPlace,
+    dims: usize,
+    sentences: &[Vec<f32>],
+    units: &[Vec<f32>],
+) {
     use super::super::vectors::tests::f32_blob;
     place.at_version(
         11,
@@ -40,7 +45,7 @@ pub(super) fn stored_vectors_of_the_previous_schema_become_compact_in_place(kind
     let mut row = || (0..dims).map(|_| rng.random_range(-0.1f32..0.1)).collect::<Vec<f32>>();
     let sentences: Vec<Vec<f32>> = (0..3).map(|_| row()).collect();
     let units: Vec<Vec<f32>> = (0..4).map(|_| row()).collect();
-    let place = Place::new(kind);
+    let place = TestPlace::new(kind);
     version_11_with_vectors(&place, dims, &sentences, &units);
     let store = place.open().unwrap();
     assert_eq!(place.version(), SCHEMA_VERSION);
@@ -75,7 +80,7 @@ pub(super) fn stored_vectors_of_the_previous_schema_become_compact_in_place(kind
 pub(super) fn a_vector_blob_that_is_not_whole_rows_stops_the_migration_and_keeps_the_old_version(
     kind: Kind,
 ) {
-    let place = Place::new(kind);
+    let place = TestPlace::new(kind);
     version_11_with_vectors(&place, 4, &[vec![0.5; 4]], &[vec![0.25; 4]]);
     place.raw().execute("UPDATE session_outputs SET units = ?1", params![vec![0u8; 15]]).unwrap();
     let refused = place.open();
@@ -145,7 +150,7 @@ pub(super) fn word_vectors_are_shared_per_embedder_first_write_wins_and_forget_d
 pub(super) fn word_vectors_of_the_previous_schema_become_one_per_embedder_and_word_in_place(
     kind: Kind,
 ) {
-    let place = Place::new(kind);
+    let place = TestPlace::new(kind);
     // A store as the previous release (schema version 8) left it: one row per conversation.
     place.at_version(
         8,

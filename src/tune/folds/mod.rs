@@ -241,7 +241,7 @@ fn objective(scores: &Scores, keep: impl Fn(usize) -> bool) -> f64 {
 
 /// One fold's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Fold {
+pub struct HeldOutFold {
     /// The held-out conversation.
     pub held_out: String,
     /// The chosen value of every axis, by axis name.
@@ -266,7 +266,7 @@ pub struct FoldsReport {
     /// The defaults per category.
     pub defaults_by_category: IndexMap<String, MetricTable>,
     /// Per fold.
-    pub folds: Vec<Fold>,
+    pub folds: Vec<HeldOutFold>,
     /// Distinct settings evaluated.
     pub settings_evaluated: usize,
 }
@@ -376,7 +376,12 @@ pub fn run_folds(
             .zip(&point)
             .map(|(a, &i)| (a.name.to_string(), a.values[i]))
             .collect();
-        folds.push(Fold { held_out: name.clone(), chosen, train_objective, held_out_objective });
+        folds.push(HeldOutFold {
+            held_out: name.clone(),
+            chosen,
+            train_objective,
+            held_out_objective,
+        });
     }
     let all_defaults: Vec<(Category, QuestionMetrics)> = defaults.into_iter().flatten().collect();
     FoldsReport {

@@ -13,8 +13,8 @@ use mragent::llm::scripted::{
     HASH_EMBEDDING_DIM, SCRIPTED_API_KEY, ScriptedReply, ScriptedServer, hashed_embedding,
 };
 use mragent::llm::{
-    ChatModel, ChatRequest, Client, Embedder, EmbedderConfig, Error, JsonSchemaSpec, LlmConfig,
-    Message, Secret, ToolCall, ToolChoice, ToolSpec, Usage, build_chat_model, build_embedder,
+    ChatMessage, ChatModel, ChatRequest, Client, Embedder, EmbedderConfig, Error, JsonSchemaSpec,
+    LlmConfig, Secret, ToolCall, ToolChoice, ToolSpec, Usage, build_chat_model, build_embedder,
     chat_json,
 };
 use serde_json::{Value, json};
@@ -42,7 +42,7 @@ fn client(server: &ScriptedServer) -> Client {
 }
 
 fn ask(text: &str) -> ChatRequest {
-    ChatRequest::new("test/model", vec![Message::system("be brief"), Message::user(text)])
+    ChatRequest::new("test/model", vec![ChatMessage::system("be brief"), ChatMessage::user(text)])
 }
 
 #[tokio::test]
@@ -270,7 +270,7 @@ async fn token_limiter_holds_the_configured_rate() {
     config.tokens_per_minute = NonZeroU32::new(60_000);
     config.burst_window = Duration::from_millis(100);
     let client = build_chat_model(&config).unwrap();
-    let request = ChatRequest::new("test/model", vec![Message::user("x".repeat(400))]);
+    let request = ChatRequest::new("test/model", vec![ChatMessage::user("x".repeat(400))]);
     let started = Instant::now();
     for _ in 0..5 {
         client.chat(&request).await.unwrap();
@@ -436,8 +436,8 @@ async fn tool_calls_round_trip() {
     request.messages.push(response.message.clone());
     request
         .messages
-        .push(Message::tool("call_a", "7 May 2023: Caroline went to the LGBTQ support group."));
-    request.messages.push(Message::tool("call_b", "error: arguments are not valid JSON"));
+        .push(ChatMessage::tool("call_a", "7 May 2023: Caroline went to the LGBTQ support group."));
+    request.messages.push(ChatMessage::tool("call_b", "error: arguments are not valid JSON"));
     request.tool_choice = Some(ToolChoice::None);
     let answer = client.chat(&request).await.unwrap();
     assert_eq!(answer.message.content.as_deref(), Some("She went on 7 May 2023."));
@@ -478,7 +478,7 @@ async fn usage_is_counted_per_call_and_per_run() {
     priced.model = "openai/gpt-4o-mini".into();
     server.push(ScriptedReply::text("c").with_usage(1_000_000, 1_000_000));
     let priced = build_chat_model(&priced).unwrap();
-    priced.chat(&priced.request(vec![Message::user("q")])).await.unwrap();
+    priced.chat(&priced.request(vec![ChatMessage::user("q")])).await.unwrap();
     let cost = priced.estimated_cost_usd().unwrap();
     assert!((cost - 0.75).abs() < 1e-9, "{cost}");
 }
