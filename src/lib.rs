@@ -25,7 +25,8 @@
 //! - [`store`]: the store of own conversations (a source of truth), on SQLite or on PostgreSQL
 //!   shared by replicas; [`service`]: add, search, ask, facts, edits and jobs over it, one file
 //!   per operation (`service::ops`); [`serve`]: the HTTP API and MCP.
-//! - [`results`]: the per-question result-line format.
+//! - [`results`]: the per-question result-line format; [`recorded`]: a recorded run on disk
+//!   (its files, tape, lock, manifest, eval record and archive).
 //! - [`eval`]: scoring of result files (LoCoMo F1, evidence recall, LLM judge) and reports.
 //! - [`learn`]: MetaMem, rules on how to use memory learned from judged answers and kept only
 //!   when held-out questions improve.
@@ -63,6 +64,8 @@ pub mod agent;
 pub mod service;
 
 pub mod results;
+
+pub mod recorded;
 
 pub mod eval;
 

@@ -27,11 +27,8 @@ pub mod store_copy;
 pub mod trace;
 pub mod verify;
 
-mod guard;
 mod judging;
-mod manifest;
 mod own;
-pub mod tape;
 
 pub use self::guard::{LockHolder, RunLock};
 pub use self::manifest::{Manifest, endpoint_host, sha256_hex};

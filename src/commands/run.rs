@@ -13,9 +13,11 @@ use anyhow::Context as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 
 use super::build::{api_embedder, print_report};
-use super::guard::RunLock;
+use crate::recorded::RunFiles;
+use crate::recorded::lock::RunLock;
+use crate::recorded::tape::{CallsRecord, compare_results, open_run_tape};
 use super::interrupt::{INTERRUPTED_STATUS, StopRequest, watch};
-use super::manifest::{Manifest, MetaRulesRecord, endpoint_host};
+use crate::recorded::manifest::{Manifest, MetaRulesRecord, endpoint_host};
 use super::output::outln;
 use super::{Outcome, chat_client};
 use crate::agent::{AnswerSummary, SampleFeed};
@@ -143,15 +145,13 @@ async fn run(job: &RunJob, conversations: Vec<Conversation>) -> anyhow::Result<R
     let (data, models, run) = (&job.data, &job.models, &job.run);
     check_sample_ids(data, &conversations)?;
     let conversations = select_shard(conversations, run.shard);
-    let tag = run.tag();
-    let results = job.paths.root.join("result").join(data.kind.as_str());
-    let lock_path = results.join(format!(".{}_{tag}.lock", models.build_model.alias));
-    let lock = Arc::new(RunLock::acquire(&lock_path)?);
-    let manifest_path = results.join(format!("{}_{tag}.manifest.json", models.build_model.alias));
+    let files = RunFiles::of_run(job);
+    let lock = Arc::new(RunLock::acquire(&files.lock())?);
+    let manifest_path = files.manifest();
     let mut manifest = Manifest::start(manifest_path.clone(), data.kind.as_str(), &data.file)?;
     describe(&mut manifest, job, &conversations);
     manifest.write()?;
-    let tape = super::tape::open_run_tape(job)?;
+    let tape = open_run_tape(job)?;
     let manifest = Arc::new(Mutex::new(manifest));
     let stop = interrupts(manifest.clone(), lock.clone());
 
@@ -159,7 +159,7 @@ async fn run(job: &RunJob, conversations: Vec<Conversation>) -> anyhow::Result<R
     let outcome = phases(job, conversations, stop, &tape).await;
     lock.release();
     let mut manifest = manifest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    manifest.calls = Some(super::tape::CallsRecord::of(&tape)?);
+    manifest.calls = Some(CallsRecord::of(&tape)?);
     let outcome = match outcome {
         Ok(outcome) => compare_replay(job, &samples, outcome),
         Err(error) => Err(error),
@@ -235,7 +235,7 @@ fn compare_replay(
             (path(&replay.from), path(&job.run.file))
         })
         .collect();
-    let comparison = super::tape::compare_results(&pairs)?;
+    let comparison = compare_results(&pairs)?;
     let mut text = format!(
         "replay of {}: {} of {} result lines identical (latency aside)",
         replay.from, comparison.identical, comparison.compared

@@ -66,7 +66,7 @@ pub fn log_directive() -> Option<String> {
 }
 
 /// The machine's host name (`/etc/hostname`, else `$HOSTNAME`, else `unknown`): who holds a
-/// run's lock (`commands::guard`; the file first, since `$HOSTNAME` is often not exported and
+/// run's lock (`recorded::lock`; the file first, since `$HOSTNAME` is often not exported and
 /// two processes of one machine must name it alike).
 pub fn host_name() -> String {
     std::fs::read_to_string("/etc/hostname")

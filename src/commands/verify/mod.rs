@@ -26,11 +26,12 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
-use self::archive::{check_index, check_members, unpack};
+use self::archive::check_index;
+use crate::recorded::archive::{check_members, unpack};
 use self::replay::{check_replayed_traces, check_traces, replay};
 use self::tables::check_eval;
 use super::Outcome;
-use super::export::ArchiveIndex;
+use crate::recorded::archive::ArchiveIndex;
 use super::output::outln;
 use crate::settings::VerifyJob;
 
@@ -107,7 +108,7 @@ struct ArchiveClaims {
     index: ArchiveIndex,
     manifest: serde_json::Value,
     manifest_member: String,
-    eval: Option<super::eval::EvalRecord>,
+    eval: Option<crate::recorded::eval_record::EvalRecord>,
 }
 
 impl ArchiveClaims {

@@ -61,7 +61,7 @@ pub(super) fn check_replayed_traces(
     let index = &checked.index;
     let log = root.join("log").join(&index.dataset);
     let replayed = log.join(format!("{}-verify", index.file));
-    for trace in crate::commands::export::files_under(&replayed)? {
+    for trace in crate::recorded::archive::files_under(&replayed)? {
         let archived = log.join(&index.file).join(trace.strip_prefix(&replayed)?);
         if !archived.is_file() {
             let question = trace.file_stem().unwrap_or_default().to_string_lossy().into_owned();

@@ -72,11 +72,11 @@ async fn judged_from_tape(
     checked: &ArchiveClaims,
     root: &Path,
     settings: &crate::eval::EvalSettings,
-    record: &crate::commands::eval::EvalRecord,
+    record: &crate::recorded::eval_record::EvalRecord,
 ) -> anyhow::Result<Result<anyhow::Result<crate::eval::MatrixEvaluation>, String>> {
     let index = &checked.index;
     let path =
-        crate::commands::tape::judge_calls_path(root, &index.dataset, &index.model, &index.file);
+        crate::recorded::RunFiles::new(root, &index.dataset, &index.model, &index.file).judge_calls();
     if !path.is_file() {
         return Ok(Err(format!(
             "{}: the recorded judge calls are not in the archive",
@@ -120,7 +120,7 @@ fn sort_eval_members(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let index = &checked.index;
-    for file in crate::commands::export::files_under(kept)? {
+    for file in crate::recorded::archive::files_under(kept)? {
         let file_name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let inside = format!("eval/{}/{}/{}", index.dataset, index.file, relative(kept, &file));
         if RECOMPUTED.contains(&file_name.as_str()) && file.parent() == Some(kept) {
@@ -202,7 +202,7 @@ const INVOCATION_FIELDS: &[&str] = &[
 /// [`INVOCATION_FIELDS`] aside.
 fn compare_summary(archived: &Path, recomputed: &Path) -> anyhow::Result<Option<String>> {
     let read = |path: &Path| -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-        let mut value = crate::commands::export::read_json(path)?;
+        let mut value = crate::recorded::archive::read_json(path)?;
         let object = value.as_object_mut().context("a summary is a JSON object")?;
         for field in INVOCATION_FIELDS {
             object.remove(*field);
@@ -225,8 +225,8 @@ fn compare_summary_markdown(
     folder: &Path,
     name: &str,
 ) -> anyhow::Result<Option<String>> {
-    let archived = crate::commands::export::read_json(&kept.join(SUMMARY))?;
-    let mut recomputed = crate::commands::export::read_json(&folder.join(SUMMARY))?;
+    let archived = crate::recorded::archive::read_json(&kept.join(SUMMARY))?;
+    let mut recomputed = crate::recorded::archive::read_json(&folder.join(SUMMARY))?;
     for field in INVOCATION_FIELDS {
         recomputed[*field] = archived[*field].clone();
     }

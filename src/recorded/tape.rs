@@ -8,31 +8,19 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use serde::Serialize;
 
+use super::RunFiles;
 use crate::llm::tape::{CallStore, Tape, TapeMode, TapeTotals};
-use crate::settings::{RunJob, RunSettings};
-
-/// `record/<dataset>/<model>_<tag>.calls.sqlite`: the calls a run sent.
-pub fn calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf {
-    root.join("record").join(dataset).join(format!("{model}_{tag}.calls.sqlite"))
-}
-
-/// `record/<dataset>/<model>_<tag>.judge.sqlite`: the calls the judge made on a run.
-pub fn judge_calls_path(root: &Path, dataset: &str, model: &str, tag: &str) -> PathBuf {
-    root.join("record").join(dataset).join(format!("{model}_{tag}.judge.sqlite"))
-}
+use crate::settings::RunJob;
 
 /// The tape of a run: its own store, recording; for `replay`, a copy of the recorded run's
 /// store (made once, then resumed) played back.
 pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
-    let (root, dataset, model) =
-        (&job.paths.root, job.data.kind.as_str(), job.models.build_model.alias.as_str());
-    let path = calls_path(root, dataset, model, &job.run.tag());
+    let path = RunFiles::of_run(job).calls();
     let Some(replay) = &job.replay else {
         let store = CallStore::open(&path)?;
         return Ok(Tape::new(Arc::new(store), TapeMode::Record));
     };
-    let source =
-        calls_path(root, dataset, model, &RunSettings::tag_of(&replay.from, job.run.shard));
+    let source = RunFiles::of_replayed(job, &replay.from).calls();
     if !source.is_file() {
         anyhow::bail!(
             "run {} has no recorded calls ({} is missing): only runs made by this version record their calls",

@@ -55,8 +55,7 @@ pub struct Manifest {
     pub summary: Option<AnswerSummary>,
     /// Why it failed, when it did.
     pub error: Option<String>,
-    /// What each client sent to the endpoint (see
-    /// [`RunOutcome::endpoint_usage`](super::RunOutcome::endpoint_usage)).
+    /// What each client sent to the endpoint (the run command's `RunOutcome::endpoint_usage`).
     pub endpoint_usage: BTreeMap<String, UsageTotals>,
     /// The arguments that replay the run (`mragent replay`, `verify`): see
     /// [`crate::settings::replay_args`].

@@ -1,0 +1,370 @@
+//! A run's archive (`.tar.zst`): what `mragent export` writes and `mragent verify` checks
+//! offline.
+//!
+//! It holds `archive.json` (the run, its manifest, the judge settings of its evaluation and the
+//! SHA-256 and size of every other member), then, under the paths they have in a project: the
+//! dataset file, the run's manifest and result files, its traces, its recorded calls (and the
+//! judge's), its eval folder, and the memory caches of its conversations (stage outputs,
+//! vectors, MemGAS indexes and granules) that the answers were made from.
+
+use std::io::Read as _;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::RunFiles;
+use super::eval_record::EvalRecord;
+use crate::settings::ExportJob;
+
+/// The archive format.
+pub const ARCHIVE_FORMAT: &str = "mragent-archive-1";
+/// The index member.
+pub const INDEX: &str = "archive.json";
+
+/// `archive.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArchiveIndex {
+    /// [`ARCHIVE_FORMAT`].
+    pub format: String,
+    /// Dataset kind (`locomo`, `LM`).
+    pub dataset: String,
+    /// Build model alias (names the result files).
+    pub model: String,
+    /// Run tag.
+    pub file: String,
+    /// The dataset file inside the archive.
+    pub dataset_file: String,
+    /// The meta-rules file inside the archive, when the run had one.
+    pub meta_rules: Option<String>,
+    /// The run's manifest as it was written.
+    pub manifest: serde_json::Value,
+    /// How the run was last evaluated with a judge (`record/…/<model>_<tag>.eval.json`), when
+    /// it was: what `verify` recomputes the tables with.
+    pub eval: Option<EvalRecord>,
+    /// The build of the mragent that wrote the archive.
+    #[serde(default)]
+    pub build: Option<crate::provenance::Build>,
+    /// Every other member, in path order.
+    pub files: Vec<Member>,
+}
+
+/// One archived file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Path inside the archive (`/`-separated, relative).
+    pub path: String,
+    /// Lower-case hex SHA-256.
+    pub sha256: String,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+/// The index of `job`'s archive and each member's source file.
+pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
+    let root = &job.paths.root;
+    let dataset = job.dataset.as_str();
+    let (manifest_path, manifest) = complete_manifest(job)?;
+    let (calls, mut eval_settings) = recorded_calls(job)?;
+    let mut paths: Vec<PathBuf> = vec![manifest_path];
+    paths.extend(calls);
+    let dataset_file = PathBuf::from(manifest["dataset_file"].as_str().unwrap_or_default());
+    let samples: Vec<String> = manifest["settings"]["samples"]
+        .as_array()
+        .map(|samples| samples.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    paths.extend(run_outputs(job, &samples)?);
+    let mut members: Vec<(String, PathBuf)> = paths
+        .into_iter()
+        .map(|path| Ok((relative(root, &path)?, path)))
+        .collect::<anyhow::Result<_>>()?;
+    let dataset_member = format!("data/{}", file_name(&dataset_file)?);
+    members.push((dataset_member.clone(), root.join(&dataset_file)));
+    let meta_rules = rules_member(&manifest, root, &mut members)?;
+    if let Some(audit) = eval_settings.as_mut().and_then(|record| record.audit_file.as_mut()) {
+        let member = format!("data/audit/{}", file_name(Path::new(audit.as_str()))?);
+        members.push((member.clone(), root.join(audit.as_str())));
+        *audit = member;
+    }
+    members.sort();
+    members.dedup_by(|a, b| a.0 == b.0);
+    let files = members
+        .iter()
+        .map(|(path, source)| member(path, source))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let index = ArchiveIndex {
+        format: ARCHIVE_FORMAT.to_string(),
+        dataset: dataset.to_string(),
+        model: job.model.clone(),
+        file: job.file.clone(),
+        dataset_file: dataset_member,
+        meta_rules,
+        manifest,
+        eval: eval_settings,
+        build: Some(crate::provenance::Build::of_this_binary()),
+        files,
+    };
+    Ok((index, members.into_iter().map(|(_, source)| source).collect()))
+}
+
+/// The files of the run `job` archives.
+fn files(job: &ExportJob) -> RunFiles {
+    RunFiles::new(&job.paths.root, job.dataset.as_str(), &job.model, &job.file)
+}
+
+/// The run's manifest (its path and its JSON), refused unless the run is complete.
+fn complete_manifest(job: &ExportJob) -> anyhow::Result<(PathBuf, serde_json::Value)> {
+    let manifest_path = files(job).manifest();
+    let manifest: serde_json::Value = read_json(&manifest_path).with_context(|| {
+        format!("run {} of model {} has no manifest; run it first", job.file, job.model)
+    })?;
+    if manifest["status"] != "complete" {
+        anyhow::bail!(
+            "run {} is {} (see {}): export a complete run",
+            job.file,
+            manifest["status"],
+            manifest_path.display()
+        );
+    }
+    Ok((manifest_path, manifest))
+}
+
+/// The run's recorded calls, and the judge's with the eval record when the run was judged
+/// (the record too), each call store checkpointed into one file.
+fn recorded_calls(
+    job: &ExportJob,
+) -> anyhow::Result<(Vec<PathBuf>, Option<EvalRecord>)> {
+    let files = files(job);
+    let calls = files.calls();
+    if !calls.is_file() {
+        anyhow::bail!("run {} has no recorded calls ({} is missing)", job.file, calls.display());
+    }
+    let (judge_calls, eval_record) = (files.judge_calls(), files.eval_record());
+    let eval_settings: Option<EvalRecord> = if judge_calls.is_file() {
+        let text = std::fs::read_to_string(&eval_record)
+            .with_context(|| format!("reading {}", eval_record.display()))?;
+        Some(serde_json::from_str(&text).with_context(|| format!("{}", eval_record.display()))?)
+    } else {
+        None
+    };
+    for store in std::iter::once(&calls).chain(judge_calls.is_file().then_some(&judge_calls)) {
+        // One file holds everything once the write-ahead log is folded in.
+        crate::llm::tape::CallStore::open(store)?.checkpoint()?;
+    }
+    let mut paths = vec![calls];
+    if eval_settings.is_some() {
+        paths.extend([judge_calls, eval_record]);
+    }
+    Ok((paths, eval_settings))
+}
+
+/// What the run wrote for `samples`: its result files, traces, eval folder (the judge cache
+/// aside) and the memory caches its answers were made from.
+fn run_outputs(job: &ExportJob, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let files = files(job);
+    let mut paths = Vec::new();
+    for sample in samples {
+        let result = files.results(sample);
+        paths.extend(result.is_file().then_some(result));
+    }
+    paths.extend(files_under(&files.traces())?);
+    paths.extend(files_under(&files.eval_folder())?.into_iter().filter(|path| !is_judge_cache(path)));
+    paths.extend(memory_caches(&files.memory_dir(), samples)?);
+    Ok(paths)
+}
+
+/// The judge cache of an eval folder: a cache, not a result (verify recomputes it).
+pub fn is_judge_cache(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| name == "judgements.jsonl")
+}
+
+/// The meta-rules file of the run, archived under `rules/`.
+fn rules_member(
+    manifest: &serde_json::Value,
+    root: &Path,
+    members: &mut Vec<(String, PathBuf)>,
+) -> anyhow::Result<Option<String>> {
+    let Some(given) = manifest["meta_rules"]["file"].as_str() else { return Ok(None) };
+    let source = root.join(given);
+    let member = format!("rules/{}", file_name(Path::new(given))?);
+    members.push((member.clone(), source));
+    Ok(Some(member))
+}
+
+/// Files of the memory of `samples` under `data/<dataset>/`: every file whose name starts with
+/// a sample id followed by `_` or `.`, outside learning folders (`meta/`).
+fn memory_caches(directory: &Path, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let prefixes: Vec<String> =
+        samples.iter().map(|sample| crate::fsutil::safe_name(sample, '_')).collect();
+    Ok(files_under(directory)?
+        .into_iter()
+        .filter(|path| !path.components().any(|part| part.as_os_str() == "meta"))
+        .filter(|path| {
+            let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+            prefixes.iter().any(|prefix| {
+                name.strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| rest.starts_with('_') || rest.starts_with('.'))
+            })
+        })
+        .collect())
+}
+
+/// Every file under `directory` (none when it is missing), in path order.
+pub fn files_under(directory: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut pending = vec![directory.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                return Err(error).with_context(|| format!("listing {}", folder.display()));
+            }
+        };
+        for entry in entries {
+            let entry = entry.with_context(|| format!("listing {}", folder.display()))?;
+            let kind =
+                entry.file_type().with_context(|| format!("reading {}", folder.display()))?;
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn relative(root: &Path, path: &Path) -> anyhow::Result<String> {
+    let inside = path
+        .strip_prefix(root)
+        .with_context(|| format!("{} is outside the project {}", path.display(), root.display()))?;
+    let parts: Vec<String> =
+        inside.components().map(|part| part.as_os_str().to_string_lossy().into_owned()).collect();
+    Ok(parts.join("/"))
+}
+
+fn file_name(path: &Path) -> anyhow::Result<String> {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .with_context(|| format!("{} names no file", path.display()))
+}
+
+fn member(path: &str, source: &Path) -> anyhow::Result<Member> {
+    let bytes = std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+    Ok(Member {
+        path: path.to_string(),
+        sha256: super::manifest::sha256_hex(&bytes),
+        bytes: bytes.len() as u64,
+    })
+}
+
+pub fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// Writes `archive.json` then every member into a zstd-compressed tar, through a temporary
+/// file renamed into place.
+pub fn write_archive(output: &Path, index: &ArchiveIndex, sources: &[PathBuf]) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(index).context("serialising the archive index")?;
+    crate::fsutil::write_atomic_with(output, |file| {
+        let encoder = zstd::Encoder::new(file, 9).context("starting the compression")?;
+        let mut builder = tar::Builder::new(encoder);
+        append(&mut builder, INDEX, &json)?;
+        for (member, source) in index.files.iter().zip(sources) {
+            let bytes =
+                std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+            append(&mut builder, &member.path, &bytes)?;
+        }
+        let encoder = builder.into_inner().context("finishing the archive")?;
+        encoder.finish().context("finishing the compression")?;
+        Ok(())
+    })
+}
+
+fn append<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    path: &str,
+    bytes: &[u8],
+) -> anyhow::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_cksum();
+    builder.append_data(&mut header, path, bytes).with_context(|| format!("archiving {path}"))
+}
+
+/// Unpacks the archive under `root` (plain files at safe relative paths only) and reads its index.
+pub fn unpack(archive: &Path, root: &Path) -> anyhow::Result<ArchiveIndex> {
+    let file =
+        std::fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
+    let decoder = zstd::Decoder::new(file).context("the archive is not zstd-compressed")?;
+    let mut tar = tar::Archive::new(decoder);
+    let mut index = None;
+    for entry in tar.entries().context("the archive is not a tar stream")? {
+        let mut entry = entry.context("the archive is damaged")?;
+        let path = entry.path().context("an archive member has no readable path")?.into_owned();
+        if !entry.header().entry_type().is_file() || !is_safe(&path) {
+            anyhow::bail!(
+                "archive member {} is not a plain file at a relative path",
+                path.display()
+            );
+        }
+        let mut bytes = Vec::new();
+        entry
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("archive member {} is damaged", path.display()))?;
+        if path == Path::new(INDEX) {
+            index = Some(
+                serde_json::from_slice::<ArchiveIndex>(&bytes)
+                    .context("archive.json is not an archive index")?,
+            );
+            continue;
+        }
+        let target = root.join(&path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&target, bytes).with_context(|| format!("writing {}", target.display()))?;
+    }
+    let index = index.context("the archive has no archive.json")?;
+    if index.format != ARCHIVE_FORMAT {
+        anyhow::bail!("archive format {:?} is not {ARCHIVE_FORMAT}", index.format);
+    }
+    Ok(index)
+}
+
+/// Whether `path` is relative and goes through no `..`, root or prefix.
+fn is_safe(path: &Path) -> bool {
+    path.components().all(|part| matches!(part, Component::Normal(_)))
+}
+
+/// Every member against its hash and size, and no file that the index does not list.
+pub fn check_members(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Option<String>> {
+    for member in &index.files {
+        let path = root.join(&member.path);
+        let Ok(bytes) = std::fs::read(&path) else {
+            return Ok(Some(format!("{} is listed in archive.json but missing", member.path)));
+        };
+        if bytes.len() as u64 != member.bytes
+            || super::manifest::sha256_hex(&bytes) != member.sha256
+        {
+            return Ok(Some(format!(
+                "{}: its SHA-256 differs from archive.json (altered or damaged)",
+                member.path
+            )));
+        }
+    }
+    let listed: std::collections::BTreeSet<PathBuf> =
+        index.files.iter().map(|member| root.join(&member.path)).collect();
+    if let Some(extra) =
+        files_under(root)?.into_iter().find(|path| !listed.contains(path))
+    {
+        return Ok(Some(format!("{} is in the archive but not in archive.json", extra.display())));
+    }
+    Ok(None)
+}

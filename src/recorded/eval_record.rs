@@ -1,0 +1,66 @@
+//! How a run was last judged (`RunFiles::eval_record`): the settings of its judged evaluation
+//! that decide the tables, what `verify` recomputes them with from the recorded judge calls.
+
+use serde::{Deserialize, Serialize};
+
+/// The settings of a judged evaluation that decide its tables: what `verify` recomputes them
+/// with, from the recorded judge calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalRecord {
+    /// Judge model id.
+    pub judge_model: String,
+    /// Judge runs.
+    pub judge_runs: u32,
+    /// The judge protocols, in order (the first is `summary.json`'s).
+    pub protocols: Vec<crate::eval::judge::JudgeProtocol>,
+    /// The run's `--sample`.
+    pub sample: Option<String>,
+    /// The run's `--ca`.
+    pub question_type: Option<crate::dataset::LongMemEvalType>,
+    /// Scored with missing questions.
+    pub partial: bool,
+    /// The audit file, relative to the project when inside it (`None`: no audit).
+    pub audit_file: Option<String>,
+    /// The official overall over categories 1–5 too.
+    pub overall_with_adversarial: bool,
+}
+
+impl EvalRecord {
+    pub(crate) fn of(
+        settings: &crate::eval::EvalSettings,
+        protocols: &[crate::eval::judge::JudgeProtocol],
+    ) -> Self {
+        if settings.judge_prompt.is_some() {
+            tracing::warn!("a run judged with --judge-prompt cannot be verified from its archive");
+        }
+        // Relative to the project when inside it, else as it is: `export` archives the file.
+        let audit_file = settings
+            .audit_file
+            .as_ref()
+            .map(|path| path.strip_prefix(&settings.root).unwrap_or(path).display().to_string());
+        Self {
+            judge_model: settings.judge_model.clone().unwrap_or_default(),
+            judge_runs: settings.judge_runs,
+            protocols: protocols.to_vec(),
+            sample: settings.sample.clone(),
+            question_type: settings.question_type,
+            partial: settings.partial,
+            audit_file,
+            overall_with_adversarial: settings.overall_with_adversarial,
+        }
+    }
+
+    /// Applies the record to `settings`.
+    pub fn apply(&self, settings: &mut crate::eval::EvalSettings) {
+        settings.judge_model = Some(self.judge_model.clone());
+        settings.judge_runs = self.judge_runs;
+        if let Some(first) = self.protocols.first() {
+            settings.protocol = *first;
+        }
+        settings.sample.clone_from(&self.sample);
+        settings.question_type = self.question_type;
+        settings.partial = self.partial;
+        settings.audit_file = self.audit_file.as_ref().map(|file| settings.root.join(file));
+        settings.overall_with_adversarial = self.overall_with_adversarial;
+    }
+}

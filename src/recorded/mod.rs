@@ -1,0 +1,129 @@
+//! A recorded run on disk: where its files are ([`RunFiles`], the one owner of the layout),
+//! its recorded model calls ([`tape`]), its lock ([`lock`]), its manifest ([`manifest`]), how
+//! it was judged ([`eval_record`]) and its archive ([`archive`]: what `export` writes and
+//! `verify` unpacks and checks member by member).
+//!
+//! The commands read and write a run only through this room: `run` takes its lock, writes its
+//! manifest and records through its tape; `eval` records the judge; `export` archives;
+//! `verify` unpacks and checks (its replay and its recomputed tables drive `run` and `eval`,
+//! so they stay with the commands).
+
+pub mod archive;
+pub mod eval_record;
+pub mod lock;
+pub mod manifest;
+pub mod tape;
+
+use std::path::{Path, PathBuf};
+
+/// The files of one run (`<model>_<tag>` of a dataset) in a project, or inside an archive
+/// (a relative root: `RunFiles::in_archive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFiles {
+    root: PathBuf,
+    dataset: String,
+    model: String,
+    tag: String,
+}
+
+impl RunFiles {
+    /// The run `<model>_<tag>` of `dataset` in the project at `root`.
+    pub fn new(root: &Path, dataset: &str, model: &str, tag: &str) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            dataset: dataset.to_string(),
+            model: model.to_string(),
+            tag: tag.to_string(),
+        }
+    }
+
+    /// The files of the run `job` makes (its shard's tag).
+    pub fn of_run(job: &crate::settings::RunJob) -> Self {
+        let model = &job.models.build_model.alias;
+        Self::new(&job.paths.root, job.data.kind.as_str(), model, &job.run.tag())
+    }
+
+    /// The files of the recorded run `from` that `job` replays (the same shard).
+    pub fn of_replayed(job: &crate::settings::RunJob, from: &str) -> Self {
+        let tag = crate::settings::RunSettings::tag_of(from, job.run.shard);
+        Self::new(&job.paths.root, job.data.kind.as_str(), &job.models.build_model.alias, &tag)
+    }
+
+    /// The same run as its archive names its members (paths relative to the project).
+    pub fn in_archive(dataset: &str, model: &str, tag: &str) -> Self {
+        Self::new(Path::new(""), dataset, model, tag)
+    }
+
+    /// `result/<dataset>/`: the result files, the manifest and the lock.
+    pub fn results_dir(&self) -> PathBuf {
+        self.root.join("result").join(&self.dataset)
+    }
+
+    /// `result/<dataset>/<model>_<tag>.manifest.json`.
+    pub fn manifest(&self) -> PathBuf {
+        self.results_dir().join(format!("{}_{}.manifest.json", self.model, self.tag))
+    }
+
+    /// `result/<dataset>/.<model>_<tag>.lock`: held while the run goes on.
+    pub fn lock(&self) -> PathBuf {
+        self.results_dir().join(format!(".{}_{}.lock", self.model, self.tag))
+    }
+
+    /// The result file of `sample`.
+    pub fn results(&self, sample: &str) -> PathBuf {
+        crate::results::result_path(&self.root, &self.dataset, sample, &self.model, &self.tag)
+    }
+
+    /// `record/<dataset>/<model>_<tag>.calls.sqlite`: the calls the run sent.
+    pub fn calls(&self) -> PathBuf {
+        self.record(".calls.sqlite")
+    }
+
+    /// `record/<dataset>/<model>_<tag>.judge.sqlite`: the calls the judge made on the run.
+    pub fn judge_calls(&self) -> PathBuf {
+        self.record(".judge.sqlite")
+    }
+
+    /// `record/<dataset>/<model>_<tag>.eval.json`: how the run was last judged.
+    pub fn eval_record(&self) -> PathBuf {
+        self.record(".eval.json")
+    }
+
+    /// `log/<dataset>/<tag>/`: the run's traces.
+    pub fn traces(&self) -> PathBuf {
+        self.root.join("log").join(&self.dataset).join(&self.tag)
+    }
+
+    /// `eval/<dataset>/<tag>/`: the run's eval folder.
+    pub fn eval_folder(&self) -> PathBuf {
+        self.root.join("eval").join(&self.dataset).join(&self.tag)
+    }
+
+    /// `data/<dataset>/`: the memory caches its conversations were answered from.
+    pub fn memory_dir(&self) -> PathBuf {
+        self.root.join("data").join(&self.dataset)
+    }
+
+    fn record(&self, suffix: &str) -> PathBuf {
+        self.root.join("record").join(&self.dataset).join(format!("{}_{}{suffix}", self.model, self.tag))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_a_run_is_named_by_its_dataset_model_and_tag() {
+        let files = RunFiles::new(Path::new("/p"), "locomo", "gpt", "t1");
+        assert_eq!(files.manifest(), Path::new("/p/result/locomo/gpt_t1.manifest.json"));
+        assert_eq!(files.lock(), Path::new("/p/result/locomo/.gpt_t1.lock"));
+        assert_eq!(files.calls(), Path::new("/p/record/locomo/gpt_t1.calls.sqlite"));
+        assert_eq!(files.judge_calls(), Path::new("/p/record/locomo/gpt_t1.judge.sqlite"));
+        assert_eq!(files.eval_record(), Path::new("/p/record/locomo/gpt_t1.eval.json"));
+        assert_eq!(files.traces(), Path::new("/p/log/locomo/t1"));
+        assert_eq!(files.eval_folder(), Path::new("/p/eval/locomo/t1"));
+        let inside = RunFiles::in_archive("locomo", "gpt", "t1");
+        assert_eq!(inside.manifest(), Path::new("result/locomo/gpt_t1.manifest.json"));
+    }
+}
