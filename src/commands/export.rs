@@ -21,4 +21,3 @@ pub fn execute(job: &ExportJob) -> anyhow::Result<Outcome> {
     )?;
     Ok(Outcome::Success)
 }
-

@@ -30,9 +30,6 @@ pub mod verify;
 mod judging;
 mod own;
 
-pub use self::guard::{LockHolder, RunLock};
-pub use self::manifest::{Manifest, endpoint_host, sha256_hex};
-
 use crate::cli::Command;
 
 /// How a command ended when it did not fail outright.

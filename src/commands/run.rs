@@ -13,11 +13,7 @@ use anyhow::Context as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 
 use super::build::{api_embedder, print_report};
-use crate::recorded::RunFiles;
-use crate::recorded::lock::RunLock;
-use crate::recorded::tape::{CallsRecord, compare_results, open_run_tape};
 use super::interrupt::{INTERRUPTED_STATUS, StopRequest, watch};
-use crate::recorded::manifest::{Manifest, MetaRulesRecord, endpoint_host};
 use super::output::outln;
 use super::{Outcome, chat_client};
 use crate::agent::{AnswerSummary, SampleFeed};
@@ -26,6 +22,10 @@ use crate::ingest::BuildSummary;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
 use crate::llm::tape::{Tape, TapedChat, TapedEmbedder};
 use crate::llm::{Client, EmbedClient, UsageTotals};
+use crate::recorded::RunFiles;
+use crate::recorded::lock::RunLock;
+use crate::recorded::manifest::{Manifest, MetaRulesRecord, endpoint_host};
+use crate::recorded::tape::{CallsRecord, compare_results, open_run_tape};
 use crate::settings::{DataSettings, RunJob};
 use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
 
@@ -142,7 +142,7 @@ pub(super) async fn replay_silently(job: &RunJob) -> anyhow::Result<Result<Strin
 
 /// The job (see the module documentation).
 async fn run(job: &RunJob, conversations: Vec<Conversation>) -> anyhow::Result<RunOutcome> {
-    let (data, models, run) = (&job.data, &job.models, &job.run);
+    let (data, run) = (&job.data, &job.run);
     check_sample_ids(data, &conversations)?;
     let conversations = select_shard(conversations, run.shard);
     let files = RunFiles::of_run(job);

@@ -131,9 +131,7 @@ fn complete_manifest(job: &ExportJob) -> anyhow::Result<(PathBuf, serde_json::Va
 
 /// The run's recorded calls, and the judge's with the eval record when the run was judged
 /// (the record too), each call store checkpointed into one file.
-fn recorded_calls(
-    job: &ExportJob,
-) -> anyhow::Result<(Vec<PathBuf>, Option<EvalRecord>)> {
+fn recorded_calls(job: &ExportJob) -> anyhow::Result<(Vec<PathBuf>, Option<EvalRecord>)> {
     let files = files(job);
     let calls = files.calls();
     if !calls.is_file() {
@@ -168,7 +166,9 @@ fn run_outputs(job: &ExportJob, samples: &[String]) -> anyhow::Result<Vec<PathBu
         paths.extend(result.is_file().then_some(result));
     }
     paths.extend(files_under(&files.traces())?);
-    paths.extend(files_under(&files.eval_folder())?.into_iter().filter(|path| !is_judge_cache(path)));
+    paths.extend(
+        files_under(&files.eval_folder())?.into_iter().filter(|path| !is_judge_cache(path)),
+    );
     paths.extend(memory_caches(&files.memory_dir(), samples)?);
     Ok(paths)
 }
@@ -268,7 +268,11 @@ pub fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
 
 /// Writes `archive.json` then every member into a zstd-compressed tar, through a temporary
 /// file renamed into place.
-pub fn write_archive(output: &Path, index: &ArchiveIndex, sources: &[PathBuf]) -> anyhow::Result<()> {
+pub fn write_archive(
+    output: &Path,
+    index: &ArchiveIndex,
+    sources: &[PathBuf],
+) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(index).context("serialising the archive index")?;
     crate::fsutil::write_atomic_with(output, |file| {
         let encoder = zstd::Encoder::new(file, 9).context("starting the compression")?;
@@ -361,9 +365,7 @@ pub fn check_members(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Option
     }
     let listed: std::collections::BTreeSet<PathBuf> =
         index.files.iter().map(|member| root.join(&member.path)).collect();
-    if let Some(extra) =
-        files_under(root)?.into_iter().find(|path| !listed.contains(path))
-    {
+    if let Some(extra) = files_under(root)?.into_iter().find(|path| !listed.contains(path)) {
         return Ok(Some(format!("{} is in the archive but not in archive.json", extra.display())));
     }
     Ok(None)

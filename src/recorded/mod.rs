@@ -105,7 +105,10 @@ impl RunFiles {
     }
 
     fn record(&self, suffix: &str) -> PathBuf {
-        self.root.join("record").join(&self.dataset).join(format!("{}_{}{suffix}", self.model, self.tag))
+        self.root
+            .join("record")
+            .join(&self.dataset)
+            .join(format!("{}_{}{suffix}", self.model, self.tag))
     }
 }
 

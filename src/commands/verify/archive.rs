@@ -3,10 +3,8 @@
 
 use std::path::Path;
 
-use anyhow::Context as _;
-
 use super::ArchiveClaims;
-use crate::recorded::archive::ArchiveIndex;
+use crate::recorded::archive::{ArchiveIndex, INDEX};
 
 /// The hashed manifest member, and `archive.json` checked against it and the other members.
 pub(super) fn check_index(

@@ -27,12 +27,12 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use self::archive::check_index;
-use crate::recorded::archive::{check_members, unpack};
 use self::replay::{check_replayed_traces, check_traces, replay};
 use self::tables::check_eval;
 use super::Outcome;
-use crate::recorded::archive::ArchiveIndex;
 use super::output::outln;
+use crate::recorded::archive::ArchiveIndex;
+use crate::recorded::archive::{check_members, unpack};
 use crate::settings::VerifyJob;
 
 /// Checks the archive; prints VERIFIED, or the first mismatch and fails.

@@ -75,8 +75,8 @@ async fn judged_from_tape(
     record: &crate::recorded::eval_record::EvalRecord,
 ) -> anyhow::Result<Result<anyhow::Result<crate::eval::MatrixEvaluation>, String>> {
     let index = &checked.index;
-    let path =
-        crate::recorded::RunFiles::new(root, &index.dataset, &index.model, &index.file).judge_calls();
+    let path = crate::recorded::RunFiles::new(root, &index.dataset, &index.model, &index.file)
+        .judge_calls();
     if !path.is_file() {
         return Ok(Err(format!(
             "{}: the recorded judge calls are not in the archive",

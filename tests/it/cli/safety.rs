@@ -90,7 +90,7 @@ async fn a_second_run_with_the_same_tag_is_refused() {
     // A live process (this test) holds the lock of dataset locomo, model local-tiny, tag t.
     let lock = dir.path().join("result/locomo/.local-tiny_t.lock");
     std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
-    let holder = mragent::commands::LockHolder::current();
+    let holder = mragent::recorded::lock::LockHolder::current();
     std::fs::write(&lock, serde_json::to_string(&holder).unwrap()).unwrap();
     let output = mragent_in(dir.path(), &run_args(&data, &server, "t"), &[]).await;
     let stderr = text(&output.stderr);
