@@ -27,11 +27,11 @@ pub(super) fn judge_client(scoring: &Scoring) -> anyhow::Result<Option<Client>> 
 
 /// The judge behind `latch`: the first refused key or unknown model stops the whole
 /// evaluation with one message; the judgements already made are cached and a rerun keeps them.
-pub(super) fn latched<'a>(
-    client: Option<&'a Client>,
+pub(super) fn latched<'a, M: crate::llm::ChatModel>(
+    client: Option<&'a M>,
     latch: &Arc<FatalLatch>,
     scoring: &Scoring,
-) -> Option<Latched<&'a Client>> {
+) -> Option<Latched<&'a M>> {
     client.map(|client| {
         Latched::sharing(client, latch, scoring.models.key_variable, AfterFatal::Wait)
     })

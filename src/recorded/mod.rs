@@ -84,6 +84,12 @@ impl RunFiles {
         self.record(".judge.sqlite")
     }
 
+    /// `record/<dataset>/<model>_<tag>_vs_<other>.judge.sqlite`: the calls the judge made
+    /// comparing the run with run `other` (`compare`, `eval --paired-with`).
+    pub fn comparison_judge_calls(&self, other: &str) -> PathBuf {
+        self.record(&format!("_vs_{other}.judge.sqlite"))
+    }
+
     /// `record/<dataset>/<model>_<tag>.eval.json`: how the run was last judged.
     pub fn eval_record(&self) -> PathBuf {
         self.record(".eval.json")
@@ -124,6 +130,10 @@ mod tests {
         assert_eq!(files.calls(), Path::new("/p/record/locomo/gpt_t1.calls.sqlite"));
         assert_eq!(files.judge_calls(), Path::new("/p/record/locomo/gpt_t1.judge.sqlite"));
         assert_eq!(files.eval_record(), Path::new("/p/record/locomo/gpt_t1.eval.json"));
+        assert_eq!(
+            files.comparison_judge_calls("t2"),
+            Path::new("/p/record/locomo/gpt_t1_vs_t2.judge.sqlite")
+        );
         assert_eq!(files.traces(), Path::new("/p/log/locomo/t1"));
         assert_eq!(files.eval_folder(), Path::new("/p/eval/locomo/t1"));
         let inside = RunFiles::in_archive("locomo", "gpt", "t1");

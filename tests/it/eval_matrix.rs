@@ -249,8 +249,10 @@ async fn compare_prints_flips_and_the_noise_with_a_judge_and_f1_only_without() {
         ["--judge-model", "judge-model", "--base-url", server.base_url()].map(String::from),
     );
     let judged = run_binary(root.path(), &args).await;
-    // Each run's 13 answered questions of categories 1–4, three judge runs each.
-    assert_eq!(server.request_count(), 2 * 13 * 3);
+    // Each run's 13 answered questions of categories 1–4, three judge runs each; the judge
+    // calls go through the comparison's tape, so the 2 answers both runs share (the same
+    // request) are judged once.
+    assert_eq!(server.request_count(), 2 * 13 * 3 - 2 * 3);
     assert!(judged.contains("A = meta-t, B = meta-t-base: 15 question(s) paired"), "{judged}");
     let overall = judged.lines().find(|line| line.starts_with("| overall (1–4) | 12 |")).unwrap();
     // By the majority of the three runs (run 1 flips the "When" questions, runs 0 and 2 do
@@ -270,4 +272,19 @@ async fn compare_prints_flips_and_the_noise_with_a_judge_and_f1_only_without() {
         std::fs::read_to_string(root.path().join("eval/locomo/fixture_meta-t_vs_meta-t-base.md"))
             .unwrap();
     assert!(page.contains("inside the noise") && page.contains("3 run(s)"), "{page}");
+
+    // Every judge call of the comparison is on its own tape, each with its question; with the
+    // verdict caches gone, the same comparison is answered from the tape alone.
+    let tape = root.path().join("record/locomo/fixture_meta-t_vs_meta-t-base.judge.sqlite");
+    let calls = mragent::llm::tape::CallStore::open_read_only(&tape).unwrap().calls().unwrap();
+    assert_eq!(calls.len(), 2 * 13 * 3 - 2 * 3);
+    let items: Vec<&str> = calls.iter().map(|call| call.context.as_str()).collect();
+    assert!(items.iter().all(|item| item.starts_with("judging question ")), "{items:?}");
+    for run in ["meta-t", "meta-t-base"] {
+        let cache = format!("eval/locomo/fixture_meta-t_vs_meta-t-base/{run}/judgements.jsonl");
+        std::fs::remove_file(root.path().join(cache)).unwrap();
+    }
+    let again = run_binary(root.path(), &args).await;
+    assert_eq!(server.request_count(), 2 * 13 * 3 - 2 * 3, "the rerun sent requests");
+    assert!(again.contains("| +5 / −0 |"), "{again}");
 }
