@@ -198,10 +198,15 @@ fn write_matrix(
     let Some(matrix) = JudgeMatrix::new(&views, BootstrapSettings::default()) else {
         return Ok(None);
     };
-    crate::fsutil::write_atomic(&output_dir.join(MATRIX_MARKDOWN), matrix_markdown(&matrix))?;
-    let json = serde_json::to_string_pretty(&matrix).context("serialising the judge matrix")?;
-    crate::fsutil::write_atomic(&output_dir.join("matrix.json"), json + "\n")?;
+    write_matrix_files(output_dir, &matrix)?;
     Ok(Some(matrix))
+}
+
+/// Writes `matrix` as `matrix.md` and `matrix.json` in `output_dir`.
+pub fn write_matrix_files(output_dir: &Path, matrix: &JudgeMatrix) -> anyhow::Result<()> {
+    crate::fsutil::write_atomic(&output_dir.join(MATRIX_MARKDOWN), matrix_markdown(matrix))?;
+    let json = serde_json::to_string_pretty(matrix).context("serialising the judge matrix")?;
+    crate::fsutil::write_atomic(&output_dir.join("matrix.json"), json + "\n")
 }
 
 /// A run's result lines matched and scored without a judge.

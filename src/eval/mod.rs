@@ -33,7 +33,7 @@ pub mod svg;
 
 pub use self::evaluate::{
     MatrixEvaluation, PairedEvaluation, evaluate, evaluate_matrix, evaluate_paired,
-    find_result_files,
+    find_result_files, write_matrix_files,
 };
 pub use self::summary::summary_markdown;
 

@@ -101,6 +101,9 @@ async fn judged_from_tape(
 /// (`folder`): the tables and plots, the summary's fields, then its page.
 fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Option<String>> {
     let name = |file: &str| relative(root, &folder.join(file));
+    if let Some(mismatch) = matrix_with_archived_audit_path(kept, folder, &name(MATRIX))? {
+        return Ok(Some(mismatch));
+    }
     for file in [SCORES, MATRIX, MATRIX_MARKDOWN, "accuracy.svg", "tokens.svg"] {
         if let Some(mismatch) = compare_file(&kept.join(file), &folder.join(file), &name(file))? {
             return Ok(Some(mismatch));
@@ -197,6 +200,37 @@ const INVOCATION_FIELDS: &[&str] = &[
     "judge_usage",
     "judge_cost_usd",
 ];
+
+/// Rewrites the recomputed `matrix.json` and `matrix.md` with the archived matrix's `audit_file`:
+/// where the audit was on the host that judged (an invocation field, as the summary's), while
+/// the recomputation read the archived audit member. The two must name the same file; the
+/// audit's content is checked by its hash and by what it changes in the tables.
+fn matrix_with_archived_audit_path(
+    kept: &Path,
+    folder: &Path,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    let (archived, recomputed) = (kept.join(MATRIX), folder.join(MATRIX));
+    if !archived.is_file() || !recomputed.is_file() {
+        return Ok(None);
+    }
+    let archived = crate::recorded::archive::read_json(&archived)?;
+    let mut matrix = crate::recorded::archive::read_json(&recomputed)?;
+    let file_name = |value: &serde_json::Value| {
+        value.as_str().and_then(|path| Path::new(path).file_name().map(|name| name.to_owned()))
+    };
+    if file_name(&archived["audit_file"]) != file_name(&matrix["audit_file"]) {
+        return Ok(Some(format!(
+            "{name}: its audit_file names another file than the audit that was archived"
+        )));
+    }
+    matrix["audit_file"] = archived["audit_file"].clone();
+    let Ok(matrix) = serde_json::from_value::<crate::eval::matrix::JudgeMatrix>(matrix) else {
+        return Ok(Some(format!("{name}: the recomputed matrix does not read back")));
+    };
+    crate::eval::write_matrix_files(folder, &matrix)?;
+    Ok(None)
+}
 
 /// The first field in which the archived summary and the recomputed one differ, the fields of
 /// [`INVOCATION_FIELDS`] aside.

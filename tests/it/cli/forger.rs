@@ -183,6 +183,41 @@ async fn the_honest_sequence_verifies_quietly_under_a_hostile_environment() {
 }
 
 /// Changes the first ASCII digit of `bytes` (a number in a table, a chart or a JSON file).
+/// An honest user judges with an audit file that lives outside the project (another folder
+/// on the judging host): the archive holds the audit as a member, and verify, recomputing the
+/// matrix from it, still says VERIFIED (found by `benches/record.rs`: the matrix named the
+/// host's path, the recomputation the member's).
+#[tokio::test]
+async fn an_archive_judged_with_an_audit_outside_the_project_verifies() {
+    let (dir, data) = project(|_| {});
+    let outside = tempfile::tempdir().unwrap();
+    let audit = outside.path().join("my_audit.json");
+    let items = serde_json::json!({"items": [{"question_id": "conv-7:q1", "audit_id": "a1",
+        "category": 4, "error_type": "hallucination", "action": "corrected",
+        "answer": "Pixel the kitten"}]});
+    std::fs::write(&audit, items.to_string()).unwrap();
+    let live = judging_server().await;
+    let output = mragent_in(dir.path(), &run_args(&data, &live, "t"), &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let mut eval = vec!["eval", "--file", "t", "--judge-protocol", "mem0,strict"];
+    eval.extend(scoring(&data, live.base_url()).into_iter().filter(|arg| *arg != "--no-audit"));
+    eval.extend(["--audit-file", audit.to_str().unwrap()]);
+    let output = mragent_in(dir.path(), &eval, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let matrix = std::fs::read_to_string(dir.path().join(EVAL).join("matrix.json")).unwrap();
+    assert!(matrix.contains(audit.to_str().unwrap()), "{matrix}");
+    drop(live);
+    let output =
+        mragent_in(dir.path(), &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let archive = dir.path().join("export/locomo/local-tiny_t.tar.zst");
+    let output = mragent_in(dir.path(), &["verify", archive.to_str().unwrap()], &[]).await;
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("VERIFIED"), "{stdout}");
+    assert!(!stdout.contains("carried, not verified: eval/locomo/t/matrix"), "{stdout}");
+}
+
 fn change_a_digit(bytes: &[u8]) -> Vec<u8> {
     let mut bytes = bytes.to_vec();
     let at = bytes.iter().position(u8::is_ascii_digit).unwrap();
