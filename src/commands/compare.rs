@@ -9,8 +9,9 @@ use super::judging::{judge_client, latched, until_fatal};
 use super::output::outln;
 use crate::eval::paired::BootstrapSettings;
 use crate::llm::fatal::FatalLatch;
-use crate::llm::tape::{CallStore, Tape, TapeMode, TapedChat};
+use crate::llm::tape::TapedChat;
 use crate::recorded::RunFiles;
+use crate::recorded::tape::recording;
 use crate::settings::{CompareJob, Scoring};
 
 /// Compares the two runs; partial when some judgements failed.
@@ -24,7 +25,9 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
     let client = judge_client(scoring)?;
     // The judge's calls are recorded as `eval`'s are, on the comparison's own tape
     // (`RunFiles::comparison_judge_calls`); a repeated request is answered from it.
-    let tape = client.as_ref().map(|_| comparison_tape(scoring, run_b)).transpose()?;
+    let files = RunFiles::of_eval(&scoring.settings);
+    let tape =
+        client.as_ref().map(|_| recording(&files.comparison_judge_calls(run_b))).transpose()?;
     let taped = client.as_ref().zip(tape).map(|(client, tape)| TapedChat::new(client, tape));
     let latch = Arc::new(FatalLatch::default());
     let judge = latched(taped.as_ref(), &latch, scoring);
@@ -42,13 +45,4 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
     outln!("\nwritten to {}", paired.markdown_file.display())?;
     let failed = paired.a.judge_failed + paired.b.judge_failed;
     Ok(if failed > 0 { Outcome::Partial } else { Outcome::Success })
-}
-
-/// The judge tape of the comparison of run A (`scoring.settings.file`) with `run_b`, recording.
-fn comparison_tape(scoring: &Scoring, run_b: &str) -> anyhow::Result<Arc<Tape>> {
-    let settings = &scoring.settings;
-    let files =
-        RunFiles::new(&settings.root, settings.dataset.as_str(), &settings.model, &settings.file);
-    let store = CallStore::open(&files.comparison_judge_calls(run_b))?;
-    Ok(Tape::new(Arc::new(store), TapeMode::Record))
 }

@@ -8,9 +8,10 @@ use super::Outcome;
 use super::judging::{judge_client, until_fatal};
 use super::output::outln;
 use crate::llm::fatal::FatalLatch;
-use crate::llm::tape::{Tape, TapeMode, TapedChat};
+use crate::llm::tape::TapedChat;
 use crate::recorded::RunFiles;
 use crate::recorded::eval_record::EvalRecord;
+use crate::recorded::tape::recording;
 use crate::settings::EvalJob;
 use anyhow::Context as _;
 
@@ -25,13 +26,16 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     let client = judge_client(scoring)?;
     // The judge's calls are recorded (`record/<dataset>/<model>_<file>.judge.sqlite`), and so
     // is how it judged ([`EvalRecord`]), for `export` and `verify`.
-    let tape = client.as_ref().map(|_| judge_tape(settings)).transpose()?;
+    let tape = client
+        .as_ref()
+        .map(|_| recording(&RunFiles::of_eval(settings).judge_calls()))
+        .transpose()?;
     let taped = client.as_ref().zip(tape).map(|(client, tape)| TapedChat::new(client, tape));
     let evaluation =
         judged(settings, &scoring.protocols, taped.as_ref(), scoring.models.key_variable).await?;
     if taped.is_some() {
         let record = EvalRecord::of(settings, &scoring.protocols);
-        let path = run_files(settings).eval_record();
+        let path = RunFiles::of_eval(settings).eval_record();
         let text = serde_json::to_string_pretty(&record).context("serialising the eval record")?;
         crate::fsutil::write_atomic(&path, text + "\n")?;
     }
@@ -40,20 +44,9 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
         Some(matrix) if scoring.protocols.len() > 1 => outln!("{}", matrix.table())?,
         _ => outln!("{}", summary.table())?,
     }
-    let folder = run_files(settings).eval_folder();
+    let folder = RunFiles::of_eval(settings).eval_folder();
     outln!("written to {}", folder.display())?;
     Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
-}
-
-/// The files of the run `settings` scores.
-fn run_files(settings: &crate::eval::EvalSettings) -> RunFiles {
-    RunFiles::new(&settings.root, settings.dataset.as_str(), &settings.model, &settings.file)
-}
-
-/// The judge tape of the run `settings` scores, recording.
-fn judge_tape(settings: &crate::eval::EvalSettings) -> anyhow::Result<Arc<Tape>> {
-    let store = Arc::new(crate::llm::tape::CallStore::open(&run_files(settings).judge_calls())?);
-    Ok(Tape::new(store, TapeMode::Record))
 }
 
 /// [`crate::eval::evaluate_matrix`] with `judge` behind a latch: the first refused key or

@@ -43,6 +43,11 @@ impl RunFiles {
         Self::new(&job.paths.root, job.data.kind.as_str(), model, &job.run.tag())
     }
 
+    /// The files of the run an evaluation scores (`eval`, `compare`'s run A).
+    pub fn of_eval(settings: &crate::eval::EvalSettings) -> Self {
+        Self::new(&settings.root, settings.dataset.as_str(), &settings.model, &settings.file)
+    }
+
     /// The files of the recorded run `from` that `job` replays (the same shard).
     pub fn of_replayed(job: &crate::settings::RunJob, from: &str) -> Self {
         let tag = crate::settings::RunSettings::tag_of(from, job.run.shard);

@@ -16,10 +16,7 @@ use crate::settings::RunJob;
 /// store (made once, then resumed) played back.
 pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
     let path = RunFiles::of_run(job).calls();
-    let Some(replay) = &job.replay else {
-        let store = CallStore::open(&path)?;
-        return Ok(Tape::new(Arc::new(store), TapeMode::Record));
-    };
+    let Some(replay) = &job.replay else { return recording(&path) };
     let source = RunFiles::of_replayed(job, &replay.from).calls();
     if !source.is_file() {
         anyhow::bail!(
@@ -33,6 +30,11 @@ pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
     }
     let store = CallStore::open(&path)?;
     Ok(Tape::new(Arc::new(store), TapeMode::Replay { fill: replay.fill }))
+}
+
+/// A tape recording into the call store at `path` (a run's, a judge's, a comparison's).
+pub fn recording(path: &Path) -> anyhow::Result<Arc<Tape>> {
+    Ok(Tape::new(Arc::new(CallStore::open(path)?), TapeMode::Record))
 }
 
 /// Copies a call store whole (its write-ahead log folded in first), through a temporary file.
