@@ -5,13 +5,11 @@
 use std::sync::Arc;
 
 use super::Outcome;
-use super::judging::{judge_client, latched, until_fatal};
+use super::judging::{judge_client, latched, taped, until_fatal};
 use super::output::outln;
 use crate::eval::paired::BootstrapSettings;
 use crate::llm::fatal::FatalLatch;
-use crate::llm::tape::TapedChat;
 use crate::recorded::RunFiles;
-use crate::recorded::tape::recording;
 use crate::settings::{CompareJob, Scoring};
 
 /// Compares the two runs; partial when some judgements failed.
@@ -26,9 +24,7 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
     // The judge's calls are recorded as `eval`'s are, on the comparison's own tape
     // (`RunFiles::comparison_judge_calls`); a repeated request is answered from it.
     let files = RunFiles::of_eval(&scoring.settings);
-    let tape =
-        client.as_ref().map(|_| recording(&files.comparison_judge_calls(run_b))).transpose()?;
-    let taped = client.as_ref().zip(tape).map(|(client, tape)| TapedChat::new(client, tape));
+    let taped = taped(client.as_ref(), &files.comparison_judge_calls(run_b))?;
     let latch = Arc::new(FatalLatch::default());
     let judge = latched(taped.as_ref(), &latch, scoring);
     let bootstrap = BootstrapSettings::default();

@@ -5,13 +5,11 @@
 use std::sync::Arc;
 
 use super::Outcome;
-use super::judging::{judge_client, until_fatal};
+use super::judging::{judge_client, taped, until_fatal};
 use super::output::outln;
 use crate::llm::fatal::FatalLatch;
-use crate::llm::tape::TapedChat;
 use crate::recorded::RunFiles;
 use crate::recorded::eval_record::EvalRecord;
-use crate::recorded::tape::recording;
 use crate::settings::EvalJob;
 use anyhow::Context as _;
 
@@ -24,18 +22,15 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     let scoring = &job.scoring;
     let settings = &scoring.settings;
     let client = judge_client(scoring)?;
+    let files = RunFiles::of_eval(settings);
     // The judge's calls are recorded (`record/<dataset>/<model>_<file>.judge.sqlite`), and so
     // is how it judged ([`EvalRecord`]), for `export` and `verify`.
-    let tape = client
-        .as_ref()
-        .map(|_| recording(&RunFiles::of_eval(settings).judge_calls()))
-        .transpose()?;
-    let taped = client.as_ref().zip(tape).map(|(client, tape)| TapedChat::new(client, tape));
+    let taped = taped(client.as_ref(), &files.judge_calls())?;
     let evaluation =
         judged(settings, &scoring.protocols, taped.as_ref(), scoring.models.key_variable).await?;
     if taped.is_some() {
         let record = EvalRecord::of(settings, &scoring.protocols);
-        let path = RunFiles::of_eval(settings).eval_record();
+        let path = files.eval_record();
         let text = serde_json::to_string_pretty(&record).context("serialising the eval record")?;
         crate::fsutil::write_atomic(&path, text + "\n")?;
     }
@@ -44,7 +39,7 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
         Some(matrix) if scoring.protocols.len() > 1 => outln!("{}", matrix.table())?,
         _ => outln!("{}", summary.table())?,
     }
-    let folder = RunFiles::of_eval(settings).eval_folder();
+    let folder = files.eval_folder();
     outln!("written to {}", folder.display())?;
     Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
 }

@@ -8,6 +8,8 @@ use anyhow::Context as _;
 
 use crate::llm::Client;
 use crate::llm::fatal::{AfterFatal, FatalLatch, Latched};
+use crate::llm::tape::TapedChat;
+use crate::recorded::tape::recording;
 use crate::settings::Scoring;
 
 /// The judge client, when a judge model is given.
@@ -23,6 +25,15 @@ pub(super) fn judge_client(scoring: &Scoring) -> anyhow::Result<Option<Client>> 
         }
         None => Ok(None),
     }
+}
+
+/// The judge client recording through the call store at `path` (a run's judge tape, a
+/// comparison's), when a judge model is given.
+pub(super) fn taped<'a>(
+    client: Option<&'a Client>,
+    path: &std::path::Path,
+) -> anyhow::Result<Option<TapedChat<&'a Client>>> {
+    client.map(|client| Ok(TapedChat::new(client, recording(path)?))).transpose()
 }
 
 /// The judge behind `latch`: the first refused key or unknown model stops the whole
