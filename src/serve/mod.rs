@@ -23,9 +23,7 @@
 //! (unknown route, wrong method, an id that is not UTF-8), with a 4xx status for bad input, so a
 //! client can tell which field to fix; bad input never reaches the store.
 
-mod api;
-mod extract;
-mod handlers;
+mod door;
 mod limits;
 pub mod mcp;
 mod metrics;
@@ -39,9 +37,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use utoipa::OpenApi as _;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 pub use openapi::SchemaError;
 pub use tls::{TlsError, TlsFiles};
@@ -105,40 +100,20 @@ struct AppState {
     metrics: Arc<metrics::ServiceMetrics>,
 }
 
-/// The routes, each with its documentation: `routes!` adds a handler and its
-/// `#[utoipa::path]` together.
-fn routes() -> (Router<Arc<AppState>>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(openapi::Base::openapi())
-        .routes(routes!(openapi::document))
-        .routes(routes!(handlers::list, handlers::batch_add))
-        .routes(routes!(handlers::show, handlers::forget))
-        .routes(routes!(handlers::add))
-        .routes(routes!(handlers::forget_message))
-        .routes(routes!(handlers::search))
-        .routes(routes!(handlers::ask))
-        .routes(routes!(handlers::conversation_facts))
-        .routes(routes!(handlers::user_search))
-        .routes(routes!(handlers::user_ask))
-        .routes(routes!(handlers::user_facts))
-        .routes(routes!(handlers::correct))
-        .routes(routes!(handlers::history))
-        .routes(routes!(handlers::undo))
-        .routes(routes!(handlers::job))
-        .routes(routes!(handlers::jobs))
-        .split_for_parts()
-}
-
 /// The OpenAPI document of the API (what `GET /openapi.json` answers).
 pub fn document() -> serde_json::Value {
-    openapi::to_json(routes().1).unwrap_or_default()
+    openapi::build().unwrap_or_default()
 }
 
 /// The API's router.
 pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, SchemaError> {
-    let (routes, document) = routes();
-    let document = openapi::to_json(document).map_err(SchemaError::document)?;
     crate::service::ops::check_schemas().map_err(SchemaError::request)?;
-    crate::service::ops::check_routes(&document).map_err(SchemaError::table)?;
+    crate::service::ops::check_routes(crate::service::ops::OPERATIONS)
+        .map_err(SchemaError::table)?;
+    let document = openapi::build().map_err(SchemaError::document)?;
+    let routes = door::routes()
+        .map_err(SchemaError::table)?
+        .route("/openapi.json", axum::routing::get(openapi::document));
     let tokens: Vec<(String, String)> = options
         .token
         .iter()
@@ -152,15 +127,15 @@ pub fn router(service: Arc<Service>, options: &ServeOptions) -> Result<Router, S
     Ok(routes
         .merge(metrics.router())
         .route_service("/mcp", mcp::http_service(Arc::clone(&state.service), options)?)
-        .fallback(handlers::not_found)
-        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .fallback(door::not_found)
+        .method_not_allowed_fallback(door::method_not_allowed)
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authorize))
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(options.max_concurrency.max(1)))
         .layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
         // After the layers: probes need no token, are not counted, and are not held behind
         // requests in flight.
-        .route("/ready", axum::routing::get(handlers::ready))
+        .route("/ready", axum::routing::get(door::ready))
         .with_state(state))
 }
 

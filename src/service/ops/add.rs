@@ -16,17 +16,39 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
+use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{Message, Validator, name_schema, tags_schema, tool, wait_schema};
-use super::{
-    Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, route, take_id,
-};
+use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, take_id};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NameKind};
 use crate::service::{AddReport, Queued, ServiceError, Waited};
 use crate::store::AddScope;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "add",
-    routes: &[route("post", "/v1/conversations/{id}/messages", "add")],
+    routes: &[Route {
+        body: Some(typed::<AddRequest>()),
+        ..route(
+            "post",
+            "/v1/conversations/{id}/messages",
+            "add",
+            &[
+                reply(
+                    200,
+                    "what the add stored and built (idempotent: only new sessions are built)",
+                    typed::<AddReport>(),
+                ),
+                reply(
+                    202,
+                    "with `wait: false`, or when the build outlasts the add's bounded wait \
+                     (`MRAGENT_ADD_WAIT`, 25 s by default): what the add stored, and the job that \
+                     builds it in the background",
+                    typed::<Queued>(),
+                ),
+            ],
+            BODY_ERRORS,
+            http,
+        )
+    }],
     tool: Some(TOOL),
 };
 
@@ -273,5 +295,18 @@ fn call<'a>(
         let added = run(service, access, &conversation, request).await?;
         let incomplete = added.incomplete();
         Called::new(added, incomplete)
+    })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        let id = request.path.conversation()?;
+        let body = AddRequest::read(request.body?)?;
+        let added = run(service, access, &id, body).await?;
+        HttpReply::with(added.building(), added)
     })
 }

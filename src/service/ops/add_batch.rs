@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, LazyLock};
 
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::openapi::RefOr;
@@ -16,14 +17,37 @@ use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::add::{AddReply, AddRequest, Wait};
+use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{Validator, name_schema, wait_schema};
-use super::{Access, ApiError, Body, ErrorDetail, Operation, Service, fields, route};
+use super::{Access, ApiError, Body, ErrorDetail, Operation, Service, fields};
 use crate::names::NameKind;
 use crate::service::{AddReport, Queued};
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "add_batch",
-    routes: &[route("post", "/v1/conversations", "batch_add")],
+    routes: &[Route {
+        body: Some(typed::<BatchRequest>()),
+        ..route(
+            "post",
+            "/v1/conversations",
+            "batch_add",
+            &[
+                reply(
+                    200,
+                    "each conversation's add report or error, in order",
+                    typed::<BatchReply>(),
+                ),
+                reply(
+                    202,
+                    "with `wait: false`, or when some entry's build outlasted the bounded wait \
+                     (`MRAGENT_ADD_WAIT`): each conversation's report, job or error, in order",
+                    typed::<BatchReply>(),
+                ),
+            ],
+            BODY_ERRORS,
+            http,
+        )
+    }],
     tool: None,
 };
 
@@ -165,4 +189,18 @@ pub(crate) async fn run(
     }))
     .await;
     Ok(BatchReply { results })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        access.write()?;
+        let body = BatchRequest::read(request.body?)?;
+        let waited = body.wait;
+        let reply = run(service, access, body).await?;
+        HttpReply::with(!waited || reply.building(), reply)
+    })
 }

@@ -5,27 +5,64 @@
 
 use std::sync::{Arc, LazyLock};
 
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
-
+use futures::stream::BoxStream;
+use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
+use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Reply, Route, route, typed};
 use super::schema::{Validator, flag_schema, non_blank, time_schema, tool};
 use super::{
     Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, required_text,
-    route,
 };
 use crate::agent::events::LoopEvents;
 use crate::names::NameKind;
-use crate::service::{AskReport, Scope};
+use crate::service::{AskReport, Scope, ServiceError};
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "ask",
     routes: &[
-        route("post", "/v1/conversations/{id}/ask", "ask"),
-        route("post", "/v1/users/{user}/ask", "user_ask"),
+        Route {
+            body: Some(typed::<AskRequest>()),
+            ..route(
+                "post",
+                "/v1/conversations/{id}/ask",
+                "ask",
+                &[Reply {
+                    status: 200,
+                    description: "the answer, its supporting lines and trace path; with \
+                        `stream: true`, server-sent events: `started` (`{conversation, \
+                        question}`), one `round` per loop step (kind `model`: the round's tool \
+                        calls; kind `tools`: their results, summarised), then `answer` (the same \
+                        report) or `error` (the error's `code`, `field`, `message`)",
+                    body: typed::<AskReport>(),
+                    events: true,
+                }],
+                BODY_ERRORS,
+                http,
+            )
+        },
+        Route {
+            body: Some(typed::<AskRequest>()),
+            ..route(
+                "post",
+                "/v1/users/{user}/ask",
+                "user_ask",
+                &[Reply {
+                    status: 200,
+                    description: "the answer over all the user's conversations (as `POST \
+                        /v1/conversations/{id}/ask`); each supporting line names its conversation",
+                    body: typed::<AskReport>(),
+                    events: true,
+                }],
+                BODY_ERRORS,
+                http,
+            )
+        },
     ],
     tool: Some(TOOL),
 };
@@ -178,4 +215,61 @@ fn call<'a>(
         let failed = !report.ok;
         Called::new(report, failed)
     })
+}
+
+/// An ask over the route's scope: JSON, or server-sent events with `stream: true`.
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        let scope = request.path.scope()?;
+        let body = AskRequest::read(request.body?)?;
+        if !body.stream {
+            return HttpReply::ok(run(service, access, &scope, &body, None).await?);
+        }
+        // Checked before the stream starts, so that a bad id is still an error status.
+        check(service, access, &scope).await?;
+        Ok(HttpReply::Events(events(Arc::clone(service), access.clone(), scope, body)))
+    })
+}
+
+/// A streamed ask: `started` (`{conversation, question}`), a `round` per loop step as the loop
+/// reports it (the loop runs in its own task), then `answer` (the report) or `error`.
+fn events(
+    service: Arc<Service>,
+    access: Access,
+    scope: Scope,
+    request: AskRequest,
+) -> BoxStream<'static, (&'static str, Value)> {
+    let started =
+        event("started", json!({"conversation": scope.label(), "question": request.question}));
+    let (sink, rounds) = LoopEvents::channel();
+    let task =
+        tokio::spawn(async move { run(&service, &access, &scope, &request, Some(sink)).await });
+    let finished = async move {
+        match task.await {
+            Ok(Ok(report)) => event("answer", report),
+            Ok(Err(error)) => event("error", error.detail),
+            Err(error) => {
+                let failed = anyhow::anyhow!("ask task failed: {error}");
+                event("error", ApiError::from(ServiceError::Other(failed)).detail)
+            }
+        }
+    };
+    let rounds = rounds.map(|round| event("round", round));
+    futures::stream::iter([started]).chain(rounds).chain(futures::stream::once(finished)).boxed()
+}
+
+/// An event named `name` with `data`; one that cannot be written as JSON is an `error` event
+/// saying so.
+fn event(name: &'static str, data: impl Serialize) -> (&'static str, Value) {
+    match serde_json::to_value(data) {
+        Ok(data) => (name, data),
+        Err(error) => {
+            let failed = anyhow::anyhow!("encoding the {name} event: {error}");
+            ("error", json!(ApiError::from(ServiceError::Other(failed)).detail))
+        }
+    }
 }

@@ -1,19 +1,31 @@
 //! `correct`: give one fact a new value from now on (logged, undoable).
 //! `POST /v1/facts/{fact}/correct`.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
+use futures::future::BoxFuture;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::{PartialSchema, ToSchema};
 
+use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{NON_BLANK_PATTERN, Validator};
-use super::{Access, ApiError, Body, Operation, Service, fields, route};
+use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::store::Edit;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "correct",
-    routes: &[route("post", "/v1/facts/{fact}/correct", "correct")],
+    routes: &[Route {
+        body: Some(typed::<CorrectRequest>()),
+        ..route(
+            "post",
+            "/v1/facts/{fact}/correct",
+            "correct",
+            &[reply(200, "the correction's row in the audit log", typed::<Edit>())],
+            BODY_ERRORS,
+            http,
+        )
+    }],
     tool: None,
 };
 
@@ -62,4 +74,17 @@ pub(crate) async fn run(
     access.write()?;
     access.fact(service, fact).await?;
     Ok(service.correct_fact(fact, &request.value, &access.actor()).await?)
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        let fact = request.path.number("fact")?;
+        access.write()?;
+        let body = CorrectRequest::read(request.body?)?;
+        HttpReply::ok(run(service, access, fact, body).await?)
+    })
 }

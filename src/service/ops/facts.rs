@@ -1,56 +1,69 @@
 //! `facts`: the personal facts of one conversation or of all of a user's, with their validity.
 //! `GET /v1/conversations/{id}/facts`, `GET /v1/users/{user}/facts`.
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::openapi::path::{Parameter, ParameterIn};
+use utoipa::ToSchema;
+use utoipa::openapi::path::Parameter;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
-use utoipa::{IntoParams, ToSchema};
 
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
 use super::schema::{NON_BLANK_PATTERN, query_flag, query_parameter, time_schema};
-use super::{Access, ApiError, Body, Operation, Service, fields, route};
+use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::service::{FactQuery, ListedFact, Scope};
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "facts",
     routes: &[
-        route("get", "/v1/conversations/{id}/facts", "conversation_facts"),
-        route("get", "/v1/users/{user}/facts", "user_facts"),
+        Route {
+            query: parameters,
+            ..route(
+                "get",
+                "/v1/conversations/{id}/facts",
+                "conversation_facts",
+                &[reply(200, "the facts of the conversation", typed::<FactList>())],
+                ID_ERRORS,
+                http,
+            )
+        },
+        Route {
+            query: parameters,
+            ..route(
+                "get",
+                "/v1/users/{user}/facts",
+                "user_facts",
+                &[reply(200, "the facts of the user's conversations", typed::<FactList>())],
+                ID_ERRORS,
+                http,
+            )
+        },
     ],
     tool: None,
 };
 
-/// The query parameters a listing takes.
-pub(crate) const PARAMETERS: &[&str] = &["person", "aspect", "history", "as_of"];
-
 /// The query parameters, as the document declares them.
-pub(crate) struct FactParams;
-
-impl IntoParams for FactParams {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        let text = |description: &str| {
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .min_length(Some(1))
-                .max_length(Some(crate::names::MAX_NAME_CHARS))
-                .pattern(Some(NON_BLANK_PATTERN))
-                .description(Some(description))
-        };
-        vec![
-            query_parameter(
-                "person",
-                "only facts about this person (letter case aside)",
-                text("a person"),
-            ),
-            query_parameter("aspect", "only this aspect (letter case aside)", text("an aspect")),
-            query_parameter("history", "earlier values too (default false)", query_flag()),
-            query_parameter(
-                "as_of",
-                "as known at this time (a date: its end)",
-                time_schema("a time"),
-            ),
-        ]
-    }
+fn parameters() -> Vec<Parameter> {
+    let text = |description: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(crate::names::MAX_NAME_CHARS))
+            .pattern(Some(NON_BLANK_PATTERN))
+            .description(Some(description))
+    };
+    vec![
+        query_parameter(
+            "person",
+            "only facts about this person (letter case aside)",
+            text("a person"),
+        ),
+        query_parameter("aspect", "only this aspect (letter case aside)", text("an aspect")),
+        query_parameter("history", "earlier values too (default false)", query_flag()),
+        query_parameter("as_of", "as known at this time (a date: its end)", time_schema("a time")),
+    ]
 }
 
 /// The query (its parameters as strings).
@@ -91,4 +104,15 @@ pub(crate) async fn run(
     }
     service.check_scope(&scope).await?;
     Ok(FactList { facts: service.facts(&query).await? })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        let query = parse(&request.query)?;
+        HttpReply::ok(run(service, access, request.path.scope()?, query).await?)
+    })
 }

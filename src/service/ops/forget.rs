@@ -9,16 +9,22 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::schema::tool;
-use super::{
-    Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, route, take_id,
-};
+use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, take_id};
 use crate::names::NameKind;
 use crate::store::ConversationInfo;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "forget",
-    routes: &[route("delete", "/v1/conversations/{id}", "forget")],
+    routes: &[route(
+        "delete",
+        "/v1/conversations/{id}",
+        "forget",
+        &[reply(200, "the conversation, now forgotten", typed::<Deleted>())],
+        ID_ERRORS,
+        http,
+    )],
     tool: Some(TOOL),
 };
 
@@ -85,4 +91,14 @@ fn call<'a>(
             (conversation, None) => Called::new(run(service, access, &conversation).await?, false),
         }
     })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(
+        async move { HttpReply::ok(run(service, access, &request.path.conversation()?).await?) },
+    )
 }

@@ -1,16 +1,31 @@
 //! `forget_message`: delete one message; its session is rebuilt from the messages left.
 //! `DELETE /v1/conversations/{id}/messages/{message}`; MCP `forget` with `message`.
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{Access, ApiError, Operation, Service, route};
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
+use super::{Access, ApiError, Operation, Service};
 use crate::service::AddReport;
 use crate::store::ForgottenMessage;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "forget_message",
-    routes: &[route("delete", "/v1/conversations/{id}/messages/{message}", "forget_message")],
+    routes: &[route(
+        "delete",
+        "/v1/conversations/{id}/messages/{message}",
+        "forget_message",
+        &[reply(
+            200,
+            "the message, now forgotten, and the rebuild of its session",
+            typed::<ForgetMessageReply>(),
+        )],
+        ID_ERRORS,
+        http,
+    )],
     tool: None,
 };
 
@@ -34,4 +49,15 @@ pub(crate) async fn run(
     access.conversation(service, id).await?;
     let (forgotten, rebuilt) = service.forget_message(id, message, &access.actor()).await?;
     Ok(ForgetMessageReply { forgotten, rebuilt })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        let (id, message) = (request.path.conversation()?, request.path.message()?);
+        HttpReply::ok(run(service, access, &id, &message).await?)
+    })
 }

@@ -1,39 +1,45 @@
 //! `history`: the audit log of edits (corrections, forgotten messages, undos), oldest first.
 //! `GET /v1/edits`.
 
-use serde::Serialize;
-use utoipa::openapi::path::{Parameter, ParameterIn};
-use utoipa::{IntoParams, ToSchema};
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa::openapi::path::Parameter;
+
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
 use super::schema::{name_schema, query_parameter};
-use super::{Access, ApiError, Body, Operation, Service, fields, route};
+use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::names::NameKind;
 use crate::store::Edit;
 
-pub(crate) const OPERATION: Operation =
-    Operation { name: "history", routes: &[route("get", "/v1/edits", "history")], tool: None };
-
-/// The query parameters the log takes.
-pub(crate) const PARAMETERS: &[&str] = &["user", "conversation"];
+pub(crate) const OPERATION: Operation = Operation {
+    name: "history",
+    routes: &[Route {
+        query: parameters,
+        ..route(
+            "get",
+            "/v1/edits",
+            "history",
+            &[reply(200, "the audit log, oldest first", typed::<EditList>())],
+            ID_ERRORS,
+            http,
+        )
+    }],
+    tool: None,
+};
 
 /// The query parameters, as the document declares them.
-pub(crate) struct EditParams;
-
-impl IntoParams for EditParams {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![
-            query_parameter(
-                "user",
-                "only edits of this user's conversations",
-                name_schema("user id"),
-            ),
-            query_parameter(
-                "conversation",
-                "only edits of this conversation",
-                name_schema("conversation id"),
-            ),
-        ]
-    }
+fn parameters() -> Vec<Parameter> {
+    vec![
+        query_parameter("user", "only edits of this user's conversations", name_schema("user id")),
+        query_parameter(
+            "conversation",
+            "only edits of this conversation",
+            name_schema("conversation id"),
+        ),
+    ]
 }
 
 /// Whose edits.
@@ -76,4 +82,14 @@ pub(crate) async fn run(
         edits.retain(|edit| reached.contains(&edit.conversation));
     }
     Ok(EditList { edits })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        HttpReply::ok(run(service, access, HistoryRequest::parse(&request.query)?).await?)
+    })
 }

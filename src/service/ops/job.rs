@@ -1,14 +1,41 @@
 //! `job`: one background build (an add that did not wait, or outlasted its bound, answered
 //! with it). `GET /v1/jobs/{job}`.
 
-use super::{Access, ApiError, Operation, Service, route};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
+use super::{Access, ApiError, Operation, Service};
 use crate::store::Job;
 
-pub(crate) const OPERATION: Operation =
-    Operation { name: "job", routes: &[route("get", "/v1/jobs/{job}", "job")], tool: None };
+pub(crate) const OPERATION: Operation = Operation {
+    name: "job",
+    routes: &[route(
+        "get",
+        "/v1/jobs/{job}",
+        "job",
+        &[reply(
+            200,
+            "the job: state, sessions done, failed and pending, tokens, errors",
+            typed::<Job>(),
+        )],
+        ID_ERRORS,
+        http,
+    )],
+    tool: None,
+};
 
 /// Job `id`, if `access` reaches its conversation.
 pub(crate) async fn run(service: &Service, access: &Access, id: i64) -> Result<Job, ApiError> {
     access.job(service, id).await?;
     Ok(service.job(id).await?)
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move { HttpReply::ok(run(service, access, request.path.number("job")?).await?) })
 }

@@ -1,42 +1,48 @@
 //! `jobs`: the background builds, newest first. `GET /v1/jobs?conversation=&unfinished=`.
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::openapi::path::{Parameter, ParameterIn};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
+use utoipa::openapi::path::Parameter;
 
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
 use super::schema::{name_schema, query_flag, query_parameter};
-use super::{Access, ApiError, Body, Operation, Service, fields, route};
+use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::names::NameKind;
 use crate::store::Job;
 
-pub(crate) const OPERATION: Operation =
-    Operation { name: "jobs", routes: &[route("get", "/v1/jobs", "jobs")], tool: None };
+pub(crate) const OPERATION: Operation = Operation {
+    name: "jobs",
+    routes: &[Route {
+        query: parameters,
+        ..route(
+            "get",
+            "/v1/jobs",
+            "jobs",
+            &[reply(200, "the jobs, newest first", typed::<JobList>())],
+            ID_ERRORS,
+            http,
+        )
+    }],
+    tool: None,
+};
 
 /// Most jobs one listing returns.
 const MAX_LISTED_JOBS: usize = 1000;
 
-/// The query parameters the listing takes.
-pub(crate) const PARAMETERS: &[&str] = &["conversation", "unfinished"];
-
 /// The query parameters, as the document declares them.
-pub(crate) struct JobParams;
-
-impl IntoParams for JobParams {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![
-            query_parameter(
-                "conversation",
-                "only jobs of this conversation",
-                name_schema("conversation id"),
-            ),
-            query_parameter(
-                "unfinished",
-                "only queued and running jobs (default false)",
-                query_flag(),
-            ),
-        ]
-    }
+fn parameters() -> Vec<Parameter> {
+    vec![
+        query_parameter(
+            "conversation",
+            "only jobs of this conversation",
+            name_schema("conversation id"),
+        ),
+        query_parameter("unfinished", "only queued and running jobs (default false)", query_flag()),
+    ]
 }
 
 /// Which jobs.
@@ -86,4 +92,14 @@ pub(crate) async fn run(
         service.jobs(conversation, unfinished, MAX_LISTED_JOBS).await?
     };
     Ok(JobList { jobs })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        HttpReply::ok(run(service, access, JobsRequest::parse(&request.query)?).await?)
+    })
 }

@@ -8,14 +8,22 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::http::{AUTH_ERRORS, HttpReply, HttpRequest, reply, route, typed};
 use super::schema::tool;
-use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, route};
+use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields};
 use crate::names::NameKind;
 use crate::store::ConversationInfo;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "list",
-    routes: &[route("get", "/v1/conversations", "list")],
+    routes: &[route(
+        "get",
+        "/v1/conversations",
+        "list",
+        &[reply(200, "every conversation", typed::<ConversationList>())],
+        AUTH_ERRORS,
+        http,
+    )],
     tool: Some(TOOL),
 };
 
@@ -78,4 +86,12 @@ fn call<'a>(
         let request = ListRequest::parse(&arguments)?;
         Called::new(run(service, access, request).await?, false)
     })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    _: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move { HttpReply::ok(run(service, access, ListRequest::default()).await?) })
 }

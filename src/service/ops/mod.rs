@@ -13,6 +13,7 @@
 pub(crate) mod access;
 mod error;
 pub(crate) mod fields;
+pub(crate) mod http;
 pub(crate) mod schema;
 
 pub(crate) mod add;
@@ -32,6 +33,7 @@ pub(crate) mod undo;
 
 pub(crate) use access::Access;
 pub(crate) use error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
+pub(crate) use http::Route;
 
 use std::sync::Arc;
 
@@ -50,22 +52,11 @@ pub(crate) type Body = Map<String, Value>;
 pub(crate) struct Operation {
     /// Its name (the module's).
     pub(crate) name: &'static str,
-    /// Its HTTP routes: method and path, each with its OpenAPI `operationId` (the conversation
-    /// route and, for an operation over a user's conversations too, the user route).
+    /// Its HTTP routes (the conversation route and, for an operation over a user's
+    /// conversations too, the user route).
     pub(crate) routes: &'static [Route],
     /// Its MCP tool, if it has one.
     pub(crate) tool: Option<McpTool>,
-}
-
-/// One HTTP route of an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Route {
-    /// `get`, `post` or `delete`.
-    pub(crate) method: &'static str,
-    /// The path, with its `{parameters}`.
-    pub(crate) path: &'static str,
-    /// The OpenAPI `operationId`.
-    pub(crate) id: &'static str,
 }
 
 /// An MCP tool: what the MCP door lists (its name, the description and input schema a model
@@ -128,20 +119,17 @@ pub(crate) fn take_id(
     Ok(id)
 }
 
-const fn route(method: &'static str, path: &'static str, id: &'static str) -> Route {
-    Route { method, path, id }
-}
-
-/// Every operation, in the order the MCP tools are listed (then the HTTP-only ones).
+/// Every operation, in the order the OpenAPI document lists their routes within each
+/// collection (`/v1/conversations`, then `/v1/users`, …; MCP lists its tools by name).
 pub(crate) const OPERATIONS: &[Operation] = &[
-    add::OPERATION,
-    search::OPERATION,
-    ask::OPERATION,
     list::OPERATION,
+    add_batch::OPERATION,
     show::OPERATION,
     forget::OPERATION,
+    add::OPERATION,
     forget_message::OPERATION,
-    add_batch::OPERATION,
+    search::OPERATION,
+    ask::OPERATION,
     facts::OPERATION,
     correct::OPERATION,
     history::OPERATION,
@@ -159,38 +147,23 @@ pub(crate) fn check_schemas() -> Result<(), String> {
     correct::VALIDATOR.compiled()
 }
 
-/// Whether `document` (the OpenAPI document as served) names exactly the table's routes, each
-/// with its `operationId`, and the table names each operation once: checked when the HTTP door
-/// opens, so a route cannot be added to one and not the other.
-pub(crate) fn check_routes(document: &Value) -> Result<(), String> {
-    let mut documented = std::collections::BTreeSet::new();
-    for (path, item) in document["paths"].as_object().into_iter().flatten() {
-        for (method, operation) in item.as_object().into_iter().flatten() {
-            let id = operation["operationId"].as_str().unwrap_or_default();
-            documented.insert((method.clone(), path.clone(), id.to_string()));
-        }
-    }
-    let mut names = std::collections::BTreeSet::new();
-    for operation in OPERATIONS {
+/// Whether the table holds: each operation once, each method and path once, each path
+/// placeholder one with a rule (checked when the HTTP door opens).
+pub(crate) fn check_routes(table: &[Operation]) -> Result<(), String> {
+    let (mut names, mut routes) =
+        (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    for operation in table {
         if !names.insert(operation.name) {
             return Err(format!("operation {} is in the table twice", operation.name));
         }
         for route in operation.routes {
-            let key = (route.method.to_string(), route.path.to_string(), route.id.to_string());
-            if !documented.remove(&key) {
-                return Err(format!(
-                    "{} {} ({}, of {}) is not in the document",
-                    route.method, route.path, route.id, operation.name
-                ));
+            http::check_placeholders(route)?;
+            if !routes.insert((route.method, route.path)) {
+                return Err(format!("{route:?} is in the table twice"));
             }
         }
     }
-    // The document's own route is the door's, not an operation.
-    documented.retain(|(_, path, _)| path != "/openapi.json");
-    match documented.first() {
-        Some((method, path, id)) => Err(format!("{method} {path} ({id}) is in no operation")),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// `value` as JSON (an operation's reply for a door that sends JSON).

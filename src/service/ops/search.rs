@@ -12,10 +12,11 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::{PartialSchema, ToSchema};
 
+use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{Validator, name_schema, non_blank, tags_schema, time_schema, tool};
 use super::{
     Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, required_text,
-    route, take_id,
+    take_id,
 };
 use crate::names::NameKind;
 use crate::service::{Scope, SearchFilters, SearchHit};
@@ -23,8 +24,32 @@ use crate::service::{Scope, SearchFilters, SearchHit};
 pub(crate) const OPERATION: Operation = Operation {
     name: "search",
     routes: &[
-        route("post", "/v1/conversations/{id}/search", "search"),
-        route("post", "/v1/users/{user}/search", "user_search"),
+        Route {
+            body: Some(typed::<SearchRequest>()),
+            ..route(
+                "post",
+                "/v1/conversations/{id}/search",
+                "search",
+                &[reply(200, "ranked memory lines (no chat model)", typed::<SearchReply>())],
+                BODY_ERRORS,
+                http,
+            )
+        },
+        Route {
+            body: Some(typed::<SearchRequest>()),
+            ..route(
+                "post",
+                "/v1/users/{user}/search",
+                "user_search",
+                &[reply(
+                    200,
+                    "ranked memory lines of all the user's conversations (no chat model)",
+                    typed::<UserSearchReply>(),
+                )],
+                BODY_ERRORS,
+                http,
+            )
+        },
     ],
     tool: Some(TOOL),
 };
@@ -243,5 +268,17 @@ fn call<'a>(
     Box::pin(async move {
         let (scope, request) = parse_tool(arguments)?;
         Called::new(run(service, access, scope, request).await?, false)
+    })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(async move {
+        let scope = request.path.scope()?;
+        let body = SearchRequest::read(request.body?)?;
+        HttpReply::ok(run(service, access, scope, body).await?)
     })
 }

@@ -5,15 +5,23 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::json;
 
+use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::schema::tool;
-use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, route, take_id};
+use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, take_id};
 use crate::names::NameKind;
 use crate::service::ServiceError;
 use crate::store::{ConversationInfo, StoreError};
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "show",
-    routes: &[route("get", "/v1/conversations/{id}", "show")],
+    routes: &[route(
+        "get",
+        "/v1/conversations/{id}",
+        "show",
+        &[reply(200, "the conversation's summary", typed::<ConversationInfo>())],
+        ID_ERRORS,
+        http,
+    )],
     tool: Some(TOOL),
 };
 
@@ -56,4 +64,14 @@ fn call<'a>(
         let id = take_id(&mut arguments, "conversation", NameKind::Conversation)?;
         Called::new(run(service, access, &id).await?, false)
     })
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(
+        async move { HttpReply::ok(run(service, access, &request.path.conversation()?).await?) },
+    )
 }

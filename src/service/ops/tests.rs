@@ -97,16 +97,58 @@ fn every_request_schema_compiles_and_is_the_one_the_document_publishes() {
     assert_eq!(published("CorrectRequest"), own(super::correct::CorrectRequest::schema()));
 }
 
-/// The table names exactly the document's routes, each with its `operationId`; a route missing
-/// from either is found.
+/// The table holds (each operation, each method and path once, every placeholder with a rule),
+/// and a table that breaks it is found; the document names every route of the table and no
+/// other.
 #[test]
-fn the_table_and_the_document_name_the_same_routes() {
+fn the_table_holds_and_the_document_names_its_routes() {
+    super::check_routes(super::OPERATIONS).unwrap();
+    let twice = [super::list::OPERATION, super::list::OPERATION];
+    assert!(super::check_routes(&twice).unwrap_err().contains("list"));
+    const ODD: super::http::Route =
+        super::http::Route { path: "/v1/odd/{thing}", ..super::show::OPERATION.routes[0] };
+    let mut odd = super::show::OPERATION;
+    odd.name = "odd";
+    odd.routes = &[ODD];
+    assert!(super::check_routes(&[odd]).unwrap_err().contains("{thing}"));
     let document = crate::serve::document();
-    super::check_routes(&document).unwrap();
-    let mut fewer = document.clone();
-    fewer["paths"].as_object_mut().unwrap().remove("/v1/edits");
-    assert!(super::check_routes(&fewer).unwrap_err().contains("/v1/edits"));
-    let mut more = document;
-    more["paths"]["/v1/extra"] = json!({"get": {"operationId": "extra"}});
-    assert!(super::check_routes(&more).unwrap_err().contains("/v1/extra"));
+    let mut documented = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            documented.push((method.clone(), path.clone(), operation["operationId"].clone()));
+        }
+    }
+    let mut tabled: Vec<_> = super::OPERATIONS
+        .iter()
+        .flat_map(|operation| operation.routes)
+        .map(|route| (route.method.to_string(), route.path.to_string(), json!(route.id)))
+        .collect();
+    tabled.insert(0, ("get".into(), "/openapi.json".into(), json!("document")));
+    documented.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    tabled.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    assert_eq!(documented, tabled);
+}
+
+/// A path's ids: percent-decoded, each held to its placeholder's rule, and the one that breaks
+/// it named (a conversation id as `conversation`, the others by their placeholder).
+#[test]
+fn path_ids_are_decoded_checked_and_named() {
+    use super::http::PathIds;
+    let template = "/v1/conversations/{id}/messages/{message}";
+    let ids = PathIds::read(template, "/v1/conversations/a%2Bb/messages/m1").unwrap();
+    assert_eq!(ids.conversation().unwrap(), "a+b");
+    assert_eq!(ids.message().unwrap(), "m1");
+    let field =
+        |template: &str, path: &str| PathIds::read(template, path).unwrap_err().detail.field;
+    assert_eq!(field(template, "/v1/conversations/%FF/messages/m1"), "conversation");
+    assert_eq!(field(template, "/v1/conversations/a/messages/%FF"), "message");
+    assert_eq!(field(template, "/v1/conversations/..%2F..%2Fetc/messages/m1"), "conversation");
+    assert_eq!(field("/v1/users/{user}/ask", "/v1/users/a%20b/ask"), "user");
+    for bad in ["0", "-1", "+1", "1.0", "x", "99999999999999999999"] {
+        assert_eq!(field("/v1/jobs/{job}", &format!("/v1/jobs/{bad}")), "job", "{bad}");
+    }
+    let job = PathIds::read("/v1/jobs/{job}", "/v1/jobs/42").unwrap();
+    assert_eq!(job.number("job").unwrap(), 42);
+    let user = PathIds::read("/v1/users/{user}/facts", "/v1/users/ann/facts").unwrap();
+    assert_eq!(user.scope().unwrap(), crate::service::Scope::User("ann".into()));
 }

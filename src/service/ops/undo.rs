@@ -1,11 +1,27 @@
 //! `undo`: revert one edit of the audit log. `POST /v1/edits/{edit}/undo`.
 
-use super::{Access, ApiError, Operation, Service, route};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::http::{BODY_ERRORS, HttpReply, HttpRequest, reply, route, typed};
+use super::{Access, ApiError, Operation, Service};
 use crate::service::UndoReport;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "undo",
-    routes: &[route("post", "/v1/edits/{edit}/undo", "undo")],
+    routes: &[route(
+        "post",
+        "/v1/edits/{edit}/undo",
+        "undo",
+        &[reply(
+            200,
+            "the undo's row in the audit log, and the rebuild of a restored message's session",
+            typed::<UndoReport>(),
+        )],
+        BODY_ERRORS,
+        http,
+    )],
     tool: None,
 };
 
@@ -19,4 +35,14 @@ pub(crate) async fn run(
     access.write()?;
     access.edit(service, edit).await?;
     Ok(service.undo(edit, &access.actor()).await?)
+}
+
+fn http<'a>(
+    service: &'a Arc<Service>,
+    access: &'a Access,
+    request: HttpRequest,
+) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+    Box::pin(
+        async move { HttpReply::ok(run(service, access, request.path.number("edit")?).await?) },
+    )
 }
