@@ -65,7 +65,8 @@ fn mcp_resolves_the_service_as_serve_does() {
 #[test]
 fn forgetting_a_conversation_resolves_no_model() {
     let whole = ["memory", "forget", "--conversation", "c", "--base-url", "localhost"];
-    assert!(matches!(job(&whole, &[]).unwrap(), Resolved::Memory(MemoryJob::Forget { .. })));
+    let Resolved::Memory(forget) = job(&whole, &[]).unwrap() else { panic!("not memory") };
+    assert!(matches!(forget.op, super::MemoryOp::Forget(_)), "{forget:?}");
     let one = [&whole[..], &["--message", "m1"]].concat();
     let message = job(&one, &[]).unwrap_err().to_string();
     assert!(message.contains("--base-url"), "{message}");
