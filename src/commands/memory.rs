@@ -6,7 +6,7 @@ use super::Outcome;
 use super::output::{out, outln};
 use super::own::{operator, recorded_embedder, scope_embedder, service, store_service};
 use crate::service::LOCAL_EMBEDDER;
-use crate::service::ops::{self, search::Found};
+use crate::service::ops::{self, forget_message::ForgetMessageReply, search::Found};
 use crate::settings::{MemoryJob, MemoryOp};
 use crate::store::ConversationInfo;
 
@@ -29,7 +29,7 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
             json,
         )?,
         MemoryOp::RunJobs(own) => return super::memory_jobs::run(&own, json).await,
-        MemoryOp::Search { scope, request, own } => {
+        MemoryOp::Search(scope, request, own) => {
             let spec = scope_embedder(&paths, &scope)?;
             if spec != LOCAL_EMBEDDER {
                 own.models.require_key()?;
@@ -50,15 +50,12 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
             let info = ops::forget::run(&store()?, &access, &id).await?.deleted;
             outln!("forgot {}: {} messages, {} sessions", info.id, info.messages, info.sessions)?;
         }
-        MemoryOp::ForgetMessage { conversation, message, own } => {
+        MemoryOp::ForgetMessage(conversation, message, own) => {
             let spec = recorded_embedder(&paths, &conversation)?;
             own.models.require_key()?;
             let service = service(&own, &spec).await?;
             let reply = ops::forget_message::run(&service, &access, &conversation, &message);
-            let (forgotten, report) = {
-                let reply = reply.await?;
-                (reply.forgotten, reply.rebuilt)
-            };
+            let ForgetMessageReply { forgotten, rebuilt: report } = reply.await?;
             let removed = if forgotten.session_removed { ", now empty and removed" } else { "" };
             outln!(
                 "forgot message {} of {} (session {}{removed}); edit {} (`memory undo {}` reverts it)",
@@ -71,10 +68,10 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
             outln!("{report}")?;
             return Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial });
         }
-        MemoryOp::Facts { scope, query } => {
+        MemoryOp::Facts(scope, query) => {
             super::memory_edits::facts(&paths, scope, query, json).await?
         }
-        MemoryOp::Correct { fact, request } => super::memory_edits::print_edit(
+        MemoryOp::Correct(fact, request) => super::memory_edits::print_edit(
             &ops::correct::run(&store()?, &access, fact, request).await?,
             json,
         )?,
@@ -82,7 +79,7 @@ pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
             &ops::history::run(&store()?, &access, request).await?.edits,
             json,
         )?,
-        MemoryOp::Undo { edit, own } => return super::memory_edits::undo(&own, edit, json).await,
+        MemoryOp::Undo(edit, own) => return super::memory_edits::undo(&own, edit, json).await,
     }
     Ok(Outcome::Success)
 }

@@ -82,24 +82,19 @@ fn report(
             Err(error) if single => return Err(error.into()),
             Err(error) => {
                 outcome = Outcome::Partial;
-                listed.push(
-                    serde_json::json!({"conversation": conversation, "error": error.to_string()}),
-                );
+                let error = error.to_string();
                 if !json {
                     outln!("{conversation}: failed: {error}")?;
                 }
+                listed.push(serde_json::json!({"conversation": conversation, "error": error}));
                 continue;
             }
         };
-        if matches!(&added, AddReply::Done(report) if !report.is_complete()) {
+        if added.incomplete() {
             outcome = Outcome::Partial;
         }
-        let value = match &added {
-            AddReply::Done(report) => serde_json::to_value(report)?,
-            AddReply::Building(queued) => serde_json::to_value(queued)?,
-        };
         if json {
-            listed.push(value);
+            listed.push(serde_json::to_value(&added)?);
             continue;
         }
         match added {

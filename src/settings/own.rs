@@ -12,15 +12,11 @@ use crate::cli::{
 };
 use crate::embedding::ModelSource;
 use crate::serve::ServeOptions;
-use crate::service::ops::add::AddRequest;
-use crate::service::ops::add_batch::BatchRequest;
-use crate::service::ops::ask::AskRequest;
-use crate::service::ops::correct::CorrectRequest;
-use crate::service::ops::history::HistoryRequest;
-use crate::service::ops::jobs::JobsRequest;
-use crate::service::ops::list::ListRequest;
-use crate::service::ops::search::SearchRequest;
-use crate::service::ops::{ApiError, Body};
+use crate::service::ops::{
+    ApiError, Body, add::AddRequest, add_batch::BatchRequest, ask::AskRequest,
+    correct::CorrectRequest, history::HistoryRequest, jobs::JobsRequest, list::ListRequest,
+    search::SearchRequest,
+};
 use crate::service::{FactQuery, Scope, SearchFilters, ServiceSettings, time_bound};
 use crate::store::AddScope;
 
@@ -54,27 +50,11 @@ impl OwnSettings {
             &models.build_model.id,
         );
         service.answer_model = models.answer_model.id.clone();
-        if let Some(seconds) = env.var("MRAGENT_JOB_LEASE") {
-            let seconds: u64 = seconds
-                .trim()
-                .parse()
-                .ok()
-                .filter(|seconds| (1..=3600).contains(seconds))
-                .with_context(|| {
-                    format!("MRAGENT_JOB_LEASE={seconds:?}: expected seconds from 1 to 3600")
-                })?;
-            service.job_lease = std::time::Duration::from_secs(seconds);
+        if let Some(seconds) = seconds(env, "MRAGENT_JOB_LEASE", 3600)? {
+            service.job_lease = seconds;
         }
-        if let Some(seconds) = env.var("MRAGENT_ADD_WAIT") {
-            let seconds: u64 = seconds
-                .trim()
-                .parse()
-                .ok()
-                .filter(|seconds| (1..=600).contains(seconds))
-                .with_context(|| {
-                    format!("MRAGENT_ADD_WAIT={seconds:?}: expected seconds from 1 to 600")
-                })?;
-            service.add_wait = std::time::Duration::from_secs(seconds);
+        if let Some(seconds) = seconds(env, "MRAGENT_ADD_WAIT", 600)? {
+            service.add_wait = seconds;
         }
         let local_model = ModelSource {
             explicit_dir: args.embed.embed_model_dir.clone(),
@@ -113,6 +93,15 @@ impl OwnSettings {
     }
 }
 
+/// Variable `name`'s seconds, from 1 to `max`, when set.
+fn seconds(env: &impl Env, name: &str, max: u64) -> anyhow::Result<Option<std::time::Duration>> {
+    let Some(text) = env.var(name) else { return Ok(None) };
+    let seconds = text.trim().parse().ok().filter(|seconds| (1..=max).contains(seconds));
+    let seconds =
+        seconds.with_context(|| format!("{name}={text:?}: expected seconds from 1 to {max}"))?;
+    Ok(Some(std::time::Duration::from_secs(seconds)))
+}
+
 /// `mragent memory …`, resolved: the operation it runs (`service::ops`) with its request, and
 /// how its reply is printed.
 #[derive(Debug, Clone)]
@@ -137,36 +126,20 @@ pub(crate) enum MemoryOp {
         worker_env: Vec<(&'static str, String)>,
         own: OwnSettings,
     },
-    Search {
-        scope: Scope,
-        request: SearchRequest,
-        own: OwnSettings,
-    },
+    Search(Scope, SearchRequest, OwnSettings),
     List(ListRequest),
     /// A conversation's sessions and messages.
     Show(String),
     /// A whole conversation (no model).
     Forget(String),
-    /// One message; its session is rebuilt with the model.
-    ForgetMessage {
-        conversation: String,
-        message: String,
-        own: OwnSettings,
-    },
-    Facts {
-        scope: Scope,
-        query: FactQuery,
-    },
-    Correct {
-        fact: i64,
-        request: CorrectRequest,
-    },
+    /// A conversation's message; its session is rebuilt with the model.
+    ForgetMessage(String, String, OwnSettings),
+    Facts(Scope, FactQuery),
+    /// A fact, and its new value.
+    Correct(i64, CorrectRequest),
     History(HistoryRequest),
-    /// An undone forget rebuilds its session, with the model.
-    Undo {
-        edit: i64,
-        own: OwnSettings,
-    },
+    /// An edit (an undone forget rebuilds its session, with the model).
+    Undo(i64, OwnSettings),
     Job(i64),
     Jobs(JobsRequest),
     /// `jobs --run`: build the unfinished jobs now (a worker's loop, no operation).
@@ -227,15 +200,13 @@ impl MemoryJob {
             MemoryCommand::Correct(args) => {
                 let body = Body::from_iter([("value".to_string(), args.value.into())]);
                 let request = CorrectRequest::read(body).map_err(invalid)?;
-                (MemoryOp::Correct { fact: args.fact, request }, args.json)
+                (MemoryOp::Correct(args.fact, request), args.json)
             }
             MemoryCommand::History(args) => {
                 let (user, conversation) = (args.user, args.conversation);
                 (MemoryOp::History(HistoryRequest { user, conversation }), args.json)
             }
-            MemoryCommand::Undo(args) => {
-                (MemoryOp::Undo { edit: args.edit, own: own(&args.models)? }, args.json)
-            }
+            MemoryCommand::Undo(args) => (MemoryOp::Undo(args.edit, own(&args.models)?), args.json),
         };
         Ok(Self { paths: paths.clone(), op, json })
     }
@@ -323,7 +294,7 @@ fn search(
         tags: args.tags.into_iter().collect(),
     };
     let request = SearchRequest { query: args.query, k: args.k as u64, filters };
-    Ok(MemoryOp::Search { scope, request, own: own(&args.models)? })
+    Ok(MemoryOp::Search(scope, request, own(&args.models)?))
 }
 
 /// `memory facts`: which facts, as known when.
@@ -337,7 +308,7 @@ fn facts(args: MemoryFactsArgs) -> MemoryOp {
         history: args.history,
         as_of: args.as_of.and_then(|at| time_bound(&at, true)),
     };
-    MemoryOp::Facts { scope, query }
+    MemoryOp::Facts(scope, query)
 }
 
 /// `mragent ask`, resolved.
