@@ -186,10 +186,7 @@ impl MemoryJob {
             MemoryCommand::Forget(args) => match args.message {
                 Some(message) => {
                     let own = own(&args.models)?;
-                    (
-                        MemoryOp::ForgetMessage { conversation: args.conversation, message, own },
-                        false,
-                    )
+                    (MemoryOp::ForgetMessage(args.conversation, message, own), false)
                 }
                 None => (MemoryOp::Forget(args.conversation), false),
             },
