@@ -69,7 +69,7 @@ fn memory_subcommands_resolve_to_their_operations_requests() {
     assert!(blank.starts_with("value: "), "{blank}");
     let argv = ["memory", "search", "--user", "u", "--conversation", "c", "q", "-k", "3"];
     let Resolved::Memory(search) =
-        job(&[&argv[..], &["--base-url", "localhost"]].concat(), &[]).unwrap()
+        job(&[&argv[..], &["--base-url", "http://localhost/v1"]].concat(), &[]).unwrap()
     else {
         panic!("not memory");
     };
