@@ -3,8 +3,8 @@
 
 use super::Outcome;
 use super::output::outln;
-use super::own::{scope_embedder, service};
-use crate::service::AskReport;
+use super::own::{operator, scope_embedder, service};
+use crate::service::{AskReport, ops};
 use crate::settings::AskJob;
 
 /// Asks and prints the report; a failed question is an error (after the report).
@@ -12,7 +12,7 @@ pub async fn execute(job: &AskJob) -> anyhow::Result<Outcome> {
     let spec = scope_embedder(&job.own.paths, &job.scope)?;
     job.own.models.require_key()?;
     let service = service(&job.own, &spec).await?;
-    let report = service.ask_scoped(&job.scope, &job.question, job.as_of.as_deref(), None).await?;
+    let report = ops::ask::run(&service, &operator(), &job.scope, &job.request, None).await?;
     if job.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {

@@ -1,59 +1,95 @@
-//! `mragent memory …`: add messages to the store, search, list, show and forget own
-//! conversations, and print what was done.
+//! `mragent memory …`: each subcommand runs its operation (`service::ops`) as the operator
+//! and prints the reply: search, list, show and forget here, adds and jobs in `memory_jobs`,
+//! facts and edits in `memory_edits`.
 
 use super::Outcome;
 use super::output::{out, outln};
-use super::own::{open_store, recorded_embedder, scope_embedder, service};
-use crate::service::{LOCAL_EMBEDDER, Scope, SearchHit};
-use crate::settings::{MemoryJob, OwnSettings, ProjectPaths};
+use super::own::{operator, recorded_embedder, scope_embedder, service, store_service};
+use crate::service::LOCAL_EMBEDDER;
+use crate::service::ops::{self, forget_message::ForgetMessageReply, search::Found};
+use crate::settings::{MemoryJob, MemoryOp};
+use crate::store::ConversationInfo;
 
-/// Does the job and prints its report; partial when some sessions could not be built.
+/// Runs the operation and prints its reply; partial when some sessions could not be built.
 pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
-    match job {
-        MemoryJob::Add { input, wait, worker_env, json, own } => {
-            super::memory_jobs::add(&own, input, wait, &worker_env, json).await
+    let MemoryJob { paths, op, json } = job;
+    let (access, store) = (operator(), || store_service(&paths, LOCAL_EMBEDDER));
+    match op {
+        MemoryOp::Add { adds, batch, worker_env, own } => {
+            return super::memory_jobs::add(&own, adds, batch, &worker_env, json).await;
         }
-        MemoryJob::Jobs { job, conversation, unfinished, run, json, own } => {
-            super::memory_jobs::jobs(&own, job, conversation.as_deref(), unfinished, run, json)
-                .await
-        }
-        MemoryJob::Search { scope, filters, query, k, json, own } => {
-            let spec = scope_embedder(&own.paths, &scope)?;
+        MemoryOp::Job(id) => super::memory_jobs::print_jobs(
+            &[ops::job::run(&store()?, &access, id).await?],
+            true,
+            json,
+        )?,
+        MemoryOp::Jobs(request) => super::memory_jobs::print_jobs(
+            &ops::jobs::run(&store()?, &access, request).await?.jobs,
+            false,
+            json,
+        )?,
+        MemoryOp::RunJobs(own) => return super::memory_jobs::run(&own, json).await,
+        MemoryOp::Search(scope, request, own) => {
+            let spec = scope_embedder(&paths, &scope)?;
             if spec != LOCAL_EMBEDDER {
                 own.models.require_key()?;
             }
-            let service = service(&own, &spec).await?;
-            let hits = service.search_scoped(&scope, &query, k, &filters).await?;
-            print_hits(&hits, matches!(scope, Scope::User(_)), json)?;
-            Ok(Outcome::Success)
+            print_hits(
+                ops::search::run(&service(&own, &spec).await?, &access, scope, request).await?,
+                json,
+            )?;
         }
-        MemoryJob::List { paths, user, json } => {
-            list(&paths, user.as_deref(), json)?;
-            Ok(Outcome::Success)
+        MemoryOp::List(request) => {
+            list(&ops::list::run(&store()?, &access, request).await?.conversations, json)?
         }
-        MemoryJob::Facts { paths, query, json } => {
-            super::memory_edits::facts(&paths, &query, json).await
-        }
-        MemoryJob::Correct { paths, fact, value, json } => {
-            super::memory_edits::correct(&paths, fact, &value, json).await
-        }
-        MemoryJob::History { paths, user, conversation, json } => {
-            super::memory_edits::history(&paths, user.as_deref(), conversation.as_deref(), json)
-        }
-        MemoryJob::Undo { edit, json, own } => super::memory_edits::undo(&own, edit, json).await,
-        MemoryJob::Show { paths, conversation, json } => {
-            let stored = open_store(&paths)?.load(&conversation)?;
+        MemoryOp::Show(id) => {
+            let stored = ops::show::sessions(&store()?, &access, &id).await?;
             out!("{}", render_conversation(&stored, json)?)?;
-            Ok(Outcome::Success)
         }
-        MemoryJob::Forget { paths, conversation, message } => {
-            forget(&paths, &conversation, message.as_ref()).await
+        MemoryOp::Forget(id) => {
+            let info = ops::forget::run(&store()?, &access, &id).await?.deleted;
+            outln!("forgot {}: {} messages, {} sessions", info.id, info.messages, info.sessions)?;
         }
+        MemoryOp::ForgetMessage(conversation, message, own) => {
+            let spec = recorded_embedder(&paths, &conversation)?;
+            own.models.require_key()?;
+            let service = service(&own, &spec).await?;
+            let reply = ops::forget_message::run(&service, &access, &conversation, &message);
+            let ForgetMessageReply { forgotten, rebuilt: report } = reply.await?;
+            let removed = if forgotten.session_removed { ", now empty and removed" } else { "" };
+            outln!(
+                "forgot message {} of {} (session {}{removed}); edit {} (`memory undo {}` reverts it)",
+                forgotten.message,
+                forgotten.conversation,
+                forgotten.session,
+                forgotten.edit,
+                forgotten.edit
+            )?;
+            outln!("{report}")?;
+            return Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial });
+        }
+        MemoryOp::Facts(scope, query) => {
+            super::memory_edits::facts(&paths, scope, query, json).await?
+        }
+        MemoryOp::Correct(fact, request) => super::memory_edits::print_edit(
+            &ops::correct::run(&store()?, &access, fact, request).await?,
+            json,
+        )?,
+        MemoryOp::History(request) => super::memory_edits::history(
+            &ops::history::run(&store()?, &access, request).await?.edits,
+            json,
+        )?,
+        MemoryOp::Undo(edit, own) => return super::memory_edits::undo(&own, edit, json).await,
     }
+    Ok(Outcome::Success)
 }
 
 /// The hits (over a user: each with its conversation).
-fn print_hits(hits: &[SearchHit], user: bool, json: bool) -> anyhow::Result<()> {
+fn print_hits(found: Found, json: bool) -> anyhow::Result<()> {
+    let (hits, user) = match &found {
+        Found::Conversation(reply) => (&reply.hits, false),
+        Found::User(reply) => (&reply.hits, true),
+    };
     if json {
         outln!("{}", serde_json::to_string_pretty(&hits)?)?;
     }
@@ -67,8 +103,7 @@ fn print_hits(hits: &[SearchHit], user: bool, json: bool) -> anyhow::Result<()> 
 }
 
 /// `memory list`.
-fn list(paths: &ProjectPaths, user: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let conversations = open_store(paths)?.list_of(user)?;
+fn list(conversations: &[ConversationInfo], json: bool) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&conversations)?)?;
     }
@@ -86,39 +121,6 @@ fn list(paths: &ProjectPaths, user: Option<&str>, json: bool) -> anyhow::Result<
         )?;
     }
     Ok(())
-}
-
-/// `memory forget`: a conversation (no model needed), or one message (its session is rebuilt,
-/// which needs the model).
-async fn forget(
-    paths: &ProjectPaths,
-    conversation: &str,
-    message: Option<&(String, OwnSettings)>,
-) -> anyhow::Result<Outcome> {
-    let Some((message, own)) = message else {
-        let info = {
-            let store = open_store(paths)?;
-            let _lock = store.lock_conversation(conversation)?;
-            store.forget(conversation)?
-        };
-        outln!("forgot {}: {} messages, {} sessions", info.id, info.messages, info.sessions)?;
-        return Ok(Outcome::Success);
-    };
-    let spec = recorded_embedder(paths, conversation)?;
-    own.models.require_key()?;
-    let service = service(own, &spec).await?;
-    let (forgotten, report) = service.forget_message(conversation, message, "cli").await?;
-    let removed = if forgotten.session_removed { ", now empty and removed" } else { "" };
-    outln!(
-        "forgot message {} of {} (session {}{removed}); edit {} (`memory undo {}` reverts it)",
-        forgotten.message,
-        forgotten.conversation,
-        forgotten.session,
-        forgotten.edit,
-        forgotten.edit
-    )?;
-    outln!("{report}")?;
-    Ok(if report.is_complete() { Outcome::Success } else { Outcome::Partial })
 }
 
 /// `memory show`: the sessions and messages of a conversation, as text or JSON.

@@ -3,34 +3,33 @@
 
 use super::Outcome;
 use super::output::outln;
-use super::own::{open_store, recorded_embedder, service};
-use crate::service::{FactQuery, ListedFact, select_facts};
+use super::own::{open_store, operator, recorded_embedder, service, store_service};
+use crate::service::ops;
+use crate::service::{FactQuery, LOCAL_EMBEDDER, ListedFact, Scope};
 use crate::settings::{OwnSettings, ProjectPaths};
 use crate::store::Edit;
 
-/// Who the command line's edits are logged as.
-const ACTOR: &str = "cli";
-
-/// `memory facts`: no model needed.
+/// `memory facts`: no model needed. A conversation named is checked to exist (and its facts
+/// against its embedder).
 pub(super) async fn facts(
     paths: &ProjectPaths,
-    query: &FactQuery,
+    scope: Scope,
+    query: FactQuery,
     json: bool,
-) -> anyhow::Result<Outcome> {
-    let store = open_store(paths)?;
-    if let Some(user) = &query.user
-        && store.list_of(Some(user))?.is_empty()
-    {
-        return Err(crate::service::ServiceError::UnknownUser(user.clone()).into());
-    }
-    if let Some(conversation) = &query.conversation {
-        recorded_embedder(paths, conversation)?;
-    }
-    let rows = store.facts(query.user.as_deref(), query.conversation.as_deref())?;
-    let listed = select_facts(rows, query);
+) -> anyhow::Result<()> {
+    let conversation = match &scope {
+        Scope::Conversation(id) => Some(id),
+        Scope::User(_) => query.conversation.as_ref(),
+    };
+    let spec = match conversation {
+        Some(id) => recorded_embedder(paths, id)?,
+        None => LOCAL_EMBEDDER.to_string(),
+    };
+    let listed = ops::facts::run(&store_service(paths, &spec)?, &operator(), scope, query).await?;
+    let listed = listed.facts;
     if json {
         outln!("{}", serde_json::to_string_pretty(&listed)?)?;
-        return Ok(Outcome::Success);
+        return Ok(());
     }
     for ListedFact { fact, current } in &listed {
         let from = fact.valid_from.as_deref().map_or("?", |time| &time[..time.len().min(10)]);
@@ -56,81 +55,46 @@ pub(super) async fn facts(
     if listed.is_empty() {
         outln!("no facts")?;
     }
-    Ok(Outcome::Success)
+    Ok(())
 }
 
-/// `memory correct`: no model needed.
-pub(super) async fn correct(
-    paths: &ProjectPaths,
-    fact: i64,
-    value: &str,
-    json: bool,
-) -> anyhow::Result<Outcome> {
-    let store = open_store(paths)?;
-    let value = value.trim();
-    if value.is_empty() {
-        anyhow::bail!("the new value is empty");
-    }
-    let limit = crate::names::MAX_MESSAGE_CHARS;
-    if value.chars().count() > limit {
-        anyhow::bail!("the new value is over {limit} characters");
-    }
-    let edit = {
-        let _lock = store.lock_conversation(&store.fact(fact)?.conversation)?;
-        store.correct_fact(fact, value, ACTOR)?
-    };
+/// One edit (a correction's row in the audit log).
+pub(super) fn print_edit(edit: &Edit, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!("{}", serde_json::to_string_pretty(&edit)?)?;
+        outln!("{}", serde_json::to_string_pretty(edit)?)
     } else {
-        outln!("{}", render_edit(&edit))?;
+        outln!("{}", render_edit(edit))
     }
-    Ok(Outcome::Success)
 }
 
 /// `memory history`.
-pub(super) fn history(
-    paths: &ProjectPaths,
-    user: Option<&str>,
-    conversation: Option<&str>,
-    json: bool,
-) -> anyhow::Result<Outcome> {
-    let edits = open_store(paths)?.history(user, conversation)?;
+pub(super) fn history(edits: &[Edit], json: bool) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&edits)?)?;
-        return Ok(Outcome::Success);
+        return Ok(());
     }
-    for edit in &edits {
+    for edit in edits {
         outln!("{}", render_edit(edit))?;
     }
     if edits.is_empty() {
         outln!("no edits")?;
     }
-    Ok(Outcome::Success)
+    Ok(())
 }
 
-/// `memory undo`: an undone forget rebuilds its session, which needs the model; any other
-/// undo (a correction's) is a store edit alone, and needs no API key.
+/// `memory undo`: an undone forget rebuilds its session, which needs the model (and the
+/// conversation's embedder); any other undo (a correction's) is a store edit alone, and needs
+/// no API key.
 pub(super) async fn undo(own: &OwnSettings, edit: i64, json: bool) -> anyhow::Result<Outcome> {
-    let store = open_store(&own.paths)?;
-    let undone = store.edit(edit)?;
-    if undone.kind != crate::store::FORGET_MESSAGE {
-        let undo = {
-            let _lock = store.lock_conversation(&undone.conversation)?;
-            store.undo(edit, ACTOR)?
-        };
-        let report = crate::service::UndoReport { undo, rebuilt: None };
-        if json {
-            outln!("{}", serde_json::to_string_pretty(&report)?)?;
-        } else {
-            outln!("{}", render_edit(&report.undo))?;
-        }
-        return Ok(Outcome::Success);
-    }
-    let conversation = undone.conversation;
-    let spec = recorded_embedder(&own.paths, &conversation)?;
-    own.models.require_key()?;
-    let service = service(own, &spec).await?;
-    let report = service.undo(edit, ACTOR).await?;
+    let undone = open_store(&own.paths)?.edit(edit)?;
+    let service = if undone.kind == crate::store::FORGET_MESSAGE {
+        let spec = recorded_embedder(&own.paths, &undone.conversation)?;
+        own.models.require_key()?;
+        service(own, &spec).await?
+    } else {
+        store_service(&own.paths, LOCAL_EMBEDDER)?
+    };
+    let report = ops::undo::run(&service, &operator(), edit).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {

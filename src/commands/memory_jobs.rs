@@ -6,8 +6,6 @@
 //! killed worker loses nothing: `memory jobs --run`, a later worker or `serve` finishes them.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -15,38 +13,28 @@ use serde_json::Value;
 
 use super::Outcome;
 use super::output::outln;
-use super::own::{open_store, service};
-use crate::convo::Message;
-use crate::llm::Client;
-use crate::service::ops::add::{AddReply, Wait};
-use crate::service::{MemoryService, OwnEmbedder, ops};
-use crate::settings::{AddInput, OwnSettings, ProjectPaths};
-use crate::store::{AddScope, Job};
+use super::own::{open_store, operator, service};
+use crate::service::ops::add::{AddReply, AddRequest, Wait};
+use crate::service::ops::{self, ApiError};
+use crate::settings::{OwnSettings, ProjectPaths};
+use crate::store::Job;
 
-/// One conversation's add.
-struct ConversationAdd {
-    conversation: String,
-    messages: Vec<Message>,
-    scope: AddScope,
-}
-
-/// `memory add`: parse and check everything first (a bad file changes nothing), then add.
+/// `memory add`: each entry through the add operation, waiting for its whole build (or, not
+/// waiting, queued for the worker started then).
 pub(super) async fn add(
     own: &OwnSettings,
-    input: AddInput,
-    wait: bool,
+    adds: Vec<(String, AddRequest)>,
+    batch: bool,
     worker_env: &[(&'static str, String)],
     json: bool,
 ) -> anyhow::Result<Outcome> {
-    let single = matches!(input, AddInput::One { .. });
-    let entries = read_input(input)?;
     own.models.require_key()?;
     let store = open_store(&own.paths)?;
     // Each conversation keeps the embedder it was created with; new ones take `--embedder`.
-    let mut services: BTreeMap<String, Arc<MemoryService<Client, OwnEmbedder>>> = BTreeMap::new();
-    let mut specs = Vec::with_capacity(entries.len());
-    for entry in &entries {
-        let spec = match store.info(&entry.conversation)? {
+    let mut services = BTreeMap::new();
+    let mut specs = Vec::with_capacity(adds.len());
+    for (conversation, _) in &adds {
+        let spec = match store.info(conversation)? {
             Some(info) => info.embedder,
             None => own.service.embedder.clone(),
         };
@@ -55,30 +43,34 @@ pub(super) async fn add(
         }
         specs.push(spec);
     }
-    let outcomes =
-        futures::future::join_all(entries.into_iter().zip(&specs).map(|(entry, spec)| {
-            let service = Arc::clone(&services[spec]);
+    let queued = adds.iter().any(|(_, add)| !add.wait);
+    let access = operator();
+    let outcomes = futures::future::join_all(adds.into_iter().zip(&specs).map(
+        |((conversation, request), spec)| {
+            // Every spec was given its service above.
+            let (service, access) = (Arc::clone(&services[spec]), &access);
             async move {
-                let ConversationAdd { conversation, messages, scope } = entry;
-                let wait = if wait { Wait::Whole } else { Wait::No };
-                let done = ops::add::store(&service, &conversation, scope, messages, wait).await;
-                (conversation, done)
+                let added =
+                    ops::add::run_within(&service, access, &conversation, request, Wait::Whole)
+                        .await;
+                (conversation, added)
             }
-        }))
-        .await;
-    if !wait {
+        },
+    ))
+    .await;
+    if queued {
         for spec in services.keys() {
             let pid = start_worker(&own.paths, worker_env, spec)?;
             tracing::info!(pid, embedder = %spec, "started a build worker");
         }
     }
-    report(outcomes, single, json)
+    report(outcomes, !batch, json)
 }
 
 /// Prints every entry's outcome; partial when one failed or left sessions unbuilt; an error
 /// when the only entry failed.
 fn report(
-    outcomes: Vec<(String, Result<AddReply, crate::service::ServiceError>)>,
+    outcomes: Vec<(String, Result<AddReply, ApiError>)>,
     single: bool,
     json: bool,
 ) -> anyhow::Result<Outcome> {
@@ -90,24 +82,19 @@ fn report(
             Err(error) if single => return Err(error.into()),
             Err(error) => {
                 outcome = Outcome::Partial;
-                listed.push(
-                    serde_json::json!({"conversation": conversation, "error": error.to_string()}),
-                );
+                let error = error.to_string();
                 if !json {
                     outln!("{conversation}: failed: {error}")?;
                 }
+                listed.push(serde_json::json!({"conversation": conversation, "error": error}));
                 continue;
             }
         };
-        if matches!(&added, AddReply::Done(report) if !report.is_complete()) {
+        if added.incomplete() {
             outcome = Outcome::Partial;
         }
-        let value = match &added {
-            AddReply::Done(report) => serde_json::to_value(report)?,
-            AddReply::Building(queued) => serde_json::to_value(queued)?,
-        };
         if json {
-            listed.push(value);
+            listed.push(serde_json::to_value(&added)?);
             continue;
         }
         match added {
@@ -128,71 +115,6 @@ fn report(
         outln!("{}", serde_json::to_string_pretty(&value)?)?;
     }
     Ok(outcome)
-}
-
-/// The text of `file` (`-`: standard input).
-fn read_text(file: &Path) -> anyhow::Result<String> {
-    if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).context("reading standard input")?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
-}
-
-/// The entries of the input, each checked (id, limits, scope).
-fn read_input(input: AddInput) -> anyhow::Result<Vec<ConversationAdd>> {
-    let entries = match input {
-        AddInput::One { conversation, file, scope } => {
-            let messages = crate::convo::parse(&read_text(&file)?)
-                .with_context(|| format!("{} is not a usable conversation", file.display()))?;
-            vec![ConversationAdd { conversation, messages, scope }]
-        }
-        AddInput::Batch { file } => read_batch(&read_text(&file)?)
-            .with_context(|| format!("{} is not a usable batch", file.display()))?,
-    };
-    for entry in &entries {
-        crate::store::check_conversation_id(&entry.conversation)?;
-        crate::service::check_limits(&entry.messages)
-            .with_context(|| format!("conversation {} cannot be added", entry.conversation))?;
-        entry.scope.check()?;
-    }
-    Ok(entries)
-}
-
-/// `{"conversations": [{"conversation", "messages", "user", "agent", "tags"}]}`.
-fn read_batch(text: &str) -> anyhow::Result<Vec<ConversationAdd>> {
-    let value: Value = serde_json::from_str(text).context("not JSON")?;
-    let Some(Value::Array(items)) = value.get("conversations") else {
-        anyhow::bail!("expected an object with a `conversations` array");
-    };
-    let mut entries = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
-        let at = format!("conversations[{index}]");
-        let text = |field: &str| -> anyhow::Result<Option<String>> {
-            match item.get(field) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(text)) => Ok(Some(text.clone())),
-                Some(_) => anyhow::bail!("{at}.{field}: expected a string"),
-            }
-        };
-        let conversation =
-            text("conversation")?.with_context(|| format!("{at}.conversation: missing"))?;
-        let Some(Value::Array(messages)) = item.get("messages") else {
-            anyhow::bail!("{at}.messages: expected an array of messages");
-        };
-        let messages = crate::convo::parse_values(messages.clone())
-            .with_context(|| format!("{at}.messages"))?;
-        let tags = match item.get("tags") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(tags) => serde_json::from_value(tags.clone())
-                .with_context(|| format!("{at}.tags: expected an object of strings"))?,
-        };
-        let scope = AddScope { user: text("user")?, agent: text("agent")?, tags };
-        entries.push(ConversationAdd { conversation, messages, scope });
-    }
-    anyhow::ensure!(!entries.is_empty(), "no conversations");
-    Ok(entries)
 }
 
 /// Starts a detached `mragent memory jobs --run` for conversations embedded with `spec`.
@@ -222,42 +144,33 @@ fn start_worker(
     Ok(child.id())
 }
 
-/// `memory jobs`: one job, the listing, or (`--run`) build the unfinished ones.
-pub(super) async fn jobs(
-    own: &OwnSettings,
-    job: Option<i64>,
-    conversation: Option<&str>,
-    unfinished: bool,
-    run: bool,
-    json: bool,
-) -> anyhow::Result<Outcome> {
-    let store = open_store(&own.paths)?;
-    let jobs = if run {
-        own.models.require_key()?;
-        let service = Arc::new(service(own, &own.service.embedder).await?);
-        let ended = service.run_jobs(true).await.ended;
-        ended.into_values().rev().collect()
-    } else if let Some(id) = job {
-        vec![store.job(id)?]
-    } else {
-        store.jobs(conversation, unfinished, 100)?
-    };
-    if json {
-        let value = match (job, jobs.first()) {
-            (Some(_), Some(one)) => serde_json::to_value(one)?,
-            _ => serde_json::to_value(&jobs)?,
-        };
-        outln!("{}", serde_json::to_string_pretty(&value)?)?;
-    } else {
-        for job in &jobs {
-            print_job(job)?;
-        }
-        if run {
-            outln!("{} jobs ended", jobs.len())?;
-        }
+/// `memory jobs --run`: build the unfinished jobs now; partial when one failed.
+pub(super) async fn run(own: &OwnSettings, json: bool) -> anyhow::Result<Outcome> {
+    own.models.require_key()?;
+    let service = Arc::new(service(own, &own.service.embedder).await?);
+    let jobs: Vec<Job> = service.run_jobs(true).await.ended.into_values().rev().collect();
+    print_jobs(&jobs, false, json)?;
+    if !json {
+        outln!("{} jobs ended", jobs.len())?;
     }
     let failed = jobs.iter().any(|job| job.state == crate::store::JobState::Failed);
-    Ok(if run && failed { Outcome::Partial } else { Outcome::Success })
+    Ok(if failed { Outcome::Partial } else { Outcome::Success })
+}
+
+/// Jobs, or (`one`) the one job asked for.
+pub(super) fn print_jobs(jobs: &[Job], one: bool, json: bool) -> anyhow::Result<()> {
+    if json {
+        let value = match (one, jobs.first()) {
+            (true, Some(job)) => serde_json::to_value(job)?,
+            _ => serde_json::to_value(jobs)?,
+        };
+        outln!("{}", serde_json::to_string_pretty(&value)?)?;
+        return Ok(());
+    }
+    for job in jobs {
+        print_job(job)?;
+    }
+    Ok(())
 }
 
 fn print_job(job: &Job) -> anyhow::Result<()> {

@@ -1,12 +1,14 @@
 //! What the own-conversation commands (`memory …`, `ask`, `serve`) share: the project's store,
-//! the embedder a conversation was recorded with, and the [`MemoryService`] over the store.
+//! the embedder a conversation was recorded with, the [`MemoryService`] over the store (with
+//! its models, or the store alone), and who the command line is to the operations.
 
 use anyhow::Context as _;
 
 use super::chat_client;
 use crate::embedding::load_local_source;
 use crate::llm::Client;
-use crate::service::{LOCAL_EMBEDDER, MemoryService, OwnEmbedder, Scope};
+use crate::service::ops::{Access, Service};
+use crate::service::{LOCAL_EMBEDDER, MemoryService, OwnEmbedder, Scope, ServiceSettings};
 use crate::settings::{OwnSettings, ProjectPaths};
 use crate::store::Store;
 
@@ -29,6 +31,30 @@ pub(super) async fn service(
     };
     let chat = chat_client(models, &models.build_model)?;
     Ok(MemoryService::new(store, own.for_embedder(spec), chat, embedder))
+}
+
+/// The command line to the operations: the store's operator, reaching everything, its edits
+/// logged as `cli`.
+pub(super) fn operator() -> Access {
+    Access::admin("cli")
+}
+
+/// Where the store-only service's clients point: nowhere (nothing it runs calls them).
+const NO_ENDPOINT: &str = "http://127.0.0.1:9/v1";
+
+/// The service over the store alone, for the operations that call no model (list, show,
+/// forget, facts, correct, history, job, jobs, the undo of a correction): no embedder is
+/// loaded and no key is needed. `spec` is the embedder it answers for (a conversation's facts
+/// are checked against the one recorded with it).
+pub(super) fn store_service(paths: &ProjectPaths, spec: &str) -> anyhow::Result<Service> {
+    let config = crate::llm::LlmConfig::new(NO_ENDPOINT, Default::default(), "none");
+    let chat = crate::llm::build_chat_model(&config).context("building the model client")?;
+    let embedder = crate::llm::EmbedderConfig { model: spec.to_string(), batch_size: 1 };
+    let embedder =
+        crate::llm::build_embedder(&config, &embedder).context("building the embedding client")?;
+    let settings = ServiceSettings::new(&paths.root, spec, "none", "none");
+    let store = open_store(paths)?;
+    Ok(MemoryService::new(store, settings, chat, OwnEmbedder::Api(Box::new(embedder))))
 }
 
 /// The project's store: `--store` (a PostgreSQL or SQLite URL), else the SQLite file

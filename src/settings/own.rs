@@ -1,7 +1,7 @@
 //! The own-conversation commands, `memory …`, `ask`, `serve` and `mcp`: [`OwnSettings`] (the store,
 //! the models, the embedders) and one job per command.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context as _;
 
@@ -12,6 +12,11 @@ use crate::cli::{
 };
 use crate::embedding::ModelSource;
 use crate::serve::ServeOptions;
+use crate::service::ops::{
+    ApiError, Body, add::AddRequest, add_batch::BatchRequest, ask::AskRequest,
+    correct::CorrectRequest, history::HistoryRequest, jobs::JobsRequest, list::ListRequest,
+    search::SearchRequest,
+};
 use crate::service::{FactQuery, Scope, SearchFilters, ServiceSettings, time_bound};
 use crate::store::AddScope;
 
@@ -45,27 +50,11 @@ impl OwnSettings {
             &models.build_model.id,
         );
         service.answer_model = models.answer_model.id.clone();
-        if let Some(seconds) = env.var("MRAGENT_JOB_LEASE") {
-            let seconds: u64 = seconds
-                .trim()
-                .parse()
-                .ok()
-                .filter(|seconds| (1..=3600).contains(seconds))
-                .with_context(|| {
-                    format!("MRAGENT_JOB_LEASE={seconds:?}: expected seconds from 1 to 3600")
-                })?;
-            service.job_lease = std::time::Duration::from_secs(seconds);
+        if let Some(seconds) = seconds(env, "MRAGENT_JOB_LEASE", 3600)? {
+            service.job_lease = seconds;
         }
-        if let Some(seconds) = env.var("MRAGENT_ADD_WAIT") {
-            let seconds: u64 = seconds
-                .trim()
-                .parse()
-                .ok()
-                .filter(|seconds| (1..=600).contains(seconds))
-                .with_context(|| {
-                    format!("MRAGENT_ADD_WAIT={seconds:?}: expected seconds from 1 to 600")
-                })?;
-            service.add_wait = std::time::Duration::from_secs(seconds);
+        if let Some(seconds) = seconds(env, "MRAGENT_ADD_WAIT", 600)? {
+            service.add_wait = seconds;
         }
         let local_model = ModelSource {
             explicit_dir: args.embed.embed_model_dir.clone(),
@@ -104,139 +93,57 @@ impl OwnSettings {
     }
 }
 
-/// What `memory add` adds.
-#[derive(Debug, Clone)]
-pub enum AddInput {
-    /// The messages of `file` to `conversation`.
-    One {
-        /// Conversation id.
-        conversation: String,
-        /// The messages file.
-        file: PathBuf,
-        /// The conversation's user and agent, and the messages' tags.
-        scope: AddScope,
-    },
-    /// A batch file: `{"conversations": [{"conversation", "messages", …}]}`.
-    Batch {
-        /// The file.
-        file: PathBuf,
-    },
+/// Variable `name`'s seconds, from 1 to `max`, when set.
+fn seconds(env: &impl Env, name: &str, max: u64) -> anyhow::Result<Option<std::time::Duration>> {
+    let Some(text) = env.var(name) else { return Ok(None) };
+    let seconds = text.trim().parse().ok().filter(|seconds| (1..=max).contains(seconds));
+    let seconds =
+        seconds.with_context(|| format!("{name}={text:?}: expected seconds from 1 to {max}"))?;
+    Ok(Some(std::time::Duration::from_secs(seconds)))
 }
 
-/// `mragent memory …`, resolved.
+/// `mragent memory …`, resolved: the operation it runs (`service::ops`) with its request, and
+/// how its reply is printed.
 #[derive(Debug, Clone)]
-pub enum MemoryJob {
-    /// Add the messages of one file, or a batch (`-`: standard input).
+pub struct MemoryJob {
+    /// The project (its store).
+    pub(crate) paths: ProjectPaths,
+    /// The operation.
+    pub(crate) op: MemoryOp,
+    /// Print the reply as JSON.
+    pub(crate) json: bool,
+}
+
+/// A `memory` subcommand as an operation's request. Those that may call a model carry `own`
+/// (models and embedders); the others run on the store alone and need no key.
+#[derive(Debug, Clone)]
+pub(crate) enum MemoryOp {
+    /// Each conversation's add (a file: one; `--batch`: a batch add's body), and the
+    /// environment of the worker that builds those that do not wait.
     Add {
-        /// What to add.
-        input: AddInput,
-        /// Whether to build before returning (else: queue a job and start a worker).
-        wait: bool,
-        /// The endpoint, model and embedder options as environment variables, for a worker.
+        adds: Vec<(String, AddRequest)>,
+        batch: bool,
         worker_env: Vec<(&'static str, String)>,
-        /// Print the report as JSON.
-        json: bool,
-        /// Store and models (with the session gap and the workers of the build).
         own: OwnSettings,
     },
-    /// List or show background jobs, or build the unfinished ones.
-    Jobs {
-        /// One job.
-        job: Option<i64>,
-        /// Only jobs of this conversation.
-        conversation: Option<String>,
-        /// Only unfinished jobs.
-        unfinished: bool,
-        /// Build the unfinished jobs now.
-        run: bool,
-        /// Print JSON.
-        json: bool,
-        /// Store and models.
-        own: OwnSettings,
-    },
-    /// Rank memory lines for `query`.
-    Search {
-        /// A conversation, or a user's conversations.
-        scope: Scope,
-        /// Which lines may come back.
-        filters: SearchFilters,
-        /// What to look for.
-        query: String,
-        /// How many lines.
-        k: usize,
-        /// Print JSON.
-        json: bool,
-        /// Store and models.
-        own: OwnSettings,
-    },
-    /// List the stored conversations.
-    List {
-        /// The project.
-        paths: ProjectPaths,
-        /// Only this user's.
-        user: Option<String>,
-        /// Print JSON.
-        json: bool,
-    },
-    /// Show one conversation.
-    Show {
-        /// The project.
-        paths: ProjectPaths,
-        /// Conversation id.
-        conversation: String,
-        /// Print JSON.
-        json: bool,
-    },
-    /// Forget a conversation, or one message of it.
-    Forget {
-        /// The project.
-        paths: ProjectPaths,
-        /// Conversation id.
-        conversation: String,
-        /// The message to forget and what rebuilding its session takes (`None`: the whole
-        /// conversation, which needs no model, so none is resolved).
-        message: Option<(String, OwnSettings)>,
-    },
-    /// List facts.
-    Facts {
-        /// The project.
-        paths: ProjectPaths,
-        /// Which facts.
-        query: FactQuery,
-        /// Print JSON.
-        json: bool,
-    },
-    /// Correct one fact.
-    Correct {
-        /// The project.
-        paths: ProjectPaths,
-        /// The fact's id.
-        fact: i64,
-        /// Its new value.
-        value: String,
-        /// Print JSON.
-        json: bool,
-    },
-    /// Show the audit log.
-    History {
-        /// The project.
-        paths: ProjectPaths,
-        /// Only this user's conversations.
-        user: Option<String>,
-        /// Only this conversation.
-        conversation: Option<String>,
-        /// Print JSON.
-        json: bool,
-    },
-    /// Revert one edit (an undone forget rebuilds the session, which needs the model).
-    Undo {
-        /// The edit's id.
-        edit: i64,
-        /// Print JSON.
-        json: bool,
-        /// Store and models.
-        own: OwnSettings,
-    },
+    Search(Scope, SearchRequest, OwnSettings),
+    List(ListRequest),
+    /// A conversation's sessions and messages.
+    Show(String),
+    /// A whole conversation (no model).
+    Forget(String),
+    /// A conversation's message; its session is rebuilt with the model.
+    ForgetMessage(String, String, OwnSettings),
+    Facts(Scope, FactQuery),
+    /// A fact, and its new value.
+    Correct(i64, CorrectRequest),
+    History(HistoryRequest),
+    /// An edit (an undone forget rebuilds its session, with the model).
+    Undo(i64, OwnSettings),
+    Job(i64),
+    Jobs(JobsRequest),
+    /// `jobs --run`: build the unfinished jobs now (a worker's loop, no operation).
+    RunJobs(OwnSettings),
 }
 
 /// The scope of `--conversation` / `--user`: with both, the user's conversations narrowed to
@@ -250,139 +157,168 @@ fn scope_of(args: ScopeArgs) -> (Scope, Option<String>) {
     }
 }
 
+/// A parser's error, naming its field.
+fn invalid(error: ApiError) -> anyhow::Error {
+    anyhow::anyhow!("{}: {error}", error.detail.field)
+}
+
 impl MemoryJob {
     pub(super) fn resolve(
         paths: &ProjectPaths,
         command: MemoryCommand,
         env: &impl Env,
     ) -> anyhow::Result<Self> {
-        Ok(match command {
-            MemoryCommand::Add(args) => Self::add(paths, args, env)?,
-            MemoryCommand::Jobs(args) => Self::jobs(paths, args, env)?,
-            MemoryCommand::Search(args) => Self::search(paths, args, env)?,
-            MemoryCommand::List(args) => {
-                Self::List { paths: paths.clone(), user: args.user, json: args.json }
+        let own = |models: &StoreModelArgs| OwnSettings::resolve(paths, models, env);
+        let (op, json) = match command {
+            MemoryCommand::Add(args) => {
+                let json = args.json;
+                (add(own(&args.models)?, args)?, json)
             }
-            MemoryCommand::Facts(args) => Self::facts(paths, args),
-            MemoryCommand::Correct(args) => Self::Correct {
-                paths: paths.clone(),
-                fact: args.fact,
-                value: args.value,
-                json: args.json,
+            MemoryCommand::Jobs(args) => (jobs(&args, own)?, args.json),
+            MemoryCommand::Search(args) => {
+                let json = args.json;
+                (search(args, own)?, json)
+            }
+            MemoryCommand::List(args) => {
+                (MemoryOp::List(ListRequest { user: args.user }), args.json)
+            }
+            MemoryCommand::Show(args) => (MemoryOp::Show(args.conversation), args.json),
+            MemoryCommand::Forget(args) => match args.message {
+                Some(message) => {
+                    let own = own(&args.models)?;
+                    (MemoryOp::ForgetMessage(args.conversation, message, own), false)
+                }
+                None => (MemoryOp::Forget(args.conversation), false),
             },
-            MemoryCommand::History(args) => Self::History {
-                paths: paths.clone(),
-                user: args.user,
-                conversation: args.conversation,
-                json: args.json,
-            },
-            MemoryCommand::Undo(args) => Self::Undo {
-                own: OwnSettings::resolve(paths, &args.models, env)?,
-                edit: args.edit,
-                json: args.json,
-            },
-            MemoryCommand::Show(args) => Self::Show {
-                paths: paths.clone(),
-                conversation: args.conversation,
-                json: args.json,
-            },
-            MemoryCommand::Forget(args) => Self::Forget {
-                paths: paths.clone(),
-                message: match args.message {
-                    Some(message) => {
-                        Some((message, OwnSettings::resolve(paths, &args.models, env)?))
-                    }
-                    None => None,
-                },
-                conversation: args.conversation,
-            },
-        })
-    }
-
-    /// `memory add`: one file or a batch, the build's settings, and a worker's environment.
-    fn add(paths: &ProjectPaths, args: MemoryAddArgs, env: &impl Env) -> anyhow::Result<Self> {
-        let mut own = OwnSettings::resolve(paths, &args.models, env)?;
-        own.service.session_gap = args.session_gap;
-        own.service.workers = args.workers as usize;
-        let scope =
-            AddScope { user: args.user, agent: args.agent, tags: args.tags.into_iter().collect() };
-        let mut worker_env = args.models.as_env();
-        worker_env.push(("MRAGENT_WORKERS", args.workers.to_string()));
-        let input = match (args.batch, args.conversation, args.file) {
-            (Some(file), _, _) => AddInput::Batch { file },
-            (None, Some(conversation), Some(file)) => AddInput::One { conversation, file, scope },
-            // clap requires both unless `--batch` is given.
-            _ => anyhow::bail!("memory add needs --conversation and a file, or --batch"),
+            MemoryCommand::Facts(args) => {
+                let json = args.json;
+                (facts(args), json)
+            }
+            MemoryCommand::Correct(args) => {
+                let body = Body::from_iter([("value".to_string(), args.value.into())]);
+                let request = CorrectRequest::read(body).map_err(invalid)?;
+                (MemoryOp::Correct(args.fact, request), args.json)
+            }
+            MemoryCommand::History(args) => {
+                let (user, conversation) = (args.user, args.conversation);
+                (MemoryOp::History(HistoryRequest { user, conversation }), args.json)
+            }
+            MemoryCommand::Undo(args) => (MemoryOp::Undo(args.edit, own(&args.models)?), args.json),
         };
-        Ok(Self::Add { input, wait: !args.no_wait, worker_env, json: args.json, own })
+        Ok(Self { paths: paths.clone(), op, json })
     }
+}
 
-    /// `memory jobs`: which jobs to list or run, with the build's workers.
-    fn jobs(paths: &ProjectPaths, args: MemoryJobsArgs, env: &impl Env) -> anyhow::Result<Self> {
-        let mut own = OwnSettings::resolve(paths, &args.models, env)?;
-        own.service.workers = args.workers as usize;
-        Ok(Self::Jobs {
-            job: args.job,
-            conversation: args.conversation,
+/// `memory add`: one file or a batch, read and checked here (a bad file changes nothing), the
+/// build's settings, and a worker's environment.
+fn add(mut own: OwnSettings, args: MemoryAddArgs) -> anyhow::Result<MemoryOp> {
+    own.service.session_gap = args.session_gap;
+    own.service.workers = args.workers as usize;
+    let mut worker_env = args.models.as_env();
+    worker_env.push(("MRAGENT_WORKERS", args.workers.to_string()));
+    let wait = !args.no_wait;
+    let (adds, batch) = match (args.batch, args.conversation, args.file) {
+        (Some(file), _, _) => (read_batch(&file, wait)?, true),
+        (None, Some(conversation), Some(file)) => {
+            let tags = args.tags.into_iter().collect();
+            let scope = AddScope { user: args.user, agent: args.agent, tags };
+            let messages = crate::convo::parse(&read_text(&file)?)
+                .with_context(|| format!("{} is not a usable conversation", file.display()))?;
+            crate::service::check_limits(&messages)
+                .with_context(|| format!("conversation {conversation} cannot be added"))?;
+            (vec![(conversation, AddRequest { messages, scope, wait })], false)
+        }
+        // clap requires both unless `--batch` is given.
+        _ => anyhow::bail!("memory add needs --conversation and a file, or --batch"),
+    };
+    Ok(MemoryOp::Add { adds, batch, worker_env, own })
+}
+
+/// The text of `file` (`-`: standard input).
+fn read_text(file: &Path) -> anyhow::Result<String> {
+    if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading standard input")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+}
+
+/// A batch file: the body of a batch add, read by its parser; its entries wait unless it or
+/// `--no-wait` says not to.
+fn read_batch(file: &Path, wait: bool) -> anyhow::Result<Vec<(String, AddRequest)>> {
+    let unusable = || format!("{} is not a usable batch", file.display());
+    let body: Body = serde_json::from_str(&read_text(file)?)
+        .context("expected a JSON object with a `conversations` array")
+        .with_context(unusable)?;
+    let request = BatchRequest::read(body).map_err(invalid).with_context(unusable)?;
+    let wait = wait && request.wait;
+    let adds = request.adds.into_iter().map(|(id, add)| (id, AddRequest { wait, ..add }));
+    Ok(adds.collect())
+}
+
+/// `memory jobs`: one job, the listing, or (`--run`) a build of the unfinished ones.
+fn jobs(
+    args: &MemoryJobsArgs,
+    own: impl FnOnce(&StoreModelArgs) -> anyhow::Result<OwnSettings>,
+) -> anyhow::Result<MemoryOp> {
+    Ok(match args.job {
+        _ if args.run => {
+            let mut own = own(&args.models)?;
+            own.service.workers = args.workers as usize;
+            MemoryOp::RunJobs(own)
+        }
+        Some(id) => MemoryOp::Job(id),
+        None => MemoryOp::Jobs(JobsRequest {
+            conversation: args.conversation.clone(),
             unfinished: args.unfinished,
-            run: args.run,
-            json: args.json,
-            own,
-        })
-    }
+        }),
+    })
+}
 
-    /// `memory search`: the scope and the filters of the lines that may come back.
-    fn search(
-        paths: &ProjectPaths,
-        args: MemorySearchArgs,
-        env: &impl Env,
-    ) -> anyhow::Result<Self> {
-        let (scope, conversation) = scope_of(args.scope);
-        let filters = SearchFilters {
-            speaker: args.speaker,
-            from: args.from.and_then(|from| time_bound(&from, false)),
-            to: args.to.and_then(|to| time_bound(&to, true)),
-            conversation,
-            tags: args.tags.into_iter().collect(),
-        };
-        Ok(Self::Search {
-            own: OwnSettings::resolve(paths, &args.models, env)?,
-            scope,
-            filters,
-            query: args.query,
-            k: args.k,
-            json: args.json,
-        })
-    }
+/// `memory search`: the scope and the filters of the lines that may come back.
+fn search(
+    args: MemorySearchArgs,
+    own: impl FnOnce(&StoreModelArgs) -> anyhow::Result<OwnSettings>,
+) -> anyhow::Result<MemoryOp> {
+    let (scope, conversation) = scope_of(args.scope);
+    let filters = SearchFilters {
+        speaker: args.speaker,
+        from: args.from.and_then(|from| time_bound(&from, false)),
+        to: args.to.and_then(|to| time_bound(&to, true)),
+        conversation,
+        tags: args.tags.into_iter().collect(),
+    };
+    let request = SearchRequest { query: args.query, k: args.k as u64, filters };
+    Ok(MemoryOp::Search(scope, request, own(&args.models)?))
+}
 
-    /// `memory facts`: which facts, as known when.
-    fn facts(paths: &ProjectPaths, args: MemoryFactsArgs) -> Self {
-        let (user, conversation) = (args.scope.user, args.scope.conversation);
-        let query = FactQuery {
-            user,
-            conversation,
-            person: args.person,
-            aspect: args.aspect,
-            history: args.history,
-            as_of: args.as_of.and_then(|at| time_bound(&at, true)),
-        };
-        Self::Facts { paths: paths.clone(), query, json: args.json }
-    }
+/// `memory facts`: which facts, as known when.
+fn facts(args: MemoryFactsArgs) -> MemoryOp {
+    let (scope, conversation) = scope_of(args.scope);
+    let query = FactQuery {
+        user: None,
+        conversation,
+        person: args.person,
+        aspect: args.aspect,
+        history: args.history,
+        as_of: args.as_of.and_then(|at| time_bound(&at, true)),
+    };
+    MemoryOp::Facts(scope, query)
 }
 
 /// `mragent ask`, resolved.
 #[derive(Debug, Clone)]
 pub struct AskJob {
     /// A conversation, or a user's conversations.
-    pub scope: Scope,
-    /// Answer as known at this time (RFC 3339 UTC).
-    pub as_of: Option<String>,
-    /// The question.
-    pub question: String,
+    pub(crate) scope: Scope,
+    /// The question, and the time to answer as of.
+    pub(crate) request: AskRequest,
     /// Print the report as JSON.
-    pub json: bool,
+    pub(crate) json: bool,
     /// Store and models (with the rules of `--meta-rules` in `own.service.rules`).
-    pub own: OwnSettings,
+    pub(crate) own: OwnSettings,
 }
 
 impl AskJob {
@@ -399,7 +335,8 @@ impl AskJob {
             (None, conversation) => Scope::Conversation(conversation.unwrap_or_default()),
         };
         let as_of = args.as_of.and_then(|at| time_bound(&at, true));
-        Ok(Self { scope, as_of, question: args.question, json: args.json, own })
+        let request = AskRequest { question: args.question, stream: false, as_of };
+        Ok(Self { scope, request, json: args.json, own })
     }
 }
 

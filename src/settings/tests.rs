@@ -63,9 +63,37 @@ fn mcp_resolves_the_service_as_serve_does() {
 }
 
 #[test]
+fn memory_subcommands_resolve_to_their_operations_requests() {
+    // A blank correction is refused by the operation's parser, naming the field.
+    let blank = job(&["memory", "correct", "--fact", "3", "  "], &[]).unwrap_err().to_string();
+    assert!(blank.starts_with("value: "), "{blank}");
+    let argv = ["memory", "search", "--user", "u", "--conversation", "c", "q", "-k", "3"];
+    let Resolved::Memory(search) =
+        job(&[&argv[..], &["--base-url", "http://localhost/v1"]].concat(), &[]).unwrap()
+    else {
+        panic!("not memory");
+    };
+    let super::MemoryOp::Search(crate::service::Scope::User(user), request, _) = search.op else {
+        panic!("not a user's search: {search:?}");
+    };
+    assert_eq!((user.as_str(), request.k), ("u", 3));
+    assert_eq!((request.query.as_str(), request.filters.conversation.as_deref()), ("q", Some("c")));
+    // The store's own subcommands resolve no model (and need no key).
+    let Resolved::Memory(list) = job(&["memory", "list", "--user", "u", "--json"], &[]).unwrap()
+    else {
+        panic!("not memory");
+    };
+    assert!(
+        list.json
+            && matches!(list.op, super::MemoryOp::List(ref list) if list.user.as_deref() == Some("u"))
+    );
+}
+
+#[test]
 fn forgetting_a_conversation_resolves_no_model() {
     let whole = ["memory", "forget", "--conversation", "c", "--base-url", "localhost"];
-    assert!(matches!(job(&whole, &[]).unwrap(), Resolved::Memory(MemoryJob::Forget { .. })));
+    let Resolved::Memory(forget) = job(&whole, &[]).unwrap() else { panic!("not memory") };
+    assert!(matches!(forget.op, super::MemoryOp::Forget(_)), "{forget:?}");
     let one = [&whole[..], &["--message", "m1"]].concat();
     let message = job(&one, &[]).unwrap_err().to_string();
     assert!(message.contains("--base-url"), "{message}");

@@ -173,9 +173,21 @@ pub(crate) async fn run(
     id: &str,
     request: AddRequest,
 ) -> Result<AddReply, ApiError> {
+    run_within(service, access, id, request, Wait::AtMost(service.settings().add_wait)).await
+}
+
+/// Adds `request` to conversation `id` for `access`, waiting for the build as `bound` says
+/// when the request waits (a request at most its bound; the command line until it ends).
+pub(crate) async fn run_within(
+    service: &Arc<Service>,
+    access: &Access,
+    id: &str,
+    request: AddRequest,
+    bound: Wait,
+) -> Result<AddReply, ApiError> {
     let AddRequest { messages, mut scope, wait } = request;
     access.add(service, id, &mut scope).await?;
-    let wait = if wait { Wait::AtMost(service.settings().add_wait) } else { Wait::No };
+    let wait = if wait { bound } else { Wait::No };
     Ok(store(service, id, scope, messages, wait).await?)
 }
 

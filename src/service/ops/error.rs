@@ -164,6 +164,15 @@ impl ApiError {
     }
 }
 
+/// Its message (a door without a body, the command line, prints it).
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.detail.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         ServiceError::Store(error).into()

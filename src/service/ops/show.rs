@@ -10,7 +10,7 @@ use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, take_id};
 use crate::names::NameKind;
 use crate::service::ServiceError;
-use crate::store::{ConversationInfo, StoreError};
+use crate::store::{ConversationInfo, StoreError, StoredConversation};
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "show",
@@ -48,6 +48,21 @@ pub(crate) async fn run(
         .await
         .map_err(|error| ServiceError::Other(error.into()))??;
     info.ok_or_else(|| StoreError::UnknownConversation(id.to_string()).into())
+}
+
+/// Conversation `id` with its sessions and messages, if `access` reaches it (the command
+/// line's `memory show`).
+pub(crate) async fn sessions(
+    service: &Service,
+    access: &Access,
+    id: &str,
+) -> Result<StoredConversation, ApiError> {
+    access.conversation(service, id).await?;
+    let (store, lookup) = (service.store().clone(), id.to_string());
+    let stored = tokio::task::spawn_blocking(move || store.load(&lookup))
+        .await
+        .map_err(|error| ServiceError::Other(error.into()))??;
+    Ok(stored)
 }
 
 /// The tool's input.
