@@ -5,10 +5,10 @@
 use super::Outcome;
 use super::output::{out, outln};
 use super::own::{operator, recorded_embedder, scope_embedder, service, store_service};
+use crate::service::ConversationSummary;
 use crate::service::LOCAL_EMBEDDER;
 use crate::service::ops::{self, forget_message::ForgetMessageReply, search::Found};
 use crate::settings::{MemoryJob, MemoryOp};
-use crate::store::ConversationInfo;
 
 /// Runs the operation and prints its reply; partial when some sessions could not be built.
 pub async fn execute(job: MemoryJob) -> anyhow::Result<Outcome> {
@@ -103,7 +103,7 @@ fn print_hits(found: Found, json: bool) -> anyhow::Result<()> {
 }
 
 /// `memory list`.
-fn list(conversations: &[ConversationInfo], json: bool) -> anyhow::Result<()> {
+fn list(conversations: &[ConversationSummary], json: bool) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&conversations)?)?;
     }

@@ -4,10 +4,10 @@
 use super::Outcome;
 use super::output::outln;
 use super::own::{open_store, operator, recorded_embedder, service, store_service};
+use crate::service::EditEntry;
 use crate::service::ops;
 use crate::service::{FactQuery, LOCAL_EMBEDDER, ListedFact, Scope};
 use crate::settings::{OwnSettings, ProjectPaths};
-use crate::store::Edit;
 
 /// `memory facts`: no model needed. A conversation named is checked to exist (and its facts
 /// against its embedder).
@@ -59,7 +59,7 @@ pub(super) async fn facts(
 }
 
 /// One edit (a correction's row in the audit log).
-pub(super) fn print_edit(edit: &Edit, json: bool) -> anyhow::Result<()> {
+pub(super) fn print_edit(edit: &EditEntry, json: bool) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(edit)?)
     } else {
@@ -68,7 +68,7 @@ pub(super) fn print_edit(edit: &Edit, json: bool) -> anyhow::Result<()> {
 }
 
 /// `memory history`.
-pub(super) fn history(edits: &[Edit], json: bool) -> anyhow::Result<()> {
+pub(super) fn history(edits: &[EditEntry], json: bool) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&edits)?)?;
         return Ok(());
@@ -108,7 +108,7 @@ pub(super) async fn undo(own: &OwnSettings, edit: i64, json: bool) -> anyhow::Re
 }
 
 /// One line of the audit log.
-fn render_edit(edit: &Edit) -> String {
+fn render_edit(edit: &EditEntry) -> String {
     let mut undone = edit.undone_by.map(|by| format!(" (undone by edit {by})")).unwrap_or_default();
     if let Some(lapse) = edit.lapsed_by {
         undone.push_str(&format!(" (lapsed: edit {lapse})"));

@@ -16,8 +16,8 @@ use super::output::outln;
 use super::own::{open_store, operator, service};
 use crate::service::ops::add::{AddReply, AddRequest, Wait};
 use crate::service::ops::{self, ApiError};
+use crate::service::{BackgroundJob, BackgroundState};
 use crate::settings::{OwnSettings, ProjectPaths};
-use crate::store::Job;
 
 /// `memory add`: each entry through the add operation, waiting for its whole build (or, not
 /// waiting, queued for the worker started then).
@@ -148,17 +148,18 @@ fn start_worker(
 pub(super) async fn run(own: &OwnSettings, json: bool) -> anyhow::Result<Outcome> {
     own.models.require_key()?;
     let service = Arc::new(service(own, &own.service.embedder).await?);
-    let jobs: Vec<Job> = service.run_jobs(true).await.ended.into_values().rev().collect();
+    let jobs: Vec<BackgroundJob> =
+        service.run_jobs(true).await.ended.into_values().rev().map(Into::into).collect();
     print_jobs(&jobs, false, json)?;
     if !json {
         outln!("{} jobs ended", jobs.len())?;
     }
-    let failed = jobs.iter().any(|job| job.state == crate::store::JobState::Failed);
+    let failed = jobs.iter().any(|job| job.state == BackgroundState::Failed);
     Ok(if failed { Outcome::Partial } else { Outcome::Success })
 }
 
 /// Jobs, or (`one`) the one job asked for.
-pub(super) fn print_jobs(jobs: &[Job], one: bool, json: bool) -> anyhow::Result<()> {
+pub(super) fn print_jobs(jobs: &[BackgroundJob], one: bool, json: bool) -> anyhow::Result<()> {
     if json {
         let value = match (one, jobs.first()) {
             (true, Some(job)) => serde_json::to_value(job)?,
@@ -173,7 +174,7 @@ pub(super) fn print_jobs(jobs: &[Job], one: bool, json: bool) -> anyhow::Result<
     Ok(())
 }
 
-fn print_job(job: &Job) -> anyhow::Result<()> {
+fn print_job(job: &BackgroundJob) -> anyhow::Result<()> {
     let sessions = &job.sessions;
     outln!(
         "job {} {}: {}, sessions {} built, {} failed, {} pending; {} model calls, {} + {} tokens; {} run(s); queued {}",

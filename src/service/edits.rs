@@ -33,7 +33,7 @@ pub struct FactQuery {
 pub struct ListedFact {
     /// The fact.
     #[serde(flatten)]
-    pub fact: StoredFact,
+    pub fact: super::FactEntry,
     /// Current at the time asked about (else an earlier value, replaced by then).
     pub current: bool,
 }
@@ -42,7 +42,7 @@ pub struct ListedFact {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct UndoReport {
     /// The undo's row in the audit log.
-    pub undo: Edit,
+    pub undo: super::EditEntry,
     /// The rebuild of the session a restored message went back into.
     pub rebuilt: Option<AddReport>,
 }
@@ -124,7 +124,7 @@ where
             None
         };
         drop(lock);
-        Ok(UndoReport { undo, rebuilt })
+        Ok(UndoReport { undo: undo.into(), rebuilt })
     }
 }
 
@@ -142,7 +142,7 @@ pub fn select_facts(rows: Vec<StoredFact>, query: &FactQuery) -> Vec<ListedFact>
             (Some(at), Some(from)) => from <= at,
             _ => true,
         })
-        .map(|fact| ListedFact { current: fact.current_at(at), fact })
+        .map(|fact| ListedFact { current: fact.current_at(at), fact: fact.into() })
         .filter(|listed| query.history || listed.current)
         .collect();
     listed.sort_by(|a, b| {

@@ -43,7 +43,7 @@ pub struct Queued {
     /// Messages that were stored already (skipped).
     pub duplicates: usize,
     /// The build job (`GET /v1/jobs/{id}`, `mragent memory jobs ID`).
-    pub job: Job,
+    pub job: super::BackgroundJob,
 }
 
 /// What an add that waits a bounded time answers.
@@ -89,7 +89,7 @@ where
             created: added.created,
             new_messages: added.new_messages,
             duplicates: added.duplicates,
-            job,
+            job: job.into(),
         })
     }
 
@@ -133,7 +133,7 @@ where
                 created: added.created,
                 new_messages: added.new_messages,
                 duplicates: added.duplicates,
-                job,
+                job: job.into(),
             })));
         };
         let service = Arc::clone(self);
@@ -163,7 +163,7 @@ where
                     created,
                     new_messages,
                     duplicates,
-                    job: self.job(job).await?,
+                    job: self.job(job).await?.into(),
                 })))
             }
         }

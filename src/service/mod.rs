@@ -22,6 +22,7 @@ mod facts;
 mod jobs;
 pub(crate) mod ops;
 mod query;
+mod rows;
 mod scope;
 mod sink;
 
@@ -42,6 +43,10 @@ pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
 pub use facts::FactsReport;
 pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued, Waited};
 pub use query::{AskReport, MissingSession, SearchHit};
+pub use rows::{
+    BackgroundJob, BackgroundState, ConversationSummary, EditEntry, FactEntry, JobCounts, JobFault,
+    JobUsage, MessageForgotten,
+};
 pub use scope::{Scope, SearchFilters, time_bound};
 
 /// The embedder name recorded for conversations embedded locally.

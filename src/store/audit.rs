@@ -23,7 +23,7 @@ pub const UNDO: &str = "undo";
 pub const CORRECTION_LAPSED: &str = "correction_lapsed";
 
 /// One row of the audit log.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Edit {
     /// Its id (`memory undo ID`).
     pub id: i64,
@@ -40,10 +40,8 @@ pub struct Edit {
     /// What it changed: a message id, a fact id, or the edit undone.
     pub target: String,
     /// The state before (the message, or the fact's value).
-    #[schema(value_type = Option<Object>)]
     pub before: Option<Value>,
     /// The state after.
-    #[schema(value_type = Option<Object>)]
     pub after: Option<Value>,
     /// The edit this one undoes.
     pub undoes: Option<i64>,

@@ -11,7 +11,7 @@ use super::revision::bump_revision;
 use super::{Store, StoreError, check_conversation_id};
 
 /// What forgetting one message changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ForgottenMessage {
     /// Conversation id.
     pub conversation: String,

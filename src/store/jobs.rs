@@ -15,7 +15,7 @@ use super::{Store, StoreError, check_conversation_id};
 use crate::convo::Message;
 
 /// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Stored, not started (or its runner died and it waits for the next).
@@ -59,7 +59,7 @@ impl JobState {
 }
 
 /// One error of a job: a session that failed, or why the job could not run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobError {
     /// `D<n>`, or absent for an error of the whole job.
     pub session: Option<String>,
@@ -68,7 +68,7 @@ pub struct JobError {
 }
 
 /// A job's session counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct JobSessions {
     /// Built by this job.
     pub done: u64,
@@ -79,7 +79,7 @@ pub struct JobSessions {
 }
 
 /// A job's token use (chat calls of the build, re-asks included).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct JobTokens {
     /// Prompt tokens.
     pub prompt: u64,
@@ -88,7 +88,7 @@ pub struct JobTokens {
 }
 
 /// A background build job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Job {
     /// Its id.
     pub id: i64,

@@ -69,7 +69,7 @@ pub use write::{AddScope, Added};
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One conversation in the listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConversationInfo {
     /// Its id.
     pub id: String,

@@ -18,7 +18,7 @@ use crate::memory::input::SessionRewrite;
 use crate::retrieval::units::{SessionUnits, UnitVectors};
 
 /// Why a session has no outputs: its last build failure, for its current content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionFailure {
     /// What went wrong the last time.
     pub error: String,

@@ -11,7 +11,7 @@ use utoipa::{PartialSchema, ToSchema};
 use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{NON_BLANK_PATTERN, Validator};
 use super::{Access, ApiError, Body, Operation, Service, fields};
-use crate::store::Edit;
+use crate::service::EditEntry;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "correct",
@@ -21,7 +21,7 @@ pub(crate) const OPERATION: Operation = Operation {
             "post",
             "/v1/facts/{fact}/correct",
             "correct",
-            &[reply(200, "the correction's row in the audit log", typed::<Edit>())],
+            &[reply(200, "the correction's row in the audit log", typed::<EditEntry>())],
             BODY_ERRORS,
             http,
         )
@@ -70,10 +70,10 @@ pub(crate) async fn run(
     access: &Access,
     fact: i64,
     request: CorrectRequest,
-) -> Result<Edit, ApiError> {
+) -> Result<EditEntry, ApiError> {
     access.write()?;
     access.fact(service, fact).await?;
-    Ok(service.correct_fact(fact, &request.value, &access.actor()).await?)
+    Ok(service.correct_fact(fact, &request.value, &access.actor()).await?.into())
 }
 
 fn http<'a>(

@@ -13,7 +13,7 @@ use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, take_id};
 use crate::names::NameKind;
-use crate::store::ConversationInfo;
+use crate::service::ConversationSummary;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "forget",
@@ -44,14 +44,14 @@ pub(crate) const TOOL: McpTool = McpTool {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct Deleted {
     /// The conversation as it was.
-    pub(crate) deleted: ConversationInfo,
+    pub(crate) deleted: ConversationSummary,
 }
 
 /// Forgets conversation `id` for `access`.
 pub(crate) async fn run(service: &Service, access: &Access, id: &str) -> Result<Deleted, ApiError> {
     access.write()?;
     access.conversation(service, id).await?;
-    Ok(Deleted { deleted: service.forget(id).await? })
+    Ok(Deleted { deleted: service.forget(id).await?.into() })
 }
 
 /// The tool's input.

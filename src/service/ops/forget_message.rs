@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::{Access, ApiError, Operation, Service};
 use crate::service::AddReport;
-use crate::store::ForgottenMessage;
+use crate::service::MessageForgotten;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "forget_message",
@@ -33,7 +33,7 @@ pub(crate) const OPERATION: Operation = Operation {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct ForgetMessageReply {
     /// The message forgotten and the session it was in.
-    pub(crate) forgotten: ForgottenMessage,
+    pub(crate) forgotten: MessageForgotten,
     /// The rebuild of that session from the messages left.
     pub(crate) rebuilt: AddReport,
 }
@@ -48,7 +48,7 @@ pub(crate) async fn run(
     access.write()?;
     access.conversation(service, id).await?;
     let (forgotten, rebuilt) = service.forget_message(id, message, &access.actor()).await?;
-    Ok(ForgetMessageReply { forgotten, rebuilt })
+    Ok(ForgetMessageReply { forgotten: forgotten.into(), rebuilt })
 }
 
 fn http<'a>(

@@ -12,7 +12,7 @@ use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed}
 use super::schema::{name_schema, query_parameter};
 use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::names::NameKind;
-use crate::store::Edit;
+use crate::service::EditEntry;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "history",
@@ -63,7 +63,7 @@ impl HistoryRequest {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct EditList {
     /// The edits, oldest first.
-    pub(crate) edits: Vec<Edit>,
+    pub(crate) edits: Vec<EditEntry>,
 }
 
 /// The edits `access` reaches.
@@ -81,7 +81,7 @@ pub(crate) async fn run(
             access.filter(service.list().await?).into_iter().map(|info| info.id).collect();
         edits.retain(|edit| reached.contains(&edit.conversation));
     }
-    Ok(EditList { edits })
+    Ok(EditList { edits: edits.into_iter().map(Into::into).collect() })
 }
 
 fn http<'a>(

@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 
 use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::{Access, ApiError, Operation, Service};
-use crate::store::Job;
+use crate::service::BackgroundJob;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "job",
@@ -18,7 +18,7 @@ pub(crate) const OPERATION: Operation = Operation {
         &[reply(
             200,
             "the job: state, sessions done, failed and pending, tokens, errors",
-            typed::<Job>(),
+            typed::<BackgroundJob>(),
         )],
         ID_ERRORS,
         http,
@@ -27,9 +27,13 @@ pub(crate) const OPERATION: Operation = Operation {
 };
 
 /// Job `id`, if `access` reaches its conversation.
-pub(crate) async fn run(service: &Service, access: &Access, id: i64) -> Result<Job, ApiError> {
+pub(crate) async fn run(
+    service: &Service,
+    access: &Access,
+    id: i64,
+) -> Result<BackgroundJob, ApiError> {
     access.job(service, id).await?;
-    Ok(service.job(id).await?)
+    Ok(service.job(id).await?.into())
 }
 
 fn http<'a>(

@@ -12,7 +12,7 @@ use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed}
 use super::schema::{name_schema, query_flag, query_parameter};
 use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::names::NameKind;
-use crate::store::Job;
+use crate::service::BackgroundJob;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "jobs",
@@ -69,7 +69,7 @@ impl JobsRequest {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct JobList {
     /// The jobs, newest first (at most 1000).
-    pub(crate) jobs: Vec<Job>,
+    pub(crate) jobs: Vec<BackgroundJob>,
 }
 
 /// The jobs `access` reaches.
@@ -91,7 +91,7 @@ pub(crate) async fn run(
     } else {
         service.jobs(conversation, unfinished, MAX_LISTED_JOBS).await?
     };
-    Ok(JobList { jobs })
+    Ok(JobList { jobs: jobs.into_iter().map(Into::into).collect() })
 }
 
 fn http<'a>(

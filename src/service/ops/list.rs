@@ -12,7 +12,7 @@ use super::http::{AUTH_ERRORS, HttpReply, HttpRequest, reply, route, typed};
 use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields};
 use crate::names::NameKind;
-use crate::store::ConversationInfo;
+use crate::service::ConversationSummary;
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "list",
@@ -56,7 +56,7 @@ impl ListRequest {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct ConversationList {
     /// Every conversation, by id.
-    pub(crate) conversations: Vec<ConversationInfo>,
+    pub(crate) conversations: Vec<ConversationSummary>,
 }
 
 /// The conversations `access` reaches, maybe one user's only.
@@ -69,7 +69,7 @@ pub(crate) async fn run(
     if let Some(user) = request.user {
         conversations.retain(|conversation| conversation.user.as_ref() == Some(&user));
     }
-    Ok(ConversationList { conversations })
+    Ok(ConversationList { conversations: conversations.into_iter().map(Into::into).collect() })
 }
 
 /// The tool's input.

@@ -9,8 +9,9 @@ use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, take_id};
 use crate::names::NameKind;
+use crate::service::ConversationSummary;
 use crate::service::ServiceError;
-use crate::store::{ConversationInfo, StoreError, StoredConversation};
+use crate::store::{StoreError, StoredConversation};
 
 pub(crate) const OPERATION: Operation = Operation {
     name: "show",
@@ -18,7 +19,7 @@ pub(crate) const OPERATION: Operation = Operation {
         "get",
         "/v1/conversations/{id}",
         "show",
-        &[reply(200, "the conversation's summary", typed::<ConversationInfo>())],
+        &[reply(200, "the conversation's summary", typed::<ConversationSummary>())],
         ID_ERRORS,
         http,
     )],
@@ -41,13 +42,13 @@ pub(crate) async fn run(
     service: &Service,
     access: &Access,
     id: &str,
-) -> Result<ConversationInfo, ApiError> {
+) -> Result<ConversationSummary, ApiError> {
     access.conversation(service, id).await?;
     let (store, lookup) = (service.store().clone(), id.to_string());
     let info = tokio::task::spawn_blocking(move || store.info(&lookup))
         .await
         .map_err(|error| ServiceError::Other(error.into()))??;
-    info.ok_or_else(|| StoreError::UnknownConversation(id.to_string()).into())
+    info.map(Into::into).ok_or_else(|| StoreError::UnknownConversation(id.to_string()).into())
 }
 
 /// Conversation `id` with its sessions and messages, if `access` reaches it (the command

@@ -29,7 +29,7 @@ use super::{Store, StoreError, check_conversation_id};
 use crate::memory::input::SessionRewrite;
 
 /// One fact with its validity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StoredFact {
     /// The fact's id (`memory correct --fact ID`).
     pub id: i64,

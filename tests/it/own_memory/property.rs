@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use mragent::convo::{Message, parse_values};
 use mragent::llm::build_chat_model;
 use mragent::llm::scripted::ScriptedServer;
+use mragent::service::FactEntry;
 use mragent::service::{FactQuery, MemoryService, OwnEmbedder, ServiceSettings};
-use mragent::store::{AddScope, Edit, Store, StoredFact};
+use mragent::store::{AddScope, Edit, Store};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -133,15 +134,15 @@ async fn add(service: &Service, moves: &[&Move]) {
     }
 }
 
-async fn facts(service: &Service) -> Vec<StoredFact> {
+async fn facts(service: &Service) -> Vec<FactEntry> {
     let query = FactQuery { user: Some("u".into()), history: true, ..FactQuery::default() };
     service.facts(&query).await.unwrap().into_iter().map(|listed| listed.fact).collect()
 }
 
 /// Each person's chain: (extracted value, from, to, the successor's extracted value), in time
 /// order. Asserts that it is one chain: one current fact at every instant.
-fn chains(facts: &[StoredFact]) -> BTreeMap<String, Vec<Link>> {
-    let mut chains: BTreeMap<String, Vec<&StoredFact>> = BTreeMap::new();
+fn chains(facts: &[FactEntry]) -> BTreeMap<String, Vec<Link>> {
+    let mut chains: BTreeMap<String, Vec<&FactEntry>> = BTreeMap::new();
     for fact in facts.iter().filter(|fact| fact.aspect == "home") {
         chains.entry(fact.person.clone()).or_default().push(fact);
     }
@@ -200,7 +201,7 @@ fn in_force(log: &[Edit]) -> Vec<&Edit> {
         .collect()
 }
 
-fn assert_corrections(log: &[Edit], facts: &[StoredFact]) {
+fn assert_corrections(log: &[Edit], facts: &[FactEntry]) {
     for edit in in_force(log) {
         let (source, aspect) = identity(edit);
         let fact = facts
