@@ -15,7 +15,7 @@
 //! host's floating-point kernels.
 //!
 //! The work item of a call comes from [`within`], a task-local label the answer loop sets per
-//! question.
+//! question (and `learn` per fold, step and pass around it).
 
 pub mod store;
 
@@ -35,8 +35,14 @@ tokio::task_local! {
 }
 
 /// Runs `future` with `label` (`question <id>`, `the build of <sample>`) as the work item its
-/// model calls belong to.
+/// model calls belong to. Inside another work item the label is added to it
+/// (`learn fold 0 step 1 attempt 2: question conv-7:3`), so a call says where it belongs at
+/// every level.
 pub async fn within<F: Future>(label: String, future: F) -> F::Output {
+    let label = match CONTEXT.try_with(Clone::clone) {
+        Ok(outer) if !outer.is_empty() => format!("{outer}: {label}"),
+        _ => label,
+    };
     CONTEXT.scope(label, future).await
 }
 

@@ -129,3 +129,18 @@ fn a_file_that_is_not_a_call_store_is_refused() {
     drop(connection);
     assert!(matches!(CallStore::open_read_only(&path), Err(TapeError::Format { .. })));
 }
+
+#[tokio::test]
+async fn a_work_item_inside_another_is_recorded_with_both_labels() {
+    let directory = tempfile::tempdir().unwrap();
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let asked = request("a");
+    let inner = within("question q-1".into(), recorder.chat(&asked, || async { Ok(reply("A")) }));
+    within("learn fold 0 step 1 attempt 2".into(), inner).await.unwrap();
+    within("question q-2".into(), recorder.chat(&request("b"), || async { Ok(reply("B")) }))
+        .await
+        .unwrap();
+    let contexts: Vec<String> =
+        recorder.store().calls().unwrap().into_iter().map(|call| call.context).collect();
+    assert_eq!(contexts, ["learn fold 0 step 1 attempt 2: question q-1", "question q-2"]);
+}
