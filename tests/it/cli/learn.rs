@@ -394,6 +394,7 @@ async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
         !dir.path().join("data/locomo/meta/k/fold0/step1.json").exists(),
         "killed after the step"
     );
+    let killed = server.requests().len();
     let output = mragent_in(dir.path(), &args, &[]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     // An uninterrupted run of the same command elsewhere ends the same.
@@ -401,6 +402,26 @@ async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
     let clean_server = world_server(&clean_data, GOOD_RULE, Duration::ZERO).await;
     let output = mragent_in(clean.path(), &learn_args(&clean_data, &clean_server, "k"), &[]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // The resumed run sends again only what was in flight at the kill (sent, never answered):
+    // at most one request per worker (`--workers`, 10); everything answered is on the tape.
+    // An uninterrupted run sends no request twice (identical ones in flight wait for each
+    // other: two attempts with the same trajectory ask for the same review).
+    let repeated = |requests: Vec<RecordedRequest>| {
+        let mut bodies: Vec<String> = requests.iter().map(|r| r.body.to_string()).collect();
+        bodies.sort_unstable();
+        let total = bodies.len();
+        bodies.dedup();
+        (total, total - bodies.len())
+    };
+    let ((total, twice), (clean_total, clean_twice)) =
+        (repeated(server.requests()), repeated(clean_server.requests()));
+    eprintln!(
+        "kill and resume: {killed} requests before the kill, {} after, {twice} bodies sent more than once; uninterrupted: {clean_total} requests, {clean_twice} bodies more than once",
+        total - killed
+    );
+    assert_eq!(clean_twice, 0, "an uninterrupted run sends no request twice");
+    assert!(twice <= 10, "{twice} requests were sent twice over the kill and the resume");
+    assert!(total <= clean_total + 10, "{total} requests over the kill and the resume");
     let (resumed, uninterrupted) =
         (dir.path().join("data/locomo/meta/k"), clean.path().join("data/locomo/meta/k"));
     assert_eq!(
