@@ -1,6 +1,8 @@
 //! `mragent learn`: plan the folds, print them and the estimated cost before anything is sent
 //! (`--dry-run` stops there), build the memories (cached), learn (see `crate::learn`), and
-//! print the kept rules, the report and the command that scores the test folds.
+//! print the kept rules, the report and the command that scores the test folds. Every model
+//! call goes through the learn run's tape (`recorded::LearnFiles::calls`), recording: a
+//! request it holds (a rerun's, a resumed run's) is answered from it and not sent again.
 
 use std::sync::Arc;
 
@@ -15,7 +17,10 @@ use crate::learn::estimate::{Estimate, Shape};
 use crate::learn::folds::FoldPlan;
 use crate::learn::{Learner, Spend, Stopped};
 use crate::llm::models::estimate_cost_usd;
+use crate::llm::tape::{Tape, TapedChat, TapedEmbedder};
 use crate::llm::{Client, EmbedClient};
+use crate::recorded::LearnFiles;
+use crate::recorded::tape::recording;
 use crate::settings::LearnJob;
 use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
 
@@ -39,7 +44,9 @@ pub async fn execute(job: &LearnJob) -> anyhow::Result<Outcome> {
     crate::learn::record_plan(&job.learn, &plan)?;
     job.models.require_key()?;
     let clients = Clients::new(job)?;
-    let snapshots = build(job, &clients, conversations).await?;
+    let tape = recording(&LearnFiles::new(&job.learn.dir()).calls())?;
+    let taped = Taped::new(&clients, &tape);
+    let snapshots = build(job, &taped, conversations).await?;
     let (stop, _watcher) = watch(
         "interrupted: finishing the answers in flight (press Ctrl-C again to stop at once); rerun the same command to resume",
         || eprintln!("stopped at once: finished work is saved; rerun the same command to resume"),
@@ -48,15 +55,16 @@ pub async fn execute(job: &LearnJob) -> anyhow::Result<Outcome> {
     let learner = Learner::new(
         &job.learn,
         snapshots,
-        &clients.answer,
-        &clients.judge,
-        &clients.embedder,
+        &taped.answer,
+        &taped.judge,
+        &taped.embedder,
         &spend,
         stop.receiver(),
     )?;
     match learner.learn(&plan).await {
         Ok(outcome) => {
             print_outcome(job, &outcome)?;
+            print_tape(&tape)?;
             Ok(Outcome::Success)
         }
         Err(error) if error.downcast_ref::<Stopped>().is_some() => {
@@ -109,11 +117,32 @@ impl Clients {
     }
 }
 
+/// The clients of a learning run recording on its tape.
+struct Taped<'a> {
+    tape: Arc<Tape>,
+    build: TapedChat<&'a Client>,
+    embedder: TapedEmbedder<&'a EmbedClient>,
+    answer: TapedChat<&'a Client>,
+    judge: TapedChat<&'a Client>,
+}
+
+impl<'a> Taped<'a> {
+    fn new(clients: &'a Clients, tape: &Arc<Tape>) -> Self {
+        Self {
+            tape: Arc::clone(tape),
+            build: TapedChat::new(&clients.build, Arc::clone(tape)),
+            embedder: TapedEmbedder::new(&clients.embedder, Arc::clone(tape)),
+            answer: TapedChat::new(&clients.answer, Arc::clone(tape)),
+            judge: TapedChat::new(&clients.judge, Arc::clone(tape)),
+        }
+    }
+}
+
 /// Builds every conversation's memory (cached) and loads it; an incomplete memory stops the
 /// run, since learning over it would teach from missing evidence.
 async fn build(
     job: &LearnJob,
-    clients: &Clients,
+    clients: &Taped<'_>,
     conversations: Vec<Conversation>,
 ) -> anyhow::Result<Vec<Arc<Snapshot>>> {
     let bars = (!job.quiet).then(indicatif::MultiProgress::new);
@@ -135,6 +164,7 @@ async fn build(
     let memgas = job.memgas.as_ref().map(|model| {
         let data_dir = job.learn.root.join("data");
         MemgasCaches::new(&data_dir, job.data.kind, model.explicit_dir.clone(), &job.build)
+            .with_tape(Arc::clone(&clients.tape))
     });
     let source =
         CacheSource::new(&job.build, crate::llm::Embedder::name(&clients.embedder), memgas);
@@ -143,6 +173,18 @@ async fn build(
         snapshots.push(Arc::new(Snapshot::from_caches(&source, conversation).await?));
     }
     Ok(snapshots)
+}
+
+/// What the tape did: calls sent and recorded, and calls it answered without sending.
+fn print_tape(tape: &Tape) -> anyhow::Result<()> {
+    let totals = tape.totals();
+    outln!(
+        "model calls: {} sent and recorded, {} answered from the tape ({})",
+        totals.recorded,
+        totals.reused,
+        tape.store().path().display()
+    )?;
+    Ok(())
 }
 
 /// The folds, as the run will use them.

@@ -374,7 +374,8 @@ async fn run_judge<M: ChatModel>(
         custom: custom.map(std::sync::Arc::new),
     };
     let judge_stats =
-        judge::judge_items(model, &judge_settings, items, &output_dir.join(JUDGE_CACHE)).await?;
+        judge::judge_items(model, &judge_settings, items, Some(&output_dir.join(JUDGE_CACHE)))
+            .await?;
     tracing::info!(
         cached = judge_stats.cached,
         new = judge_stats.new,

@@ -1,5 +1,6 @@
 //! Answering a set of questions through the real answer loop (resumable result files under the
-//! learn directory) and judging every answer with the run's judge protocol (cached verdicts).
+//! learn directory) and judging every answer with the run's judge protocol (the judge's calls on
+//! the learn run's tape).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -181,7 +182,7 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         Ok(questions.iter().filter_map(|id| last.remove(id)).collect())
     }
 
-    /// Judges `lines` (verdicts cached in the learn directory).
+    /// Judges `lines` (a verdict judged before is answered by the learn run's tape).
     async fn judge(
         &self,
         lines: Vec<ResultLine>,
@@ -196,8 +197,8 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             })
             .collect();
         let mut items = crate::eval::score_results(&matched, self.settings.dataset, None);
-        let cache = self.dir().join("judgements.jsonl");
-        let stats = judge_items(self.judge_model, &self.settings.judge, &mut items, &cache).await?;
+        // No verdict cache: the judge is on the learn run's tape, which answers a repeat.
+        let stats = judge_items(self.judge_model, &self.settings.judge, &mut items, None).await?;
         if stats.failed > 0 && stats.new + stats.cached == 0 {
             // Nothing to learn from and nothing to validate with: a refused key, an unknown
             // judge model or a dead endpoint. Stop rather than spend on answers no one grades.

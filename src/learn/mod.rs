@@ -12,14 +12,17 @@
 //! answered with the kept rules and without them, into the ordinary result files
 //! (`meta-<name>` and `meta-<name>-base`), for `mragent eval --paired-with`.
 //!
-//! Everything is resumable: answers are result lines (resume by question id), verdicts and
-//! learning calls are cached by their inputs, and each finished step is written atomically to
+//! Everything is resumable: answers are result lines (resume by question id), every model call
+//! (building, answering, judging, reviewing, proposing, consolidating) goes through the learn
+//! run's tape (`calls.sqlite` in its folder, opened by the command; each call recorded with its
+//! work item: fold, step, pass and question), which answers a request it holds without sending
+//! it, and each finished step is written atomically to
 //! `data/<dataset>/meta/<name>/fold<k>/step<s>.json`; a rerun after kill -9 redoes only what was
-//! not finished, and ends with the same rules. The spend is checked before every call: past
+//! not finished, sends no request twice, and ends with the same rules. The spend is checked before every call: past
 //! `--max-cost` or `--max-tokens-total` the run stops cleanly ([`Stopped`]) and can be resumed.
 //!
 //! Layout: `folds` (seeded splits), `guard` (leakage), `ops` (rule operations), `calls` (the
-//! cached learning calls), `trajectory` (an attempt from its trace), `judged` (answer and judge
+//! learning calls), `trajectory` (an attempt from its trace), `judged` (answer and judge
 //! a set of questions), `step`, `estimate` (requests, tokens, cost), `report`.
 
 mod budget;
@@ -39,7 +42,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use self::calls::CallCache;
 use self::folds::{Fold, FoldPlan};
 use self::guard::LeakGuard;
 pub use self::judged::{Attempt, Score};
@@ -49,6 +51,7 @@ use crate::agent::AnswerSettings;
 use crate::agent::rules::{RuleSet, StepRef};
 use crate::dataset::{DatasetKind, Question};
 use crate::eval::judge::JudgeSettings;
+use crate::llm::tape::within;
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::snapshot::Snapshot;
 
@@ -190,7 +193,6 @@ pub struct Learner<'a, M, J, E> {
     model: &'a M,
     judge_model: &'a J,
     embedder: &'a E,
-    calls: CallCache,
     spend: &'a (dyn Fn() -> Spend + Send + Sync),
     stop: tokio::sync::watch::Receiver<bool>,
 }
@@ -214,18 +216,7 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
                 questions.insert(question.id.clone(), (question.clone(), index));
             }
         }
-        let calls = CallCache::open(&settings.dir().join("calls.jsonl"))?;
-        Ok(Self {
-            settings,
-            snapshots,
-            questions,
-            model,
-            judge_model,
-            embedder,
-            calls,
-            spend,
-            stop,
-        })
+        Ok(Self { settings, snapshots, questions, model, judge_model, embedder, spend, stop })
     }
 
     fn dir(&self) -> PathBuf {
@@ -310,7 +301,9 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
             Some(record) => record,
             None => {
                 let empty = RuleSet::new(Vec::new());
-                let score = self.validate(fold.index, &empty, &fold.validation).await?;
+                let label = format!("learn fold {} step 0", fold.index);
+                let validating = self.validate(fold.index, &empty, &fold.validation);
+                let score = within(label, validating).await?;
                 let record = StepRecord::baseline(fold.index, score);
                 write_record(&step_file(0), &record)?;
                 record
@@ -336,7 +329,8 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
                         guard: &guard,
                         validation: &fold.validation,
                     };
-                    let record = self.step(&input).await?;
+                    let label = format!("learn fold {} step {step}", fold.index);
+                    let record = within(label, self.step(&input)).await?;
                     write_record(&step_file(step), &record)?;
                     record
                 }
@@ -400,7 +394,8 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
                 attempt: 0,
             };
             let (settings, answering) = self.pass_settings(&pass, self.settings.root.clone(), &tag);
-            self.answer((&settings, &answering), &fold.test).await?;
+            let label = format!("learn fold {} test {tag}", fold.index);
+            within(label, self.answer((&settings, &answering), &fold.test)).await?;
         }
         Ok(())
     }

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
-use super::calls::{ops_schema, review_schema};
+use super::calls::{ask_json, ops_schema, review_schema};
 use super::judged::{Attempt, Pass, Score};
 use super::ops::{Limits, OpOutcome, SourcedOp, apply, read_ops};
 use super::{Learner, guard::LeakGuard};
 use crate::agent::rules::{RuleSet, RuleSource, StepRef};
+use crate::llm::tape::within;
 use crate::llm::{ChatModel, Embedder, Usage};
 use crate::prompts;
 
@@ -45,7 +46,8 @@ pub struct StepRecord {
     pub malformed_ops: Vec<String>,
     /// The consolidation's reply was unusable and the proposals were applied as they came.
     pub consolidation_fallback: bool,
-    /// Tokens of the reviews, proposals and consolidation sent now.
+    /// Tokens of the reviews, proposals and consolidation (as recorded, for calls the tape
+    /// answered: a resumed step counts what the step cost).
     pub learning_usage: Usage,
 }
 
@@ -105,7 +107,12 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         let mut malformed = Vec::new();
         // One proposal per mixed question, asked concurrently; taken in question order.
         let replies: Vec<anyhow::Result<ProposalReply>> = futures::stream::iter(&reviews)
-            .map(|(_, texts)| self.propose(input.rules, texts))
+            .map(|(question_id, texts)| {
+                within(
+                    format!("proposal from question {question_id}"),
+                    self.propose(input.rules, texts),
+                )
+            })
             .buffered(self.settings.answer.workers.max(1))
             .collect()
             .await;
@@ -171,7 +178,8 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
                 seed: self.settings.answer.seed.wrapping_add(u64::from(sample) + 1),
                 attempt: sample,
             };
-            attempts.extend(self.answer_and_judge(&pass).await?);
+            let label = format!("attempt {sample}");
+            attempts.extend(within(label, self.answer_and_judge(&pass)).await?);
         }
         attempts.sort_by(|a, b| (&a.question_id, a.attempt).cmp(&(&b.question_id, b.attempt)));
         Ok(attempts)
@@ -194,7 +202,7 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             seed: self.settings.answer.seed,
             attempt: 0,
         };
-        Ok(Score::of(&self.answer_and_judge(&pass).await?))
+        Ok(Score::of(&within("validation".into(), self.answer_and_judge(&pass)).await?))
     }
 
     /// A review of every attempt of the mixed questions, by question, in attempt order.
@@ -210,7 +218,11 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             .collect();
         let results: Vec<anyhow::Result<(String, String, Usage)>> = futures::stream::iter(chosen)
             .map(|attempt| async move {
-                let (text, spent) = self.review(attempt).await?;
+                let label = format!(
+                    "review of question {} attempt {}",
+                    attempt.question_id, attempt.attempt
+                );
+                let (text, spent) = within(label, self.review(attempt)).await?;
                 Ok((attempt.question_id.clone(), text, spent))
             })
             .buffered(self.settings.answer.workers.max(1))
@@ -240,10 +252,9 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             ("verdict", verdict),
             ("trajectory", &trajectory),
         ])?;
-        let reply = self
-            .calls
-            .json(self.model, &self.settings.answer.model, "review", prompt, &review_schema())
-            .await?;
+        let reply =
+            ask_json(self.model, &self.settings.answer.model, "review", prompt, &review_schema())
+                .await?;
         let field = |name: &str| {
             reply.value.get(name).and_then(|v| v.as_str()).unwrap_or("").trim().to_string()
         };
@@ -263,10 +274,9 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
         self.check_budget()?;
         let prompt = prompts::LEARN_PROPOSE
             .render(&[("rules", &rules_text(rules)), ("summaries", &reviews.join("\n"))])?;
-        let reply = self
-            .calls
-            .json(self.model, &self.settings.answer.model, "propose", prompt, &ops_schema())
-            .await?;
+        let reply =
+            ask_json(self.model, &self.settings.answer.model, "propose", prompt, &ops_schema())
+                .await?;
         let (ops, malformed) = read_ops(&reply.value);
         Ok(ProposalReply { ops, malformed, usage: reply.usage })
     }
@@ -291,11 +301,10 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             ("proposals", &numbered_proposals(proposals)),
             ("max_rules", &self.settings.max_rules.to_string()),
         ])?;
-        let reply = match self
-            .calls
-            .json(self.model, &self.settings.answer.model, "consolidate", prompt, &ops_schema())
-            .await
-        {
+        let model_id = &self.settings.answer.model;
+        let schema = ops_schema();
+        let asked = ask_json(self.model, model_id, "consolidate", prompt, &schema);
+        let reply = match within("consolidation".into(), asked).await {
             Ok(reply) => reply,
             Err(error) if unusable_reply(&error) => {
                 tracing::warn!(error = %format!("{error:#}"), "consolidation failed; the proposals are applied as they came");

@@ -1,4 +1,5 @@
-//! A recorded run on disk: where its files are ([`RunFiles`], the one owner of the layout),
+//! A recorded run on disk: where its files are ([`RunFiles`], the one owner of the layout;
+//! [`LearnFiles`] for a `learn` run's folder),
 //! its recorded model calls ([`tape`]), its lock ([`lock`]), its manifest ([`manifest`]), how
 //! it was judged ([`eval_record`]) and its archive ([`archive`]: what `export` writes and
 //! `verify` unpacks and checks member by member).
@@ -123,6 +124,26 @@ impl RunFiles {
     }
 }
 
+/// The files of a `learn` run, in its folder `data/<dataset>/meta/<name>/` (the learn settings
+/// name it: `learn::LearnSettings::dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LearnFiles {
+    dir: PathBuf,
+}
+
+impl LearnFiles {
+    /// The learn run in `dir`.
+    pub fn new(dir: &Path) -> Self {
+        Self { dir: dir.to_path_buf() }
+    }
+
+    /// `calls.sqlite`: every model call the learn run sent (building, answering, judging,
+    /// reviewing, proposing, consolidating), each with its work item; the run's one memo.
+    pub fn calls(&self) -> PathBuf {
+        self.dir.join("calls.sqlite")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +162,8 @@ mod tests {
         );
         assert_eq!(files.traces(), Path::new("/p/log/locomo/t1"));
         assert_eq!(files.eval_folder(), Path::new("/p/eval/locomo/t1"));
+        let learn = LearnFiles::new(Path::new("/p/data/locomo/meta/m"));
+        assert_eq!(learn.calls(), Path::new("/p/data/locomo/meta/m/calls.sqlite"));
         let inside = RunFiles::in_archive("locomo", "gpt", "t1");
         assert_eq!(inside.manifest(), Path::new("result/locomo/gpt_t1.manifest.json"));
     }

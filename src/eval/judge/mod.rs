@@ -165,14 +165,19 @@ impl Task {
 
 /// Judge every judgeable item `settings.runs` times (and, for audited items with a corrected
 /// gold, against the correction too), reusing verdicts cached in `cache_path` and appending new
-/// ones to it as they arrive. Verdicts are attached to `items` in run order.
+/// ones to it as they arrive; with no cache file (`learn`, whose judge is on its run's tape,
+/// which answers a repeated judgement) every verdict is asked of `model`. Verdicts are attached
+/// to `items` in run order.
 pub async fn judge_items<M: ChatModel>(
     model: &M,
     settings: &JudgeSettings,
     items: &mut [ItemScore],
-    cache_path: &Path,
+    cache_path: Option<&Path>,
 ) -> anyhow::Result<JudgeStats> {
-    let (cache, ends_cleanly) = read_cache(cache_path)?;
+    let (cache, ends_cleanly) = match cache_path {
+        Some(path) => read_cache(path)?,
+        None => (BTreeMap::new(), true),
+    };
     let tasks = plan(settings, items);
     let mut outcomes = Outcomes::default();
     let mut pending = Vec::new();
@@ -202,17 +207,17 @@ struct Outcomes {
     failures: Vec<(usize, GoldKind, u32)>,
 }
 
-/// Ask the model for every task not in the cache, appending each record to the cache file as
-/// it arrives.
+/// Ask the model for every task not in the cache, appending each record to the cache file (if
+/// any) as it arrives.
 async fn judge_pending<M: ChatModel>(
     model: &M,
     settings: &JudgeSettings,
     pending: Vec<Task>,
-    cache_path: &Path,
+    cache_path: Option<&Path>,
     ends_cleanly: bool,
     outcomes: &mut Outcomes,
 ) -> anyhow::Result<()> {
-    let mut file = open_cache(cache_path, ends_cleanly)?;
+    let mut file = cache_path.map(|path| open_cache(path, ends_cleanly)).transpose()?;
     // In-flight limit: at most `concurrency` judge requests run at once; the stream is
     // polled by this task alone, so the cache file has a single writer.
     let mut stream = futures::stream::iter(pending)
@@ -232,10 +237,12 @@ async fn judge_pending<M: ChatModel>(
     while let Some((task, outcome)) = stream.next().await {
         match outcome {
             Ok(record) => {
-                let line = serde_json::to_string(&record).context("serialising a judgement")?;
-                writeln!(file, "{line}")
-                    .and_then(|()| file.flush())
-                    .with_context(|| format!("writing {}", cache_path.display()))?;
+                if let (Some(file), Some(path)) = (file.as_mut(), cache_path) {
+                    let line = serde_json::to_string(&record).context("serialising a judgement")?;
+                    writeln!(file, "{line}")
+                        .and_then(|()| file.flush())
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
                 outcomes.stats.new += 1;
                 outcomes.stats.usage += record.usage;
                 outcomes.stats.usage_total += record.usage;

@@ -1,10 +1,12 @@
 //! Recorded model calls: a [`Tape`] keeps every chat and embedding request a run sent with the
 //! reply that was used, in a [`CallStore`], and plays them back.
 //!
-//! - [`TapeMode::Record`] (every `run` and judged `eval`): a request already on the tape gets
-//!   its recorded reply without being sent, so a request is sent at most once per recorded run
-//!   and each key stands for exactly one reply; any other is sent through the client stack
-//!   (retries, hedges and their log untouched) and recorded before its reply is used.
+//! - [`TapeMode::Record`] (every `run`, judged `eval`, `compare` and `learn`): a request
+//!   already on the tape gets its recorded reply without being sent, so a request is sent at
+//!   most once per recorded run and each key stands for exactly one reply; any other is sent
+//!   through the client stack (retries, hedges and their log untouched) and recorded before its
+//!   reply is used. A chat request asked while an identical one is in flight waits for it and
+//!   takes its reply from the tape (two attempts with the same review prompt, say).
 //! - [`TapeMode::Replay`] (`replay`, `verify`): nothing is sent. A request missing from the
 //!   tape fails with [`Error::Unrecorded`], which names the work item (question) it belongs to
 //!   and the request; with `fill` it is sent and recorded instead.
@@ -15,13 +17,14 @@
 //! host's floating-point kernels.
 //!
 //! The work item of a call comes from [`within`], a task-local label the answer loop sets per
-//! question.
+//! question (and `learn` per fold, step and pass around it).
 
 pub mod store;
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -35,8 +38,14 @@ tokio::task_local! {
 }
 
 /// Runs `future` with `label` (`question <id>`, `the build of <sample>`) as the work item its
-/// model calls belong to.
+/// model calls belong to. Inside another work item the label is added to it
+/// (`learn fold 0 step 1 attempt 2: question conv-7:3`), so a call says where it belongs at
+/// every level.
 pub async fn within<F: Future>(label: String, future: F) -> F::Output {
+    let label = match CONTEXT.try_with(Clone::clone) {
+        Ok(outer) if !outer.is_empty() => format!("{outer}: {label}"),
+        _ => label,
+    };
     CONTEXT.scope(label, future).await
 }
 
@@ -68,8 +77,9 @@ pub struct TapeTotals {
     pub reused: u64,
     /// Replay with `fill`: requests that were missing and were sent.
     pub filled: u64,
-    /// Requests sent at the same time as an identical one (two tasks asking at once): the
-    /// store keeps the first reply, so they are neither recorded nor filled.
+    /// Embedded texts sent at the same time as an identical one (two batches asking at once):
+    /// the store keeps the first vector, so they are neither recorded nor filled. (Identical
+    /// chat requests wait for each other and are not sent twice.)
     pub duplicates: u64,
 }
 
@@ -88,12 +98,19 @@ pub struct Tape {
     store: Arc<CallStore>,
     mode: TapeMode,
     counters: TapeCounters,
+    /// The chat requests being asked now, by key: an identical request waits for the first.
+    inflight: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Tape {
     /// A tape over `store` in `mode`.
     pub fn new(store: Arc<CallStore>, mode: TapeMode) -> Arc<Self> {
-        Arc::new(Self { store, mode, counters: TapeCounters::default() })
+        Arc::new(Self {
+            store,
+            mode,
+            counters: TapeCounters::default(),
+            inflight: Mutex::new(BTreeMap::new()),
+        })
     }
 
     /// The store.
@@ -142,7 +159,7 @@ impl Tape {
     }
 
     /// The reply to `request`: recorded, or obtained by `send` and recorded (see the module
-    /// documentation).
+    /// documentation). An identical request in flight is waited for, then read from the tape.
     pub async fn chat<F, Fut>(&self, request: &ChatRequest, send: F) -> Result<ChatResponse, Error>
     where
         F: FnOnce() -> Fut,
@@ -150,6 +167,43 @@ impl Tape {
     {
         let value = serde_json::to_value(request).map_err(|error| tape_error(&error))?;
         let key = chat_key(&value);
+        let gate = self.gate(&key);
+        let reply = {
+            let _turn = gate.lock().await;
+            self.chat_once(&key, value, request, send).await
+        };
+        self.release(&key, &gate);
+        reply
+    }
+
+    /// The gate of `key`, shared by the tasks asking it now.
+    fn gate(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(inflight.entry(key.to_string()).or_default())
+    }
+
+    /// Forgets the gate of `key` once no other task holds it (the map's and `gate` are the
+    /// only references left; clones are taken under the same lock, so the count is exact).
+    fn release(&self, key: &str, gate: &Arc<tokio::sync::Mutex<()>>) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(gate) == 2 {
+            inflight.remove(key);
+        }
+    }
+
+    /// [`Tape::chat`] for the task whose turn it is.
+    async fn chat_once<F, Fut>(
+        &self,
+        key: &str,
+        value: Value,
+        request: &ChatRequest,
+        send: F,
+    ) -> Result<ChatResponse, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<ChatResponse, Error>>,
+    {
+        let key = key.to_string();
         if let Some(bytes) = self.lookup(&key).await? {
             let response = serde_json::from_slice(&bytes).map_err(|error| {
                 Error::Tape(format!("the recorded reply of {key} is unreadable: {error}"))

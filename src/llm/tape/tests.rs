@@ -129,3 +129,38 @@ fn a_file_that_is_not_a_call_store_is_refused() {
     drop(connection);
     assert!(matches!(CallStore::open_read_only(&path), Err(TapeError::Format { .. })));
 }
+
+#[tokio::test]
+async fn a_work_item_inside_another_is_recorded_with_both_labels() {
+    let directory = tempfile::tempdir().unwrap();
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let asked = request("a");
+    let inner = within("question q-1".into(), recorder.chat(&asked, || async { Ok(reply("A")) }));
+    within("learn fold 0 step 1 attempt 2".into(), inner).await.unwrap();
+    within("question q-2".into(), recorder.chat(&request("b"), || async { Ok(reply("B")) }))
+        .await
+        .unwrap();
+    let contexts: Vec<String> =
+        recorder.store().calls().unwrap().into_iter().map(|call| call.context).collect();
+    assert_eq!(contexts, ["learn fold 0 step 1 attempt 2: question q-1", "question q-2"]);
+}
+
+#[tokio::test]
+async fn an_identical_chat_request_in_flight_is_waited_for_and_not_sent_twice() {
+    let directory = tempfile::tempdir().unwrap();
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    let asked = request("a");
+    let ask = |text: &'static str| {
+        recorder.chat(&asked, || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            Ok(reply(text))
+        })
+    };
+    let (first, second) = tokio::join!(ask("A"), ask("other"));
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(first.unwrap(), second.unwrap(), "one key, one reply");
+    assert_eq!(recorder.totals(), TapeTotals { recorded: 1, reused: 1, ..TapeTotals::default() });
+    assert!(recorder.inflight.lock().unwrap().is_empty(), "no gate is left behind");
+}

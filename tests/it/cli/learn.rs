@@ -283,17 +283,81 @@ async fn a_rule_set_that_lowers_validation_is_not_kept() {
     assert!(report.contains("no rule set beat the empty one"), "{report}");
 }
 
-/// The step records with the tokens spent now left out (a resumed step spends fewer).
+/// The step records, whole: a resumed step's tokens are those the tape recorded, so a resumed
+/// run's records equal an uninterrupted one's.
 fn records(meta: &Path) -> Vec<Value> {
     let mut all = Vec::new();
     for k in 0..2 {
         for step in 0..2 {
-            let mut record = read_json(&meta.join(format!("fold{k}/step{step}.json")));
-            record.as_object_mut().unwrap().remove("learning_usage");
-            all.push(record);
+            all.push(read_json(&meta.join(format!("fold{k}/step{step}.json"))));
         }
     }
     all
+}
+
+/// Every model call a learn run makes is on its tape, with its work item: a rerun that kept
+/// only the tape (the step records, answers, traces and kept rules deleted) sends not one
+/// request, and ends with the same records and rules. No second memo is written.
+#[tokio::test]
+async fn a_learn_rerun_is_answered_from_its_tape_and_sends_nothing() {
+    let (dir, data) = project_with("tests/fixtures/answer/tiny_conversation.json", fixture);
+    let server = world_server(&data, GOOD_RULE, Duration::ZERO).await;
+    let args = learn_args(&data, &server, "r");
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let meta = dir.path().join("data/locomo/meta/r");
+    let (rules, steps) = (read_json(&meta.join("rules.json")), records(&meta));
+    let first = server.requests();
+    let loops = first.iter().filter(|r| is_loop(r)).count();
+    let embeddings = first.iter().filter(|r| r.is_embeddings()).count();
+    let tape = meta.join("calls.sqlite");
+    let store = mragent::llm::tape::CallStore::open_read_only(&tape).unwrap();
+    let contexts: Vec<String> = store.calls().unwrap().into_iter().map(|c| c.context).collect();
+    drop(store);
+    for item in [
+        "learn fold 0 step 0: validation: question ",
+        "learn fold 0 step 1: attempt 2: question ",
+        "learn fold 0 step 1: attempt 0: judging question ",
+        "learn fold 1 step 1: review of question ",
+        "learn fold 1 step 1: proposal from question ",
+        "learn fold 0 step 1: consolidation",
+        "learn fold 1 step 1: validation: judging question ",
+        "learn fold 0 test meta-r-base: question ",
+    ] {
+        assert!(contexts.iter().any(|c| c.starts_with(item)), "no call of {item:?}: {contexts:?}");
+    }
+    for memo in ["calls.jsonl", "judgements.jsonl"] {
+        assert!(!meta.join(memo).exists(), "{memo} is a second memo beside the tape");
+    }
+    eprintln!(
+        "learn run: {} requests ({loops} answer-loop, {embeddings} embedding), tape {} bytes, {} calls",
+        first.len(),
+        std::fs::metadata(&tape).unwrap().len(),
+        contexts.len()
+    );
+    // Everything but the tape, the plan and the memories goes.
+    for k in 0..2 {
+        std::fs::remove_dir_all(meta.join(format!("fold{k}"))).unwrap();
+    }
+    std::fs::remove_dir_all(meta.join("runs")).unwrap();
+    for file in ["rules.json", "report.md"] {
+        std::fs::remove_file(meta.join(file)).unwrap();
+    }
+    for entry in std::fs::read_dir(dir.path().join("result/locomo")).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().contains("_meta-r") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let sent = server.requests().len() - first.len();
+    eprintln!("rerun from the tape alone: {sent} requests");
+    assert_eq!(sent, 0, "the rerun sent requests the tape holds\n{stdout}");
+    assert!(stdout.contains("model calls: 0 sent and recorded"), "{stdout}");
+    assert_eq!(read_json(&meta.join("rules.json")), rules);
+    assert_eq!(records(&meta), steps);
 }
 
 /// Starts `mragent args` in `dir` and kills it (-9) once the second rollout of fold 0's first
@@ -330,6 +394,7 @@ async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
         !dir.path().join("data/locomo/meta/k/fold0/step1.json").exists(),
         "killed after the step"
     );
+    let killed = server.requests().len();
     let output = mragent_in(dir.path(), &args, &[]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     // An uninterrupted run of the same command elsewhere ends the same.
@@ -337,6 +402,26 @@ async fn a_learn_killed_mid_step_resumes_to_the_same_rules() {
     let clean_server = world_server(&clean_data, GOOD_RULE, Duration::ZERO).await;
     let output = mragent_in(clean.path(), &learn_args(&clean_data, &clean_server, "k"), &[]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // The resumed run sends again only what was in flight at the kill (sent, never answered):
+    // at most one request per worker (`--workers`, 10); everything answered is on the tape.
+    // An uninterrupted run sends no request twice (identical ones in flight wait for each
+    // other: two attempts with the same trajectory ask for the same review).
+    let repeated = |requests: Vec<RecordedRequest>| {
+        let mut bodies: Vec<String> = requests.iter().map(|r| r.body.to_string()).collect();
+        bodies.sort_unstable();
+        let total = bodies.len();
+        bodies.dedup();
+        (total, total - bodies.len())
+    };
+    let ((total, twice), (clean_total, clean_twice)) =
+        (repeated(server.requests()), repeated(clean_server.requests()));
+    eprintln!(
+        "kill and resume: {killed} requests before the kill, {} after, {twice} bodies sent more than once; uninterrupted: {clean_total} requests, {clean_twice} bodies more than once",
+        total - killed
+    );
+    assert_eq!(clean_twice, 0, "an uninterrupted run sends no request twice");
+    assert!(twice <= 10, "{twice} requests were sent twice over the kill and the resume");
+    assert!(total <= clean_total + 10, "{total} requests over the kill and the resume");
     let (resumed, uninterrupted) =
         (dir.path().join("data/locomo/meta/k"), clean.path().join("data/locomo/meta/k"));
     assert_eq!(
