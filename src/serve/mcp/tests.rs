@@ -1,48 +1,16 @@
-//! The tools' schemas against their parsers: every valid example passes both, every example the
-//! schema refuses the parser refuses too, naming the field; and errors become flagged results.
+//! The MCP door: the table's tools listed once each, with descriptions and inline object
+//! schemas; errors become flagged results; an edit is logged under the request's token name.
+//! (Each tool's schema against its parser is the operations' test, `service::ops::tests`.)
 
 use serde_json::json;
 
 use super::*;
-use crate::names::NameKind;
-use crate::service::Scope;
 use crate::service::ServiceError;
 use crate::store::StoreError;
-use rmcp::model::JsonObject;
-
-fn object(value: Value) -> JsonObject {
-    match value {
-        Value::Object(object) => object,
-        other => panic!("not an object: {other}"),
-    }
-}
 
 /// The listed tools, by name.
 fn tools() -> Vec<rmcp::model::Tool> {
     super::tools().into_iter().map(|(_, tool)| tool).collect()
-}
-
-/// The input schema of `tool`, compiled.
-fn schema(tool: &str) -> jsonschema::Validator {
-    let tool = tools().into_iter().find(|listed| listed.name == tool).unwrap();
-    jsonschema::validator_for(&Value::Object(tool.input_schema.as_ref().clone())).unwrap()
-}
-
-/// Parses `arguments` as `tool` does before calling the service.
-fn parse(tool: &str, arguments: Value) -> Result<(), ApiError> {
-    let arguments = object(arguments);
-    match tool {
-        "add_messages" => ops::add::parse_tool(arguments).map(drop),
-        "search_memory" => ops::search::parse_tool(arguments).map(drop),
-        "ask_memory" => ops::ask::parse_tool(arguments).map(drop),
-        "forget" => ops::forget::parse_tool(arguments).map(drop),
-        "show_conversation" => {
-            let mut arguments = arguments;
-            ops::take_id(&mut arguments, "conversation", NameKind::Conversation).map(drop)
-        }
-        "list_conversations" => ops::list::ListRequest::parse(&arguments).map(drop),
-        other => panic!("no tool {other}"),
-    }
 }
 
 #[test]
@@ -71,143 +39,6 @@ fn six_tools_each_with_a_description_and_an_inline_object_schema() {
         assert!(jsonschema::validator_for(&schema).is_ok(), "{}: {text}", tool.name);
         assert!(tool.annotations.is_some(), "{}", tool.name);
     }
-}
-
-#[test]
-fn valid_arguments_pass_both_the_schema_and_the_parser() {
-    let message = json!({"speaker": "Maya", "text": "I run on Tuesdays", "timestamp": "2024-03-02T09:15:00Z", "session": "s1"});
-    let cases = [
-        ("add_messages", json!({"conversation": "demo", "messages": [message]})),
-        (
-            "add_messages",
-            json!({"conversation": "alice:chat", "messages": [
-                {"speaker": "Sam", "text": "hi", "timestamp": "2024-03-02", "session": 3},
-                {"speaker": "Maya", "text": "hello", "timestamp": "2024-03-02 10:00"},
-            ], "user": "maya", "agent": "bot-1", "tags": {"topic": "running"}}),
-        ),
-        ("search_memory", json!({"conversation": "demo", "query": "running club"})),
-        (
-            "search_memory",
-            json!({"user": "maya", "conversation": "demo", "query": "dog", "k": 5,
-                "speaker": "Sam", "from": "2024-03-01", "to": "2024-04-01T00:00:00Z",
-                "tags": {"topic": "running"}}),
-        ),
-        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": null})),
-        ("ask_memory", json!({"conversation": "demo", "question": "Who has a dog?"})),
-        ("ask_memory", json!({"user": "maya", "question": "Where?", "as_of": "2024-03-10"})),
-        ("list_conversations", json!({})),
-        ("list_conversations", json!({"user": "maya"})),
-        ("show_conversation", json!({"conversation": "demo"})),
-        ("forget", json!({"conversation": "demo"})),
-        ("forget", json!({"conversation": "demo", "message": "0123456789abcdef0123456789abcdef"})),
-    ];
-    for (tool, arguments) in cases {
-        let errors: Vec<String> =
-            schema(tool).iter_errors(&arguments).map(|error| error.to_string()).collect();
-        assert!(errors.is_empty(), "{tool} {arguments}: the schema refuses: {errors:?}");
-        if let Err(error) = parse(tool, arguments.clone()) {
-            panic!("{tool} {arguments}: the parser refuses: {:?}", error.detail);
-        }
-    }
-}
-
-#[test]
-fn what_the_schema_refuses_the_parser_refuses_naming_the_field() {
-    let message = json!({"speaker": "Maya", "text": "hi"});
-    let cases = [
-        ("add_messages", json!({"messages": [message]}), "conversation"),
-        ("add_messages", json!({"conversation": "../etc", "messages": [message]}), "conversation"),
-        ("add_messages", json!({"conversation": "demo", "messages": []}), "messages"),
-        ("add_messages", json!({"conversation": "demo", "messages": "hi"}), "messages"),
-        (
-            "add_messages",
-            json!({"conversation": "demo", "messages": [{"speaker": "Maya"}]}),
-            "text",
-        ),
-        ("add_messages", json!({"conversation": "demo", "messages": [{"text": "hi"}]}), "speaker"),
-        (
-            "add_messages",
-            json!({"conversation": "demo", "messages": [message], "user": "a b"}),
-            "user",
-        ),
-        (
-            "add_messages",
-            json!({"conversation": "demo", "messages": [message], "tags": {"a": 1}}),
-            "tags",
-        ),
-        ("search_memory", json!({"conversation": "demo"}), "query"),
-        ("search_memory", json!({"conversation": "demo", "query": ""}), "query"),
-        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": 0}), "k"),
-        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": 101}), "k"),
-        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": "ten"}), "k"),
-        ("search_memory", json!({"conversation": 7, "query": "dog"}), "conversation"),
-        ("search_memory", json!({"user": "a/b", "query": "dog"}), "user"),
-        ("ask_memory", json!({"conversation": "demo"}), "question"),
-        ("ask_memory", json!({"conversation": "demo", "question": 3}), "question"),
-        ("show_conversation", json!({}), "conversation"),
-        ("show_conversation", json!({"conversation": ".hidden"}), "conversation"),
-        ("forget", json!({"conversation": "demo", "message": "x/y"}), "message"),
-        ("list_conversations", json!({"user": ""}), "user"),
-        (
-            "search_memory",
-            json!({"conversation": "demo", "query": "dog", "speaker": null}),
-            "speaker",
-        ),
-        (
-            "add_messages",
-            json!({"conversation": "demo", "messages": [{"speaker": "Maya", "text": "hi", "session": null}]}),
-            "session",
-        ),
-    ];
-    for (tool, arguments, field) in cases {
-        assert!(!schema(tool).is_valid(&arguments), "{tool} {arguments}: the schema accepts");
-        match parse(tool, arguments.clone()) {
-            Ok(()) => panic!("{tool} {arguments}: the parser accepts"),
-            Err(error) => assert_eq!(error.detail.field, field, "{tool} {arguments}"),
-        }
-    }
-}
-
-#[test]
-fn the_parser_checks_what_the_schema_leaves_to_it() {
-    // Times and non-blank texts have no pattern in the tools' schemas (a model's context is
-    // better spent on descriptions), and the scope rules (a conversation or a user) are in
-    // words: the parser holds them, naming the field.
-    let cases = [
-        (
-            "ask_memory",
-            json!({"conversation": "demo", "question": "Who?", "as_of": "soon"}),
-            "as_of",
-        ),
-        ("search_memory", json!({"conversation": "demo", "query": "dog", "from": "May"}), "from"),
-        ("search_memory", json!({"conversation": "demo", "query": "   "}), "query"),
-        ("ask_memory", json!({"question": "Who?"}), "conversation"),
-        ("search_memory", json!({"query": "dog"}), "conversation"),
-        ("ask_memory", json!({"conversation": "demo", "user": "maya", "question": "Who?"}), "user"),
-        (
-            "add_messages",
-            json!({"conversation": "demo", "messages": [{"speaker": "Maya", "text": "hi", "timestamp": "2024-13-01"}]}),
-            "timestamp",
-        ),
-    ];
-    for (tool, arguments, field) in cases {
-        match parse(tool, arguments.clone()) {
-            Ok(()) => panic!("{tool} {arguments}: the parser accepts"),
-            Err(error) => assert_eq!(error.detail.field, field, "{tool} {arguments}"),
-        }
-    }
-}
-
-#[test]
-fn a_user_search_keeps_the_conversation_as_its_filter() {
-    let arguments = object(json!({"user": "maya", "conversation": "demo", "query": "dog"}));
-    let (scope, request) = ops::search::parse_tool(arguments).unwrap();
-    assert_eq!(scope, Scope::User("maya".into()));
-    assert_eq!(request.filters.conversation.as_deref(), Some("demo"));
-    let arguments = object(json!({"conversation": "demo", "query": "dog"}));
-    let (scope, request) = ops::search::parse_tool(arguments).unwrap();
-    assert_eq!(scope, Scope::Conversation("demo".into()));
-    assert_eq!((request.filters.conversation, request.k), (None, 10));
 }
 
 #[test]

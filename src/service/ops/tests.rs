@@ -1,12 +1,17 @@
 //! The schema patterns against the rules they stand for, in every regular-expression dialect the
 //! document meets (Rust's `regex`, the `jsonschema` crate the operations validate with), and the
-//! operations' table against the document.
+//! operations' table against the document; each MCP tool's schema against its parser (every
+//! valid example passes both, every example the schema refuses the parser refuses too, naming
+//! the field).
 
 use chrono::NaiveDate;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::schema::{NON_BLANK_PATTERN, TIMESTAMP_PATTERN};
+use super::{ApiError, Body};
 use crate::convo::Timestamp;
+use crate::names::NameKind;
+use crate::service::Scope;
 
 #[test]
 fn non_blank_is_exactly_not_all_whitespace_as_trim_sees_it() {
@@ -151,4 +156,177 @@ fn path_ids_are_decoded_checked_and_named() {
     assert_eq!(job.number("job").unwrap(), 42);
     let user = PathIds::read("/v1/users/{user}/facts", "/v1/users/ann/facts").unwrap();
     assert_eq!(user.scope().unwrap(), crate::service::Scope::User("ann".into()));
+}
+
+/// `value`, a JSON object.
+fn object(value: Value) -> Body {
+    match value {
+        Value::Object(object) => object,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+/// The input schema of MCP tool `name`, as the table gives it (and the MCP door lists it),
+/// compiled.
+fn schema(name: &str) -> jsonschema::Validator {
+    let tool = super::OPERATIONS
+        .iter()
+        .filter_map(|operation| operation.tool)
+        .find(|tool| tool.name == name)
+        .unwrap();
+    jsonschema::validator_for(&Value::Object((tool.input)())).unwrap()
+}
+
+/// Parses `arguments` as tool `name` does before it runs its operation.
+fn parse(name: &str, arguments: Value) -> Result<(), ApiError> {
+    let arguments = object(arguments);
+    match name {
+        "add_messages" => super::add::parse_tool(arguments).map(drop),
+        "search_memory" => super::search::parse_tool(arguments).map(drop),
+        "ask_memory" => super::ask::parse_tool(arguments).map(drop),
+        "forget" => super::forget::parse_tool(arguments).map(drop),
+        "show_conversation" => {
+            let mut arguments = arguments;
+            super::take_id(&mut arguments, "conversation", NameKind::Conversation).map(drop)
+        }
+        "list_conversations" => super::list::ListRequest::parse(&arguments).map(drop),
+        other => panic!("no tool {other}"),
+    }
+}
+
+#[test]
+fn valid_arguments_pass_both_the_schema_and_the_parser() {
+    let message = json!({"speaker": "Maya", "text": "I run on Tuesdays", "timestamp": "2024-03-02T09:15:00Z", "session": "s1"});
+    let cases = [
+        ("add_messages", json!({"conversation": "demo", "messages": [message]})),
+        (
+            "add_messages",
+            json!({"conversation": "alice:chat", "messages": [
+                {"speaker": "Sam", "text": "hi", "timestamp": "2024-03-02", "session": 3},
+                {"speaker": "Maya", "text": "hello", "timestamp": "2024-03-02 10:00"},
+            ], "user": "maya", "agent": "bot-1", "tags": {"topic": "running"}}),
+        ),
+        ("search_memory", json!({"conversation": "demo", "query": "running club"})),
+        (
+            "search_memory",
+            json!({"user": "maya", "conversation": "demo", "query": "dog", "k": 5,
+                "speaker": "Sam", "from": "2024-03-01", "to": "2024-04-01T00:00:00Z",
+                "tags": {"topic": "running"}}),
+        ),
+        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": null})),
+        ("ask_memory", json!({"conversation": "demo", "question": "Who has a dog?"})),
+        ("ask_memory", json!({"user": "maya", "question": "Where?", "as_of": "2024-03-10"})),
+        ("list_conversations", json!({})),
+        ("list_conversations", json!({"user": "maya"})),
+        ("show_conversation", json!({"conversation": "demo"})),
+        ("forget", json!({"conversation": "demo"})),
+        ("forget", json!({"conversation": "demo", "message": "0123456789abcdef0123456789abcdef"})),
+    ];
+    for (tool, arguments) in cases {
+        let errors: Vec<String> =
+            schema(tool).iter_errors(&arguments).map(|error| error.to_string()).collect();
+        assert!(errors.is_empty(), "{tool} {arguments}: the schema refuses: {errors:?}");
+        if let Err(error) = parse(tool, arguments.clone()) {
+            panic!("{tool} {arguments}: the parser refuses: {:?}", error.detail);
+        }
+    }
+}
+
+#[test]
+fn what_the_schema_refuses_the_parser_refuses_naming_the_field() {
+    let message = json!({"speaker": "Maya", "text": "hi"});
+    let cases = [
+        ("add_messages", json!({"messages": [message]}), "conversation"),
+        ("add_messages", json!({"conversation": "../etc", "messages": [message]}), "conversation"),
+        ("add_messages", json!({"conversation": "demo", "messages": []}), "messages"),
+        ("add_messages", json!({"conversation": "demo", "messages": "hi"}), "messages"),
+        (
+            "add_messages",
+            json!({"conversation": "demo", "messages": [{"speaker": "Maya"}]}),
+            "text",
+        ),
+        ("add_messages", json!({"conversation": "demo", "messages": [{"text": "hi"}]}), "speaker"),
+        (
+            "add_messages",
+            json!({"conversation": "demo", "messages": [message], "user": "a b"}),
+            "user",
+        ),
+        (
+            "add_messages",
+            json!({"conversation": "demo", "messages": [message], "tags": {"a": 1}}),
+            "tags",
+        ),
+        ("search_memory", json!({"conversation": "demo"}), "query"),
+        ("search_memory", json!({"conversation": "demo", "query": ""}), "query"),
+        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": 0}), "k"),
+        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": 101}), "k"),
+        ("search_memory", json!({"conversation": "demo", "query": "dog", "k": "ten"}), "k"),
+        ("search_memory", json!({"conversation": 7, "query": "dog"}), "conversation"),
+        ("search_memory", json!({"user": "a/b", "query": "dog"}), "user"),
+        ("ask_memory", json!({"conversation": "demo"}), "question"),
+        ("ask_memory", json!({"conversation": "demo", "question": 3}), "question"),
+        ("show_conversation", json!({}), "conversation"),
+        ("show_conversation", json!({"conversation": ".hidden"}), "conversation"),
+        ("forget", json!({"conversation": "demo", "message": "x/y"}), "message"),
+        ("list_conversations", json!({"user": ""}), "user"),
+        (
+            "search_memory",
+            json!({"conversation": "demo", "query": "dog", "speaker": null}),
+            "speaker",
+        ),
+        (
+            "add_messages",
+            json!({"conversation": "demo", "messages": [{"speaker": "Maya", "text": "hi", "session": null}]}),
+            "session",
+        ),
+    ];
+    for (tool, arguments, field) in cases {
+        assert!(!schema(tool).is_valid(&arguments), "{tool} {arguments}: the schema accepts");
+        match parse(tool, arguments.clone()) {
+            Ok(()) => panic!("{tool} {arguments}: the parser accepts"),
+            Err(error) => assert_eq!(error.detail.field, field, "{tool} {arguments}"),
+        }
+    }
+}
+
+#[test]
+fn the_parser_checks_what_the_schema_leaves_to_it() {
+    // Times and non-blank texts have no pattern in the tools' schemas (a model's context is
+    // better spent on descriptions), and the scope rules (a conversation or a user) are in
+    // words: the parser holds them, naming the field.
+    let cases = [
+        (
+            "ask_memory",
+            json!({"conversation": "demo", "question": "Who?", "as_of": "soon"}),
+            "as_of",
+        ),
+        ("search_memory", json!({"conversation": "demo", "query": "dog", "from": "May"}), "from"),
+        ("search_memory", json!({"conversation": "demo", "query": "   "}), "query"),
+        ("ask_memory", json!({"question": "Who?"}), "conversation"),
+        ("search_memory", json!({"query": "dog"}), "conversation"),
+        ("ask_memory", json!({"conversation": "demo", "user": "maya", "question": "Who?"}), "user"),
+        (
+            "add_messages",
+            json!({"conversation": "demo", "messages": [{"speaker": "Maya", "text": "hi", "timestamp": "2024-13-01"}]}),
+            "timestamp",
+        ),
+    ];
+    for (tool, arguments, field) in cases {
+        match parse(tool, arguments.clone()) {
+            Ok(()) => panic!("{tool} {arguments}: the parser accepts"),
+            Err(error) => assert_eq!(error.detail.field, field, "{tool} {arguments}"),
+        }
+    }
+}
+
+#[test]
+fn a_user_search_keeps_the_conversation_as_its_filter() {
+    let arguments = object(json!({"user": "maya", "conversation": "demo", "query": "dog"}));
+    let (scope, request) = super::search::parse_tool(arguments).unwrap();
+    assert_eq!(scope, Scope::User("maya".into()));
+    assert_eq!(request.filters.conversation.as_deref(), Some("demo"));
+    let arguments = object(json!({"conversation": "demo", "query": "dog"}));
+    let (scope, request) = super::search::parse_tool(arguments).unwrap();
+    assert_eq!(scope, Scope::Conversation("demo".into()));
+    assert_eq!((request.filters.conversation, request.k), (None, 10));
 }
