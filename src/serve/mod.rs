@@ -1,25 +1,15 @@
-//! `mragent serve`: the memory service as a JSON HTTP API (axum).
-//!
-//! Endpoints (all JSON; the OpenAPI document at `GET /openapi.json`, generated from the handlers
-//! and their body types by utoipa, describes them with every constraint the handlers check):
-//! - `GET /v1/conversations`: list; `GET /v1/conversations/{id}`: one summary;
-//!   `DELETE /v1/conversations/{id}`: forget.
-//! - `DELETE /v1/conversations/{id}/messages/{message}`: forget one message (its session is
-//!   rebuilt from the messages left).
-//! - `POST /v1/conversations/{id}/messages` `{"messages": [...]}`: add (the `convo` format).
-//! - `POST /v1/conversations/{id}/search` `{"query": "...", "k": 10}`: search.
-//! - `POST /v1/conversations/{id}/ask` `{"question": "..."}`: ask; with `"stream": true` the
-//!   answer comes as server-sent events (`started`, then `answer` or `error`).
-//! - `GET /metrics`: Prometheus metrics (`metrics`; not in the OpenAPI document).
-//! - `/mcp`: the same operations as MCP tools over streamable HTTP (`mcp`; not in the OpenAPI
-//!   document, which describes the JSON API alone).
+//! `mragent serve`: the memory service as a JSON HTTP API (axum). Its routes are the
+//! operations' (`service::ops::OPERATIONS`, one handler over them: `door`), described by the
+//! OpenAPI document at `GET /openapi.json` (`openapi`, built from the same table). Outside the
+//! document: `GET /metrics` (`metrics`), `/mcp` (the same operations as MCP tools over
+//! streamable HTTP: `mcp`) and the `GET /ready` probe.
 //!
 //! Layers, outermost first: the metrics (`metrics::track`: counts and times every request, a
 //! 401 or a wait for a slot included), the concurrency limit (tower's
 //! `GlobalConcurrencyLimitLayer`, one semaphore for all routes: requests beyond it wait), the
 //! bearer token (when `MRAGENT_SERVE_TOKEN` is set, a request
 //! without it gets 401), the body size limit (axum's `DefaultBodyLimit`: 413). Every error is
-//! `{"error": {"code", "field", "message"}}` (`api::ErrorBody`), whatever the route or the cause
+//! `{"error": {"code", "field", "message"}}` (`ErrorBody`), whatever the route or the cause
 //! (unknown route, wrong method, an id that is not UTF-8), with a 4xx status for bad input, so a
 //! client can tell which field to fix; bad input never reaches the store.
 

@@ -9,6 +9,19 @@ use utoipa::ToSchema;
 
 use crate::store;
 
+/// `From<$row> for $own`, field by field, the row destructured whole: a column the store adds
+/// does not compile here until the API decides what to do with it.
+macro_rules! from_row {
+    ($row:path => $own:ident { $($field:ident),+ }) => {
+        impl From<$row> for $own {
+            fn from(row: $row) -> Self {
+                let $row { $($field),+ } = row;
+                Self { $($field),+ }
+            }
+        }
+    };
+}
+
 /// One conversation in the listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[schema(as = ConversationInfo)]
@@ -36,34 +49,7 @@ pub struct ConversationSummary {
     pub last_message: Option<String>,
 }
 
-impl From<store::ConversationInfo> for ConversationSummary {
-    fn from(row: store::ConversationInfo) -> Self {
-        let store::ConversationInfo {
-            id,
-            embedder,
-            created_at,
-            user,
-            agent,
-            messages,
-            sessions,
-            built_sessions,
-            first_message,
-            last_message,
-        } = row;
-        Self {
-            id,
-            embedder,
-            created_at,
-            user,
-            agent,
-            messages,
-            sessions,
-            built_sessions,
-            first_message,
-            last_message,
-        }
-    }
-}
+from_row!(store::ConversationInfo => ConversationSummary { id, embedder, created_at, user, agent, messages, sessions, built_sessions, first_message, last_message });
 
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -135,6 +121,10 @@ pub struct JobUsage {
     pub completion: u64,
 }
 
+from_row!(store::JobError => JobFault { session, error });
+from_row!(store::JobSessions => JobCounts { done, failed, pending });
+from_row!(store::JobTokens => JobUsage { prompt, completion });
+
 /// A background build job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[schema(as = Job)]
@@ -184,8 +174,6 @@ impl From<store::Job> for BackgroundJob {
             tokens,
             errors,
         } = row;
-        let store::JobSessions { done, failed, pending } = sessions;
-        let store::JobTokens { prompt, completion } = tokens;
         Self {
             id,
             conversation,
@@ -196,13 +184,10 @@ impl From<store::Job> for BackgroundJob {
             attempts,
             new_messages,
             duplicates,
-            sessions: JobCounts { done, failed, pending },
+            sessions: sessions.into(),
             chat_calls,
-            tokens: JobUsage { prompt, completion },
-            errors: errors
-                .into_iter()
-                .map(|store::JobError { session, error }| JobFault { session, error })
-                .collect(),
+            tokens: tokens.into(),
+            errors: errors.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -239,38 +224,7 @@ pub struct EditEntry {
     pub lapsed_by: Option<i64>,
 }
 
-impl From<store::Edit> for EditEntry {
-    fn from(row: store::Edit) -> Self {
-        let store::Edit {
-            id,
-            at,
-            actor,
-            actor_key,
-            kind,
-            conversation,
-            target,
-            before,
-            after,
-            undoes,
-            undone_by,
-            lapsed_by,
-        } = row;
-        Self {
-            id,
-            at,
-            actor,
-            actor_key,
-            kind,
-            conversation,
-            target,
-            before,
-            after,
-            undoes,
-            undone_by,
-            lapsed_by,
-        }
-    }
-}
+from_row!(store::Edit => EditEntry { id, at, actor, actor_key, kind, conversation, target, before, after, undoes, undone_by, lapsed_by });
 
 /// One fact with its validity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -305,40 +259,7 @@ pub struct FactEntry {
     pub source: Option<String>,
 }
 
-impl From<store::StoredFact> for FactEntry {
-    fn from(row: store::StoredFact) -> Self {
-        let store::StoredFact {
-            id,
-            conversation,
-            session,
-            key,
-            person,
-            aspect,
-            value,
-            extracted,
-            origins,
-            valid_from,
-            valid_to,
-            superseded_by,
-            source,
-        } = row;
-        Self {
-            id,
-            conversation,
-            session,
-            key,
-            person,
-            aspect,
-            value,
-            extracted,
-            origins,
-            valid_from,
-            valid_to,
-            superseded_by,
-            source,
-        }
-    }
-}
+from_row!(store::StoredFact => FactEntry { id, conversation, session, key, person, aspect, value, extracted, origins, valid_from, valid_to, superseded_by, source });
 
 /// What forgetting one message changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -359,16 +280,4 @@ pub struct MessageForgotten {
     pub lapsed_corrections: Vec<i64>,
 }
 
-impl From<store::ForgottenMessage> for MessageForgotten {
-    fn from(row: store::ForgottenMessage) -> Self {
-        let store::ForgottenMessage {
-            conversation,
-            message,
-            session,
-            session_removed,
-            edit,
-            lapsed_corrections,
-        } = row;
-        Self { conversation, message, session, session_removed, edit, lapsed_corrections }
-    }
-}
+from_row!(store::ForgottenMessage => MessageForgotten { conversation, message, session, session_removed, edit, lapsed_corrections });

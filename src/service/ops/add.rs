@@ -16,7 +16,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
+use super::http::{Answer, BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{Message, Validator, name_schema, tags_schema, tool, wait_schema};
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, take_id};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_ADD, MAX_NAME_CHARS, NameKind};
@@ -310,11 +310,7 @@ fn call<'a>(
     })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         let id = request.path.conversation()?;
         let body = AddRequest::read(request.body?)?;

@@ -9,7 +9,6 @@
 
 use std::sync::{Arc, LazyLock};
 
-use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::openapi::RefOr;
@@ -17,7 +16,7 @@ use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::add::{AddReply, AddRequest, Wait};
-use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
+use super::http::{Answer, BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{Validator, name_schema, wait_schema};
 use super::{Access, ApiError, Body, ErrorDetail, Operation, Service, fields};
 use crate::names::NameKind;
@@ -191,11 +190,7 @@ pub(crate) async fn run(
     Ok(BatchReply { results })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         access.write()?;
         let body = BatchRequest::read(request.body?)?;

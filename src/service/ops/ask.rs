@@ -14,7 +14,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Reply, Route, route, typed};
+use super::http::{Answer, BODY_ERRORS, HttpReply, HttpRequest, Reply, Route, route, typed};
 use super::schema::{Validator, flag_schema, non_blank, time_schema, tool};
 use super::{
     Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, required_text,
@@ -218,11 +218,7 @@ fn call<'a>(
 }
 
 /// An ask over the route's scope: JSON, or server-sent events with `stream: true`.
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         let scope = request.path.scope()?;
         let body = AskRequest::read(request.body?)?;

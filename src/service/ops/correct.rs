@@ -3,12 +3,11 @@
 
 use std::sync::{Arc, LazyLock};
 
-use futures::future::BoxFuture;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
+use super::http::{Answer, BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{NON_BLANK_PATTERN, Validator};
 use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::service::EditEntry;
@@ -76,11 +75,7 @@ pub(crate) async fn run(
     Ok(service.correct_fact(fact, &request.value, &access.actor()).await?.into())
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         let fact = request.path.number("fact")?;
         access.write()?;

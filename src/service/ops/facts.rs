@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa::openapi::path::Parameter;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 
-use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
+use super::http::{Answer, HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
 use super::schema::{NON_BLANK_PATTERN, query_flag, query_parameter, time_schema};
 use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::service::{FactQuery, ListedFact, Scope};
@@ -106,11 +105,7 @@ pub(crate) async fn run(
     Ok(FactList { facts: service.facts(&query).await? })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         let query = parse(&request.query)?;
         HttpReply::ok(run(service, access, request.path.scope()?, query).await?)

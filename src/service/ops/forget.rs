@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
+use super::http::{Answer, HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, take_id};
 use crate::names::NameKind;
@@ -93,11 +93,7 @@ fn call<'a>(
     })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(
         async move { HttpReply::ok(run(service, access, &request.path.conversation()?).await?) },
     )

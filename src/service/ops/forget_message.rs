@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
+use super::http::{Answer, HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::{Access, ApiError, Operation, Service};
 use crate::service::AddReport;
 use crate::service::MessageForgotten;
@@ -51,11 +50,7 @@ pub(crate) async fn run(
     Ok(ForgetMessageReply { forgotten: forgotten.into(), rebuilt })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         let (id, message) = (request.path.conversation()?, request.path.message()?);
         HttpReply::ok(run(service, access, &id, &message).await?)

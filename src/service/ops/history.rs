@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa::openapi::path::Parameter;
 
-use super::http::{HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
+use super::http::{Answer, HttpReply, HttpRequest, ID_ERRORS, Route, reply, route, typed};
 use super::schema::{name_schema, query_parameter};
 use super::{Access, ApiError, Body, Operation, Service, fields};
 use crate::names::NameKind;
@@ -84,11 +83,7 @@ pub(crate) async fn run(
     Ok(EditList { edits: edits.into_iter().map(Into::into).collect() })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         HttpReply::ok(run(service, access, HistoryRequest::parse(&request.query)?).await?)
     })

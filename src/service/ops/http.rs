@@ -122,11 +122,10 @@ fn collect<T: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) {
 }
 
 /// A route's run: the request in, the reply out.
-pub(crate) type HttpCall = for<'a> fn(
-    &'a Arc<Service>,
-    &'a Access,
-    HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>>;
+pub(crate) type HttpCall = for<'a> fn(&'a Arc<Service>, &'a Access, HttpRequest) -> Answer<'a>;
+
+/// What a route's run gives: its reply, in time.
+pub(crate) type Answer<'a> = BoxFuture<'a, Result<HttpReply, ApiError>>;
 
 /// A request as an operation reads it.
 #[derive(Debug)]

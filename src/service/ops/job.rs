@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-
-use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
+use super::http::{Answer, HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::{Access, ApiError, Operation, Service};
 use crate::service::BackgroundJob;
 
@@ -36,10 +34,6 @@ pub(crate) async fn run(
     Ok(service.job(id).await?.into())
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move { HttpReply::ok(run(service, access, request.path.number("job")?).await?) })
 }

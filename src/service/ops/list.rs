@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::http::{AUTH_ERRORS, HttpReply, HttpRequest, reply, route, typed};
+use super::http::{AUTH_ERRORS, Answer, HttpReply, HttpRequest, reply, route, typed};
 use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields};
 use crate::names::NameKind;
@@ -88,10 +88,6 @@ fn call<'a>(
     })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    _: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, _: HttpRequest) -> Answer<'a> {
     Box::pin(async move { HttpReply::ok(run(service, access, ListRequest::default()).await?) })
 }

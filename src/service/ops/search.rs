@@ -12,7 +12,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::http::{BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
+use super::http::{Answer, BODY_ERRORS, HttpReply, HttpRequest, Route, reply, route, typed};
 use super::schema::{Validator, name_schema, non_blank, tags_schema, time_schema, tool};
 use super::{
     Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, fields, required_text,
@@ -271,11 +271,7 @@ fn call<'a>(
     })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(async move {
         let scope = request.path.scope()?;
         let body = SearchRequest::read(request.body?)?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::json;
 
-use super::http::{HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
+use super::http::{Answer, HttpReply, HttpRequest, ID_ERRORS, reply, route, typed};
 use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, take_id};
 use crate::names::NameKind;
@@ -82,11 +82,7 @@ fn call<'a>(
     })
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(
         async move { HttpReply::ok(run(service, access, &request.path.conversation()?).await?) },
     )

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-
-use super::http::{BODY_ERRORS, HttpReply, HttpRequest, reply, route, typed};
+use super::http::{Answer, BODY_ERRORS, HttpReply, HttpRequest, reply, route, typed};
 use super::{Access, ApiError, Operation, Service};
 use crate::service::UndoReport;
 
@@ -37,11 +35,7 @@ pub(crate) async fn run(
     Ok(service.undo(edit, &access.actor()).await?)
 }
 
-fn http<'a>(
-    service: &'a Arc<Service>,
-    access: &'a Access,
-    request: HttpRequest,
-) -> BoxFuture<'a, Result<HttpReply, ApiError>> {
+fn http<'a>(service: &'a Arc<Service>, access: &'a Access, request: HttpRequest) -> Answer<'a> {
     Box::pin(
         async move { HttpReply::ok(run(service, access, request.path.number("edit")?).await?) },
     )
