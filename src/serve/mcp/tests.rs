@@ -1,6 +1,6 @@
 //! The MCP door: the table's tools listed once each, with descriptions and inline object
 //! schemas; errors become flagged results; an edit is logged under the request's token name.
-//! (Each tool's schema against its parser is the operations' test, `service::ops::tests`.)
+//! (Each tool's schema against its parser is the operations' test, `service::ops::common::tests`.)
 
 use serde_json::json;
 

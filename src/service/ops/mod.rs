@@ -10,11 +10,8 @@
 //! The errors are the doors' one error ([`ApiError`]: a code that fixes the HTTP status, the
 //! field to fix, a message); who may do what is [`Access`].
 
-pub(crate) mod access;
-mod error;
-pub(crate) mod fields;
-pub(crate) mod http;
-pub(crate) mod schema;
+mod common;
+pub(crate) use common::{access, fields, http, schema};
 
 pub(crate) mod add;
 pub(crate) mod add_batch;
@@ -32,7 +29,7 @@ pub(crate) mod show;
 pub(crate) mod undo;
 
 pub(crate) use access::Access;
-pub(crate) use error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
+pub(crate) use common::error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
 pub(crate) use http::Route;
 
 use std::sync::Arc;
@@ -182,6 +179,3 @@ pub(crate) fn required_text(map: &Body, field: &str) -> Result<String, ApiError>
         None => Err(ApiError::bad(field, "missing")),
     }
 }
-
-#[cfg(test)]
-mod tests;

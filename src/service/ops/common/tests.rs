@@ -7,11 +7,11 @@
 use chrono::NaiveDate;
 use serde_json::{Value, json};
 
-use super::schema::{NON_BLANK_PATTERN, TIMESTAMP_PATTERN};
-use super::{ApiError, Body};
 use crate::convo::Timestamp;
 use crate::names::NameKind;
 use crate::service::Scope;
+use crate::service::ops::schema::{NON_BLANK_PATTERN, TIMESTAMP_PATTERN};
+use crate::service::ops::{ApiError, Body};
 
 #[test]
 fn non_blank_is_exactly_not_all_whitespace_as_trim_sees_it() {
@@ -88,18 +88,27 @@ fn a_timestamp_the_schema_takes_is_one_the_service_parses() {
 
 #[test]
 fn every_request_schema_compiles_and_is_the_one_the_document_publishes() {
-    super::check_schemas().unwrap();
+    crate::service::ops::check_schemas().unwrap();
     let document = crate::serve::document();
     let published = |name: &str| document["components"]["schemas"][name].clone();
     let own = |schema: utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>| {
         serde_json::to_value(schema).unwrap()
     };
     use utoipa::PartialSchema as _;
-    assert_eq!(published("AddRequest"), own(super::add::AddRequest::schema()));
-    assert_eq!(published("BatchRequest"), own(super::add_batch::BatchRequest::schema()));
-    assert_eq!(published("SearchRequest"), own(super::search::SearchRequest::schema()));
-    assert_eq!(published("AskRequest"), own(super::ask::AskRequest::schema()));
-    assert_eq!(published("CorrectRequest"), own(super::correct::CorrectRequest::schema()));
+    assert_eq!(published("AddRequest"), own(crate::service::ops::add::AddRequest::schema()));
+    assert_eq!(
+        published("BatchRequest"),
+        own(crate::service::ops::add_batch::BatchRequest::schema())
+    );
+    assert_eq!(
+        published("SearchRequest"),
+        own(crate::service::ops::search::SearchRequest::schema())
+    );
+    assert_eq!(published("AskRequest"), own(crate::service::ops::ask::AskRequest::schema()));
+    assert_eq!(
+        published("CorrectRequest"),
+        own(crate::service::ops::correct::CorrectRequest::schema())
+    );
 }
 
 /// The table holds (each operation, each method and path once, every placeholder with a rule),
@@ -107,15 +116,17 @@ fn every_request_schema_compiles_and_is_the_one_the_document_publishes() {
 /// other.
 #[test]
 fn the_table_holds_and_the_document_names_its_routes() {
-    super::check_routes(super::OPERATIONS).unwrap();
-    let twice = [super::list::OPERATION, super::list::OPERATION];
-    assert!(super::check_routes(&twice).unwrap_err().contains("list"));
-    const ODD: super::http::Route =
-        super::http::Route { path: "/v1/odd/{thing}", ..super::show::OPERATION.routes[0] };
-    let mut odd = super::show::OPERATION;
+    crate::service::ops::check_routes(crate::service::ops::OPERATIONS).unwrap();
+    let twice = [crate::service::ops::list::OPERATION, crate::service::ops::list::OPERATION];
+    assert!(crate::service::ops::check_routes(&twice).unwrap_err().contains("list"));
+    const ODD: crate::service::ops::http::Route = crate::service::ops::http::Route {
+        path: "/v1/odd/{thing}",
+        ..crate::service::ops::show::OPERATION.routes[0]
+    };
+    let mut odd = crate::service::ops::show::OPERATION;
     odd.name = "odd";
     odd.routes = &[ODD];
-    assert!(super::check_routes(&[odd]).unwrap_err().contains("{thing}"));
+    assert!(crate::service::ops::check_routes(&[odd]).unwrap_err().contains("{thing}"));
     let document = crate::serve::document();
     let mut documented = Vec::new();
     for (path, item) in document["paths"].as_object().unwrap() {
@@ -123,7 +134,7 @@ fn the_table_holds_and_the_document_names_its_routes() {
             documented.push((method.clone(), path.clone(), operation["operationId"].clone()));
         }
     }
-    let mut tabled: Vec<_> = super::OPERATIONS
+    let mut tabled: Vec<_> = crate::service::ops::OPERATIONS
         .iter()
         .flat_map(|operation| operation.routes)
         .map(|route| (route.method.to_string(), route.path.to_string(), json!(route.id)))
@@ -138,7 +149,7 @@ fn the_table_holds_and_the_document_names_its_routes() {
 /// it named (a conversation id as `conversation`, the others by their placeholder).
 #[test]
 fn path_ids_are_decoded_checked_and_named() {
-    use super::http::PathIds;
+    use crate::service::ops::http::PathIds;
     let template = "/v1/conversations/{id}/messages/{message}";
     let ids = PathIds::read(template, "/v1/conversations/a%2Bb/messages/m1").unwrap();
     assert_eq!(ids.conversation().unwrap(), "a+b");
@@ -169,7 +180,7 @@ fn object(value: Value) -> Body {
 /// The input schema of MCP tool `name`, as the table gives it (and the MCP door lists it),
 /// compiled.
 fn schema(name: &str) -> jsonschema::Validator {
-    let tool = super::OPERATIONS
+    let tool = crate::service::ops::OPERATIONS
         .iter()
         .filter_map(|operation| operation.tool)
         .find(|tool| tool.name == name)
@@ -181,15 +192,16 @@ fn schema(name: &str) -> jsonschema::Validator {
 fn parse(name: &str, arguments: Value) -> Result<(), ApiError> {
     let arguments = object(arguments);
     match name {
-        "add_messages" => super::add::parse_tool(arguments).map(drop),
-        "search_memory" => super::search::parse_tool(arguments).map(drop),
-        "ask_memory" => super::ask::parse_tool(arguments).map(drop),
-        "forget" => super::forget::parse_tool(arguments).map(drop),
+        "add_messages" => crate::service::ops::add::parse_tool(arguments).map(drop),
+        "search_memory" => crate::service::ops::search::parse_tool(arguments).map(drop),
+        "ask_memory" => crate::service::ops::ask::parse_tool(arguments).map(drop),
+        "forget" => crate::service::ops::forget::parse_tool(arguments).map(drop),
         "show_conversation" => {
             let mut arguments = arguments;
-            super::take_id(&mut arguments, "conversation", NameKind::Conversation).map(drop)
+            crate::service::ops::take_id(&mut arguments, "conversation", NameKind::Conversation)
+                .map(drop)
         }
-        "list_conversations" => super::list::ListRequest::parse(&arguments).map(drop),
+        "list_conversations" => crate::service::ops::list::ListRequest::parse(&arguments).map(drop),
         other => panic!("no tool {other}"),
     }
 }
@@ -322,11 +334,34 @@ fn the_parser_checks_what_the_schema_leaves_to_it() {
 #[test]
 fn a_user_search_keeps_the_conversation_as_its_filter() {
     let arguments = object(json!({"user": "maya", "conversation": "demo", "query": "dog"}));
-    let (scope, request) = super::search::parse_tool(arguments).unwrap();
+    let (scope, request) = crate::service::ops::search::parse_tool(arguments).unwrap();
     assert_eq!(scope, Scope::User("maya".into()));
     assert_eq!(request.filters.conversation.as_deref(), Some("demo"));
     let arguments = object(json!({"conversation": "demo", "query": "dog"}));
-    let (scope, request) = super::search::parse_tool(arguments).unwrap();
+    let (scope, request) = crate::service::ops::search::parse_tool(arguments).unwrap();
     assert_eq!(scope, Scope::Conversation("demo".into()));
     assert_eq!((request.filters.conversation, request.k), (None, 10));
+}
+
+/// A store failure tells a client only what it can do (the database's words stay out of the
+/// body every door sends), while the operator's command line prints what the store said.
+#[test]
+fn a_store_failure_hides_its_cause_from_clients_and_shows_it_to_the_operator() {
+    use crate::store::StoreError;
+    let cases = [
+        StoreError::Corrupt("row 7 of table facts: bad blob".into()),
+        StoreError::Unavailable("connection to db.internal:5432 refused".into()),
+        StoreError::Authentication("password authentication failed for user mragent".into()),
+    ];
+    for error in cases {
+        let said = error.to_string();
+        let api = ApiError::from(error);
+        assert_eq!(api.to_string(), said);
+        let body = serde_json::to_string(&api.body()).unwrap();
+        for word in ["row 7", "db.internal", "password authentication"] {
+            assert!(!body.contains(word), "{body}");
+        }
+    }
+    let plain = ApiError::bad("k", "expected an integer");
+    assert_eq!(plain.to_string(), "expected an integer");
 }

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::ApiError;
 use super::schema::MAX_TAGS;
 use crate::names::{NameKind, check_name};
+use crate::service::ops::ApiError;
 
 /// An optional name field, checked against the one id rule.
 pub(crate) fn name(

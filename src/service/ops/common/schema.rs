@@ -11,8 +11,8 @@ use utoipa::openapi::schema::{
 };
 use utoipa::{PartialSchema, ToSchema};
 
-use super::{ApiError, Body};
 use crate::names::{MAX_MESSAGE_CHARS, MAX_NAME_CHARS, NAME_PATTERN};
+use crate::service::ops::{ApiError, Body};
 
 /// A string that is not all whitespace: one character outside Rust's `char::is_whitespace` (the
 /// Unicode `White_Space` set, which `str::trim` removes). Spelled as `\uXXXX` escapes so that

@@ -20,9 +20,9 @@ use utoipa::openapi::path::{Parameter, ParameterIn};
 use utoipa::openapi::schema::Schema;
 
 use super::schema::{id_number, name_parameter, name_schema, path_parameter};
-use super::{Access, ApiError, Body, Service, to_json};
 use crate::names::{NameKind, check_name};
 use crate::service::Scope;
+use crate::service::ops::{Access, ApiError, Body, Service, to_json};
 
 /// One HTTP route of an operation.
 #[derive(Clone, Copy)]

@@ -106,6 +106,9 @@ pub(crate) struct ApiError {
     pub(crate) detail: ErrorDetail,
     /// `Retry-After` seconds, when set.
     pub(crate) retry_after: Option<u64>,
+    /// What the store said, when the client is told less: the operator's command line prints
+    /// it; no door sends it.
+    cause: Option<String>,
 }
 
 /// Seconds a client is asked to wait before retrying a request the store could not serve.
@@ -117,6 +120,7 @@ impl ApiError {
         Self {
             detail: ErrorDetail { code, field: field.to_string(), message: message.into() },
             retry_after,
+            cause: None,
         }
     }
 
@@ -158,16 +162,23 @@ impl ApiError {
         self
     }
 
+    /// The same error keeping `cause`, what the store said, for the operator.
+    fn caused_by(mut self, cause: String) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+
     /// The body a client reads.
     pub(crate) fn body(self) -> ErrorBody {
         ErrorBody { error: self.detail }
     }
 }
 
-/// Its message (a door without a body, the command line, prints it).
+/// Its message, or what the store said where a client is told less: the command line, run by
+/// the operator, prints it; the HTTP and MCP doors send [`ApiError::body`] only.
 impl std::fmt::Display for ApiError {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.detail.message)
+        formatter.write_str(self.cause.as_deref().unwrap_or(&self.detail.message))
     }
 }
 
@@ -218,6 +229,7 @@ fn from_store(error: StoreError, message: String) -> ApiError {
                 "",
                 "the store cannot be reached now; retry after the Retry-After seconds",
             )
+            .caused_by(message)
         }
         StoreError::Authentication(_) => {
             tracing::error!(error = %message, "the store refused the server's credentials");
@@ -227,6 +239,7 @@ fn from_store(error: StoreError, message: String) -> ApiError {
                 "the store refused this server's credentials; an operator must fix the \
                  server's configuration (retrying does not help)",
             )
+            .caused_by(message)
         }
         StoreError::Postgres(_)
         | StoreError::Sqlite(_)
@@ -238,6 +251,7 @@ fn from_store(error: StoreError, message: String) -> ApiError {
                 "",
                 "the store failed; the server's log has the details",
             )
+            .caused_by(message)
         }
         _ => {
             tracing::warn!(error = %message, "request failed");

@@ -14,7 +14,7 @@
 //! existence check would run, so a refusal and a missing id are answered at the same step with
 //! the same body.
 
-use super::{ApiError, Service};
+use crate::service::ops::{ApiError, Service};
 use crate::service::{Scope, ServiceError};
 use crate::store::{AddScope, ApiKey, ConversationInfo, KeyScope, StoreError};
 
