@@ -39,7 +39,9 @@ pub(super) fn operator() -> Access {
     Access::admin("cli")
 }
 
-/// Where the store-only service's clients point: nowhere (nothing it runs calls them).
+/// Where the store-only service's clients point: nowhere (nothing it runs calls them; an
+/// operation that did would fail with the connection refused on this port, and belongs with
+/// the commands that build a full service).
 const NO_ENDPOINT: &str = "http://127.0.0.1:9/v1";
 
 /// The service over the store alone, for the operations that call no model (list, show,

@@ -40,12 +40,14 @@ pub(super) fn routes() -> Result<Router<Arc<AppState>>, String> {
             "delete" => MethodFilter::DELETE,
             other => return Err(format!("{route:?}: no method {other}")),
         };
+        // The parameters a route declares are fixed: named once, not per request.
+        let known: Arc<[String]> = route.query_names().into();
         let handler = move |State(state): State<Arc<AppState>>,
                             Extension(access): Extension<Access>,
                             uri: Uri,
                             query: Params,
                             body: RawBody| async move {
-            handle(route, &state, &access, &uri, query, body).await
+            handle(route, &known, &state, &access, &uri, query, body).await
         };
         match paths.iter_mut().find(|(path, _)| *path == route.path) {
             Some((_, methods)) => *methods = std::mem::take(methods).on(filter, handler),
@@ -58,6 +60,7 @@ pub(super) fn routes() -> Result<Router<Arc<AppState>>, String> {
 /// Runs `route` and answers its reply or its error.
 async fn handle(
     route: &'static Route,
+    known: &[String],
     state: &AppState,
     access: &Access,
     uri: &Uri,
@@ -66,10 +69,11 @@ async fn handle(
 ) -> Response {
     let reply = async {
         let path = PathIds::read(route.path, uri.path())?;
-        let known = route.query_names();
-        // A route that declares no parameter does not read the query.
-        let query = if known.is_empty() { Body::new() } else { params(query, &known)? };
-        let request = HttpRequest { path, query, body: object(body) };
+        // A route that declares no parameter does not read the query, nor one without a body
+        // its body.
+        let query = if known.is_empty() { Body::new() } else { params(query, known)? };
+        let body = if route.body.is_some() { object(body) } else { Ok(Body::new()) };
+        let request = HttpRequest { path, query, body };
         (route.call)(&state.service, access, request).await
     };
     match reply.await {

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Map, Value, json};
+use utoipa::OpenApi as _;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi, RefOr, Schema};
-use utoipa::{OpenApi as _, ToSchema};
 
 use super::AppState;
 use crate::service::ops::http::{AUTH_ERRORS, Typed, typed};
@@ -156,7 +156,7 @@ fn event_item() -> Value {
 
 /// The error responses of `codes`, every one the JSON `ErrorBody`.
 fn error_responses(codes: &[u16]) -> Map<String, Value> {
-    let schema = json!({"$ref": format!("#/components/schemas/{}", ErrorBody::name())});
+    let schema = reference(&typed::<ErrorBody>());
     codes
         .iter()
         .map(|status| {

@@ -130,7 +130,7 @@ where
 
 /// The facts of `rows` that `query` asks for: current first within each person and aspect,
 /// then earlier values (with `history`), latest first.
-pub fn select_facts(rows: Vec<StoredFact>, query: &FactQuery) -> Vec<ListedFact> {
+fn select_facts(rows: Vec<StoredFact>, query: &FactQuery) -> Vec<ListedFact> {
     let same = |given: &Option<String>, value: &str| {
         given.as_ref().is_none_or(|given| given.trim().eq_ignore_ascii_case(value.trim()))
     };

@@ -39,7 +39,7 @@ use crate::store::{Store, StoreError};
 
 pub use add::{AddReport, FailedSession, check_limits};
 pub use cache::{CacheBudget, CacheCounts, CacheStats, IndexStats};
-pub use edits::{FactQuery, ListedFact, UndoReport, select_facts};
+pub use edits::{FactQuery, ListedFact, UndoReport};
 pub use facts::FactsReport;
 pub use jobs::{JobsRun, MAX_RUNNING_JOBS, Queued, Waited};
 pub use query::{AskReport, MissingSession, SearchHit};

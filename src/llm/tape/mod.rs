@@ -167,28 +167,16 @@ impl Tape {
     {
         let value = serde_json::to_value(request).map_err(|error| tape_error(&error))?;
         let key = chat_key(&value);
-        let gate = self.gate(&key);
-        let reply = {
-            let _turn = gate.lock().await;
-            self.chat_once(&key, value, request, send).await
-        };
-        self.release(&key, &gate);
-        reply
+        let hold = self.gate(&key);
+        let _turn = hold.gate.lock().await;
+        self.chat_once(&key, value, request, send).await
     }
 
-    /// The gate of `key`, shared by the tasks asking it now.
-    fn gate(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    /// This task's hold on the gate of `key`, shared by the tasks asking it now.
+    fn gate(&self, key: &str) -> GateHold<'_> {
         let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(inflight.entry(key.to_string()).or_default())
-    }
-
-    /// Forgets the gate of `key` once no other task holds it (the map's and `gate` are the
-    /// only references left; clones are taken under the same lock, so the count is exact).
-    fn release(&self, key: &str, gate: &Arc<tokio::sync::Mutex<()>>) {
-        let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
-        if Arc::strong_count(gate) == 2 {
-            inflight.remove(key);
-        }
+        let gate = Arc::clone(inflight.entry(key.to_string()).or_default());
+        GateHold { tape: self, key: key.to_string(), gate }
     }
 
     /// [`Tape::chat`] for the task whose turn it is.
@@ -469,6 +457,25 @@ pub struct Offline;
 impl ChatModel for Offline {
     async fn chat(&self, _request: &ChatRequest) -> Result<ChatResponse, Error> {
         Err(Error::Config("offline: no model endpoint is used here".to_string()))
+    }
+}
+
+/// A task's hold on the gate of its key. Dropped when the call ends, fails or is cancelled
+/// (waiting or sending), it forgets the gate once no other task holds it: the map's and this
+/// hold's are then the only references, and clones are taken under the map's lock, so the
+/// count is exact.
+struct GateHold<'a> {
+    tape: &'a Tape,
+    key: String,
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for GateHold<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.tape.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(&self.gate) == 2 {
+            inflight.remove(&self.key);
+        }
     }
 }
 

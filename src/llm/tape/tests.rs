@@ -164,3 +164,22 @@ async fn an_identical_chat_request_in_flight_is_waited_for_and_not_sent_twice() 
     assert_eq!(recorder.totals(), TapeTotals { recorded: 1, reused: 1, ..TapeTotals::default() });
     assert!(recorder.inflight.lock().unwrap().is_empty(), "no gate is left behind");
 }
+
+/// A call dropped while it waits or while it sends (a stopped learn drops its calls) leaves no
+/// gate behind, and the next identical request is sent.
+#[tokio::test]
+async fn a_cancelled_call_leaves_no_gate_behind() {
+    let directory = tempfile::tempdir().unwrap();
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let asked = request("a");
+    let never = || recorder.chat(&asked, std::future::pending::<Result<ChatResponse, Error>>);
+    let (sending, waiting) = tokio::join!(
+        tokio::time::timeout(std::time::Duration::from_millis(20), never()),
+        tokio::time::timeout(std::time::Duration::from_millis(40), never()),
+    );
+    assert!(sending.is_err() && waiting.is_err(), "both were cancelled");
+    assert!(recorder.inflight.lock().unwrap().is_empty(), "no gate is left behind");
+    let answered = recorder.chat(&asked, || async { Ok(reply("A")) }).await.unwrap();
+    assert_eq!(answered, reply("A"));
+    assert!(recorder.inflight.lock().unwrap().is_empty());
+}

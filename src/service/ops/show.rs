@@ -10,7 +10,6 @@ use super::schema::tool;
 use super::{Access, ApiError, Body, Called, Hints, McpTool, Operation, Service, take_id};
 use crate::names::NameKind;
 use crate::service::ConversationSummary;
-use crate::service::ServiceError;
 use crate::store::{StoreError, StoredConversation};
 
 pub(crate) const OPERATION: Operation = Operation {
@@ -45,9 +44,7 @@ pub(crate) async fn run(
 ) -> Result<ConversationSummary, ApiError> {
     access.conversation(service, id).await?;
     let (store, lookup) = (service.store().clone(), id.to_string());
-    let info = tokio::task::spawn_blocking(move || store.info(&lookup))
-        .await
-        .map_err(|error| ServiceError::Other(error.into()))??;
+    let info = crate::service::blocking(move || store.info(&lookup)).await?;
     info.map(Into::into).ok_or_else(|| StoreError::UnknownConversation(id.to_string()).into())
 }
 
@@ -60,10 +57,7 @@ pub(crate) async fn sessions(
 ) -> Result<StoredConversation, ApiError> {
     access.conversation(service, id).await?;
     let (store, lookup) = (service.store().clone(), id.to_string());
-    let stored = tokio::task::spawn_blocking(move || store.load(&lookup))
-        .await
-        .map_err(|error| ServiceError::Other(error.into()))??;
-    Ok(stored)
+    Ok(crate::service::blocking(move || store.load(&lookup)).await?)
 }
 
 /// The tool's input.
