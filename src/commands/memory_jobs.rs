@@ -99,15 +99,7 @@ fn report(
         }
         match added {
             AddReply::Done(report) => outln!("{report}")?,
-            AddReply::Building(queued) => outln!(
-                "{}: {} new messages ({} already stored); job {} queued, {} sessions to build in the background (`mragent memory jobs {}` shows its progress)",
-                queued.conversation,
-                queued.new_messages,
-                queued.duplicates,
-                queued.job.id,
-                queued.job.sessions.pending,
-                queued.job.id
-            )?,
+            AddReply::Building(queued) => outln!("{queued}")?,
         }
     }
     if json {
@@ -169,30 +161,7 @@ pub(super) fn print_jobs(jobs: &[BackgroundJob], one: bool, json: bool) -> anyho
         return Ok(());
     }
     for job in jobs {
-        print_job(job)?;
-    }
-    Ok(())
-}
-
-fn print_job(job: &BackgroundJob) -> anyhow::Result<()> {
-    let sessions = &job.sessions;
-    outln!(
-        "job {} {}: {}, sessions {} built, {} failed, {} pending; {} model calls, {} + {} tokens; {} run(s); queued {}",
-        job.id,
-        job.conversation,
-        job.state.name(),
-        sessions.done,
-        sessions.failed,
-        sessions.pending,
-        job.chat_calls,
-        job.tokens.prompt,
-        job.tokens.completion,
-        job.attempts,
-        job.created_at
-    )?;
-    for error in &job.errors {
-        let session = error.session.as_deref().unwrap_or("job");
-        outln!("  {session}: {}", error.error)?;
+        outln!("{job}")?;
     }
     Ok(())
 }

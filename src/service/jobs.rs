@@ -46,6 +46,22 @@ pub struct Queued {
     pub job: super::BackgroundJob,
 }
 
+/// What the command line prints of a queued add.
+impl std::fmt::Display for Queued {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "{}: {} new messages ({} already stored); job {} queued, {} sessions to build in the background (`mragent memory jobs {}` shows its progress)",
+            self.conversation,
+            self.new_messages,
+            self.duplicates,
+            self.job.id,
+            self.job.sessions.pending,
+            self.job.id
+        )
+    }
+}
+
 /// What an add that waits a bounded time answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Waited {

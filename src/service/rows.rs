@@ -192,6 +192,33 @@ impl From<store::Job> for BackgroundJob {
     }
 }
 
+/// What the command line prints of a job: one line, then one per error.
+impl std::fmt::Display for BackgroundJob {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (sessions, tokens) = (&self.sessions, &self.tokens);
+        write!(
+            formatter,
+            "job {} {}: {}, sessions {} built, {} failed, {} pending; {} model calls, {} + {} tokens; {} run(s); queued {}",
+            self.id,
+            self.conversation,
+            self.state.name(),
+            sessions.done,
+            sessions.failed,
+            sessions.pending,
+            self.chat_calls,
+            tokens.prompt,
+            tokens.completion,
+            self.attempts,
+            self.created_at
+        )?;
+        for error in &self.errors {
+            let session = error.session.as_deref().unwrap_or("job");
+            write!(formatter, "\n  {session}: {}", error.error)?;
+        }
+        Ok(())
+    }
+}
+
 /// One row of the audit log.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[schema(as = Edit)]
