@@ -131,7 +131,7 @@ struct Outcomes {
 }
 
 /// Ask the model for every task; a verdict whose calls were all answered from the tape counts
-/// as cached.
+/// as cached, any other as new.
 async fn judge_pending<M: ChatModel>(
     model: &M,
     settings: &JudgeSettings,
@@ -156,12 +156,14 @@ async fn judge_pending<M: ChatModel>(
     while let Some((task, (outcome, calls))) = stream.next().await {
         match outcome {
             Ok(judgement) => {
-                if calls.sent > 0 {
-                    outcomes.stats.new += 1;
-                } else {
+                if calls.from_tape() {
                     outcomes.stats.cached += 1;
+                } else {
+                    outcomes.stats.new += 1;
                 }
-                outcomes.stats.usage += calls.usage_sent;
+                // An untaped judge spent every token now; a taped one what its tape sent.
+                outcomes.stats.usage +=
+                    if calls.untaped() { judgement.usage } else { calls.usage_sent };
                 outcomes.stats.usage_total += judgement.usage;
                 let verdict =
                     Verdict { run: task.run, correct: judgement.correct, reason: judgement.reason };

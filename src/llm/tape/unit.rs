@@ -29,13 +29,38 @@ struct Unit {
     usage_sent: Usage,
 }
 
-/// What the calls of a unit cost now.
+/// What the calls of a unit did, as the tapes they went through saw them (a model with no
+/// tape sees nothing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UnitCalls {
-    /// Chat calls sent to the endpoint (0: the unit was answered from the tape alone).
+    /// Chat calls answered from a recording tape.
+    pub replayed: u64,
+    /// Chat calls a tape sent to the endpoint.
     pub sent: u64,
-    /// Tokens of the replies obtained by sending.
+    /// Tokens of the replies a tape obtained by sending.
     pub usage_sent: Usage,
+}
+
+impl UnitCalls {
+    /// Whether the unit was answered from a tape alone, sending nothing.
+    pub fn from_tape(&self) -> bool {
+        self.replayed > 0 && self.sent == 0
+    }
+
+    /// Whether no tape saw the unit's calls (an untaped model).
+    pub fn untaped(&self) -> bool {
+        self.replayed == 0 && self.sent == 0
+    }
+}
+
+impl Unit {
+    fn calls(&self) -> UnitCalls {
+        UnitCalls {
+            replayed: self.replayed.len() as u64,
+            sent: self.sent,
+            usage_sent: self.usage_sent,
+        }
+    }
 }
 
 /// Notes that the chat call `key` of `store` was answered from a recording tape.
@@ -74,7 +99,7 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let (first, unit) = in_unit(attempt()).await;
-    let calls = UnitCalls { sent: unit.sent, usage_sent: unit.usage_sent };
+    let calls = unit.calls();
     if first.is_ok() || unit.sent > 0 || unit.replayed.is_empty() {
         return (first, calls);
     }
@@ -83,7 +108,7 @@ where
         return (first, calls);
     }
     let (second, unit) = in_unit(attempt()).await;
-    (second, UnitCalls { sent: unit.sent, usage_sent: unit.usage_sent })
+    (second, unit.calls())
 }
 
 /// Takes the calls `replayed` off their stores.
