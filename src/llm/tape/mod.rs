@@ -18,6 +18,10 @@
 //!
 //! The work item of a call comes from [`within`], a task-local label the answer loop sets per
 //! question (and `learn` per fold, step and pass around it).
+//!
+//! A judgement is one unit of calls ([`afresh_on_failure`]): answered from the tape when all its
+//! calls were recorded; when it failed with every call replayed, its calls are taken off the
+//! tape and it is asked afresh, so a failure is never replayed forever.
 
 pub mod store;
 mod unit;

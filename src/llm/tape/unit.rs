@@ -15,12 +15,12 @@ use super::CallStore;
 use crate::llm::Usage;
 
 tokio::task_local! {
-    static UNIT: RefCell<Unit>;
+    static UNIT: RefCell<UnitSeen>;
 }
 
 /// What the chat calls of one unit did, as the tape saw them.
 #[derive(Debug, Default)]
-struct Unit {
+struct UnitSeen {
     /// Calls answered from a recording tape: its store and the call's key.
     replayed: Vec<(Arc<CallStore>, String)>,
     /// Calls sent to the endpoint (a send that failed included).
@@ -53,7 +53,7 @@ impl UnitCalls {
     }
 }
 
-impl Unit {
+impl UnitSeen {
     fn calls(&self) -> UnitCalls {
         UnitCalls {
             replayed: self.replayed.len() as u64,
@@ -81,8 +81,8 @@ pub(super) fn note_usage(usage: Usage) {
 }
 
 /// Runs `future` as a unit: its output and what its calls did.
-async fn in_unit<T>(future: impl Future<Output = T>) -> (T, Unit) {
-    UNIT.scope(RefCell::new(Unit::default()), async {
+async fn in_unit<T>(future: impl Future<Output = T>) -> (T, UnitSeen) {
+    UNIT.scope(RefCell::new(UnitSeen::default()), async {
         let output = future.await;
         let unit = UNIT.try_with(RefCell::take).unwrap_or_default();
         (output, unit)
