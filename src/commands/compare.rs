@@ -7,9 +7,11 @@ use std::sync::Arc;
 use super::Outcome;
 use super::judging::{judge_client, latched, taped, until_fatal};
 use super::output::outln;
+use crate::eval::EvalSettings;
 use crate::eval::paired::BootstrapSettings;
 use crate::llm::fatal::FatalLatch;
 use crate::recorded::RunFiles;
+use crate::recorded::tape::lend_calls;
 use crate::settings::{CompareJob, Scoring};
 
 /// Compares the two runs; partial when some judgements failed.
@@ -23,8 +25,16 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
     let client = judge_client(scoring)?;
     // The judge's calls are recorded as `eval`'s are, on the comparison's own tape
     // (`RunFiles::comparison_judge_calls`); a repeated request is answered from it.
+    // A new comparison's tape starts with the judge calls each run's `eval` recorded (only
+    // read), so a verdict already paid for is not asked again.
     let files = RunFiles::of_eval(&scoring.settings);
-    let taped = taped(client.as_ref(), &files.comparison_judge_calls(run_b))?;
+    let tape = files.comparison_judge_calls(run_b);
+    if client.is_some() {
+        let twin = EvalSettings { file: run_b.to_string(), ..scoring.settings.clone() };
+        let sources = [files.judge_calls(), RunFiles::of_eval(&twin).judge_calls()];
+        lend_calls(&sources, &tape)?;
+    }
+    let taped = taped(client.as_ref(), &tape)?;
     let latch = Arc::new(FatalLatch::default());
     let judge = latched(taped.as_ref(), &latch, scoring);
     let bootstrap = BootstrapSettings::default();

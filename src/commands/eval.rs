@@ -46,7 +46,7 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
 
 /// [`crate::eval::evaluate_matrix`] with `judge` behind a latch: the first refused key or
 /// unknown model stops the whole evaluation with one message (the judgements already made are
-/// cached and a rerun keeps them).
+/// on the judge's tape and a rerun keeps them).
 pub(super) async fn judged<M: crate::llm::ChatModel>(
     settings: &crate::eval::EvalSettings,
     protocols: &[crate::eval::judge::JudgeProtocol],

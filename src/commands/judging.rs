@@ -37,7 +37,8 @@ pub(super) fn taped<'a>(
 }
 
 /// The judge behind `latch`: the first refused key or unknown model stops the whole
-/// evaluation with one message; the judgements already made are cached and a rerun keeps them.
+/// evaluation with one message; the judgements already made are on the tape and a rerun keeps
+/// them.
 pub(super) fn latched<'a, M: crate::llm::ChatModel>(
     client: Option<&'a M>,
     latch: &Arc<FatalLatch>,

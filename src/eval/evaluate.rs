@@ -75,7 +75,7 @@ pub struct MatrixEvaluation {
 }
 
 /// Evaluate a run as [`evaluate`] does, judging it once per protocol in `protocols` (each
-/// protocol's verdicts cached in the run's judge cache, under its own prompt version).
+/// protocol's prompt is its own request, so its own call on the judge's tape).
 /// `summary.*`, `scores.jsonl` and the plots are the first protocol's; the matrix of every
 /// protocol goes to `matrix.md` and `matrix.json`.
 pub async fn evaluate_matrix<M: ChatModel>(
@@ -128,8 +128,7 @@ async fn judge_protocols<M: ChatModel>(
         let judge_stats = match &judging {
             Some((model, name)) => {
                 let custom = custom.clone();
-                let dir = &scored.output_dir;
-                run_judge(*model, name.clone(), settings, protocol, custom, &mut items, dir).await?
+                run_judge(*model, name.clone(), settings, protocol, custom, &mut items).await?
             }
             None => judge::JudgeStats::default(),
         };
@@ -262,8 +261,8 @@ pub struct PairedEvaluation {
 }
 
 /// Score run `settings.file` (A) and its twin `other` (B) with the same dataset selection,
-/// judge and protocol, each into its own `eval/<dataset>/<file>/` with its own judge cache (a
-/// run judged before is not judged again), then compare them question by question and write
+/// judge and protocol, each into its own `eval/<dataset>/<file>/` (the judge's tape answers a
+/// judgement recorded before), then compare them question by question and write
 /// `eval/<dataset>/<model>_<A>_vs_<B>.md` and `.json`.
 pub async fn evaluate_paired<M: ChatModel>(
     settings: &EvalSettings,
@@ -275,16 +274,12 @@ pub async fn evaluate_paired<M: ChatModel>(
         anyhow::bail!("--paired-with names the run --file already names ({other})");
     }
     // Each run is scored into the comparison's own folder, never into the run's: reading a run
-    // never changes it. A run judged before lends its verdicts (its cache is copied, not
-    // touched).
+    // never changes it.
     let directory = settings.root.join("eval").join(settings.dataset.as_str());
     let own = directory.join(format!("{}_{}_vs_{other}", settings.model, settings.file));
     let run_a = EvalSettings { output: Some(own.join(&settings.file)), ..settings.clone() };
     let run_b =
         EvalSettings { file: other.to_string(), output: Some(own.join(other)), ..settings.clone() };
-    for run in [&run_a, &run_b] {
-        lend_verdicts(run)?;
-    }
     let (a, items_a) = evaluate_run(&run_a, judge)
         .await
         .with_context(|| format!("scoring run A ({})", settings.file))?;
@@ -307,20 +302,6 @@ pub async fn evaluate_paired<M: ChatModel>(
     crate::fsutil::write_atomic(&json_file, json + "\n")?;
     Ok(PairedEvaluation { a, b, paired, markdown_file, json_file })
 }
-
-/// Copies the run's own judge cache into `run`'s output folder when that folder has none yet,
-/// so that verdicts already paid for are not asked again; the run's folder is only read.
-fn lend_verdicts(run: &EvalSettings) -> anyhow::Result<()> {
-    let (source, target) = (run.run_dir().join(JUDGE_CACHE), run.output_dir().join(JUDGE_CACHE));
-    if source == target || target.exists() || !source.is_file() {
-        return Ok(());
-    }
-    let bytes = std::fs::read(&source).with_context(|| format!("reading {}", source.display()))?;
-    crate::fsutil::write_atomic(&target, bytes)
-}
-
-/// The judge cache's file name in an eval folder.
-const JUDGE_CACHE: &str = "judgements.jsonl";
 
 /// Read the run's result files and match them against the dataset selection.
 fn load_matched(
@@ -355,7 +336,7 @@ fn load_matched(
     Ok((files, expected, matched))
 }
 
-/// Judge the scored items with the judge cache in `output_dir`.
+/// Judge the scored items (a taped judge answers what was recorded before).
 async fn run_judge<M: ChatModel>(
     model: &M,
     name: String,
@@ -363,7 +344,6 @@ async fn run_judge<M: ChatModel>(
     protocol: JudgeProtocol,
     custom: Option<CustomPrompt>,
     items: &mut [ItemScore],
-    output_dir: &Path,
 ) -> anyhow::Result<judge::JudgeStats> {
     let judge_settings = judge::JudgeSettings {
         model: name,
@@ -373,9 +353,7 @@ async fn run_judge<M: ChatModel>(
         protocol,
         custom: custom.map(std::sync::Arc::new),
     };
-    let judge_stats =
-        judge::judge_items(model, &judge_settings, items, Some(&output_dir.join(JUDGE_CACHE)))
-            .await?;
+    let judge_stats = judge::judge_items(model, &judge_settings, items).await?;
     tracing::info!(
         cached = judge_stats.cached,
         new = judge_stats.new,

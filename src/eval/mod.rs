@@ -2,8 +2,9 @@
 //! the lines against the dataset the run used (every question once, nothing foreign; see
 //! `input`), scores every question (official LoCoMo F1 and exact match, evidence recall, LLM
 //! judge), and writes `eval/<dataset>/<file>/`: `scores.jsonl` (one scored question per line,
-//! in dataset order), `judgements.jsonl` (the judge cache), `summary.json`, `summary.md` and two
-//! SVG plots.
+//! in dataset order), `summary.json`, `summary.md` and two SVG plots. The verdicts are not kept
+//! here: the judge's calls are, on its tape (`record/<dataset>/<model>_<file>.judge.sqlite`),
+//! which answers a rerun.
 //!
 //! [`evaluate_matrix`] (`eval --judge-protocol mem0,strict`) judges the run once per protocol
 //! and writes the judge matrix (`matrix`) to `matrix.md` and `matrix.json` beside the summary
@@ -87,7 +88,7 @@ pub struct EvalSettings {
     /// Prices of the answering model, for the cost column; `None` uses the model's list price
     /// when `llm::models` knows it, else leaves the column out.
     pub prices: Option<Prices>,
-    /// Where the outputs and the judge cache go; `None`: the run's own
+    /// Where the outputs go; `None`: the run's own
     /// `eval/<dataset>/<file>/`. `compare` scores into its own folder, never into a run's.
     pub output: Option<PathBuf>,
 }
@@ -260,7 +261,7 @@ pub struct EvalSummary {
     pub judge_protocol: Option<String>,
     /// Judge runs requested.
     pub judge_runs: u32,
-    /// Judgements served from the cache / made now / failed (not cached; a rerun retries).
+    /// Judgements answered from the judge's tape / made now / failed (a rerun asks again).
     pub judge_cached: usize,
     /// Judgements made in this evaluation.
     pub judge_new: usize,
@@ -268,7 +269,7 @@ pub struct EvalSummary {
     pub judge_failed: usize,
     /// Tokens the judge used in this evaluation.
     pub judge_usage: Usage,
-    /// Tokens of every verdict the report uses, cached ones included.
+    /// Tokens of every verdict the report uses, taped ones included.
     pub judge_usage_total: Usage,
     /// What `judge_usage` cost in US dollars, when the judge model's price is known.
     pub judge_cost_usd: Option<f64>,

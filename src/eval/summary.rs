@@ -77,7 +77,7 @@ fn judge_lines(out: &mut String, summary: &EvalSummary) {
                 |cost: Option<f64>| cost.map_or(String::new(), |cost| format!(", ${cost:.4}"));
             let _ = writeln!(
                 out,
-                "- Judge verdicts: {} from the cache, {} new, {} failed. Judge tokens for this report: {} ({} prompt + {} completion{}); spent now: {}{}.",
+                "- Judge verdicts: {} from the judge's tape, {} new, {} failed. Judge tokens for this report: {} ({} prompt + {} completion{}); spent now: {}{}.",
                 summary.judge_cached,
                 summary.judge_new,
                 summary.judge_failed,

@@ -197,8 +197,8 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             })
             .collect();
         let mut items = crate::eval::score_results(&matched, self.settings.dataset, None);
-        // No verdict cache: the judge is on the learn run's tape, which answers a repeat.
-        let stats = judge_items(self.judge_model, &self.settings.judge, &mut items, None).await?;
+        // The judge is on the learn run's tape, which answers a repeat.
+        let stats = judge_items(self.judge_model, &self.settings.judge, &mut items).await?;
         if stats.failed > 0 && stats.new + stats.cached == 0 {
             // Nothing to learn from and nothing to validate with: a refused key, an unknown
             // judge model or a dead endpoint. Stop rather than spend on answers no one grades.

@@ -173,7 +173,8 @@ fn run_outputs(job: &ExportJob, samples: &[String]) -> anyhow::Result<Vec<PathBu
     Ok(paths)
 }
 
-/// The judge cache of an eval folder: a cache, not a result (verify recomputes it).
+/// A judge cache an older version left in an eval folder (`eval` writes none now: its judge's
+/// tape is the memo): not a result, never archived.
 pub fn is_judge_cache(path: &Path) -> bool {
     path.file_name().is_some_and(|name| name == "judgements.jsonl")
 }

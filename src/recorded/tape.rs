@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use super::RunFiles;
-use crate::llm::tape::{CallStore, Tape, TapeMode, TapeTotals};
+use crate::llm::tape::{CallStore, NewCall, Tape, TapeMode, TapeTotals};
 use crate::settings::RunJob;
 
 /// The tape of a run: its own store, recording; for `replay`, a copy of the recorded run's
@@ -35,6 +35,32 @@ pub fn open_run_tape(job: &RunJob) -> anyhow::Result<Arc<Tape>> {
 /// A tape recording into the call store at `path` (a run's, a judge's, a comparison's).
 pub fn recording(path: &Path) -> anyhow::Result<Arc<Tape>> {
     Ok(Tape::new(Arc::new(CallStore::open(path)?), TapeMode::Record))
+}
+
+/// Starts the new call store `target` with the calls recorded in `sources` (those that exist,
+/// only read): a comparison's judge tape lends the verdicts `eval` already paid for. A store
+/// that exists already is left as it is.
+pub fn lend_calls(sources: &[PathBuf], target: &Path) -> anyhow::Result<()> {
+    if target.exists() {
+        return Ok(());
+    }
+    let store = CallStore::open(target)?;
+    for source in sources.iter().filter(|source| source.is_file()) {
+        let calls = CallStore::open_read_only(source)?.calls()?;
+        let lent: Vec<NewCall<'_>> = calls
+            .iter()
+            .map(|call| NewCall {
+                key: &call.key,
+                kind: &call.kind,
+                model: &call.model,
+                context: &call.context,
+                request: &call.request,
+                reply: &call.reply,
+            })
+            .collect();
+        store.put_all(&lent)?;
+    }
+    Ok(())
 }
 
 /// Copies a call store whole (its write-ahead log folded in first), through a temporary file.

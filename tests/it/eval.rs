@@ -18,6 +18,7 @@ use mragent::eval::{EvalSettings, EvalSummary, ItemScore, evaluate, f1};
 use mragent::llm::scripted::{RecordedRequest, ScriptedReply, ScriptedServer};
 use mragent::llm::secret::Secret;
 use mragent::llm::stack::{Client, LlmConfig, build_chat_model};
+use mragent::llm::tape::{CallStore, StoredCall, TapedChat};
 use mragent::llm::{ChatModel, ChatRequest, ChatResponse};
 use mragent::results::{ResultLine, Status};
 use mragent::text::porter;
@@ -182,6 +183,19 @@ pub(crate) fn settings(root: &Path, dataset: DatasetKind, judge_runs: u32) -> Ev
     settings
 }
 
+/// The judge recording on the eval's own tape (`record/<dataset>/<model>_<file>.judge.sqlite`),
+/// as `mragent eval` judges; opened afresh per evaluation, as each command opens it.
+pub(crate) fn taped<'a>(judge: &'a Client, settings: &EvalSettings) -> TapedChat<&'a Client> {
+    let path = mragent::recorded::RunFiles::of_eval(settings).judge_calls();
+    TapedChat::new(judge, mragent::recorded::tape::recording(&path).unwrap())
+}
+
+/// The calls on the eval's judge tape, in the order they were recorded.
+pub(crate) fn judge_tape(settings: &EvalSettings) -> Vec<StoredCall> {
+    let path = mragent::recorded::RunFiles::of_eval(settings).judge_calls();
+    CallStore::open_read_only(&path).unwrap().calls().unwrap()
+}
+
 pub(crate) fn client(server: &ScriptedServer) -> Client {
     let mut config = LlmConfig::new(server.base_url(), Secret::new("sk-test-key"), "judge-model");
     config.retry.base_delay = Duration::from_millis(5);
@@ -244,18 +258,16 @@ async fn locomo_fixture_run_writes_every_output_and_pins_the_summary() {
     let root = project();
     let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
     let judge = client(&server);
-    let summary =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    let settings = settings(root.path(), DatasetKind::Locomo, 2);
+    let summary = evaluate(&settings, Some(&taped(&judge, &settings))).await.unwrap();
 
     let out = root.path().join("eval/locomo/run1");
-    for name in [
-        "scores.jsonl",
-        "judgements.jsonl",
-        "summary.json",
-        "summary.md",
-        "accuracy.svg",
-        "tokens.svg",
-    ] {
+    // The verdicts are kept on the judge's tape alone, each call with its question.
+    assert!(!out.join("judgements.jsonl").exists());
+    let calls = judge_tape(&settings);
+    assert_eq!(calls.len(), (13 + 2) * 2);
+    assert!(calls.iter().all(|call| call.context.starts_with("judging question conv-")));
+    for name in ["scores.jsonl", "summary.json", "summary.md", "accuracy.svg", "tokens.svg"] {
         assert!(out.join(name).is_file(), "{name} missing");
     }
     // 13 + 4 questions; the run2 file is not read.
@@ -334,19 +346,23 @@ async fn locomo_fixture_run_writes_every_output_and_pins_the_summary() {
 }
 
 #[tokio::test]
-async fn rerun_resumes_from_the_cache_without_rejudging() {
+async fn rerun_resumes_from_the_judge_tape_without_rejudging() {
     let root = project();
     let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
     let judge = client(&server);
-    let first =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let one_run = settings(root.path(), DatasetKind::Locomo, 1);
+    let evaluate_taped = |settings: EvalSettings| {
+        let judge = &judge;
+        async move { evaluate(&settings, Some(&taped(judge, &settings))).await.unwrap() }
+    };
+    let first = evaluate_taped(one_run.clone()).await;
     let after_first = server.request_count();
     assert_eq!(after_first, 15);
     assert_eq!(first.judge_new, 15);
+    assert_eq!(judge_tape(&one_run).len(), 15);
 
-    // Same settings: everything comes from the cache.
-    let second =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    // Same settings: everything is answered from the tape.
+    let second = evaluate_taped(one_run.clone()).await;
     assert_eq!(server.request_count(), after_first);
     assert_eq!((second.judge_cached, second.judge_new), (15, 0));
     assert_eq!(second.rows, first.rows);
@@ -354,22 +370,21 @@ async fn rerun_resumes_from_the_cache_without_rejudging() {
     assert_eq!(second.judge_usage.total(), 0);
     assert_eq!(second.judge_usage_total.total(), 15 * 135);
 
-    // An interrupted run lost its last two judgements (and left a torn line): only those two
-    // are judged again.
-    let cache = root.path().join("eval/locomo/run1/judgements.jsonl");
-    let text = std::fs::read_to_string(&cache).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.truncate(lines.len() - 2);
-    std::fs::write(&cache, format!("{}\n{{\"question_id\": \"conv-2", lines.join("\n"))).unwrap();
-    let third =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    // An interrupted run never recorded its last two judgements: only those two are judged
+    // again.
+    let path = mragent::recorded::RunFiles::of_eval(&one_run).judge_calls();
+    let last_two: Vec<String> =
+        judge_tape(&one_run).iter().rev().take(2).map(|call| call.key.clone()).collect();
+    assert_eq!(CallStore::open(&path).unwrap().forget(&last_two).unwrap(), 2);
+    let third = evaluate_taped(one_run.clone()).await;
     assert_eq!(server.request_count(), after_first + 2);
     assert_eq!((third.judge_cached, third.judge_new), (13, 2));
+    assert_eq!(third.judge_usage.total(), 2 * 135);
     assert_eq!(third.rows, first.rows);
 
     // A second judge run adds only run 1.
-    let fourth =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    let two_runs = settings(root.path(), DatasetKind::Locomo, 2);
+    let fourth = evaluate_taped(two_runs.clone()).await;
     assert_eq!(server.request_count(), after_first + 2 + 15);
     assert_eq!((fourth.judge_cached, fourth.judge_new), (15, 15));
 
@@ -379,9 +394,9 @@ async fn rerun_resumes_from_the_cache_without_rejudging() {
         .unwrap()
         .replace("That running is fun", "Self-care is important");
     std::fs::write(&results, edited).unwrap();
-    let fifth =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 2), Some(&judge)).await.unwrap();
+    let fifth = evaluate_taped(two_runs).await;
     assert_eq!(fifth.judge_new, 2);
+    assert_eq!(server.request_count(), after_first + 2 + 15 + 2);
     let items = read_scores(root.path(), "locomo");
     assert!(item(&items, "conv-26:q84").judge.iter().all(|verdict| verdict.correct));
 }
@@ -412,8 +427,8 @@ async fn judge_survives_a_server_error_and_malformed_json() {
     .await
     .unwrap();
     let judge = client(&server);
-    let summary =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let settings = settings(root.path(), DatasetKind::Locomo, 1);
+    let summary = evaluate(&settings, Some(&taped(&judge, &settings))).await.unwrap();
     assert_eq!(server.request_count(), 4);
     assert_eq!(server.remaining(), 0);
     assert_eq!((summary.judge_new, summary.judge_failed), (1, 0));
@@ -424,14 +439,19 @@ async fn judge_survives_a_server_error_and_malformed_json() {
     let last = &server.requests()[3];
     assert_eq!(last.messages().len(), 5);
     assert!(last.transcript().contains("MAYBE"));
-    // The judgement records the attempts it took.
-    let record: Value = serde_json::from_str(
-        std::fs::read_to_string(root.path().join("eval/locomo/run1/judgements.jsonl"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
-    assert_eq!(record["attempts"], 3);
+    // The tape records the three replies the judgement took (the 500 was retried below it),
+    // each under the judgement's work item; a rerun is answered from them and asks nothing.
+    let calls = judge_tape(&settings);
+    assert_eq!(calls.len(), 3);
+    assert!(
+        calls
+            .iter()
+            .all(|call| call.context == "judging question conv-26:q1 (judge_locomo, run 0)")
+    );
+    let again = evaluate(&settings, Some(&taped(&judge, &settings))).await.unwrap();
+    assert_eq!(server.request_count(), 4);
+    assert_eq!((again.judge_cached, again.judge_new, again.judge_failed), (1, 0, 0));
+    assert_eq!(again.rows, summary.rows);
 }
 
 #[tokio::test]
@@ -442,19 +462,27 @@ async fn failed_judgement_is_reported_and_retried_on_the_next_run() {
             .await
             .unwrap();
     let judge = client(&server);
-    let summary =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let settings = settings(root.path(), DatasetKind::Locomo, 1);
+    let summary = evaluate(&settings, Some(&taped(&judge, &settings))).await.unwrap();
     assert_eq!((summary.judge_new, summary.judge_failed), (0, 1));
     // The failed judgement shows in the row's judge cell instead of a made-up score.
     let cell = row(&summary, "2").raw.judge.unwrap();
     assert_eq!((cell.judged, cell.failed), (0, 1));
     assert!(summary.table().contains("[0, 1 failed]"), "{}", summary.table());
+    // The unreadable replies are on the tape (a replay of this run meets the same failure).
+    assert_eq!(judge_tape(&settings).len(), 3);
 
+    // The next run does not replay the failure: it asks the judge afresh.
     server.push(ScriptedReply::json(&json!({"reason": "r", "label": "WRONG"})));
-    let summary =
-        evaluate(&settings(root.path(), DatasetKind::Locomo, 1), Some(&judge)).await.unwrap();
+    let summary = evaluate(&settings, Some(&taped(&judge, &settings))).await.unwrap();
+    assert_eq!(server.request_count(), 4);
     assert_eq!((summary.judge_new, summary.judge_failed), (1, 0));
     assert_eq!(row(&summary, "2").raw.judge.unwrap().mean, 0.0);
+    // The tape holds the verdict now, and only it; the run after asks nothing.
+    assert_eq!(judge_tape(&settings).len(), 1);
+    let summary = evaluate(&settings, Some(&taped(&judge, &settings))).await.unwrap();
+    assert_eq!(server.request_count(), 4);
+    assert_eq!((summary.judge_cached, summary.judge_new, summary.judge_failed), (1, 0, 0));
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use mragent::eval::matrix::JudgeMatrix;
 use mragent::eval::paired::{self, BootstrapSettings, Interval};
 use mragent::eval::{ItemScore, evaluate_matrix};
 use mragent::llm::scripted::ScriptedServer;
+use mragent::llm::tape::CallStore;
 use rand::{Rng as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 
@@ -189,10 +190,64 @@ async fn two_protocols_three_runs_print_one_matrix_and_a_rerun_asks_nothing() {
         (Some("mem0"), Some(3))
     );
 
-    // A rerun finds every verdict in the cache, and prints the same table.
+    // A rerun finds every verdict on the judge's tape, and prints the same table.
     let again = run_binary(root.path(), &args).await;
     assert_eq!(server.request_count(), 15 * 2 * 3);
     assert_eq!(again, stdout);
+}
+
+#[tokio::test]
+async fn outputs_deleted_with_the_judge_tape_kept_are_written_again_without_a_request() {
+    let root = project();
+    let server = ScriptedServer::with_responder(fixture_judge).await.unwrap();
+    let extra = ["--judge-protocol", "mem0,strict", "--judge-runs", "2"];
+    let args = matrix_args(server.base_url(), &extra);
+    let stdout = run_binary(root.path(), &args).await;
+    // 15 judged items, 2 protocols, 2 runs.
+    assert_eq!(server.request_count(), 15 * 2 * 2);
+    let out = root.path().join("eval/locomo/run1");
+    let outputs = ["scores.jsonl", "summary.json", "summary.md", "matrix.json", "matrix.md"];
+    let read = || outputs.map(|name| std::fs::read_to_string(out.join(name)).unwrap());
+    let before = read();
+    // No verdict is kept beside the outputs: the judge's tape is the one memo.
+    assert!(!out.join("judgements.jsonl").exists());
+    let tape = root.path().join("record/locomo/fixture_run1.judge.sqlite");
+    assert_eq!(CallStore::open_read_only(&tape).unwrap().calls().unwrap().len(), 15 * 2 * 2);
+
+    // Every verdict the outputs held is deleted; the tape answers the rerun whole.
+    std::fs::remove_dir_all(&out).unwrap();
+    let again = run_binary(root.path(), &args).await;
+    assert_eq!(server.request_count(), 15 * 2 * 2, "the rerun sent requests");
+    assert_eq!(again, stdout);
+    let after = read();
+    for (name, (before, after)) in outputs.iter().zip(before.iter().zip(after.iter())) {
+        // The summary counts where this run's verdicts came from; every score is the same.
+        if *name == "summary.json" {
+            let strip = |text: &str| {
+                let mut value: serde_json::Value = serde_json::from_str(text).unwrap();
+                let object = value.as_object_mut().unwrap();
+                for field in ["judge_cached", "judge_new", "judge_usage", "judge_cost_usd"] {
+                    object.remove(field);
+                }
+                value
+            };
+            assert_eq!(strip(before), strip(after));
+            let summary: serde_json::Value = serde_json::from_str(after).unwrap();
+            assert_eq!(
+                (summary["judge_cached"].as_u64(), summary["judge_new"].as_u64()),
+                (Some(30), Some(0))
+            );
+        } else if *name == "summary.md" {
+            let verdicts = |text: &str| {
+                let lines = text.lines().filter(|line| !line.starts_with("- Judge verdicts: "));
+                lines.map(str::to_string).collect::<Vec<_>>()
+            };
+            assert_eq!(verdicts(before), verdicts(after));
+            assert!(after.contains("- Judge verdicts: 30 from the judge's tape, 0 new, 0 failed."));
+        } else {
+            assert_eq!(before, after, "{name} differs");
+        }
+    }
 }
 
 #[tokio::test]
@@ -273,8 +328,8 @@ async fn compare_prints_flips_and_the_noise_with_a_judge_and_f1_only_without() {
             .unwrap();
     assert!(page.contains("inside the noise") && page.contains("3 run(s)"), "{page}");
 
-    // Every judge call of the comparison is on its own tape, each with its question; with the
-    // verdict caches gone, the same comparison is answered from the tape alone.
+    // Every judge call of the comparison is on its own tape, each with its question; no verdict
+    // cache is written anywhere, and the same comparison is answered from the tape alone.
     let tape = root.path().join("record/locomo/fixture_meta-t_vs_meta-t-base.judge.sqlite");
     let calls = mragent::llm::tape::CallStore::open_read_only(&tape).unwrap().calls().unwrap();
     assert_eq!(calls.len(), 2 * 13 * 3 - 2 * 3);
@@ -282,7 +337,7 @@ async fn compare_prints_flips_and_the_noise_with_a_judge_and_f1_only_without() {
     assert!(items.iter().all(|item| item.starts_with("judging question ")), "{items:?}");
     for run in ["meta-t", "meta-t-base"] {
         let cache = format!("eval/locomo/fixture_meta-t_vs_meta-t-base/{run}/judgements.jsonl");
-        std::fs::remove_file(root.path().join(cache)).unwrap();
+        assert!(!root.path().join(cache).exists());
     }
     let again = run_binary(root.path(), &args).await;
     assert_eq!(server.request_count(), 2 * 13 * 3 - 2 * 3, "the rerun sent requests");

@@ -9,9 +9,10 @@ use mragent::eval::compare::{LeftOut, PairedRow, PairedSummary, paired_markdown}
 use mragent::eval::paired::{BootstrapSettings, Flips, Interval};
 use mragent::eval::{evaluate, evaluate_paired};
 use mragent::llm::scripted::ScriptedServer;
+use mragent::llm::tape::{CallStore, TapedChat};
 use mragent::results::{ResultLine, Status};
 
-use crate::eval::{client, fixture, fixture_judge, settings};
+use crate::eval::{client, fixture, fixture_judge, judge_tape, settings, taped};
 use crate::support::{mragent_command, repo_path};
 
 /// The fixture run's 17 answers (conv-26 and conv-30).
@@ -90,14 +91,26 @@ async fn a_run_with_more_right_answers_beats_its_twin_outside_the_noise() {
     // B evaluated on its own first: 13 answered questions of categories 1–4 and the two audit
     // corrections (conv-26:q3, conv-30:q32) judged against their corrected gold.
     let twin = mragent::eval::EvalSettings { file: "meta-t-base".into(), ..settings.clone() };
-    evaluate(&twin, Some(&judge)).await.unwrap();
+    evaluate(&twin, Some(&taped(&judge, &twin))).await.unwrap();
     assert_eq!(server.request_count(), 15);
 
+    // The comparison judges on its own tape, which starts with the judge calls of each run's
+    // `eval` (as `mragent compare` starts it; B's tape is only read).
+    let files = mragent::recorded::RunFiles::of_eval(&settings);
+    let tape = files.comparison_judge_calls("meta-t-base");
+    let sources = [files.judge_calls(), mragent::recorded::RunFiles::of_eval(&twin).judge_calls()];
+    mragent::recorded::tape::lend_calls(&sources, &tape).unwrap();
+    let recording = || TapedChat::new(&judge, mragent::recorded::tape::recording(&tape).unwrap());
     let bootstrap = BootstrapSettings::default();
-    let paired = evaluate_paired(&settings, "meta-t-base", bootstrap, Some(&judge)).await.unwrap();
-    // Only A is judged now (13 + 2); B's verdicts come from its cache.
-    assert_eq!(server.request_count(), 30);
-    assert_eq!((paired.a.judge_new, paired.b.judge_new, paired.b.judge_cached), (15, 0, 15));
+    let paired =
+        evaluate_paired(&settings, "meta-t-base", bootstrap, Some(&recording())).await.unwrap();
+    // Only A is judged now, B's verdicts come from the tape, and so do A's three judgements
+    // that are B's to the letter (the same answer to the same question is the same request):
+    // 12 of A's 15 (13 + 2 audit corrections) are sent.
+    assert_eq!(server.request_count(), 27);
+    let counts =
+        (paired.a.judge_new, paired.a.judge_cached, paired.b.judge_new, paired.b.judge_cached);
+    assert_eq!(counts, (12, 3, 0, 15));
     let summary = &paired.paired;
     assert_eq!(summary.paired, 15);
     assert_eq!((summary.questions_a, summary.questions_b), (16, 17));
@@ -147,15 +160,24 @@ async fn a_run_with_more_right_answers_beats_its_twin_outside_the_noise() {
     let json: PairedSummary =
         serde_json::from_str(&std::fs::read_to_string(&paired.json_file).unwrap()).unwrap();
     assert_eq!(&json, summary);
-    // The comparison keeps its verdicts in its own folder; run A's folder was never written
-    // (reading a run never changes it), and B's cache was only read.
+    // The comparison keeps its verdicts on its own tape, no cache in any folder; run A's folder
+    // was never written (reading a run never changes it), and B's tape was only read.
+    let calls = CallStore::open_read_only(&tape).unwrap().calls().unwrap();
+    assert_eq!(calls.len(), 27);
+    assert_eq!(judge_tape(&twin).len(), 15);
     for run in ["meta-t", "meta-t-base"] {
         let cache = format!("eval/locomo/fixture_meta-t_vs_meta-t-base/{run}/judgements.jsonl");
-        assert!(root.path().join(cache).is_file());
+        assert!(!root.path().join(cache).exists());
+        assert!(
+            root.path()
+                .join(format!("eval/locomo/fixture_meta-t_vs_meta-t-base/{run}/scores.jsonl"))
+                .is_file()
+        );
     }
     assert!(!root.path().join("eval/locomo/meta-t").exists());
-    let again = evaluate_paired(&settings, "meta-t-base", bootstrap, Some(&judge)).await.unwrap();
-    assert_eq!(server.request_count(), 30);
+    let again =
+        evaluate_paired(&settings, "meta-t-base", bootstrap, Some(&recording())).await.unwrap();
+    assert_eq!(server.request_count(), 27);
     assert_eq!(&again.paired, summary);
 }
 

@@ -171,7 +171,7 @@ pub enum JudgePrompt {
 }
 
 impl JudgePrompt {
-    /// Prompt name as recorded in judgements.
+    /// Prompt name, as the judge's work items on the tape give it.
     pub fn name(&self) -> &str {
         match self {
             JudgePrompt::Builtin(prompt) => prompt.name,
@@ -179,7 +179,7 @@ impl JudgePrompt {
         }
     }
 
-    /// Prompt version (hash of the text); part of the cache key.
+    /// Prompt version (hash of the text).
     pub fn version(&self) -> String {
         match self {
             JudgePrompt::Builtin(prompt) => prompt.version(),

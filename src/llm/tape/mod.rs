@@ -18,8 +18,13 @@
 //!
 //! The work item of a call comes from [`within`], a task-local label the answer loop sets per
 //! question (and `learn` per fold, step and pass around it).
+//!
+//! A judgement is one unit of calls ([`afresh_on_failure`]): answered from the tape when all its
+//! calls were recorded; when it failed with every call replayed, its calls are taken off the
+//! tape and it is asked afresh, so a failure is never replayed forever.
 
 pub mod store;
+mod unit;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -30,6 +35,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use store::{CallStore, NewCall, StoreSize, StoredCall, TapeError};
+pub use unit::{UnitCalls, afresh_on_failure};
 
 use super::{ChatModel, ChatRequest, ChatResponse, Embedder, Embeddings, Error, Step, Usage};
 
@@ -197,12 +203,17 @@ impl Tape {
                 Error::Tape(format!("the recorded reply of {key} is unreadable: {error}"))
             })?;
             self.count_hit(1);
+            if self.mode == TapeMode::Record {
+                unit::note_replayed(&self.store, &key);
+            }
             return Ok(response);
         }
         if !self.sends() {
             return Err(Error::Unrecorded { what: describe_chat(&key, request) });
         }
+        unit::note_sent();
         let response = send().await?;
+        unit::note_usage(response.usage);
         let reply = serde_json::to_vec(&response).map_err(|error| tape_error(&error))?;
         let stored = self.record(key, "chat", request.model.clone(), value, reply).await?;
         self.count_sent(1, stored as u64);

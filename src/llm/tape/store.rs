@@ -231,6 +231,19 @@ impl CallStore {
         Ok(inserted)
     }
 
+    /// Takes the calls of `keys` off the store (their bodies stay, shared or not); how many
+    /// there were. What a failed judgement replayed is forgotten so it is asked afresh.
+    pub fn forget(&self, keys: &[String]) -> Result<usize, TapeError> {
+        let connection = self.lock();
+        let mut forgotten = 0;
+        for key in keys {
+            forgotten += connection
+                .execute("DELETE FROM calls WHERE key = ?1", [key])
+                .map_err(|source| sql(&self.path, source))?;
+        }
+        Ok(forgotten)
+    }
+
     /// Every recorded call, in the order they were first recorded.
     pub fn calls(&self) -> Result<Vec<StoredCall>, TapeError> {
         let rows: Vec<RawRow> = {
