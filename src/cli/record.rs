@@ -32,9 +32,14 @@ pub struct ExportArgs {
     #[arg(long, env = "MRAGENT_MODEL", default_value = "gemini")]
     pub model: String,
     /// Run tag (`--file` of the run).
-    #[arg(long)]
-    pub file: String,
-    /// Archive to write (default: export/<dataset>/<model>_<file>.tar.zst).
+    #[arg(long, required_unless_present = "learn", conflicts_with = "learn")]
+    pub file: Option<String>,
+    /// Archive a `learn` run instead: its `--name` (its folder `data/<dataset>/meta/<name>/`,
+    /// its test answers and the memories it learned over).
+    #[arg(long, value_name = "NAME")]
+    pub learn: Option<String>,
+    /// Archive to write (default: export/<dataset>/<model>_<file>.tar.zst, or
+    /// export/<dataset>/learn_<name>.tar.zst).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
 }

@@ -17,10 +17,11 @@ use crate::learn::estimate::{Estimate, Shape};
 use crate::learn::folds::FoldPlan;
 use crate::learn::{Learner, Spend, Stopped};
 use crate::llm::models::estimate_cost_usd;
-use crate::llm::tape::{Tape, TapedChat, TapedEmbedder};
+use crate::llm::tape::{CallStore, Tape, TapeMode, TapedChat, TapedEmbedder};
 use crate::llm::{Client, EmbedClient};
 use crate::recorded::LearnFiles;
-use crate::recorded::tape::recording;
+use crate::recorded::manifest::{Manifest, endpoint_host};
+use crate::recorded::tape::{CallsRecord, recording};
 use crate::settings::LearnJob;
 use crate::snapshot::{CacheSource, MemgasCaches, Snapshot};
 
@@ -43,14 +44,74 @@ pub async fn execute(job: &LearnJob) -> anyhow::Result<Outcome> {
     // A rerun with other settings is refused here, before any memory is built.
     crate::learn::record_plan(&job.learn, &plan)?;
     job.models.require_key()?;
+    let files = LearnFiles::new(&job.learn.dir());
+    let mut manifest = start_manifest(job, &files)?;
     let clients = Clients::new(job)?;
-    let tape = recording(&LearnFiles::new(&job.learn.dir()).calls())?;
-    let taped = Taped::new(&clients, &tape);
-    let snapshots = build(job, &taped, conversations).await?;
+    let tape = recording(&files.calls())?;
     let (stop, _watcher) = watch(
         "interrupted: finishing the answers in flight (press Ctrl-C again to stop at once); rerun the same command to resume",
         || eprintln!("stopped at once: finished work is saved; rerun the same command to resume"),
     );
+    let learned = learn(job, (&clients, &tape), conversations, &plan, stop.receiver()).await;
+    manifest.calls = Some(CallsRecord::of(&tape)?);
+    manifest.endpoint_usage = clients.endpoint_usage();
+    match learned {
+        Ok(outcome) => {
+            manifest.end("complete", 0);
+            manifest.write()?;
+            print_outcome(job, &outcome)?;
+            print_tape(&tape)?;
+            Ok(Outcome::Success)
+        }
+        Err(error) if error.downcast_ref::<Stopped>().is_some() => {
+            manifest.end("partial", 2);
+            manifest.write()?;
+            let spent = clients.spend(job);
+            eprintln!(
+                "stopped: {error}; {} tokens spent; finished steps and answers are saved: run the same command again to resume",
+                spent.usage.prompt_tokens + spent.usage.completion_tokens
+            );
+            Ok(Outcome::Partial)
+        }
+        Err(error) => {
+            manifest.error = Some(format!("{error:#}"));
+            manifest.end("failed", 1);
+            manifest.write()?;
+            Err(error)
+        }
+    }
+}
+
+/// `verify`: the learning of `job` (its `replay` set, its folder holding the archived calls)
+/// played back from its recorded calls, sending nothing and printing nothing. `Ok(Err(what))`
+/// when a request was not on the tape or the learning failed.
+pub(super) async fn replay_silently(job: &LearnJob) -> anyhow::Result<Result<(), String>> {
+    let conversations = job.data.load()?;
+    let plan = crate::learn::plan(&job.learn, &conversations)?;
+    crate::learn::record_plan(&job.learn, &plan)?;
+    let calls = LearnFiles::new(&job.learn.dir()).calls();
+    let tape = Tape::new(Arc::new(CallStore::open(&calls)?), TapeMode::Replay { fill: false });
+    let clients = Clients::new(job)?;
+    let (_never, stop) = tokio::sync::watch::channel(false);
+    let learned = learn(job, (&clients, &tape), conversations, &plan, stop).await;
+    // A request missing from the tape may have been counted as a wrong answer and the
+    // learning gone on: it is the mismatch, whatever followed.
+    if let Some(what) = tape.first_unrecorded() {
+        return Ok(Err(format!("a call was never recorded: {what}")));
+    }
+    Ok(learned.map(|_| ()).map_err(|error| format!("{error:#}")))
+}
+
+/// Builds the memories through the tape and learns over them.
+async fn learn(
+    job: &LearnJob,
+    (clients, tape): (&Clients, &Arc<Tape>),
+    conversations: Vec<Conversation>,
+    plan: &FoldPlan,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<crate::learn::LearnOutcome> {
+    let taped = Taped::new(clients, tape);
+    let snapshots = build(job, &taped, conversations).await?;
     let spend = |/* what this invocation spent */| clients.spend(job);
     let learner = Learner::new(
         &job.learn,
@@ -59,24 +120,35 @@ pub async fn execute(job: &LearnJob) -> anyhow::Result<Outcome> {
         &taped.judge,
         &taped.embedder,
         &spend,
-        stop.receiver(),
+        stop,
     )?;
-    match learner.learn(&plan).await {
-        Ok(outcome) => {
-            print_outcome(job, &outcome)?;
-            print_tape(&tape)?;
-            Ok(Outcome::Success)
+    learner.learn(plan).await
+}
+
+/// The learning's manifest (`manifest.json` in its folder), written as it starts: the
+/// dataset and its hash, the build, the models, the settings and the arguments that replay it.
+fn start_manifest(job: &LearnJob, files: &LearnFiles) -> anyhow::Result<Manifest> {
+    let mut manifest = Manifest::start(files.manifest(), job.data.kind.as_str(), &job.data.file)?;
+    let models = &job.models;
+    manifest.models.insert("build".into(), models.build_model.id.clone());
+    manifest.models.insert("answer".into(), models.answer_model.id.clone());
+    manifest.models.insert("judge".into(), job.judge.id.clone());
+    manifest.models.insert("embedding".into(), job.embedder.model.clone());
+    manifest.endpoint_host = endpoint_host(&models.base_url);
+    if let serde_json::Value::Object(fingerprint) = job.learn.fingerprint() {
+        for (name, value) in fingerprint {
+            manifest.set(&name, value);
         }
-        Err(error) if error.downcast_ref::<Stopped>().is_some() => {
-            let spent = clients.spend(job);
-            eprintln!(
-                "stopped: {error}; {} tokens spent; finished steps and answers are saved: run the same command again to resume",
-                spent.usage.prompt_tokens + spent.usage.completion_tokens
-            );
-            Ok(Outcome::Partial)
-        }
-        Err(error) => Err(error),
     }
+    manifest.set("name", &job.learn.name);
+    manifest.set("model_alias", &models.build_model.alias);
+    manifest.set("fold", job.learn.only_fold);
+    manifest.set("test", job.learn.test);
+    manifest.set("memgas", job.memgas.is_some());
+    manifest.set("workers", job.learn.answer.workers);
+    manifest.replay_args.clone_from(&job.replay_args);
+    manifest.write()?;
+    Ok(manifest)
 }
 
 /// The clients of a learning run: one per model, so that each one's spend is known.
@@ -88,6 +160,19 @@ struct Clients {
 }
 
 impl Clients {
+    /// What each client sent to the endpoint, for the manifest.
+    fn endpoint_usage(&self) -> std::collections::BTreeMap<String, crate::llm::UsageTotals> {
+        [
+            ("build", self.build.usage()),
+            ("embedding", self.embedder.usage()),
+            ("answer", self.answer.usage()),
+            ("judge", self.judge.usage()),
+        ]
+        .into_iter()
+        .map(|(name, usage)| (name.to_string(), usage))
+        .collect()
+    }
+
     fn new(job: &LearnJob) -> anyhow::Result<Self> {
         Ok(Self {
             build: chat_client(&job.models, &job.models.build_model)?,

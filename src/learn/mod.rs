@@ -112,7 +112,7 @@ impl LearnSettings {
     }
 
     /// What must not change between a run and its resumption.
-    fn fingerprint(&self) -> serde_json::Value {
+    pub fn fingerprint(&self) -> serde_json::Value {
         serde_json::json!({
             "folds": self.folds, "epochs": self.epochs, "steps": self.steps,
             "samples": self.samples, "batch": self.batch, "validation": self.validation,
@@ -257,7 +257,7 @@ impl<'a, M: ChatModel, J: ChatModel, E: Embedder> Learner<'a, M, J, E> {
             rules_file,
             report_file: self.dir().join("report.md"),
         };
-        report::write(self.settings, &outcome, (self.spend)())?;
+        report::write(self.settings, &outcome)?;
         Ok(outcome)
     }
 

@@ -4,18 +4,19 @@
 
 use std::fmt::Write as _;
 
-use super::{LearnOutcome, LearnSettings, Spend};
+use super::{LearnOutcome, LearnSettings};
 
 /// Writes `report.md` and `validation.svg` into the learn directory.
-pub fn write(settings: &LearnSettings, outcome: &LearnOutcome, spend: Spend) -> anyhow::Result<()> {
+pub fn write(settings: &LearnSettings, outcome: &LearnOutcome) -> anyhow::Result<()> {
     let dir = settings.dir();
-    crate::fsutil::write_atomic(&dir.join("report.md"), markdown(settings, outcome, spend))?;
+    crate::fsutil::write_atomic(&dir.join("report.md"), markdown(settings, outcome))?;
     crate::fsutil::write_atomic(&dir.join("validation.svg"), curve_svg(outcome))?;
     Ok(())
 }
 
-/// The Markdown report.
-pub fn markdown(settings: &LearnSettings, outcome: &LearnOutcome, spend: Spend) -> String {
+/// The Markdown report: made from the step records alone, so a rerun, a resumed run and
+/// `verify`'s replay write it identically.
+pub fn markdown(settings: &LearnSettings, outcome: &LearnOutcome) -> String {
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = writeln!(out, "# Learned rules: {} ({})\n", settings.name, settings.dataset.as_str());
@@ -45,12 +46,15 @@ pub fn markdown(settings: &LearnSettings, outcome: &LearnOutcome, spend: Spend) 
     if outcome.rules.is_empty() {
         let _ = writeln!(out, "None: no rule set beat the empty one on validation.");
     }
+    let learning = outcome
+        .folds
+        .iter()
+        .flat_map(|fold| &fold.steps)
+        .fold(crate::llm::Usage::default(), |total, record| total + record.learning_usage);
     let _ = writeln!(
         out,
-        "\nThis invocation spent {} prompt + {} completion tokens{}.",
-        spend.usage.prompt_tokens,
-        spend.usage.completion_tokens,
-        spend.cost_usd.map_or(String::new(), |c| format!(" (about ${c:.2})"))
+        "\nThe reviews, proposals and consolidations of these steps took {} prompt + {} completion tokens, as recorded (what an invocation spent, answers and judgements included, is printed when it ends and kept in the manifest).",
+        learning.prompt_tokens, learning.completion_tokens
     );
     let _ = writeln!(
         out,

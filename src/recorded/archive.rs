@@ -45,6 +45,9 @@ pub struct ArchiveIndex {
     /// The build of the mragent that wrote the archive.
     #[serde(default)]
     pub build: Option<crate::provenance::Build>,
+    /// A `learn` run's archive: its name (`file` too), its folder's manifest in `manifest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learn: Option<String>,
     /// Every other member, in path order.
     pub files: Vec<Member>,
 }
@@ -62,6 +65,9 @@ pub struct Member {
 
 /// The index of `job`'s archive and each member's source file.
 pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
+    if job.learn {
+        return super::learn_archive::collect(job);
+    }
     let root = &job.paths.root;
     let dataset = job.dataset.as_str();
     let (manifest_path, manifest) = complete_manifest(job)?;
@@ -102,6 +108,7 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
         manifest,
         eval: eval_settings,
         build: Some(crate::provenance::Build::of_this_binary()),
+        learn: None,
         files,
     };
     Ok((index, members.into_iter().map(|(_, source)| source).collect()))
@@ -194,7 +201,7 @@ fn rules_member(
 
 /// Files of the memory of `samples` under `data/<dataset>/`: every file whose name starts with
 /// a sample id followed by `_` or `.`, outside learning folders (`meta/`).
-fn memory_caches(directory: &Path, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+pub(super) fn memory_caches(directory: &Path, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let prefixes: Vec<String> =
         samples.iter().map(|sample| crate::fsutil::safe_name(sample, '_')).collect();
     Ok(files_under(directory)?
@@ -237,7 +244,7 @@ pub fn files_under(directory: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn relative(root: &Path, path: &Path) -> anyhow::Result<String> {
+pub(super) fn relative(root: &Path, path: &Path) -> anyhow::Result<String> {
     let inside = path
         .strip_prefix(root)
         .with_context(|| format!("{} is outside the project {}", path.display(), root.display()))?;
@@ -246,13 +253,13 @@ fn relative(root: &Path, path: &Path) -> anyhow::Result<String> {
     Ok(parts.join("/"))
 }
 
-fn file_name(path: &Path) -> anyhow::Result<String> {
+pub(super) fn file_name(path: &Path) -> anyhow::Result<String> {
     path.file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .with_context(|| format!("{} names no file", path.display()))
 }
 
-fn member(path: &str, source: &Path) -> anyhow::Result<Member> {
+pub(super) fn member(path: &str, source: &Path) -> anyhow::Result<Member> {
     let bytes = std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
     Ok(Member {
         path: path.to_string(),

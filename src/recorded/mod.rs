@@ -11,6 +11,7 @@
 
 pub mod archive;
 pub mod eval_record;
+pub mod learn_archive;
 pub mod lock;
 pub mod manifest;
 pub mod tape;
@@ -137,10 +138,31 @@ impl LearnFiles {
         Self { dir: dir.to_path_buf() }
     }
 
+    /// The learn run `name` of `dataset` in the project at `root`.
+    pub fn named(root: &Path, dataset: &str, name: &str) -> Self {
+        Self::new(&root.join("data").join(dataset).join("meta").join(name))
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// `calls.sqlite`: every model call the learn run sent (building, answering, judging,
     /// reviewing, proposing, consolidating), each with its work item; the run's one memo.
     pub fn calls(&self) -> PathBuf {
         self.dir.join("calls.sqlite")
+    }
+
+    /// `manifest.json`: what the last invocation was (a run's manifest, with the arguments
+    /// that replay the learning).
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join("manifest.json")
+    }
+
+    /// `plan.json`: the folds and the settings they were drawn with.
+    pub fn plan(&self) -> PathBuf {
+        self.dir.join("plan.json")
     }
 }
 
@@ -162,8 +184,9 @@ mod tests {
         );
         assert_eq!(files.traces(), Path::new("/p/log/locomo/t1"));
         assert_eq!(files.eval_folder(), Path::new("/p/eval/locomo/t1"));
-        let learn = LearnFiles::new(Path::new("/p/data/locomo/meta/m"));
+        let learn = LearnFiles::named(Path::new("/p"), "locomo", "m");
         assert_eq!(learn.calls(), Path::new("/p/data/locomo/meta/m/calls.sqlite"));
+        assert_eq!(learn.manifest(), Path::new("/p/data/locomo/meta/m/manifest.json"));
         let inside = RunFiles::in_archive("locomo", "gpt", "t1");
         assert_eq!(inside.manifest(), Path::new("result/locomo/gpt_t1.manifest.json"));
     }

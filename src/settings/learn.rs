@@ -32,6 +32,12 @@ pub struct LearnJob {
     pub dry_run: bool,
     /// `-q`.
     pub quiet: bool,
+    /// The arguments that replay this learning ([`super::learn_replay_args`]), for its
+    /// manifest.
+    pub replay_args: Vec<String>,
+    /// Play the learning back from its recorded calls, sending nothing (`verify`; no command
+    /// line sets it).
+    pub replay: bool,
 }
 
 impl LearnJob {
@@ -67,6 +73,8 @@ impl LearnJob {
             learn,
             dry_run: args.dry_run,
             quiet,
+            replay_args: super::learn_replay_args(args),
+            replay: false,
         })
     }
 }

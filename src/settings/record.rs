@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use super::{Env, ProjectPaths, RunJob, dataset_kind};
-use crate::cli::{ExportArgs, ReplayArgs, RunCommandArgs, VerifyArgs};
+use crate::cli::{ExportArgs, LearnArgs, ReplayArgs, RunCommandArgs, VerifyArgs};
 use crate::dataset::DatasetKind;
 
 /// What `replay` plays back.
@@ -48,59 +48,113 @@ impl RunJob {
 /// rules. Left out: the endpoint, rate limits, timeouts, workers, folders and `--data-file`
 /// (an archive carries its own copy of the dataset).
 pub fn replay_args(args: &RunCommandArgs) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut push = |flag: &str, value: Option<String>| {
-        out.push(flag.to_string());
-        out.extend(value);
-    };
-    let data = match args.data.data {
-        crate::cli::DataArg::Locomo => "locomo",
-        crate::cli::DataArg::Lm => "LM",
-    };
-    push("--data", Some(data.into()));
-    if let Some(sample) = &args.data.sample {
-        push("--sample", Some(sample.clone()));
-    }
-    if let Some(ca) = args.data.ca {
-        push("--ca", Some(ca.to_string()));
-    }
-    push("--lm-batch", Some(args.data.lm_batch.to_string()));
-    if args.data.drop_assistant_turns {
-        push("--drop-assistant-turns", None);
-    }
-    push("--model", Some(args.model.model.clone()));
-    if let Some(re_model) = &args.model.re_model {
-        push("--re-model", Some(re_model.clone()));
-    }
-    if let Some(max_tokens) = &args.model.max_tokens {
-        push("--max-tokens", Some(max_tokens.clone()));
-    }
-    if args.model.structured_output {
-        push("--structured-output", None);
-    }
-    push("--file", Some(args.run.file.clone()));
+    let mut out = Args::default();
+    out.data_and_model(&args.data, &args.model);
+    out.push("--file", Some(args.run.file.clone()));
     if let Some(shard) = &args.run.shard {
-        push("--shard", Some(shard.clone()));
+        out.push("--shard", Some(shard.clone()));
     }
-    push("--embed-model", Some(args.embed.embed_model.clone()));
-    push("--embed-batch", Some(args.embed.embed_batch.to_string()));
-    if args.no_memgas {
-        push("--no-memgas", None);
-    }
-    push("--seed", Some(args.seed.to_string()));
+    out.embedder(&args.embed, args.no_memgas);
+    out.push("--seed", Some(args.seed.to_string()));
     if let Some(mode) = args.answer.answer {
-        push("--answer", Some(mode.as_str().to_string()));
+        out.push("--answer", Some(mode.as_str().to_string()));
     }
     if let Some(threshold) = args.answer.gate_threshold {
-        push("--gate-threshold", Some(threshold.to_string()));
+        out.push("--gate-threshold", Some(threshold.to_string()));
     }
     if args.no_traces {
-        push("--no-traces", None);
+        out.push("--no-traces", None);
     }
     if let Some(rules) = &args.meta_rules {
-        push("--meta-rules", Some(rules.display().to_string()));
+        out.push("--meta-rules", Some(rules.display().to_string()));
     }
-    out
+    out.0
+}
+
+/// The arguments of `learn` that decide what it sends to its models (as [`replay_args`] for
+/// `run`), and the worker count (the passes' answers are the same with any, but it is what
+/// was run). Left out besides: `--fold` (`verify` replays each fold the run has), the budget,
+/// `--dry-run` and the local embedding model's folder.
+pub fn learn_replay_args(args: &LearnArgs) -> Vec<String> {
+    let mut out = Args::default();
+    out.data_and_model(&args.data, &args.model);
+    out.embedder(&args.embed, args.no_memgas);
+    out.push("--judge-model", Some(args.judge_model.clone()));
+    let protocol = match args.judge_protocol {
+        crate::cli::JudgeProtocolArg::Mem0 => "mem0",
+        crate::cli::JudgeProtocolArg::Strict => "strict",
+    };
+    out.push("--judge-protocol", Some(protocol.into()));
+    out.push("--folds", Some(args.folds.to_string()));
+    out.push("--epochs", Some(args.epochs.to_string()));
+    if let Some(steps) = args.steps {
+        out.push("--steps", Some(steps.to_string()));
+    }
+    for (flag, value) in [
+        ("--samples", args.samples),
+        ("--batch", args.batch),
+        ("--validation", args.validation),
+        ("--max-rules", args.max_rules),
+        ("--workers", args.workers),
+    ] {
+        out.push(flag, Some(value.to_string()));
+    }
+    out.push("--temperature", Some(args.temperature.to_string()));
+    out.push("--name", Some(args.name.clone()));
+    out.push("--seed", Some(args.seed.to_string()));
+    if args.no_test {
+        out.push("--no-test", None);
+    }
+    out.0
+}
+
+/// Arguments being written out, flag by flag.
+#[derive(Default)]
+struct Args(Vec<String>);
+
+impl Args {
+    fn push(&mut self, flag: &str, value: Option<String>) {
+        self.0.push(flag.to_string());
+        self.0.extend(value);
+    }
+
+    /// The dataset selection and the models, with their token caps and output mode.
+    fn data_and_model(&mut self, data: &crate::cli::DataArgs, model: &crate::cli::ModelArgs) {
+        let kind = match data.data {
+            crate::cli::DataArg::Locomo => "locomo",
+            crate::cli::DataArg::Lm => "LM",
+        };
+        self.push("--data", Some(kind.into()));
+        if let Some(sample) = &data.sample {
+            self.push("--sample", Some(sample.clone()));
+        }
+        if let Some(ca) = data.ca {
+            self.push("--ca", Some(ca.to_string()));
+        }
+        self.push("--lm-batch", Some(data.lm_batch.to_string()));
+        if data.drop_assistant_turns {
+            self.push("--drop-assistant-turns", None);
+        }
+        self.push("--model", Some(model.model.clone()));
+        if let Some(re_model) = &model.re_model {
+            self.push("--re-model", Some(re_model.clone()));
+        }
+        if let Some(max_tokens) = &model.max_tokens {
+            self.push("--max-tokens", Some(max_tokens.clone()));
+        }
+        if model.structured_output {
+            self.push("--structured-output", None);
+        }
+    }
+
+    /// The embedder and whether MemGAS runs.
+    fn embedder(&mut self, embed: &crate::cli::EmbedArgs, no_memgas: bool) {
+        self.push("--embed-model", Some(embed.embed_model.clone()));
+        self.push("--embed-batch", Some(embed.embed_batch.to_string()));
+        if no_memgas {
+            self.push("--no-memgas", None);
+        }
+    }
 }
 
 /// `mragent export`, resolved.
@@ -110,10 +164,12 @@ pub struct ExportJob {
     pub paths: ProjectPaths,
     /// Dataset of the run.
     pub dataset: DatasetKind,
-    /// Build model alias (names the result files).
+    /// Build model alias (names the result files; a learn run's is in its manifest).
     pub model: String,
-    /// Run tag.
+    /// Run tag (a learn run: its name).
     pub file: String,
+    /// `--learn`: the run is a learning run, named `file`.
+    pub learn: bool,
     /// Archive to write.
     pub output: PathBuf,
 }
@@ -124,22 +180,24 @@ impl ExportJob {
             crate::names::check_name(kind, value)
                 .map_err(|error| anyhow::anyhow!("{flag}: {error}"))
         };
-        check("--file", crate::names::NameKind::Tag, &args.file)?;
+        let (flag, file) = match (&args.file, &args.learn) {
+            (_, Some(name)) => ("--learn", name),
+            (Some(file), None) => ("--file", file),
+            (None, None) => anyhow::bail!("name the run: --file TAG, or --learn NAME"),
+        };
+        check(flag, crate::names::NameKind::Tag, file)?;
         // The alias the run named its files with (`local/tiny` → `local-tiny`).
         let model = crate::fsutil::safe_name(&args.model, '-');
         check("--model", crate::names::NameKind::Tag, &model)?;
         let dataset = dataset_kind(args.data);
+        let learn = args.learn.is_some();
+        let default_name =
+            if learn { format!("learn_{file}.tar.zst") } else { format!("{model}_{file}.tar.zst") };
         let output = args.output.as_deref().map_or_else(
-            || {
-                paths
-                    .root
-                    .join("export")
-                    .join(dataset.as_str())
-                    .join(format!("{}_{}.tar.zst", model, args.file))
-            },
+            || paths.root.join("export").join(dataset.as_str()).join(default_name),
             |output| paths.under_root(output),
         );
-        Ok(Self { paths: paths.clone(), dataset, model, file: args.file.clone(), output })
+        Ok(Self { paths: paths.clone(), dataset, model, file: file.clone(), learn, output })
     }
 }
 

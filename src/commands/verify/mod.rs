@@ -18,6 +18,7 @@
 //! mismatch.
 
 mod archive;
+mod learn;
 mod replay;
 mod tables;
 
@@ -128,6 +129,9 @@ async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, St
     };
     if let Some(mismatch) = check_members(&index, root)? {
         return Ok(Err(mismatch));
+    }
+    if index.learn.is_some() {
+        return learn::verify_learn(index, root).await;
     }
     let checked = match check_index(index, root)? {
         Ok(checked) => checked,

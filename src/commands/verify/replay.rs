@@ -128,7 +128,7 @@ pub(super) async fn replay(
 }
 
 /// `command` with no argument read from an environment variable, its subcommands' neither.
-fn without_env(command: clap::Command) -> clap::Command {
+pub(super) fn without_env(command: clap::Command) -> clap::Command {
     let names: Vec<String> =
         command.get_subcommands().map(|sub| sub.get_name().to_string()).collect();
     let mut command = command.mut_args(|arg| arg.env(None::<&'static str>));

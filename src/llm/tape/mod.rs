@@ -106,6 +106,8 @@ pub struct Tape {
     counters: TapeCounters,
     /// The chat requests being asked now, by key: an identical request waits for the first.
     inflight: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Replay: the first request that was not on the tape (its work item and request).
+    first_unrecorded: Mutex<Option<String>>,
 }
 
 impl Tape {
@@ -116,7 +118,22 @@ impl Tape {
             mode,
             counters: TapeCounters::default(),
             inflight: Mutex::new(BTreeMap::new()),
+            first_unrecorded: Mutex::new(None),
         })
+    }
+
+    /// Replay: the first request asked that was not on the tape, as [`Error::Unrecorded`]
+    /// named it; whoever asked may have counted the failure as a wrong answer and gone on.
+    pub fn first_unrecorded(&self) -> Option<String> {
+        self.first_unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The error of a request missing from a replayed tape; the first is kept.
+    fn unrecorded(&self, what: String) -> Error {
+        let mut first =
+            self.first_unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        first.get_or_insert_with(|| what.clone());
+        Error::Unrecorded { what }
     }
 
     /// The store.
@@ -209,7 +226,7 @@ impl Tape {
             return Ok(response);
         }
         if !self.sends() {
-            return Err(Error::Unrecorded { what: describe_chat(&key, request) });
+            return Err(self.unrecorded(describe_chat(&key, request)));
         }
         unit::note_sent();
         let response = send().await?;
@@ -244,9 +261,12 @@ impl Tape {
         let mut usage = Usage::default();
         if let Some(&first) = missing.first() {
             if !self.sends() {
-                return Err(Error::Unrecorded {
-                    what: describe_embed(&keys[first], model, &texts[first], missing.len()),
-                });
+                return Err(self.unrecorded(describe_embed(
+                    &keys[first],
+                    model,
+                    &texts[first],
+                    missing.len(),
+                )));
             }
             // A text that is twice in the batch is asked once.
             let mut unique: Vec<usize> = Vec::with_capacity(missing.len());

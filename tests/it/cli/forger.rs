@@ -150,27 +150,7 @@ async fn the_honest_sequence_verifies_quietly_under_a_hostile_environment() {
     std::fs::write(quiet.path().join(".env"), "MRAGENT_MAX_TOKENS=answer=7\nMRAGENT_MODEL=x/y\n")
         .unwrap();
     let root = hostile_root.path().to_str().unwrap();
-    let env = [
-        ("MRAGENT_BASE_URL", "http://127.0.0.1:9/v1"),
-        ("MRAGENT_EMBED_MODEL", "hostile/embedder"),
-        ("MRAGENT_EMBED_MODEL_DIR", "/nonexistent/model"),
-        ("MRAGENT_JOB_LEASE", "1"),
-        ("MRAGENT_MAX_TOKENS", "answer=1000"),
-        ("MRAGENT_MODEL", "hostile/model"),
-        ("MRAGENT_NO_HEDGE", "true"),
-        ("MRAGENT_RE_MODEL", "hostile/re-model"),
-        ("MRAGENT_ROOT", root),
-        ("MRAGENT_RPM", "1"),
-        ("MRAGENT_SERVE_BIND", "0.0.0.0:1"),
-        ("MRAGENT_SERVE_TOKEN", "hostile"),
-        ("MRAGENT_SERVE_TOKENS", "hostile"),
-        ("MRAGENT_STORE_EMBEDDER", "api"),
-        ("MRAGENT_STORE_URL", "postgres://hostile@127.0.0.1:9/none"),
-        ("MRAGENT_STRUCTURED_OUTPUT", "true"),
-        ("MRAGENT_TIMEOUT", "1"),
-        ("MRAGENT_TPM", "1"),
-        ("MRAGENT_WORKERS", "1"),
-    ];
+    let env = hostile_env(root);
     let path = archive.to_str().unwrap();
     let output = mragent_in(quiet.path(), &["verify", path], &env).await;
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
@@ -182,7 +162,6 @@ async fn the_honest_sequence_verifies_quietly_under_a_hostile_environment() {
     assert!(snapshot(hostile_root.path()).is_empty(), "verify wrote under MRAGENT_ROOT");
 }
 
-/// Changes the first ASCII digit of `bytes` (a number in a table, a chart or a JSON file).
 /// An honest user judges with an audit file that lives outside the project (another folder
 /// on the judging host): the archive holds the audit as a member, and verify, recomputing the
 /// matrix from it, still says VERIFIED (found by `benches/record.rs`: the matrix named the
@@ -218,7 +197,33 @@ async fn an_archive_judged_with_an_audit_outside_the_project_verifies() {
     assert!(!stdout.contains("carried, not verified: eval/locomo/t/matrix"), "{stdout}");
 }
 
-fn change_a_digit(bytes: &[u8]) -> Vec<u8> {
+/// Every `MRAGENT_*` variable set to a hostile value, `MRAGENT_ROOT` to `root`.
+pub(super) fn hostile_env(root: &str) -> Vec<(&'static str, &str)> {
+    vec![
+        ("MRAGENT_BASE_URL", "http://127.0.0.1:9/v1"),
+        ("MRAGENT_EMBED_MODEL", "hostile/embedder"),
+        ("MRAGENT_EMBED_MODEL_DIR", "/nonexistent/model"),
+        ("MRAGENT_JOB_LEASE", "1"),
+        ("MRAGENT_MAX_TOKENS", "answer=1000"),
+        ("MRAGENT_MODEL", "hostile/model"),
+        ("MRAGENT_NO_HEDGE", "true"),
+        ("MRAGENT_RE_MODEL", "hostile/re-model"),
+        ("MRAGENT_ROOT", root),
+        ("MRAGENT_RPM", "1"),
+        ("MRAGENT_SERVE_BIND", "0.0.0.0:1"),
+        ("MRAGENT_SERVE_TOKEN", "hostile"),
+        ("MRAGENT_SERVE_TOKENS", "hostile"),
+        ("MRAGENT_STORE_EMBEDDER", "api"),
+        ("MRAGENT_STORE_URL", "postgres://hostile@127.0.0.1:9/none"),
+        ("MRAGENT_STRUCTURED_OUTPUT", "true"),
+        ("MRAGENT_TIMEOUT", "1"),
+        ("MRAGENT_TPM", "1"),
+        ("MRAGENT_WORKERS", "1"),
+    ]
+}
+
+/// Changes the first ASCII digit of `bytes` (a number in a table, a chart or a JSON file).
+pub(super) fn change_a_digit(bytes: &[u8]) -> Vec<u8> {
     let mut bytes = bytes.to_vec();
     let at = bytes.iter().position(u8::is_ascii_digit).unwrap();
     bytes[at] = if bytes[at] == b'9' { b'8' } else { bytes[at] + 1 };
@@ -226,7 +231,11 @@ fn change_a_digit(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Edits the JSON member `name` with `change`.
-fn edit_json(members: &mut BTreeMap<String, Vec<u8>>, name: &str, change: impl FnOnce(&mut Value)) {
+pub(super) fn edit_json(
+    members: &mut BTreeMap<String, Vec<u8>>,
+    name: &str,
+    change: impl FnOnce(&mut Value),
+) {
     let mut value: Value = serde_json::from_slice(&members[name]).unwrap();
     change(&mut value);
     members.insert(name.to_string(), serde_json::to_vec_pretty(&value).unwrap());
@@ -240,7 +249,12 @@ fn edit_manifest(members: &mut BTreeMap<String, Vec<u8>>, change: impl Fn(&mut V
 
 /// Deletes the first call of `kind` recorded for a work item containing `item` from the call
 /// store member `name`.
-fn delete_call(members: &mut BTreeMap<String, Vec<u8>>, name: &str, kind: &str, item: &str) {
+pub(super) fn delete_call(
+    members: &mut BTreeMap<String, Vec<u8>>,
+    name: &str,
+    kind: &str,
+    item: &str,
+) {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), &members[name]).unwrap();
     let connection = rusqlite::Connection::open(file.path()).unwrap();
@@ -269,7 +283,11 @@ async fn every_forged_member_kind_is_named() {
         })
         .unwrap()
         .clone();
-    let memory = members.keys().find(|name| name.starts_with("data/locomo/conv-7")).cloned();
+    let memory = members
+        .keys()
+        .find(|name| name.starts_with("data/locomo/rewrite_") && name.contains("/conv-7_"))
+        .unwrap()
+        .clone();
 
     type Forgery = Box<dyn Fn(&mut BTreeMap<String, Vec<u8>>)>;
     let mut cases: Vec<(&str, Forgery, Vec<String>)> = Vec::new();
@@ -399,16 +417,11 @@ async fn every_forged_member_kind_is_named() {
         }),
         vec!["record/locomo/local-tiny_t.judge.sqlite".into(), "judging question conv-7:".into()],
     ));
-    if let Some(memory) = memory.clone() {
-        cases.push((
-            "the memory",
-            Box::new(move |m| {
-                let bytes = change_a_digit(&m[&memory]);
-                m.insert(memory.clone(), bytes);
-            }),
-            vec![],
-        ));
-    }
+    cases.push((
+        "the memory",
+        Box::new(move |m| super::learn_archive::forge_memory(m, &memory)),
+        vec!["question conv-7:".into(), "field(s) memory".into()],
+    ));
     for (what, forge, named) in &cases {
         let mut changed = members.clone();
         forge(&mut changed);

@@ -19,14 +19,15 @@ use crate::support::{build_and_answer, mragent_command, project_with, read_lines
 
 /// The rule the proposer suggests; the scripted model answers temporal questions right when
 /// its system prompt holds "session date".
-const GOOD_RULE: &str = "For when-questions, read the session date of each event before answering.";
+pub(super) const GOOD_RULE: &str =
+    "For when-questions, read the session date of each event before answering.";
 
 /// A rule that makes every answer wrong (the scripted model's reaction to it).
 const HARMFUL_RULE: &str = "Answer at once, without calling any tool.";
 
 /// The answer fixture twice (`conv-7` and a renamed `conv-8`), every judged question made
 /// temporal.
-fn fixture(data: &mut Value) {
+pub(super) fn fixture(data: &mut Value) {
     let text = serde_json::to_string(&data[0])
         .unwrap()
         .replace("Lena", "Marguerite")
@@ -149,11 +150,19 @@ fn world(
     }
 }
 
-async fn world_server(data: &Path, proposed: &'static str, delay: Duration) -> ScriptedServer {
+pub(super) async fn world_server(
+    data: &Path,
+    proposed: &'static str,
+    delay: Duration,
+) -> ScriptedServer {
     ScriptedServer::with_responder(world(golds(data), proposed, delay)).await.unwrap()
 }
 
-fn learn_args<'a>(data: &'a Path, server: &'a ScriptedServer, name: &'a str) -> Vec<&'a str> {
+pub(super) fn learn_args<'a>(
+    data: &'a Path,
+    server: &'a ScriptedServer,
+    name: &'a str,
+) -> Vec<&'a str> {
     vec![
         "learn",
         "--data-file",

@@ -390,6 +390,7 @@ async fn env_example_copied_to_dot_env_parses() {
 mod errors;
 mod forger;
 mod learn;
+mod learn_archive;
 mod output;
 mod pipeline;
 mod record;
