@@ -39,14 +39,30 @@ pub fn recording(path: &Path) -> anyhow::Result<Arc<Tape>> {
 
 /// Starts the new call store `target` with the calls recorded in `sources` (those that exist,
 /// only read): a comparison's judge tape lends the verdicts `eval` already paid for. A store
-/// that exists already is left as it is.
+/// that exists already is left as it is. The store is filled under another name and renamed
+/// into place, so a failed or killed lending leaves no half-lent store that would never be
+/// lent again; a source that cannot be read lends nothing (it is a memo: its verdicts are
+/// asked afresh) and is logged.
 pub fn lend_calls(sources: &[PathBuf], target: &Path) -> anyhow::Result<()> {
     if target.exists() {
         return Ok(());
     }
-    let store = CallStore::open(target)?;
+    let parent = target.parent().context("a call store path has a folder")?;
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let lending = tempfile::Builder::new()
+        .prefix(".lending-")
+        .suffix(".sqlite")
+        .tempfile_in(parent)
+        .with_context(|| format!("creating a file in {}", parent.display()))?;
+    let store = CallStore::open(lending.path())?;
     for source in sources.iter().filter(|source| source.is_file()) {
-        let calls = CallStore::open_read_only(source)?.calls()?;
+        let calls = match CallStore::open_read_only(source).and_then(|store| store.calls()) {
+            Ok(calls) => calls,
+            Err(error) => {
+                tracing::warn!(source = %source.display(), error = %error, "not lending the calls of an unreadable store");
+                continue;
+            }
+        };
         let lent: Vec<NewCall<'_>> = calls
             .iter()
             .map(|call| NewCall {
@@ -60,6 +76,9 @@ pub fn lend_calls(sources: &[PathBuf], target: &Path) -> anyhow::Result<()> {
             .collect();
         store.put_all(&lent)?;
     }
+    store.checkpoint()?;
+    drop(store);
+    lending.persist(target).with_context(|| format!("writing {}", target.display()))?;
     Ok(())
 }
 
@@ -191,4 +210,43 @@ fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> String {
     let differing: Vec<&str> =
         names.into_iter().filter(|name| a.get(*name) != b.get(*name)).collect();
     format!("field(s) {}", differing.join(", "))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn store_with(path: &Path, key: &str) {
+        let request = serde_json::json!({"model": "m", "messages": [key]});
+        let call =
+            NewCall { key, kind: "chat", model: "m", context: "", request: &request, reply: b"{}" };
+        CallStore::open(path).unwrap().put(&call).unwrap();
+    }
+
+    #[test]
+    fn lending_skips_an_unreadable_store_and_leaves_no_half_lent_one() {
+        let directory = tempfile::tempdir().unwrap();
+        let (good, bad) =
+            (directory.path().join("good.sqlite"), directory.path().join("bad.sqlite"));
+        store_with(&good, "k1");
+        std::fs::write(&bad, b"not a call store").unwrap();
+        let target = directory.path().join("record/t_vs_u.judge.sqlite");
+        lend_calls(&[bad.clone(), good.clone()], &target).unwrap();
+        let lent = CallStore::open_read_only(&target).unwrap().calls().unwrap();
+        assert_eq!(lent.iter().map(|call| call.key.as_str()).collect::<Vec<_>>(), ["k1"]);
+        // Only the store itself is left in its folder: no half-lent file under another name.
+        let names: Vec<String> = std::fs::read_dir(target.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.ends_with("-wal") && !name.ends_with("-shm"))
+            .collect();
+        assert_eq!(names, ["t_vs_u.judge.sqlite"]);
+        // A lending that fails (its folder cannot be made) leaves no store to skip next time.
+        let blocked = directory.path().join("file");
+        std::fs::write(&blocked, b"").unwrap();
+        assert!(lend_calls(&[good], &blocked.join("x.sqlite")).is_err());
+        assert!(!blocked.join("x.sqlite").exists());
+    }
 }

@@ -8,7 +8,6 @@ use anyhow::Context as _;
 
 use super::{ArchiveClaims, Report, relative};
 use crate::llm::tape::{CallStore, Offline, Tape, TapeMode, TapedChat};
-use crate::llm::{ChatModel, ChatRequest, ChatResponse, Error as LlmError, Step};
 
 /// The files of an eval folder that `eval` writes and `verify` recomputes.
 const RECOMPUTED: &[&str] =
@@ -85,12 +84,12 @@ async fn judged_from_tape(
     }
     let store = Arc::new(CallStore::open_read_only(&path)?);
     let tape = Tape::new(store, TapeMode::Replay { fill: false });
-    let judge = Unrecorded::new(TapedChat::new(Offline, tape));
+    let judge = TapedChat::new(Offline, Arc::clone(&tape));
     let judged =
         crate::commands::eval::judged(settings, &record.protocols, Some(&judge), KEY).await;
     // A judgement that fails is graded, not fatal: a verdict missing from the tape is a
     // mismatch of the judge's tape itself.
-    if let Some(what) = judge.first() {
+    if let Some(what) = tape.first_unrecorded() {
         let judge_calls = relative(root, &path);
         return Ok(Err(format!("{judge_calls}: a judge call was never recorded: {what}")));
     }
@@ -275,35 +274,4 @@ fn compare_summary_markdown(
 /// The first 200 characters of `text`, for a message.
 fn excerpt(text: &str) -> String {
     text.chars().take(200).collect()
-}
-
-/// A model whose first unrecorded request is kept (see [`check_eval`]).
-struct Unrecorded<M> {
-    inner: M,
-    first: std::sync::Mutex<Option<String>>,
-}
-
-impl<M> Unrecorded<M> {
-    fn new(inner: M) -> Self {
-        Self { inner, first: std::sync::Mutex::new(None) }
-    }
-
-    fn first(&self) -> Option<String> {
-        self.first.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-}
-
-impl<M: ChatModel> ChatModel for Unrecorded<M> {
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        let reply = self.inner.chat(request).await;
-        if let Err(LlmError::Unrecorded { what }) = &reply {
-            let mut first = self.first.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            first.get_or_insert_with(|| what.clone());
-        }
-        reply
-    }
-
-    fn max_tokens(&self, step: Step) -> Option<u32> {
-        self.inner.max_tokens(step)
-    }
 }

@@ -108,6 +108,8 @@ pub struct Tape {
     inflight: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Replay: the first request that was not on the tape (its work item and request).
     first_unrecorded: Mutex<Option<String>>,
+    /// The chat keys this tape recorded (this run's own calls, see [`unit`]).
+    fresh: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Tape {
@@ -119,6 +121,7 @@ impl Tape {
             counters: TapeCounters::default(),
             inflight: Mutex::new(BTreeMap::new()),
             first_unrecorded: Mutex::new(None),
+            fresh: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -221,7 +224,15 @@ impl Tape {
             })?;
             self.count_hit(1);
             if self.mode == TapeMode::Record {
-                unit::note_replayed(&self.store, &key);
+                let fresh = self.fresh.lock().unwrap_or_else(PoisonError::into_inner);
+                let earlier = !fresh.contains(&key);
+                drop(fresh);
+                unit::note_replayed(unit::Replayed {
+                    store: Arc::clone(&self.store),
+                    key: key.clone(),
+                    reply: bytes,
+                    earlier,
+                });
             }
             return Ok(response);
         }
@@ -232,6 +243,7 @@ impl Tape {
         let response = send().await?;
         unit::note_usage(response.usage);
         let reply = serde_json::to_vec(&response).map_err(|error| tape_error(&error))?;
+        self.fresh.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
         let stored = self.record(key, "chat", request.model.clone(), value, reply).await?;
         self.count_sent(1, stored as u64);
         Ok(response)

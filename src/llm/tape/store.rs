@@ -104,8 +104,11 @@ impl CallStore {
     /// Opens an existing store without writing to it.
     pub fn open_read_only(path: &Path) -> Result<Self, TapeError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let connection =
-            Connection::open_with_flags(path, flags).map_err(|source| sql(path, source))?;
+        let connection = match immutable_uri(path) {
+            Some(uri) => Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI),
+            None => Connection::open_with_flags(path, flags),
+        }
+        .map_err(|source| sql(path, source))?;
         let store = Self { path: path.to_path_buf(), connection: Mutex::new(connection) };
         store.check_format()?;
         Ok(store)
@@ -231,17 +234,28 @@ impl CallStore {
         Ok(inserted)
     }
 
-    /// Takes the calls of `keys` off the store (their bodies stay, shared or not); how many
-    /// there were. What a failed judgement replayed is forgotten so it is asked afresh.
-    pub fn forget(&self, keys: &[String]) -> Result<usize, TapeError> {
-        let connection = self.lock();
-        let mut forgotten = 0;
-        for key in keys {
-            forgotten += connection
+    /// Takes the call `key` off the store if its recorded reply is still `reply` (another
+    /// task may have forgotten it and recorded a new one since); whether it did. Its bodies
+    /// stay, shared or not. What a failed judgement replayed is forgotten so it is asked
+    /// afresh.
+    pub fn forget_reply(&self, key: &str, reply: &[u8]) -> Result<bool, TapeError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction().map_err(|source| sql(&self.path, source))?;
+        let blob: Option<Vec<u8>> = transaction
+            .query_row("SELECT reply FROM calls WHERE key = ?1", [key], |row| row.get(0))
+            .optional()
+            .map_err(|source| sql(&self.path, source))?;
+        let same = match blob {
+            Some(blob) => self.unpack(&blob, &format!("the reply of {key}"))? == reply,
+            None => false,
+        };
+        if same {
+            transaction
                 .execute("DELETE FROM calls WHERE key = ?1", [key])
                 .map_err(|source| sql(&self.path, source))?;
         }
-        Ok(forgotten)
+        transaction.commit().map_err(|source| sql(&self.path, source))?;
+        Ok(same)
     }
 
     /// Every recorded call, in the order they were first recorded.
@@ -399,6 +413,29 @@ fn rejoin(value: &mut Value, fetch: &mut impl FnMut(&str) -> Option<Value>) {
     if let Some(tools) = value.get_mut("tools") {
         restore(tools);
     }
+}
+
+/// A read-only store with no write-ahead log beside it (a finished run's, an archive's) is
+/// opened as immutable, so that reading it leaves no `-wal` or `-shm` file beside another
+/// run's store; with a log (a store being written now), `None`: it is opened as usual.
+fn immutable_uri(path: &Path) -> Option<String> {
+    let mut log = path.as_os_str().to_owned();
+    log.push("-wal");
+    if Path::new(&log).exists() {
+        return None;
+    }
+    let text = path.to_str()?;
+    let mut uri = String::from("file:");
+    for character in text.chars() {
+        match character {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            other => uri.push(other),
+        }
+    }
+    uri.push_str("?immutable=1");
+    Some(uri)
 }
 
 fn pack(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, TapeError> {

@@ -183,3 +183,85 @@ async fn a_cancelled_call_leaves_no_gate_behind() {
     assert_eq!(answered, reply("A"));
     assert!(recorder.inflight.lock().unwrap().is_empty());
 }
+
+/// A judgement that fails on every reply: asks `text` through `tape`, counting sends.
+async fn failing_unit(
+    tape: &Tape,
+    text: &str,
+    sent: &AtomicU64,
+) -> (Result<(), String>, UnitCalls) {
+    afresh_on_failure(|| async {
+        tape.chat(&request(text), || async {
+            sent.fetch_add(1, Ordering::SeqCst);
+            Ok(reply("unreadable"))
+        })
+        .await
+        .map_err(|error| error.to_string())?;
+        Err("the reply is no verdict".to_string())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_failure_this_run_recorded_is_kept_and_an_earlier_run_s_is_asked_afresh_once() {
+    let directory = tempfile::tempdir().unwrap();
+    let sent = AtomicU64::new(0);
+    let run = tape(directory.path(), TapeMode::Record);
+    // Two units of one run share a request: the second replays the first's call and keeps its
+    // failure rather than taking it off the tape and asking again.
+    let (first, _) = failing_unit(&run, "a", &sent).await;
+    let (second, calls) = failing_unit(&run, "a", &sent).await;
+    assert!(first.is_err() && second.is_err());
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "one run asked one request twice");
+    assert!(calls.from_tape());
+    assert_eq!(run.store().calls().unwrap().len(), 1);
+    drop(run);
+    // The next run meets the earlier run's failure on the tape: it takes it off and asks once.
+    let next = tape(directory.path(), TapeMode::Record);
+    let (third, calls) = failing_unit(&next, "a", &sent).await;
+    assert!(third.is_err());
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.sent, 1);
+    assert_eq!(next.store().calls().unwrap().len(), 1, "the new reply replaces the old one");
+}
+
+#[test]
+fn a_call_is_forgotten_only_while_its_reply_is_the_one_replayed() {
+    let directory = tempfile::tempdir().unwrap();
+    let store = CallStore::open(&directory.path().join("calls.sqlite")).unwrap();
+    let value = serde_json::to_value(request("a")).unwrap();
+    let key = chat_key(&value);
+    let (old, new) = (b"{\"old\":1}".to_vec(), b"{\"new\":2}".to_vec());
+    let call = |reply: &'static [u8]| NewCall {
+        key: &key,
+        kind: "chat",
+        model: "m",
+        context: "",
+        request: &value,
+        reply,
+    };
+    store.put(&call(b"{\"new\":2}")).unwrap();
+    // Another unit already asked afresh: the reply replayed (`old`) is no longer there.
+    assert!(!store.forget_reply(&key, &old).unwrap());
+    assert_eq!(store.reply(&key).unwrap(), Some(new.clone()));
+    assert!(store.forget_reply(&key, &new).unwrap());
+    assert_eq!(store.reply(&key).unwrap(), None);
+}
+
+#[tokio::test]
+async fn reading_a_finished_store_leaves_no_file_beside_it() {
+    let directory = tempfile::tempdir().unwrap();
+    let folder = directory.path().join("odd ?#% name");
+    std::fs::create_dir_all(&folder).unwrap();
+    let recorder = tape(&folder, TapeMode::Record);
+    recorder.chat(&request("a"), || async { Ok(reply("A")) }).await.unwrap();
+    drop(recorder);
+    let before: Vec<_> =
+        std::fs::read_dir(&folder).unwrap().flatten().map(|e| e.file_name()).collect();
+    let reader = CallStore::open_read_only(&folder.join("calls.sqlite")).unwrap();
+    assert_eq!(reader.calls().unwrap().len(), 1);
+    drop(reader);
+    let after: Vec<_> =
+        std::fs::read_dir(&folder).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(after, before, "reading the store wrote beside it");
+}

@@ -18,11 +18,26 @@ tokio::task_local! {
     static UNIT: RefCell<UnitSeen>;
 }
 
+/// A call answered from a recording tape.
+#[derive(Debug)]
+pub(super) struct Replayed {
+    /// The tape's store.
+    pub store: Arc<CallStore>,
+    /// The call's key.
+    pub key: String,
+    /// The reply it was answered with.
+    pub reply: Vec<u8>,
+    /// Whether the call was recorded before this tape was opened (by an earlier run), not by
+    /// this run: only such a call may be taken off the tape, since this run's own verdicts
+    /// rest on the calls it recorded.
+    pub earlier: bool,
+}
+
 /// What the chat calls of one unit did, as the tape saw them.
 #[derive(Debug, Default)]
 struct UnitSeen {
-    /// Calls answered from a recording tape: its store and the call's key.
-    replayed: Vec<(Arc<CallStore>, String)>,
+    /// Calls answered from a recording tape.
+    replayed: Vec<Replayed>,
     /// Calls sent to the endpoint (a send that failed included).
     sent: u64,
     /// Tokens of the replies obtained by sending.
@@ -63,11 +78,9 @@ impl UnitSeen {
     }
 }
 
-/// Notes that the chat call `key` of `store` was answered from a recording tape.
-pub(super) fn note_replayed(store: &Arc<CallStore>, key: &str) {
-    let _ = UNIT.try_with(|unit| {
-        unit.borrow_mut().replayed.push((Arc::clone(store), key.to_string()));
-    });
+/// Notes that a chat call was answered from a recording tape.
+pub(super) fn note_replayed(call: Replayed) {
+    let _ = UNIT.try_with(|unit| unit.borrow_mut().replayed.push(call));
 }
 
 /// Notes that a chat call is being sent.
@@ -100,7 +113,10 @@ where
 {
     let (first, unit) = in_unit(attempt()).await;
     let calls = unit.calls();
-    if first.is_ok() || unit.sent > 0 || unit.replayed.is_empty() {
+    // A failure this run already met (a call it recorded itself, or shares with a unit that
+    // sent it) is kept: asking again would give two units of one run two replies to one key.
+    let earlier = unit.replayed.iter().all(|call| call.earlier);
+    if first.is_ok() || unit.sent > 0 || unit.replayed.is_empty() || !earlier {
         return (first, calls);
     }
     if let Err(error) = forget(unit.replayed).await {
@@ -111,11 +127,12 @@ where
     (second, unit.calls())
 }
 
-/// Takes the calls `replayed` off their stores.
-async fn forget(replayed: Vec<(Arc<CallStore>, String)>) -> anyhow::Result<()> {
+/// Takes the calls `replayed` off their stores, each only while its recorded reply is the one
+/// replayed (a unit sharing the key may have asked it afresh already).
+async fn forget(replayed: Vec<Replayed>) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        for (store, key) in &replayed {
-            store.forget(std::slice::from_ref(key))?;
+        for call in &replayed {
+            call.store.forget_reply(&call.key, &call.reply)?;
         }
         Ok(())
     })

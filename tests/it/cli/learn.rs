@@ -317,6 +317,7 @@ async fn a_learn_rerun_is_answered_from_its_tape_and_sends_nothing() {
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     let meta = dir.path().join("data/locomo/meta/r");
     let (rules, steps) = (read_json(&meta.join("rules.json")), records(&meta));
+    let report = std::fs::read_to_string(meta.join("report.md")).unwrap();
     let first = server.requests();
     let loops = first.iter().filter(|r| is_loop(r)).count();
     let embeddings = first.iter().filter(|r| r.is_embeddings()).count();
@@ -367,6 +368,9 @@ async fn a_learn_rerun_is_answered_from_its_tape_and_sends_nothing() {
     assert!(stdout.contains("model calls: 0 sent and recorded"), "{stdout}");
     assert_eq!(read_json(&meta.join("rules.json")), rules);
     assert_eq!(records(&meta), steps);
+    // The report is made from the step records alone: the rerun, which spent nothing, writes
+    // the same one.
+    assert_eq!(std::fs::read_to_string(meta.join("report.md")).unwrap(), report);
 }
 
 /// Starts `mragent args` in `dir` and kills it (-9) once the second rollout of fold 0's first
