@@ -177,11 +177,16 @@ fn compare_outputs(
             continue;
         }
         let (kept, made) = (root.join(path), replay_root.join(path));
-        if is_trace(path) {
-            report.carried.insert(path.to_string());
-            continue;
-        }
-        let mismatch = if is_result_file(path) {
+        let mismatch = if is_trace(path) {
+            match same_trace(&kept, &made, path)? {
+                Ok(true) => {
+                    report.carried.insert(path.to_string());
+                    continue;
+                }
+                Ok(false) => None,
+                Err(mismatch) => Some(mismatch),
+            }
+        } else if is_result_file(path) {
             let comparison = crate::recorded::tape::compare_results(&[(kept, made)])?;
             report.lines += comparison.compared;
             comparison.first_mismatch
@@ -215,6 +220,20 @@ fn is_trace(path: &str) -> bool {
 /// A result file of answers (`result/…`, the passes' under `runs/result/…`).
 fn is_result_file(path: &str) -> bool {
     (path.starts_with("result/") || path.contains("/result/")) && path.ends_with(".jsonl")
+}
+
+/// The archived trace against the replay's (see [`super::traces::compare_trace`]): whether it
+/// holds earlier attempts, which are carried, or the first difference, named.
+fn same_trace(kept: &Path, made: &Path, name: &str) -> anyhow::Result<Result<bool, String>> {
+    let Ok(theirs) = std::fs::read(made) else {
+        return Ok(Err(format!(
+            "{name}: archived, but the replay of the learning does not write it"
+        )));
+    };
+    let ours = std::fs::read(kept)?;
+    let (ours, theirs) = (String::from_utf8_lossy(&ours), String::from_utf8_lossy(&theirs));
+    Ok(super::traces::compare_trace(&ours, &theirs, None)
+        .map_err(|difference| format!("{name}: {difference}")))
 }
 
 /// `None` when the archived file and the replay's are the same bytes; else the first

@@ -6,21 +6,27 @@
 //! 2. `archive.json` against the hashed manifest member, which drives every later check
 //!    (samples, traces, replay arguments), and against the archived judge settings;
 //! 3. a trace for every result line (when the run wrote traces);
-//! 4. the answers replayed from the recorded calls, every result line against the archived
-//!    one (latency aside), with every setting from the manifest and none from the verifier's
-//!    environment; a trace for every question the replay traced;
-//! 5. the eval folder recomputed (official F1 and exact match from the results and the
+//! 4. the answers replayed from the recorded calls into the tag `<tag>-verify`, every result
+//!    line against the archived one (latency aside), with every setting from the manifest and
+//!    none from the verifier's environment;
+//! 5. every archived trace against the replay's trace of the same question, line by line, its
+//!    times and its run's tag aside (`traces::normalised`); a trace the replay made that the
+//!    archive lacks, or an archived one the replay did not make, is a mismatch;
+//! 6. the eval folder recomputed (official F1 and exact match from the results and the
 //!    dataset, the judge tables and matrix from the recorded judge calls) against the
 //!    archived one.
 //!
-//! What it cannot recompute it lists as "carried, not verified". Nothing is sent anywhere: the
-//! judge and the run are played back from their tapes, and a request that is not on them is a
-//! mismatch.
+//! What it cannot recompute it lists as "carried, not verified": the manifest's counts, times
+//! and host, the earlier attempts of a trace (a question answered again after a failure or an
+//! interruption: its last attempt is compared), and any member the run did not write. Nothing
+//! is sent anywhere: the judge and the run are played back from their tapes, and a request
+//! that is not on them is a mismatch.
 
 mod archive;
 mod learn;
 mod replay;
 mod tables;
+mod traces;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -28,8 +34,9 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use self::archive::check_index;
-use self::replay::{check_replayed_traces, check_traces, replay};
+use self::replay::replay;
 use self::tables::check_eval;
+use self::traces::{check_traces, compare_traces};
 use super::Outcome;
 use super::output::outln;
 use crate::recorded::archive::ArchiveIndex;
@@ -82,7 +89,8 @@ struct Report {
     /// the audit, the manifest's settings): an alteration that matters shows in what is
     /// recomputed.
     inputs: BTreeSet<String>,
-    /// Members verify cannot recompute, listed, never counted among what matches.
+    /// Members verify cannot recompute, or not whole (a trace with earlier attempts), listed,
+    /// never counted among what matches.
     carried: BTreeSet<String>,
     /// Result lines replayed.
     lines: usize,
@@ -145,7 +153,7 @@ async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, St
     if let Err(mismatch) = replay(&checked, root).await? {
         return Ok(Err(mismatch));
     }
-    if let Some(mismatch) = check_replayed_traces(&checked, root)? {
+    if let Some(mismatch) = compare_traces(&checked, root, &mut report)? {
         return Ok(Err(mismatch));
     }
     report.judged = match check_eval(&checked, root, &mut report).await? {
@@ -162,7 +170,7 @@ fn classify(checked: &ArchiveClaims, report: &mut Report) {
     let samples = checked.samples();
     for member in &index.files {
         let path = member.path.as_str();
-        if report.recomputed.contains(path) {
+        if report.recomputed.contains(path) || report.carried.contains(path) {
             continue;
         }
         let result_file = samples.iter().any(|sample| {
@@ -196,6 +204,11 @@ fn classify(checked: &ArchiveClaims, report: &mut Report) {
     // and host were not checked.
     report.carried.insert(checked.manifest_member.clone());
     report.inputs.remove(&checked.manifest_member);
+}
+
+/// The tag the replay answers into: `<tag>-verify`.
+fn replay_tag(index: &ArchiveIndex) -> String {
+    format!("{}-verify", index.file)
 }
 
 /// `path` as a path inside the archive unpacked at `root`.

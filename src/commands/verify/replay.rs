@@ -1,78 +1,11 @@
-//! The run's answers: a trace for every result line, and the answers replayed from the
-//! recorded calls with the archived manifest's settings and none from the environment.
+//! The run's answers replayed from the recorded calls with the archived manifest's settings and
+//! none from the environment.
 
 use std::path::Path;
 
-use anyhow::Context as _;
 use clap::{CommandFactory as _, FromArgMatches as _};
 
-use super::{ArchiveClaims, relative};
-
-/// The result lines of the run, as `(sample, question id, file, line number)`.
-fn result_lines(
-    checked: &ArchiveClaims,
-    root: &Path,
-) -> anyhow::Result<Vec<(String, String, String, usize)>> {
-    let index = &checked.index;
-    let mut lines = Vec::new();
-    for sample in checked.samples() {
-        let path =
-            crate::results::result_path(root, &index.dataset, &sample, &index.model, &index.file);
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        let name = relative(root, &path);
-        for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
-            let value: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("{name} line {} is not JSON", number + 1))?;
-            let id = value["question_id"].as_str().unwrap_or_default().to_string();
-            lines.push((sample.clone(), id, name.clone(), number + 1));
-        }
-    }
-    Ok(lines)
-}
-
-/// A trace for every result line, when the run wrote traces; the number of result lines.
-pub(super) fn check_traces(
-    checked: &ArchiveClaims,
-    root: &Path,
-) -> anyhow::Result<Result<usize, String>> {
-    let index = &checked.index;
-    let lines = result_lines(checked, root)?;
-    if checked.manifest["settings"]["traces"] != true {
-        return Ok(Ok(lines.len()));
-    }
-    for (sample, id, file, number) in &lines {
-        let trace = crate::agent::trace::trace_path(root, &index.dataset, &index.file, sample, id);
-        if !trace.is_file() {
-            return Ok(Err(format!(
-                "{file} line {number} (question {id}): its trace {} is missing",
-                relative(root, &trace)
-            )));
-        }
-    }
-    Ok(Ok(lines.len()))
-}
-
-/// Every question the replay traced has its trace in the archive, whatever the manifest says
-/// of traces (the replay writes them as the recorded run did).
-pub(super) fn check_replayed_traces(
-    checked: &ArchiveClaims,
-    root: &Path,
-) -> anyhow::Result<Option<String>> {
-    let index = &checked.index;
-    let log = root.join("log").join(&index.dataset);
-    let replayed = log.join(format!("{}-verify", index.file));
-    for trace in crate::recorded::archive::files_under(&replayed)? {
-        let archived = log.join(&index.file).join(trace.strip_prefix(&replayed)?);
-        if !archived.is_file() {
-            let question = trace.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-            return Ok(Some(format!(
-                "question {question}: the replay traced it, but its trace {} is missing",
-                relative(root, &archived)
-            )));
-        }
-    }
-    Ok(None)
-}
+use super::{ArchiveClaims, replay_tag};
 
 /// The answers replayed from the recorded calls into a `-verify` tag, compared line by line.
 /// Every setting comes from the archived manifest: the arguments are parsed with no
@@ -100,7 +33,7 @@ pub(super) async fn replay(
         value.clone_from(rules);
     }
     args.append(&mut given);
-    let to = format!("{}-verify", index.file);
+    let to = replay_tag(index);
     args.extend(["--data-file".into(), index.dataset_file.clone(), "--to".into(), to]);
     let command = without_env(crate::cli::Cli::command());
     let parsed = command

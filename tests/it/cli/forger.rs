@@ -1,6 +1,7 @@
 //! The forger's suite (issue 39): an archive is changed member by member, `archive.json`
 //! re-hashed as a forger would, and `verify` must say MISMATCH naming the file (and the
-//! question, where there is one); what it cannot recompute it lists as carried. The honest
+//! question, where there is one); what it cannot recompute it lists as carried (no trace: each
+//! is compared with the replay's, its times aside). The honest
 //! sequence (run → eval with two protocols → compare → export → verify) verifies, under a
 //! hostile environment too, and reading a run never changes it.
 
@@ -101,7 +102,8 @@ async fn the_honest_sequence_verifies_quietly_under_a_hostile_environment() {
     assert!(said.contains("2 protocol(s)"), "{said}");
     // What verify cannot recompute is listed, never counted among what matches.
     assert!(said.contains(&format!("carried, not verified: {MANIFEST}")), "{said}");
-    assert!(said.contains("carried, not verified: log/locomo/t/"), "{said}");
+    // Every trace is recomputed: compared with the replay's trace of its question.
+    assert!(!said.contains("carried, not verified: log/"), "{said}");
     for recomputed in ["matrix.json", "matrix.md", "summary.md", "summary.json", "scores.jsonl"] {
         assert!(!said.contains(&format!("carried, not verified: {EVAL}/{recomputed}")), "{said}");
     }
@@ -245,6 +247,28 @@ pub(super) fn edit_json(
 fn edit_manifest(members: &mut BTreeMap<String, Vec<u8>>, change: impl Fn(&mut Value)) {
     edit_json(members, MANIFEST, &change);
     edit_json(members, "archive.json", |index| change(&mut index["manifest"]));
+}
+
+/// Edits every line of the trace member `name` with `change` (the record and its line number).
+fn edit_trace(
+    members: &mut BTreeMap<String, Vec<u8>>,
+    name: &str,
+    change: impl Fn(&mut Value, usize),
+) {
+    let text = String::from_utf8(members[name].clone()).unwrap();
+    let mut edited = String::new();
+    for (number, line) in text.lines().enumerate() {
+        let mut record: Value = serde_json::from_str(line).unwrap();
+        change(&mut record, number + 1);
+        edited += &(serde_json::to_string(&record).unwrap() + "\n");
+    }
+    members.insert(name.to_string(), edited.into_bytes());
+}
+
+/// The number of the first line of the trace member `name` recording `event`.
+fn trace_line(members: &BTreeMap<String, Vec<u8>>, name: &str, event: &str) -> usize {
+    let text = std::str::from_utf8(&members[name]).unwrap();
+    1 + text.lines().position(|line| line.contains(&format!("\"event\":\"{event}\""))).unwrap()
 }
 
 /// Deletes the first call of `kind` recorded for a work item containing `item` from the call
@@ -417,6 +441,54 @@ async fn every_forged_member_kind_is_named() {
         }),
         vec!["record/locomo/local-tiny_t.judge.sqlite".into(), "judging question conv-7:".into()],
     ));
+    // A trace is compared with the replay's trace of its question: a tool result changed in
+    // it is named by the trace, the question, the line and the field.
+    let question = {
+        let first = std::str::from_utf8(&members[&trace]).unwrap().lines().next().unwrap();
+        serde_json::from_str::<Value>(first).unwrap()["question_id"].as_str().unwrap().to_string()
+    };
+    let line = trace_line(&members, &trace, "tool_call");
+    let forged_trace = trace.clone();
+    cases.push((
+        "a trace",
+        Box::new(move |m| {
+            edit_trace(m, &forged_trace, |record, number| {
+                if number == line {
+                    record["result"] = "{\"turns\":[\"D9:1:Lena: a forged turn\"]}".into();
+                }
+            })
+        }),
+        vec![
+            format!("{trace} (question {question}): line {line} differs"),
+            "field(s) result".into(),
+        ],
+    ));
+    // A record added to a trace (it was carried, once).
+    let appended = trace.clone();
+    let lines = std::str::from_utf8(&members[&trace]).unwrap().lines().count();
+    cases.push((
+        "a record added to a trace",
+        Box::new(move |m| {
+            let bytes = [&m[&appended][..], b"{\"forged\":true}\n"].concat();
+            m.insert(appended.clone(), bytes);
+        }),
+        vec![format!(
+            "{trace} (question {question}): line {} is not in the replay's trace",
+            lines + 1
+        )],
+    ));
+    // An archived trace of a question the replay did not trace.
+    let copied = trace.clone();
+    let extra = format!("{}/conv-7_q99.jsonl", trace.rsplit_once('/').unwrap().0);
+    let named = format!("{extra} (question conv-7:q99): the replay did not trace this question");
+    cases.push((
+        "a trace of no question answered",
+        Box::new(move |m| {
+            let text = String::from_utf8(m[&copied].clone()).unwrap();
+            m.insert(extra.clone(), text.replace("conv-7:q1\"", "conv-7:q99\"").into_bytes());
+        }),
+        vec![named],
+    ));
     cases.push((
         "the memory",
         Box::new(move |m| super::learn_archive::forge_memory(m, &memory)),
@@ -438,15 +510,26 @@ async fn every_forged_member_kind_is_named() {
         assert!(!without_archive.contains(elsewhere.path().to_str().unwrap()), "{what}: {said}");
     }
 
-    // What verify cannot recompute verifies as carried, and is listed so: a trace's content,
-    // and a file the run never wrote.
+    // A trace whose times alone changed verifies, recomputed (the times measure the host); a
+    // file the run never wrote verifies as carried, and is listed so.
     let mut changed = members.clone();
-    let bytes = [&changed[&trace][..], b"{\"forged\":true}\n"].concat();
-    changed.insert(trace.clone(), bytes);
+    edit_trace(&mut changed, &trace, |record, number| {
+        let fields = record.as_object_mut().unwrap();
+        fields.insert("t_ms".into(), (1000 + number).into());
+        for name in ["ms", "latency_ms"] {
+            if let Some(value) = fields.get_mut(name) {
+                *value = 4321.into();
+            }
+        }
+        if let Some(value) = fields.get_mut("started_at") {
+            *value = "2001-01-01T00:00:00+00:00".into();
+        }
+    });
+    assert_ne!(changed[&trace], members[&trace]);
     changed.insert("notes/claim.md".into(), b"J = 99%\n".to_vec());
     write_archive(&forged, changed, true);
     let (code, said) = verify(elsewhere.path(), &forged).await;
     assert_eq!(code, Some(0), "{said}");
-    assert!(said.contains(&format!("carried, not verified: {trace}")), "{said}");
+    assert!(!said.contains("carried, not verified: log/"), "{said}");
     assert!(said.contains("carried, not verified: notes/claim.md"), "{said}");
 }

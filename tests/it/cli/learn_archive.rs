@@ -84,9 +84,11 @@ async fn a_learn_run_exports_verifies_and_names_every_forged_member() {
     assert!(listing(here.path()).is_empty(), "verify wrote where it ran");
     assert!(listing(hostile_root.path()).is_empty(), "verify wrote under MRAGENT_ROOT");
     assert!(said.contains(&format!("carried, not verified: {META}/manifest.json")), "{said}");
-    for recomputed in ["rules.json", "report.md", "plan.json", "fold0/step1.json"] {
-        assert!(!said.contains(&format!("carried, not verified: {META}/{recomputed}")), "{said}");
-    }
+    // Only the manifest is carried: every other file the learning wrote, traces included, is
+    // recomputed.
+    let carried: Vec<&str> =
+        said.lines().filter(|line| line.starts_with("  carried, not verified")).collect();
+    assert_eq!(carried, [format!("  carried, not verified: {META}/manifest.json")], "{said}");
 
     let members = read_archive(&archive);
     let pass_result = members
@@ -145,6 +147,27 @@ async fn a_learn_run_exports_verifies_and_names_every_forged_member() {
         Box::new(|m| forge_prediction(m, TEST_RESULT)),
         vec![TEST_RESULT.into(), "question conv-7:".into()],
     ));
+    let test_trace =
+        members.keys().find(|name| name.starts_with("log/locomo/meta-v/")).unwrap().clone();
+    let pass_trace =
+        members.keys().find(|name| name.starts_with(&format!("{META}/runs/log/"))).unwrap().clone();
+    for trace in [test_trace, pass_trace] {
+        let forged_trace = trace.clone();
+        cases.push((
+            format!("the answer in {trace}"),
+            Box::new(move |m| {
+                let text = String::from_utf8(m[&forged_trace].clone()).unwrap();
+                let mut lines: Vec<Value> =
+                    text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+                let last = lines.len() - 1;
+                lines[last]["forged"] = true.into();
+                let text: String =
+                    lines.iter().map(|line| serde_json::to_string(line).unwrap() + "\n").collect();
+                m.insert(forged_trace.clone(), text.into_bytes());
+            }),
+            vec![trace.clone(), "field(s) forged".into()],
+        ));
+    }
     cases.push((
         "a step record removed".into(),
         Box::new(|m| {
