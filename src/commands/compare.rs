@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use super::Outcome;
-use super::judging::{judge_client, latched, taped, until_fatal};
+use super::judging::{judge_client, latched, taped};
 use super::output::outln;
 use crate::eval::EvalSettings;
 use crate::eval::paired::BootstrapSettings;
 use crate::llm::fatal::FatalLatch;
+use crate::llm::fatal::until_fatal;
 use crate::recorded::RunFiles;
 use crate::recorded::tape::lend_calls;
 use crate::settings::{CompareJob, Scoring};

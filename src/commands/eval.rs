@@ -2,12 +2,9 @@
 //! then print the table (with several `--judge-protocol`s the judge matrix) and where it was
 //! written; with `--paired-with`, compare it with its twin as `mragent compare` does.
 
-use std::sync::Arc;
-
 use super::Outcome;
-use super::judging::{judge_client, taped, until_fatal};
+use super::judging::{judge_client, taped};
 use super::output::outln;
-use crate::llm::fatal::FatalLatch;
 use crate::recorded::RunFiles;
 use crate::recorded::eval_record::EvalRecord;
 use crate::settings::EvalJob;
@@ -26,8 +23,13 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     // The judge's calls are recorded (`record/<dataset>/<model>_<file>.judge.sqlite`), and so
     // is how it judged ([`EvalRecord`]), for `export` and `verify`.
     let taped = taped(client.as_ref(), &files.judge_calls())?;
-    let evaluation =
-        judged(settings, &scoring.protocols, taped.as_ref(), scoring.models.key_variable).await?;
+    let evaluation = crate::eval::evaluate_latched(
+        settings,
+        &scoring.protocols,
+        taped.as_ref(),
+        scoring.models.key_variable,
+    )
+    .await?;
     if taped.is_some() {
         let record = EvalRecord::of(settings, &scoring.protocols);
         let path = files.eval_record();
@@ -42,25 +44,4 @@ pub async fn execute(job: &EvalJob) -> anyhow::Result<Outcome> {
     let folder = files.eval_folder();
     outln!("written to {}", folder.display())?;
     Ok(if summary.judge_failed > 0 { Outcome::Partial } else { Outcome::Success })
-}
-
-/// [`crate::eval::evaluate_matrix`] with `judge` behind a latch: the first refused key or
-/// unknown model stops the whole evaluation with one message (the judgements already made are
-/// on the judge's tape and a rerun keeps them).
-pub(super) async fn judged<M: crate::llm::ChatModel>(
-    settings: &crate::eval::EvalSettings,
-    protocols: &[crate::eval::judge::JudgeProtocol],
-    judge: Option<&M>,
-    key_variable: &str,
-) -> anyhow::Result<crate::eval::MatrixEvaluation> {
-    let latch = Arc::new(FatalLatch::default());
-    let judge = judge.map(|client| {
-        crate::llm::fatal::Latched::sharing(
-            client,
-            &latch,
-            key_variable,
-            crate::llm::fatal::AfterFatal::Wait,
-        )
-    });
-    until_fatal(&latch, crate::eval::evaluate_matrix(settings, protocols, judge.as_ref())).await
 }

@@ -1,7 +1,5 @@
-//! The judge of `eval` and `compare`: its client, the fatal latch in front of it, and work that
-//! stops once the latch trips.
+//! The judge of `eval` and `compare`: its client, on its tape, behind the fatal latch.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -47,16 +45,4 @@ pub(super) fn latched<'a, M: crate::llm::ChatModel>(
     client.map(|client| {
         Latched::sharing(client, latch, scoring.models.key_variable, AfterFatal::Wait)
     })
-}
-
-/// `work`, or the latch's cause once it trips.
-pub(super) async fn until_fatal<T>(
-    latch: &FatalLatch,
-    work: impl Future<Output = anyhow::Result<T>>,
-) -> anyhow::Result<T> {
-    tokio::select! {
-        biased;
-        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
-        value = work => value,
-    }
 }

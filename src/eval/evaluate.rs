@@ -90,6 +90,22 @@ pub async fn evaluate_matrix<M: ChatModel>(
     Ok(MatrixEvaluation { summary, matrix: judged.matrix, markdown_file })
 }
 
+/// [`evaluate_matrix`] with `judge` behind a latch: the first refused key or unknown model
+/// stops the whole evaluation with one message (the judgements already made are on the
+/// judge's tape and a rerun keeps them). `eval`, and `verify` recomputing its tables.
+pub async fn evaluate_latched<M: ChatModel>(
+    settings: &EvalSettings,
+    protocols: &[JudgeProtocol],
+    judge: Option<&M>,
+    key_variable: &str,
+) -> anyhow::Result<MatrixEvaluation> {
+    use crate::llm::fatal::{AfterFatal, FatalLatch, Latched, until_fatal};
+    let latch = std::sync::Arc::new(FatalLatch::default());
+    let judge =
+        judge.map(|client| Latched::sharing(client, &latch, key_variable, AfterFatal::Wait));
+    until_fatal(&latch, evaluate_matrix(settings, protocols, judge.as_ref())).await
+}
+
 /// The matrix page's file name in the run's eval folder (`matrix.json` beside it).
 const MATRIX_MARKDOWN: &str = "matrix.md";
 

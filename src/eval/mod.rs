@@ -33,8 +33,8 @@ mod summary;
 pub mod svg;
 
 pub use self::evaluate::{
-    MatrixEvaluation, PairedEvaluation, evaluate, evaluate_matrix, evaluate_paired,
-    find_result_files, write_matrix_files,
+    MatrixEvaluation, PairedEvaluation, evaluate, evaluate_latched, evaluate_matrix,
+    evaluate_paired, find_result_files, write_matrix_files,
 };
 pub use self::summary::summary_markdown;
 

@@ -65,9 +65,6 @@ pub struct Member {
 
 /// The index of `job`'s archive and each member's source file.
 pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
-    if job.learn {
-        return super::learn_archive::collect(job);
-    }
     let root = &job.paths.root;
     let dataset = job.dataset.as_str();
     let (manifest_path, manifest) = complete_manifest(job)?;

@@ -1,13 +1,14 @@
 //! A recorded run on disk: where its files are ([`RunFiles`], the one owner of the layout;
-//! [`LearnFiles`] for a `learn` run's folder),
-//! its recorded model calls ([`tape`]), its lock ([`lock`]), its manifest ([`manifest`]), how
-//! it was judged ([`eval_record`]) and its archive ([`archive`]: what `export` writes and
-//! `verify` unpacks and checks member by member).
+//! [`LearnFiles`] for a `learn` run's folder), its recorded model calls ([`tape`]), its lock
+//! ([`lock`]), its manifest ([`manifest`]), how it was judged ([`eval_record`]), its archive
+//! ([`archive`], [`learn_archive`]: what `export` writes) and the offline checks of an archive
+//! ([`verify`]).
 //!
 //! The commands read and write a run only through this room: `run` takes its lock, writes its
 //! manifest and records through its tape; `eval` records the judge; `export` archives;
-//! `verify` unpacks and checks (its replay and its recomputed tables drive `run` and `eval`,
-//! so they stay with the commands).
+//! `verify` has [`verify::verify`] check an archive. The room names no command: the replays of
+//! a run and of a learning, which are the commands' pipelines, come in through
+//! [`verify::Replayer`].
 
 pub mod archive;
 pub mod eval_record;
@@ -15,6 +16,7 @@ pub mod learn_archive;
 pub mod lock;
 pub mod manifest;
 pub mod tape;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 

@@ -508,3 +508,32 @@ fn the_doors_stay_thin_over_the_operations() {
     }
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// The recorded run is one room (issue 39): its layout, tapes, lock, manifest, archive and
+/// `verify`'s checks live in `src/recorded`, which names no command (the replays it needs come
+/// through `recorded::verify::Replayer`); a command reaches a run's files only through
+/// `recorded`'s types, never by spelling `record/`, `.calls.sqlite` or `.manifest.json`.
+#[test]
+fn the_recorded_run_is_one_room_that_names_no_command() {
+    let mut found = Vec::new();
+    for (path, text) in source_files() {
+        let shown = Path::new("src").join(&path);
+        if path.starts_with("recorded") && text.contains("crate::commands") {
+            found.push(format!("{}: the recorded room names a command", shown.display()));
+        }
+        if path.starts_with("commands") {
+            for spelled in ["\"record\"", ".calls.sqlite\"", ".judge.sqlite\"", ".manifest.json\""]
+            {
+                if text.contains(spelled) {
+                    found.push(format!("{}: spells a run's path {spelled}", shown.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands/verify.rs").is_file()
+            && !Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands/verify").exists(),
+        "verify's checks belong in src/recorded/verify"
+    );
+    assert!(found.is_empty(), "{found:#?}");
+}

@@ -220,6 +220,19 @@ impl<E: Embedder> Embedder for Latched<E> {
     }
 }
 
+/// `work`, or the latch's cause once it trips (the judgements already made are kept where
+/// `work` keeps them).
+pub async fn until_fatal<T>(
+    latch: &FatalLatch,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        biased;
+        cause = latch.tripped() => Err(anyhow::anyhow!("judging stopped: {cause}")),
+        value = work => value,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

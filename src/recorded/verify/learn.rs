@@ -9,8 +9,8 @@ use std::path::Path;
 
 use clap::{CommandFactory as _, FromArgMatches as _};
 
-use super::Report;
 use super::replay::without_env;
+use super::{Replayer, Report};
 use crate::recorded::LearnFiles;
 use crate::recorded::archive::{ArchiveIndex, INDEX, files_under};
 
@@ -21,6 +21,7 @@ const REPLAY: &str = "replay";
 pub(super) async fn verify_learn(
     index: ArchiveIndex,
     root: &Path,
+    replayer: &impl Replayer,
 ) -> anyhow::Result<Result<Report, String>> {
     let manifest = match check_index(&index, root)? {
         Ok(manifest) => manifest,
@@ -48,7 +49,9 @@ pub(super) async fn verify_learn(
         )));
     }
     for fold in &folds {
-        if let Err(mismatch) = replay_fold(&index, &manifest, &replay_root, *fold).await? {
+        if let Err(mismatch) =
+            replay_fold((&index, &manifest), &replay_root, *fold, replayer).await?
+        {
             let calls = inside.calls().display().to_string();
             return Ok(Err(format!("replaying fold {fold} from {calls}: {mismatch}")));
         }
@@ -124,10 +127,10 @@ fn folds_of(index: &ArchiveIndex, files: &LearnFiles) -> Vec<u32> {
 /// One fold's learning replayed in `replay_root` with the manifest's arguments and none of
 /// the verifier's environment.
 async fn replay_fold(
-    index: &ArchiveIndex,
-    manifest: &serde_json::Value,
+    (index, manifest): (&ArchiveIndex, &serde_json::Value),
     replay_root: &Path,
     fold: u32,
+    replayer: &impl Replayer,
 ) -> anyhow::Result<Result<(), String>> {
     let mut args: Vec<String> = vec!["mragent".into(), "-q".into(), "learn".into()];
     args.extend(
@@ -158,7 +161,7 @@ async fn replay_fold(
         Err(error) => return Ok(Err(format!("its replay_args are refused: {error:#}"))),
     };
     job.replay = true;
-    crate::commands::learn::replay_silently(&job).await
+    replayer.learn(&job).await
 }
 
 /// Every file the learning wrote against the archived one, and none written that the archive

@@ -13,6 +13,7 @@ use super::{ArchiveClaims, replay_tag};
 pub(super) async fn replay(
     checked: &ArchiveClaims,
     root: &Path,
+    replayer: &impl super::Replayer,
 ) -> anyhow::Result<Result<(), String>> {
     let index = &checked.index;
     let mut args: Vec<String> = vec!["mragent".into(), "-q".into(), "replay".into()];
@@ -54,7 +55,8 @@ pub(super) async fn replay(
         _ => anyhow::bail!("the archived replay_args do not make a replay"),
     };
     let calls = format!("record/{}/{}_{}.calls.sqlite", index.dataset, index.model, index.file);
-    Ok(crate::commands::run::replay_silently(&job)
+    Ok(replayer
+        .run(&job)
         .await?
         .map(|_| ())
         .map_err(|mismatch| format!("replaying from {calls}: {mismatch}")))

@@ -54,7 +54,7 @@ async fn recompute(checked: &ArchiveClaims, root: &Path) -> anyhow::Result<Resul
         }
         None => {
             let protocols = [settings.protocol];
-            crate::commands::eval::judged::<Offline>(&settings, &protocols, None, KEY).await
+            crate::eval::evaluate_latched::<Offline>(&settings, &protocols, None, KEY).await
         }
     };
     if let Err(error) = summary {
@@ -86,7 +86,7 @@ async fn judged_from_tape(
     let tape = Tape::new(store, TapeMode::Replay { fill: false });
     let judge = TapedChat::new(Offline, Arc::clone(&tape));
     let judged =
-        crate::commands::eval::judged(settings, &record.protocols, Some(&judge), KEY).await;
+        crate::eval::evaluate_latched(settings, &record.protocols, Some(&judge), KEY).await;
     // A judgement that fails is graded, not fatal: a verdict missing from the tape is a
     // mismatch of the judge's tape itself.
     if let Some(what) = tape.first_unrecorded() {

@@ -1,4 +1,5 @@
-//! `mragent verify ARCHIVE`: checks an archive of `mragent export` offline, in order, and stops
+//! `mragent verify ARCHIVE` (the command prints what this room finds): checks an archive of
+//! `mragent export` offline, in order, and stops
 //! at the first mismatch, naming the file (its path inside the archive), the line and the
 //! question:
 //!
@@ -31,58 +32,32 @@ mod traces;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use anyhow::Context as _;
-
 use self::archive::check_index;
 use self::replay::replay;
 use self::tables::check_eval;
 use self::traces::{check_traces, compare_traces};
-use super::Outcome;
-use super::output::outln;
 use crate::recorded::archive::ArchiveIndex;
 use crate::recorded::archive::{check_members, unpack};
-use crate::settings::VerifyJob;
 
-/// Checks the archive; prints VERIFIED, or the first mismatch and fails.
-pub async fn execute(job: &VerifyJob) -> anyhow::Result<Outcome> {
-    let temporary;
-    let folder = match &job.keep {
-        Some(folder) => {
-            std::fs::create_dir_all(folder)
-                .with_context(|| format!("creating {}", folder.display()))?;
-            if std::fs::read_dir(folder)?.next().is_some() {
-                anyhow::bail!("--keep {}: the folder is not empty", folder.display());
-            }
-            folder.clone()
-        }
-        None => {
-            temporary = tempfile::tempdir().context("creating a temporary folder")?;
-            temporary.path().to_path_buf()
-        }
-    };
-    // Messages name paths inside the archive, never the folder it was unpacked into.
-    let inside = |text: String| text.replace(&format!("{}/", folder.display()), "");
-    match verify(&job.archive, &folder)
-        .await
-        .map_err(|error| anyhow::anyhow!(inside(format!("{error:#}"))))?
-    {
-        Ok(report) => {
-            outln!("VERIFIED {}: {}", job.archive.display(), inside(report.summary()))?;
-            for path in &report.carried {
-                outln!("  carried, not verified: {path}")?;
-            }
-            Ok(Outcome::Success)
-        }
-        Err(mismatch) => {
-            outln!("MISMATCH {}: {}", job.archive.display(), inside(mismatch))?;
-            anyhow::bail!("{} is not verified", job.archive.display())
-        }
-    }
+/// What `verify` plays back that the commands own: a run's answers (`run`'s pipeline with a
+/// replaying tape) and a learning run (`learn`'s). Each answers `Ok(Err(what))` when the
+/// replay met a request its tape does not hold or failed.
+pub trait Replayer {
+    /// The run `job` (its `replay` set) played back; what it replayed.
+    fn run(
+        &self,
+        job: &crate::settings::RunJob,
+    ) -> impl std::future::Future<Output = anyhow::Result<Result<String, String>>>;
+    /// The learning `job` (its `replay` set) played back from the tape in its folder.
+    fn learn(
+        &self,
+        job: &crate::settings::LearnJob,
+    ) -> impl std::future::Future<Output = anyhow::Result<Result<(), String>>>;
 }
 
 /// What a verified archive was checked for: each member is in exactly one set.
 #[derive(Debug, Default)]
-struct Report {
+pub struct Report {
     /// Members recomputed from the recorded calls and the inputs, and identical.
     recomputed: BTreeSet<String>,
     /// Members the recomputation read (the dataset, the recorded calls, the memory, the rules,
@@ -99,7 +74,13 @@ struct Report {
 }
 
 impl Report {
-    fn summary(&self) -> String {
+    /// Members verify cannot recompute, in path order.
+    pub fn carried(&self) -> impl Iterator<Item = &str> {
+        self.carried.iter().map(String::as_str)
+    }
+
+    /// What was checked, counted.
+    pub fn summary(&self) -> String {
         format!(
             "{} files recomputed and identical, {} inputs they were recomputed from, {} carried, not verified; {}; {} result lines replayed from the recorded calls are identical (latency aside)",
             self.recomputed.len(),
@@ -129,8 +110,14 @@ impl ArchiveClaims {
     }
 }
 
-/// The checks in order: `Ok(Err(first mismatch))` when one fails, `Ok(Ok(report))` when all pass.
-async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, String>> {
+/// Unpacks `archive` into the empty folder `root` and checks it, in order (see the module
+/// documentation): `Ok(Err(first mismatch))` when one fails, `Ok(Ok(report))` when all pass.
+/// Messages may name paths under `root`; the caller names them inside the archive.
+pub async fn verify(
+    archive: &Path,
+    root: &Path,
+    replayer: &impl Replayer,
+) -> anyhow::Result<Result<Report, String>> {
     let index = match unpack(archive, root) {
         Ok(index) => index,
         Err(error) => return Ok(Err(format!("{error:#}"))),
@@ -139,7 +126,7 @@ async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, St
         return Ok(Err(mismatch));
     }
     if index.learn.is_some() {
-        return learn::verify_learn(index, root).await;
+        return learn::verify_learn(index, root, replayer).await;
     }
     let checked = match check_index(index, root)? {
         Ok(checked) => checked,
@@ -150,7 +137,7 @@ async fn verify(archive: &Path, root: &Path) -> anyhow::Result<Result<Report, St
         Err(mismatch) => return Ok(Err(mismatch)),
     };
     let mut report = Report { lines, ..Report::default() };
-    if let Err(mismatch) = replay(&checked, root).await? {
+    if let Err(mismatch) = replay(&checked, root, replayer).await? {
         return Ok(Err(mismatch));
     }
     if let Some(mismatch) = compare_traces(&checked, root, &mut report)? {
