@@ -89,12 +89,7 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
         members.push((member.clone(), root.join(audit.as_str())));
         *audit = member;
     }
-    members.sort();
-    members.dedup_by(|a, b| a.0 == b.0);
-    let files = members
-        .iter()
-        .map(|(path, source)| member(path, source))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (files, sources) = listed(members)?;
     let index = ArchiveIndex {
         format: ARCHIVE_FORMAT.to_string(),
         dataset: dataset.to_string(),
@@ -108,7 +103,21 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
         learn: None,
         files,
     };
-    Ok((index, members.into_iter().map(|(_, source)| source).collect()))
+    Ok((index, sources))
+}
+
+/// The members `(path inside the archive, source)` in path order, each once, hashed; and their
+/// sources in the same order.
+pub(super) fn listed(
+    mut members: Vec<(String, PathBuf)>,
+) -> anyhow::Result<(Vec<Member>, Vec<PathBuf>)> {
+    members.sort();
+    members.dedup_by(|a, b| a.0 == b.0);
+    let files = members
+        .iter()
+        .map(|(path, source)| member(path, source))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((files, members.into_iter().map(|(_, source)| source).collect()))
 }
 
 /// The files of the run `job` archives.
@@ -256,7 +265,7 @@ pub(super) fn file_name(path: &Path) -> anyhow::Result<String> {
         .with_context(|| format!("{} names no file", path.display()))
 }
 
-pub(super) fn member(path: &str, source: &Path) -> anyhow::Result<Member> {
+fn member(path: &str, source: &Path) -> anyhow::Result<Member> {
     let bytes = std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
     Ok(Member {
         path: path.to_string(),

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 
 use super::LearnFiles;
 use super::archive::{
-    ARCHIVE_FORMAT, ArchiveIndex, files_under, member, memory_caches, read_json, relative,
+    ARCHIVE_FORMAT, ArchiveIndex, files_under, listed, memory_caches, read_json, relative,
 };
 use crate::settings::ExportJob;
 
@@ -44,12 +44,7 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
     let dataset_file = PathBuf::from(manifest["dataset_file"].as_str().unwrap_or_default());
     let dataset_member = format!("data/{}", super::archive::file_name(&dataset_file)?);
     members.push((dataset_member.clone(), root.join(&dataset_file)));
-    members.sort();
-    members.dedup_by(|a, b| a.0 == b.0);
-    let listed = members
-        .iter()
-        .map(|(path, source)| member(path, source))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (files, sources) = listed(members)?;
     let index = ArchiveIndex {
         format: ARCHIVE_FORMAT.to_string(),
         dataset: dataset.to_string(),
@@ -61,9 +56,9 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
         eval: None,
         build: Some(crate::provenance::Build::of_this_binary()),
         learn: Some(job.file.clone()),
-        files: listed,
+        files,
     };
-    Ok((index, members.into_iter().map(|(_, source)| source).collect()))
+    Ok((index, sources))
 }
 
 /// The learn run's manifest, refused unless its last invocation finished.

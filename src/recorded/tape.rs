@@ -199,8 +199,9 @@ fn read_lines(path: &Path) -> anyhow::Result<BTreeMap<String, (usize, serde_json
     Ok(lines)
 }
 
-/// The names of the top-level fields in which two lines differ.
-fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> String {
+/// The names of the top-level fields in which two records (result lines, trace lines) differ;
+/// when none does, their texts differ by the order of the fields.
+pub fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> String {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return "its shape".to_string();
     };
@@ -209,6 +210,9 @@ fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> String {
     names.dedup();
     let differing: Vec<&str> =
         names.into_iter().filter(|name| a.get(*name) != b.get(*name)).collect();
+    if differing.is_empty() {
+        return "the order of its fields".to_string();
+    }
     format!("field(s) {}", differing.join(", "))
 }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::{ArchiveClaims, Report, relative, replay_tag};
 use crate::recorded::RunFiles;
 use crate::recorded::archive::{ArchiveIndex, files_under};
+use crate::recorded::tape::differing_fields;
 
 /// The result lines of the run, as `(sample, question id, file, line number)`.
 fn result_lines(
@@ -220,22 +221,6 @@ fn normalised(mut record: Value, replayed: Option<&ArchiveIndex>) -> Value {
         }
     }
     record
-}
-
-/// The names of the top-level fields in which two trace records differ.
-fn differing_fields(a: &Value, b: &Value) -> String {
-    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
-        return "its shape".to_string();
-    };
-    let mut names: Vec<&str> = a.keys().chain(b.keys()).map(String::as_str).collect();
-    names.sort_unstable();
-    names.dedup();
-    let differing: Vec<&str> =
-        names.into_iter().filter(|name| a.get(*name) != b.get(*name)).collect();
-    if differing.is_empty() {
-        return "the order of its fields".to_string();
-    }
-    format!("field(s) {}", differing.join(", "))
 }
 
 #[cfg(test)]
