@@ -199,6 +199,33 @@ async fn an_archive_judged_with_an_audit_outside_the_project_verifies() {
     assert!(!stdout.contains("carried, not verified: eval/locomo/t/matrix"), "{stdout}");
 }
 
+/// A forger's change to an archive's members.
+pub(super) type Forgery = Box<dyn Fn(&mut BTreeMap<String, Vec<u8>>)>;
+
+/// Each case `(what, forgery, names)` applied to `members` and written as a forger would
+/// (`archive.json` re-hashed) into `here`: `verify` says MISMATCH naming every one of `names`,
+/// and names the archive the user gave, never another path of the verifier's folder.
+pub(super) async fn assert_each_forgery_is_named<W: std::fmt::Display>(
+    members: &BTreeMap<String, Vec<u8>>,
+    cases: &[(W, Forgery, Vec<String>)],
+    here: &Path,
+) {
+    let forged = here.join("forged.tar.zst");
+    for (what, forge, named) in cases {
+        let mut changed = members.clone();
+        forge(&mut changed);
+        write_archive(&forged, changed, true);
+        let (code, said) = verify(here, &forged).await;
+        assert_eq!(code, Some(1), "{what}: {said}");
+        assert!(said.starts_with("MISMATCH"), "{what}: {said}");
+        for name in named {
+            assert!(said.contains(name.as_str()), "{what}: {said} does not name {name}");
+        }
+        let without_archive = said.replace(forged.to_str().unwrap(), "<archive>");
+        assert!(!without_archive.contains(here.to_str().unwrap()), "{what}: {said}");
+    }
+}
+
 /// Every `MRAGENT_*` variable set to a hostile value, `MRAGENT_ROOT` to `root`.
 pub(super) fn hostile_env(root: &str) -> Vec<(&'static str, &str)> {
     vec![
@@ -313,7 +340,6 @@ async fn every_forged_member_kind_is_named() {
         .unwrap()
         .clone();
 
-    type Forgery = Box<dyn Fn(&mut BTreeMap<String, Vec<u8>>)>;
     let mut cases: Vec<(&str, Forgery, Vec<String>)> = Vec::new();
     for file in ["matrix.json", "matrix.md", "summary.md", "accuracy.svg", "tokens.svg"] {
         let name = format!("{EVAL}/{file}");
@@ -494,21 +520,7 @@ async fn every_forged_member_kind_is_named() {
         Box::new(move |m| super::learn_archive::forge_memory(m, &memory)),
         vec!["question conv-7:".into(), "field(s) memory".into()],
     ));
-    for (what, forge, named) in &cases {
-        let mut changed = members.clone();
-        forge(&mut changed);
-        write_archive(&forged, changed, true);
-        let (code, said) = verify(elsewhere.path(), &forged).await;
-        assert_eq!(code, Some(1), "{what}: {said}");
-        assert!(said.starts_with("MISMATCH"), "{what}: {said}");
-        for name in named {
-            assert!(said.contains(name.as_str()), "{what}: {said} does not name {name}");
-        }
-        // The archive the user named is named back; no other path of the verifier's folder
-        // (its own temporary copy) is.
-        let without_archive = said.replace(forged.to_str().unwrap(), "<archive>");
-        assert!(!without_archive.contains(elsewhere.path().to_str().unwrap()), "{what}: {said}");
-    }
+    assert_each_forgery_is_named(&members, &cases, elsewhere.path()).await;
 
     // A trace whose times alone changed verifies, recomputed (the times measure the host); a
     // file the run never wrote verifies as carried, and is listed so.

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::forger::{change_a_digit, delete_call, edit_json, hostile_env};
+use super::forger::{
+    Forgery, assert_each_forgery_is_named, change_a_digit, delete_call, edit_json, hostile_env,
+};
 use super::learn::{GOOD_RULE, fixture, learn_args, world_server};
 use super::mragent_in;
-use super::record::{read_archive, text, verify, write_archive};
+use super::record::{read_archive, text};
 use crate::support::project_with;
 
 const META: &str = "data/locomo/meta/v";
@@ -101,7 +103,6 @@ async fn a_learn_run_exports_verifies_and_names_every_forged_member() {
         .find(|name| name.starts_with("data/locomo/rewrite_") && name.contains("/conv-7_"))
         .unwrap()
         .clone();
-    type Forgery = Box<dyn Fn(&mut BTreeMap<String, Vec<u8>>)>;
     let mut cases: Vec<(String, Forgery, Vec<String>)> = Vec::new();
     for file in
         ["rules.json", "report.md", "validation.svg", "fold0/step1.json", "fold1/rules.json"]
@@ -212,20 +213,7 @@ async fn a_learn_run_exports_verifies_and_names_every_forged_member() {
         Box::new(move |m| forge_memory(m, &memory)),
         vec!["question conv-7:".into(), "field(s) memory".into()],
     ));
-    let forged = here.path().join("forged.tar.zst");
-    for (what, forge, named) in &cases {
-        let mut changed = members.clone();
-        forge(&mut changed);
-        write_archive(&forged, changed, true);
-        let (code, said) = verify(here.path(), &forged).await;
-        assert_eq!(code, Some(1), "{what}: {said}");
-        assert!(said.starts_with("MISMATCH"), "{what}: {said}");
-        for name in named {
-            assert!(said.contains(name.as_str()), "{what}: {said} does not name {name}");
-        }
-        let without_archive = said.replace(forged.to_str().unwrap(), "<archive>");
-        assert!(!without_archive.contains(here.path().to_str().unwrap()), "{what}: {said}");
-    }
+    assert_each_forgery_is_named(&members, &cases, here.path()).await;
 }
 
 #[tokio::test]
