@@ -48,6 +48,8 @@ pub async fn execute(job: &LearnJob) -> anyhow::Result<Outcome> {
     let mut manifest = start_manifest(job, &files)?;
     let clients = Clients::new(job)?;
     let tape = recording(&files.calls())?;
+    // The step records rest on every reply the steps met: none is ever asked again.
+    tape.keep_failures();
     let (stop, _watcher) = watch(
         "interrupted: finishing the answers in flight (press Ctrl-C again to stop at once); rerun the same command to resume",
         || eprintln!("stopped at once: finished work is saved; rerun the same command to resume"),

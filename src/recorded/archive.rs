@@ -361,8 +361,38 @@ fn is_safe(path: &Path) -> bool {
     path.components().all(|part| matches!(part, Component::Normal(_)))
 }
 
+/// A path `archive.json` lists that is not a plain relative path inside the archive (`..`, a
+/// root, a backslash), names `archive.json` itself or is listed twice; or a dataset or run name
+/// that is not a checked name. Listed paths are joined to the unpack folder, so each must stay
+/// inside it.
+fn unsafe_listing(index: &ArchiveIndex) -> Option<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for member in &index.files {
+        let path = member.path.as_str();
+        if !is_safe(Path::new(path)) || path.contains('\\') || path.is_empty() || path == INDEX {
+            return Some(format!("{INDEX}: it lists {path:?}, not a path inside the archive"));
+        }
+        if !seen.insert(path) {
+            return Some(format!("{INDEX}: it lists {path} twice"));
+        }
+    }
+    let names = [
+        (crate::names::NameKind::Tag, index.dataset.as_str()),
+        (crate::names::NameKind::Tag, index.model.as_str()),
+        (crate::names::NameKind::Tag, index.file.as_str()),
+    ];
+    names.iter().find_map(|(kind, name)| {
+        crate::names::check_name(*kind, name)
+            .err()
+            .map(|error| format!("{INDEX}: its run is not named by checked names: {error}"))
+    })
+}
+
 /// Every member against its hash and size, and no file that the index does not list.
 pub fn check_members(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Option<String>> {
+    if let Some(problem) = unsafe_listing(index) {
+        return Ok(Some(problem));
+    }
     for member in &index.files {
         let path = root.join(&member.path);
         let Ok(bytes) = std::fs::read(&path) else {
@@ -383,4 +413,48 @@ pub fn check_members(index: &ArchiveIndex, root: &Path) -> anyhow::Result<Option
         return Ok(Some(format!("{} is in the archive but not in archive.json", extra.display())));
     }
     Ok(None)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn index(paths: &[&str]) -> ArchiveIndex {
+        ArchiveIndex {
+            format: ARCHIVE_FORMAT.into(),
+            dataset: "locomo".into(),
+            model: "m".into(),
+            file: "t".into(),
+            dataset_file: "data/d.json".into(),
+            meta_rules: None,
+            manifest: serde_json::Value::Null,
+            eval: None,
+            build: None,
+            learn: None,
+            files: paths
+                .iter()
+                .map(|path| Member { path: path.to_string(), sha256: String::new(), bytes: 0 })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_listed_path_outside_the_archive_or_listed_twice_is_refused_before_any_read() {
+        let directory = tempfile::tempdir().unwrap();
+        for (paths, said) in [
+            (vec!["data/../../etc/hostname"], "not a path inside the archive"),
+            (vec!["/proc/sys/kernel/ostype"], "not a path inside the archive"),
+            (vec!["data\\..\\x"], "not a path inside the archive"),
+            (vec!["archive.json"], "not a path inside the archive"),
+            (vec!["data/a.json", "data/a.json"], "twice"),
+        ] {
+            let problem = check_members(&index(&paths), directory.path()).unwrap().unwrap();
+            assert!(problem.contains(said), "{paths:?}: {problem}");
+        }
+        let mut forged = index(&["data/a.json"]);
+        forged.file = "../t".into();
+        let problem = check_members(&forged, directory.path()).unwrap().unwrap();
+        assert!(problem.contains("checked names"), "{problem}");
+    }
 }

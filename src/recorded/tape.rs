@@ -78,8 +78,12 @@ pub fn lend_calls(sources: &[PathBuf], target: &Path) -> anyhow::Result<()> {
     }
     store.checkpoint()?;
     drop(store);
-    lending.persist(target).with_context(|| format!("writing {}", target.display()))?;
-    Ok(())
+    // Two comparisons starting at once: the first store in place wins, the other is dropped.
+    match lending.persist_noclobber(target) {
+        Ok(_) => Ok(()),
+        Err(error) if error.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error.error).with_context(|| format!("writing {}", target.display())),
+    }
 }
 
 /// Copies a call store whole (its write-ahead log folded in first), through a temporary file.
@@ -145,8 +149,12 @@ const MEASURED: &str = "latency_ms";
 pub fn compare_results(pairs: &[(PathBuf, PathBuf)]) -> anyhow::Result<LineComparison> {
     let mut comparison = LineComparison::default();
     for (expected, actual) in pairs {
-        let want = read_lines(expected)?;
-        let have = read_lines(actual)?;
+        let (want, want_twice) = read_lines(expected)?;
+        let (have, have_twice) = read_lines(actual)?;
+        if let Some(twice) = want_twice.or(have_twice) {
+            comparison.differing += 1;
+            comparison.first_mismatch.get_or_insert(twice);
+        }
         for (id, (number, line)) in &want {
             comparison.compared += 1;
             let problem = match have.get(id) {
@@ -179,14 +187,18 @@ pub fn compare_results(pairs: &[(PathBuf, PathBuf)]) -> anyhow::Result<LineCompa
 }
 
 /// The lines of a result file by question id (with their 1-based line numbers), without
-/// [`MEASURED`]; a missing file has none.
-fn read_lines(path: &Path) -> anyhow::Result<BTreeMap<String, (usize, serde_json::Value)>> {
+/// [`MEASURED`]; a missing file has none. The second: a question with two lines, named.
+type Lines = (BTreeMap<String, (usize, serde_json::Value)>, Option<String>);
+
+fn read_lines(path: &Path) -> anyhow::Result<Lines> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((BTreeMap::new(), None));
+        }
         Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
     };
-    let mut lines = BTreeMap::new();
+    let (mut lines, mut twice) = (BTreeMap::new(), None);
     for (index, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
         let mut value: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{} line {}", path.display(), index + 1))?;
@@ -194,9 +206,15 @@ fn read_lines(path: &Path) -> anyhow::Result<BTreeMap<String, (usize, serde_json
             object.remove(MEASURED);
         }
         let id = value["question_id"].as_str().unwrap_or_default().to_string();
-        lines.insert(id, (index + 1, value));
+        if let Some((first, _)) = lines.insert(id.clone(), (index + 1, value)) {
+            twice.get_or_insert(format!(
+                "question {id}: {} has two lines for it ({first} and {})",
+                path.display(),
+                index + 1
+            ));
+        }
     }
-    Ok(lines)
+    Ok((lines, twice))
 }
 
 /// The names of the top-level fields in which two records (result lines, trace lines) differ;

@@ -35,7 +35,9 @@ pub use self::learn::LearnJob;
 pub use self::models::{ModelChoice, ModelSettings, OPENROUTER_BASE_URL};
 pub(crate) use self::own::MemoryOp;
 pub use self::own::{AskJob, McpJob, MemoryJob, OwnSettings, ServeJob};
-pub use self::record::{ExportJob, ReplaySettings, VerifyJob, learn_replay_args, replay_args};
+pub use self::record::{
+    ExportJob, LEARN_REPLAY_FLAGS, ReplaySettings, VerifyJob, learn_replay_args, replay_args,
+};
 pub use self::retrieve::RetrieveJob;
 pub use self::rules::MetaRules;
 

@@ -108,6 +108,37 @@ pub fn learn_replay_args(args: &LearnArgs) -> Vec<String> {
     out.0
 }
 
+/// Every flag [`learn_replay_args`] may write: `verify` refuses a learning manifest with
+/// another (a forged `--embed-model-dir` would point the replay at a folder of the host).
+pub const LEARN_REPLAY_FLAGS: &[&str] = &[
+    "--data",
+    "--sample",
+    "--ca",
+    "--lm-batch",
+    "--drop-assistant-turns",
+    "--model",
+    "--re-model",
+    "--max-tokens",
+    "--structured-output",
+    "--embed-model",
+    "--embed-batch",
+    "--no-memgas",
+    "--judge-model",
+    "--judge-protocol",
+    "--folds",
+    "--epochs",
+    "--steps",
+    "--samples",
+    "--batch",
+    "--validation",
+    "--max-rules",
+    "--workers",
+    "--temperature",
+    "--name",
+    "--seed",
+    "--no-test",
+];
+
 /// Arguments being written out, flag by flag.
 #[derive(Default)]
 struct Args(Vec<String>);

@@ -202,3 +202,51 @@ fn eval_paired_with_is_a_checked_tag_other_than_the_file() {
     let error = job(&["eval", "--file", ".."], &[]).unwrap_err();
     assert!(error.to_string().contains("--file: invalid tag"), "{error}");
 }
+
+#[test]
+fn a_learning_s_replay_arguments_use_only_the_flags_verify_accepts_and_replay_it() {
+    let argv = [
+        "learn",
+        "--judge-model",
+        "j",
+        "--judge-protocol",
+        "strict",
+        "--steps",
+        "3",
+        "--sample",
+        "conv-1",
+        "--ca",
+        "1",
+        "--re-model",
+        "x",
+        "--max-tokens",
+        "answer=5",
+        "--structured-output",
+        "--no-memgas",
+        "--no-test",
+        "--drop-assistant-turns",
+        "--fold",
+        "1",
+        "--max-tokens-total",
+        "9",
+        "--dry-run",
+        "--name",
+        "n",
+        "--temperature",
+        "0.3",
+    ];
+    let Resolved::Learn(learn) = job(&argv, &[]).unwrap() else { panic!("not learn") };
+    let args = learn.replay_args.clone();
+    for flag in args.iter().filter(|arg| arg.starts_with("--")) {
+        assert!(LEARN_REPLAY_FLAGS.contains(&flag.as_str()), "{flag} is refused by verify");
+    }
+    for left_out in ["--fold", "--max-tokens-total", "--dry-run"] {
+        assert!(!args.iter().any(|arg| arg == left_out), "{left_out} in {args:?}");
+    }
+    // Replayed, the arguments make the same learning.
+    let mut again: Vec<&str> = vec!["learn"];
+    again.extend(args.iter().map(String::as_str));
+    let Resolved::Learn(replayed) = job(&again, &[]).unwrap() else { panic!("not learn") };
+    assert_eq!(replayed.learn.fingerprint(), learn.learn.fingerprint());
+    assert_eq!(replayed.replay_args, args);
+}

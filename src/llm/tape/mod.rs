@@ -112,6 +112,9 @@ pub struct Tape {
     first_unrecorded: Mutex<Option<String>>,
     /// The chat keys this tape recorded (this run's own calls, see [`unit`]).
     fresh: Mutex<std::collections::BTreeSet<String>>,
+    /// Whether a failed unit may take an earlier run's calls off this tape (see
+    /// [`Tape::keep_failures`]).
+    forgets: std::sync::atomic::AtomicBool,
 }
 
 impl Tape {
@@ -124,7 +127,15 @@ impl Tape {
             inflight: Mutex::new(BTreeMap::new()),
             first_unrecorded: Mutex::new(None),
             fresh: Mutex::new(std::collections::BTreeSet::new()),
+            forgets: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// No call is ever taken off this tape, a failed one included: for a run whose records on
+    /// disk rest on every reply it met (`learn`'s steps), so that its replay meets the same
+    /// replies. A failure recorded on it is met again until the tape is deleted.
+    pub fn keep_failures(&self) {
+        self.forgets.store(false, Ordering::Relaxed);
     }
 
     /// Replay: the first request asked that was not on the tape, as [`Error::Unrecorded`]
@@ -227,7 +238,7 @@ impl Tape {
             self.count_hit(1);
             if self.mode == TapeMode::Record {
                 let fresh = self.fresh.lock().unwrap_or_else(PoisonError::into_inner);
-                let earlier = !fresh.contains(&key);
+                let earlier = self.forgets.load(Ordering::Relaxed) && !fresh.contains(&key);
                 drop(fresh);
                 unit::note_replayed(unit::Replayed {
                     store: Arc::clone(&self.store),

@@ -104,6 +104,19 @@ impl CallStore {
     /// Opens an existing store without writing to it.
     pub fn open_read_only(path: &Path) -> Result<Self, TapeError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let connection =
+            Connection::open_with_flags(path, flags).map_err(|source| sql(path, source))?;
+        let store = Self { path: path.to_path_buf(), connection: Mutex::new(connection) };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// Opens a store nothing writes any more (an archive's copy, unpacked by `verify`) as
+    /// immutable: reading it takes no lock and leaves no `-wal` or `-shm` file beside it. A
+    /// store with a write-ahead log beside it is opened read-only as usual. Never for a store
+    /// another process may open for writing: it would be read torn.
+    pub fn open_archived(path: &Path) -> Result<Self, TapeError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let connection = match immutable_uri(path) {
             Some(uri) => Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI),
             None => Connection::open_with_flags(path, flags),
@@ -415,9 +428,8 @@ fn rejoin(value: &mut Value, fetch: &mut impl FnMut(&str) -> Option<Value>) {
     }
 }
 
-/// A read-only store with no write-ahead log beside it (a finished run's, an archive's) is
-/// opened as immutable, so that reading it leaves no `-wal` or `-shm` file beside another
-/// run's store; with a log (a store being written now), `None`: it is opened as usual.
+/// The immutable URI of an archived store ([`CallStore::open_archived`]); `None` when a
+/// write-ahead log is beside it (it is opened as usual) or the path is not UTF-8.
 fn immutable_uri(path: &Path) -> Option<String> {
     let mut log = path.as_os_str().to_owned();
     log.push("-wal");

@@ -249,7 +249,7 @@ fn a_call_is_forgotten_only_while_its_reply_is_the_one_replayed() {
 }
 
 #[tokio::test]
-async fn reading_a_finished_store_leaves_no_file_beside_it() {
+async fn reading_an_archived_store_leaves_no_file_beside_it() {
     let directory = tempfile::tempdir().unwrap();
     let folder = directory.path().join("odd ?#% name");
     std::fs::create_dir_all(&folder).unwrap();
@@ -258,10 +258,25 @@ async fn reading_a_finished_store_leaves_no_file_beside_it() {
     drop(recorder);
     let before: Vec<_> =
         std::fs::read_dir(&folder).unwrap().flatten().map(|e| e.file_name()).collect();
-    let reader = CallStore::open_read_only(&folder.join("calls.sqlite")).unwrap();
+    let reader = CallStore::open_archived(&folder.join("calls.sqlite")).unwrap();
     assert_eq!(reader.calls().unwrap().len(), 1);
     drop(reader);
     let after: Vec<_> =
         std::fs::read_dir(&folder).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(after, before, "reading the store wrote beside it");
+}
+
+#[tokio::test]
+async fn a_tape_that_keeps_failures_never_asks_an_earlier_failure_again() {
+    let directory = tempfile::tempdir().unwrap();
+    let sent = AtomicU64::new(0);
+    let run = tape(directory.path(), TapeMode::Record);
+    let _ = failing_unit(&run, "a", &sent).await;
+    drop(run);
+    let resumed = tape(directory.path(), TapeMode::Record);
+    resumed.keep_failures();
+    let (again, calls) = failing_unit(&resumed, "a", &sent).await;
+    assert!(again.is_err());
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "the recorded failure was asked again");
+    assert!(calls.from_tape());
 }

@@ -33,18 +33,19 @@ pub(super) async fn verify_learn(
         return Ok(Err(format!("{REPLAY}/: the archive holds a file where verify replays")));
     }
     let mut report = Report::default();
-    for member in &index.files {
-        let path = Path::new(&member.path);
-        let memory = path.starts_with("data") && !path.starts_with(inside.dir());
-        if memory || path == inside.calls() {
-            copy(&root.join(path), &replay_root.join(path))?;
-            report.inputs.insert(member.path.clone());
-        }
+    let inputs = match inputs(&index, root, &inside)? {
+        Ok(inputs) => inputs,
+        Err(mismatch) => return Ok(Err(mismatch)),
+    };
+    for path in &inputs {
+        copy(&root.join(path), &replay_root.join(path))?;
+        report.inputs.insert(path.clone());
     }
     let folds = folds_of(&index, &inside);
-    if folds.is_empty() {
+    let want: Vec<u32> = (0..manifest["settings"]["folds"].as_u64().unwrap_or(0) as u32).collect();
+    if folds.is_empty() || folds != want {
         return Ok(Err(format!(
-            "{}: the archive holds no fold's step records",
+            "{}: the archive holds the step records of folds {folds:?}, the learning has folds {want:?}",
             inside.dir().display()
         )));
     }
@@ -54,6 +55,13 @@ pub(super) async fn verify_learn(
         {
             let calls = inside.calls().display().to_string();
             return Ok(Err(format!("replaying fold {fold} from {calls}: {mismatch}")));
+        }
+    }
+    // An input the replay wrote again (a memory it rebuilt from the tape) must come out the
+    // same.
+    for path in &inputs {
+        if let Some(mismatch) = same_bytes(&root.join(path), &replay_root.join(path), path)? {
+            return Ok(Err(mismatch));
         }
     }
     if let Some(mismatch) = compare_outputs(&index, root, &replay_root, &mut report)? {
@@ -79,13 +87,24 @@ fn check_index(
         return Ok(Err(format!("{member} is not JSON")));
     };
     let given = manifest["replay_args"].as_array().cloned().unwrap_or_default();
+    let flags = crate::settings::LEARN_REPLAY_FLAGS;
+    let foreign = given
+        .iter()
+        .filter_map(|arg| arg.as_str())
+        .find(|arg| arg.starts_with("--") && !flags.contains(arg));
     let name = given.iter().position(|arg| arg == "--name").and_then(|at| given.get(at + 1));
     let dataset_name = Path::new(manifest["dataset_file"].as_str().unwrap_or_default())
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
     let dataset = std::fs::read(root.join(&index.dataset_file)).unwrap_or_default();
-    let problem = if index.manifest != manifest {
+    let problem = if let Some(flag) = foreign {
+        Some(format!(
+            "{member}: its replay_args hold {flag}, which a learning's manifest never does"
+        ))
+    } else if manifest["status"] != "complete" {
+        Some(format!("{member}: the learning is {}, not complete", manifest["status"]))
+    } else if index.manifest != manifest {
         Some(format!("{INDEX}: its copy of the manifest differs from {member}"))
     } else if manifest["dataset"] != index.dataset.as_str() {
         Some(format!("{INDEX}: its dataset differs from {member}"))
@@ -107,6 +126,32 @@ fn check_index(
         None
     };
     Ok(problem.map_or(Ok(manifest), Err))
+}
+
+/// What the learning is replayed from, exactly: the dataset file, the recorded calls and the
+/// memory caches of the conversations its plan draws from. Any other member is a file the
+/// learning must write again (or a mismatch).
+fn inputs(
+    index: &ArchiveIndex,
+    root: &Path,
+    inside: &LearnFiles,
+) -> anyhow::Result<Result<Vec<String>, String>> {
+    let archived = LearnFiles::new(&root.join(inside.dir()));
+    let samples = match crate::recorded::learn_archive::plan_samples(&archived) {
+        Ok(samples) => samples,
+        Err(error) => return Ok(Err(format!("{}: {error:#}", inside.plan().display()))),
+    };
+    let memory = root.join("data").join(&index.dataset);
+    let mut inputs = vec![index.dataset_file.clone(), inside.calls().display().to_string()];
+    for path in crate::recorded::archive::memory_caches(&memory, &samples)? {
+        inputs.push(path.strip_prefix(root)?.to_string_lossy().replace('\\', "/"));
+    }
+    let listed: std::collections::BTreeSet<&str> =
+        index.files.iter().map(|member| member.path.as_str()).collect();
+    inputs.retain(|path| listed.contains(path.as_str()));
+    inputs.sort();
+    inputs.dedup();
+    Ok(Ok(inputs))
 }
 
 /// The folds whose step records the archive holds (`fold<k>/step0.json`), in order.

@@ -82,7 +82,7 @@ async fn judged_from_tape(
             relative(root, &path)
         )));
     }
-    let store = Arc::new(CallStore::open_read_only(&path)?);
+    let store = Arc::new(CallStore::open_archived(&path)?);
     let tape = Tape::new(store, TapeMode::Replay { fill: false });
     let judge = TapedChat::new(Offline, Arc::clone(&tape));
     let judged =

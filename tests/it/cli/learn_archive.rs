@@ -208,6 +208,53 @@ async fn a_learn_run_exports_verifies_and_names_every_forged_member() {
         }),
         vec![format!("{META}/")],
     ));
+    // What the review of this suite found a forger could do.
+    cases.push((
+        "a file beside the memories".into(),
+        Box::new(|m| {
+            m.insert("data/notes.md".into(), b"J = 99%\n".to_vec());
+        }),
+        vec!["data/notes.md: archived, but the replay of the learning does not write it".into()],
+    ));
+    cases.push((
+        "the weaker fold dropped".into(),
+        Box::new(|m| m.retain(|name, _| !name.starts_with(&format!("{META}/fold1/")))),
+        vec!["the learning has folds [0, 1]".into()],
+    ));
+    cases.push((
+        "a host folder in the replay arguments".into(),
+        Box::new(|m| {
+            let point = |manifest: &mut Value| {
+                let args = manifest["replay_args"].as_array_mut().unwrap();
+                args.extend(["--embed-model-dir".into(), "/etc".into()]);
+            };
+            edit_json(m, &format!("{META}/manifest.json"), point);
+            edit_json(m, "archive.json", |index| point(&mut index["manifest"]));
+        }),
+        vec!["--embed-model-dir, which a learning's manifest never does".into()],
+    ));
+    let rebuilt = memory.clone();
+    cases.push((
+        "a memory the replay rebuilds from the tape".into(),
+        Box::new(move |m| {
+            let text = String::from_utf8(m[&rebuilt].clone()).unwrap();
+            m.insert(
+                rebuilt.clone(),
+                text.replacen("\"format\": 1", "\"format\": 2", 1).into_bytes(),
+            );
+        }),
+        vec![format!("{memory}")],
+    ));
+    cases.push((
+        "a second line for a test answer".into(),
+        Box::new(|m| {
+            let text = String::from_utf8(m[TEST_RESULT].clone()).unwrap();
+            let mut lines: Vec<&str> = text.lines().collect();
+            lines.insert(0, lines[1]);
+            m.insert(TEST_RESULT.into(), (lines.join("\n") + "\n").into_bytes());
+        }),
+        vec![TEST_RESULT.into(), "has two lines for it".into()],
+    ));
     cases.push((
         "the memory".into(),
         Box::new(move |m| forge_memory(m, &memory)),
