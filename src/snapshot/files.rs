@@ -171,7 +171,17 @@ impl MemgasSource for ConversationMemgas {
                 // Loaded now, so that a missing model fails the index, as it always did.
                 run.local().await?;
             }
-            let local = LazyLocal(Arc::clone(run));
+            // A replay that sends nothing never loads the model: an index that is not among the
+            // caches cannot be rebuilt from the tape (its vectors were never recorded), and
+            // loading the model could mean installing it, over the network.
+            let offline = run
+                .tape
+                .as_ref()
+                .is_some_and(|tape| tape.mode() == TapeMode::Replay { fill: false });
+            let local = LazyLocal {
+                run: Arc::clone(run),
+                offline: offline.then(|| conversation.sample_id.clone()),
+            };
             let granules = crate::ingest::load_granules(&run.build, conversation)?;
             let units =
                 crate::retrieval::units::SessionUnits::of_conversation(conversation, |id| {
@@ -194,9 +204,13 @@ impl MemgasSource for ConversationMemgas {
 }
 
 /// The local embedder of a run, loaded on the first text it must embed: an index read from its
-/// cache and queries replayed from a tape need no model at all.
+/// cache and queries replayed from a tape need no model at all. `offline` (a replay that sends
+/// nothing: the conversation's sample id) refuses to load it.
 #[derive(Clone)]
-struct LazyLocal(Arc<MemgasCaches>);
+struct LazyLocal {
+    run: Arc<MemgasCaches>,
+    offline: Option<String>,
+}
 
 impl crate::llm::Embedder for LazyLocal {
     fn name(&self) -> &str {
@@ -204,8 +218,13 @@ impl crate::llm::Embedder for LazyLocal {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<crate::llm::Embeddings, crate::llm::Error> {
+        if let Some(sample) = &self.offline {
+            return Err(crate::llm::Error::Config(format!(
+                "replaying {sample}: its MemGAS index is not among the memory caches, and a replay never loads the local embedding model to build it"
+            )));
+        }
         let local = self
-            .0
+            .run
             .local()
             .await
             .map_err(|error| crate::llm::Error::Config(format!("{error:#}")))?;

@@ -354,3 +354,38 @@ async fn local_query_embeddings_are_replayed_without_loading_the_model() {
     assert!(stdout.contains("replay of t: 9 of 9 result lines identical"), "{stdout}");
     assert_eq!(lines(dir.path(), "t"), lines(dir.path(), "t-replay"));
 }
+
+/// An archive of a run with MemGAS verifies without the local model; one whose MemGAS index
+/// and local vectors were removed (a forger's, re-hashed) is a mismatch that names why, and
+/// `verify` never loads, or installs, the model to build the index again.
+#[tokio::test]
+async fn verify_never_loads_the_local_model_to_rebuild_a_missing_index() {
+    let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
+    let (dir, data) = project(|_| {});
+    let live = server(|_| None).await;
+    let mut args = run_args(&data, &live, "t");
+    args.retain(|arg| *arg != "--no-memgas");
+    args.extend(["--embed-model-dir", model_dir.as_str()]);
+    let output = mragent_in(dir.path(), &args, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    drop(live);
+    let output =
+        mragent_in(dir.path(), &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let archive = dir.path().join("export/locomo/local-tiny_t.tar.zst");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, said) = verify(elsewhere.path(), &archive).await;
+    assert_eq!(code, Some(0), "{said}");
+
+    let mut members = read_archive(&archive);
+    let before = members.len();
+    // The index and the local vectors it is rebuilt from (without them, only the model could).
+    let vectors = format!("/embedding/{}/", mragent::embedding::LOCAL_EMBEDDER_NAME);
+    members.retain(|name, _| !name.contains("/memgas_index/") && !name.contains(&vectors));
+    assert!(members.len() + 2 <= before, "the MemGAS index and its vectors are archived");
+    let forged = elsewhere.path().join("forged.tar.zst");
+    write_archive(&forged, members, true);
+    let (code, said) = verify(elsewhere.path(), &forged).await;
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("replaying conv-7: its MemGAS index is not among the mem"), "{said}");
+}
