@@ -371,15 +371,7 @@ async fn every_forged_member_kind_is_named() {
     ));
     cases.push((
         "a prediction",
-        Box::new(|m| {
-            let text = String::from_utf8(m[RESULT].clone()).unwrap();
-            let mut lines: Vec<Value> =
-                text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
-            lines[0]["prediction"] = "Paris".into();
-            let text: String =
-                lines.iter().map(|line| serde_json::to_string(line).unwrap() + "\n").collect();
-            m.insert(RESULT.into(), text.into_bytes());
-        }),
+        Box::new(|m| super::learn_archive::forge_prediction(m, RESULT)),
         vec![RESULT.into(), "question conv-7:".into()],
     ));
     // archive.json alone says the run wrote no traces: it is checked against the manifest.

@@ -39,7 +39,7 @@ fn listing(dir: &Path) -> Vec<String> {
 }
 
 /// Changes the prediction of the first line of the result file `name`.
-fn forge_prediction(members: &mut BTreeMap<String, Vec<u8>>, name: &str) {
+pub(super) fn forge_prediction(members: &mut BTreeMap<String, Vec<u8>>, name: &str) {
     let text = String::from_utf8(members[name].clone()).unwrap();
     let mut lines: Vec<Value> =
         text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();

@@ -322,11 +322,8 @@ async fn export_then_verify_passes_and_an_altered_archive_fails() {
     assert!(said.contains("MISMATCH"), "{said}");
 }
 
-/// The MemGAS tool's query embeddings come from the local model; a replay takes them from the
-/// tape and never loads the model (here it could not: its folder does not exist), so the
-/// replayed answers cannot depend on the host's floating-point kernels.
-#[tokio::test]
-async fn local_query_embeddings_are_replayed_without_loading_the_model() {
+/// A project whose run `t` answered with MemGAS on (the local model): its folder and dataset.
+async fn memgas_run() -> (tempfile::TempDir, std::path::PathBuf) {
     let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
     let (dir, data) = project(|_| {});
     let live = server(|_| None).await;
@@ -336,6 +333,15 @@ async fn local_query_embeddings_are_replayed_without_loading_the_model() {
     let output = mragent_in(dir.path(), &args, &[]).await;
     assert!(output.status.success(), "{}", text(&output.stderr));
     drop(live);
+    (dir, data)
+}
+
+/// The MemGAS tool's query embeddings come from the local model; a replay takes them from the
+/// tape and never loads the model (here it could not: its folder does not exist), so the
+/// replayed answers cannot depend on the host's floating-point kernels.
+#[tokio::test]
+async fn local_query_embeddings_are_replayed_without_loading_the_model() {
+    let (dir, data) = memgas_run().await;
     let store = dir.path().join("record/locomo/local-tiny_t.calls.sqlite");
     let calls = mragent::llm::tape::CallStore::open_read_only(&store).unwrap().calls().unwrap();
     let local = mragent::embedding::LOCAL_EMBEDDER_NAME;
@@ -360,15 +366,7 @@ async fn local_query_embeddings_are_replayed_without_loading_the_model() {
 /// `verify` never loads, or installs, the model to build the index again.
 #[tokio::test]
 async fn verify_never_loads_the_local_model_to_rebuild_a_missing_index() {
-    let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
-    let (dir, data) = project(|_| {});
-    let live = server(|_| None).await;
-    let mut args = run_args(&data, &live, "t");
-    args.retain(|arg| *arg != "--no-memgas");
-    args.extend(["--embed-model-dir", model_dir.as_str()]);
-    let output = mragent_in(dir.path(), &args, &[]).await;
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    drop(live);
+    let (dir, _data) = memgas_run().await;
     let output =
         mragent_in(dir.path(), &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
     assert!(output.status.success(), "{}", text(&output.stderr));
