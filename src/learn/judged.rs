@@ -203,15 +203,16 @@ impl<M: ChatModel, J: ChatModel, E: Embedder> Learner<'_, M, J, E> {
             // Nothing to learn from and nothing to validate with: a refused key, an unknown
             // judge model or a dead endpoint. Stop rather than spend on answers no one grades.
             anyhow::bail!(
-                "the judge ({}) failed all {} judgements of this pass (see the log); fix the judge endpoint, then run the same command again to resume",
+                "the judge ({}) failed all {} judgements of this pass (see the log). If it could not be reached, fix it and run the same command again to resume. If it answered with replies that cannot be read, they are on the learn run's tape in {}, which never asks a recorded call again (finished steps rest on its replies): learn under another --name with a working judge",
                 self.settings.judge.model,
-                stats.failed
+                stats.failed,
+                self.settings.dir().display()
             );
         }
         if stats.failed > 0 {
             tracing::warn!(
                 failed = stats.failed,
-                "some judgements failed; those answers count as wrong until a rerun judges them"
+                "some judgements failed; those answers count as wrong (a reply the judge gave is kept on the tape, so a rerun and a replay count them so too)"
             );
         }
         Ok(matched

@@ -527,6 +527,12 @@ async fn a_judge_that_fails_every_judgement_stops_the_run_with_a_clear_error() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the judge (judge-model) failed all 4 judgements"), "{stderr}");
     assert!(!dir.path().join("data/locomo/meta/j/fold0/step0.json").exists());
+    // The judge answered, unreadably: its replies are on the tape, which a rerun replays, and
+    // the message says what works instead.
+    assert!(stderr.contains("learn under another --name with a working judge"), "{stderr}");
+    let output = mragent_in(dir.path(), &learn_args(&data, &server, "j"), &[]).await;
+    let again = String::from_utf8_lossy(&output.stderr);
+    assert!(again.contains("failed all 4 judgements"), "{again}");
 }
 
 /// `--max-cost` cannot bound a model whose price is unknown: refused before any request,
