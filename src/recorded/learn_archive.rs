@@ -101,7 +101,7 @@ pub fn plan_samples(files: &LearnFiles) -> anyhow::Result<Vec<String>> {
 
 /// A SQLite write-ahead log or shared-memory file beside a call store: folded in, never
 /// archived.
-fn is_store_sidecar(path: &Path) -> bool {
+pub fn is_store_sidecar(path: &Path) -> bool {
     let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
     name.ends_with("-wal") || name.ends_with("-shm")
 }

@@ -10,9 +10,12 @@ use std::path::Path;
 use clap::{CommandFactory as _, FromArgMatches as _};
 
 use super::replay::without_env;
-use super::{Replayer, Report};
+use super::{Replayer, Report, compare_file};
 use crate::recorded::LearnFiles;
 use crate::recorded::archive::{ArchiveIndex, INDEX, files_under};
+
+/// What writes the replayed files, in messages.
+const REPLAYED: &str = "the replay of the learning";
 
 /// Where the learning is replayed, inside the folder the archive is unpacked into.
 const REPLAY: &str = "replay";
@@ -60,7 +63,9 @@ pub(super) async fn verify_learn(
     // An input the replay wrote again (a memory it rebuilt from the tape) must come out the
     // same.
     for path in &inputs {
-        if let Some(mismatch) = same_bytes(&root.join(path), &replay_root.join(path), path)? {
+        if let Some(mismatch) =
+            compare_file(&root.join(path), &replay_root.join(path), path, REPLAYED)?
+        {
             return Ok(Err(mismatch));
         }
     }
@@ -239,7 +244,7 @@ fn compare_outputs(
             report.lines += comparison.compared;
             comparison.first_mismatch
         } else {
-            same_bytes(&kept, &made, path)?
+            compare_file(&kept, &made, path, REPLAYED)?
         };
         if let Some(mismatch) = mismatch {
             return Ok(Some(
@@ -250,7 +255,7 @@ fn compare_outputs(
     }
     for made in files_under(replay_root)? {
         let path = made.strip_prefix(replay_root)?.to_string_lossy().replace('\\', "/");
-        let sidecar = path.ends_with("-wal") || path.ends_with("-shm");
+        let sidecar = crate::recorded::learn_archive::is_store_sidecar(Path::new(&path));
         if !archived.contains(path.as_str()) && !sidecar {
             return Ok(Some(format!(
                 "{path}: the replay of the learning writes it, but it is not in the archive"
@@ -274,39 +279,12 @@ fn is_result_file(path: &str) -> bool {
 /// holds earlier attempts, which are carried, or the first difference, named.
 fn same_trace(kept: &Path, made: &Path, name: &str) -> anyhow::Result<Result<bool, String>> {
     let Ok(theirs) = std::fs::read(made) else {
-        return Ok(Err(format!(
-            "{name}: archived, but the replay of the learning does not write it"
-        )));
+        return Ok(Err(format!("{name}: archived, but {REPLAYED} does not write it")));
     };
     let ours = std::fs::read(kept)?;
     let (ours, theirs) = (String::from_utf8_lossy(&ours), String::from_utf8_lossy(&theirs));
     Ok(super::traces::compare_trace(&ours, &theirs, None)
         .map_err(|difference| format!("{name}: {difference}")))
-}
-
-/// `None` when the archived file and the replay's are the same bytes; else the first
-/// differing line.
-fn same_bytes(kept: &Path, made: &Path, name: &str) -> anyhow::Result<Option<String>> {
-    let Ok(have) = std::fs::read(made) else {
-        return Ok(Some(format!(
-            "{name}: archived, but the replay of the learning does not write it"
-        )));
-    };
-    let want = std::fs::read(kept)?;
-    if want == have {
-        return Ok(None);
-    }
-    let (want, have) = (String::from_utf8_lossy(&want), String::from_utf8_lossy(&have));
-    let (want, have): (Vec<&str>, Vec<&str>) = (want.lines().collect(), have.lines().collect());
-    let number = (0..want.len().max(have.len())).find(|&n| want.get(n) != have.get(n)).unwrap_or(0);
-    let excerpt =
-        |line: Option<&&str>| line.map_or("(none)".to_string(), |l| l.chars().take(200).collect());
-    Ok(Some(format!(
-        "{name} line {}: the archived line differs from the replay's: {:?} ≠ {:?}",
-        number + 1,
-        excerpt(want.get(number)),
-        excerpt(have.get(number))
-    )))
 }
 
 /// Copies an input member into the replay's project.

@@ -198,6 +198,54 @@ fn replay_tag(index: &ArchiveIndex) -> String {
     format!("{}-verify", index.file)
 }
 
+/// The archived file against the one `by` wrote (`name`: its path inside the archive): `None`
+/// when their bytes are equal; else the first differing line, with its question when the line
+/// is a result or score line. A file on one side only is a mismatch, and so are bytes that
+/// differ only where text is not (an encoding, the line endings).
+fn compare_file(
+    archived: &Path,
+    made: &Path,
+    name: &str,
+    by: &str,
+) -> anyhow::Result<Option<String>> {
+    let read = |path: &Path| match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(anyhow::Error::new(error).context(format!("reading {}", path.display()))),
+    };
+    let (want, have) = match (read(archived)?, read(made)?) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => {
+            return Ok(Some(format!("{name}: archived, but {by} does not write it")));
+        }
+        (None, Some(_)) => {
+            return Ok(Some(format!("{name}: {by} writes it, but it is not archived")));
+        }
+        (Some(want), Some(have)) if want == have => return Ok(None),
+        (Some(want), Some(have)) => (want, have),
+    };
+    let (want, have) = (String::from_utf8_lossy(&want), String::from_utf8_lossy(&have));
+    let (want, have): (Vec<&str>, Vec<&str>) = (want.lines().collect(), have.lines().collect());
+    let Some(number) = (0..want.len().max(have.len())).find(|&n| want.get(n) != have.get(n)) else {
+        return Ok(Some(format!(
+            "{name}: its bytes differ from what {by} writes (encoding or line endings)"
+        )));
+    };
+    let (a, b) = (want.get(number).copied(), have.get(number).copied());
+    let question = a
+        .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .and_then(|value| value["question_id"].as_str().map(str::to_string))
+        .map_or_else(String::new, |id| format!(" (question {id})"));
+    let excerpt =
+        |line: Option<&str>| line.unwrap_or("(none)").chars().take(200).collect::<String>();
+    Ok(Some(format!(
+        "{name} line {}{question}: the archived line differs from the one {by} writes: {:?} ≠ {:?}",
+        number + 1,
+        excerpt(a),
+        excerpt(b)
+    )))
+}
+
 /// `path` as a path inside the archive unpacked at `root`.
 fn relative(root: &Path, path: &Path) -> String {
     path.strip_prefix(root).unwrap_or(path).display().to_string()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::{ArchiveClaims, Report, relative};
+use super::{ArchiveClaims, Report, compare_file, relative};
 use crate::llm::tape::{CallStore, Offline, Tape, TapeMode, TapedChat};
 
 /// The files of an eval folder that `eval` writes and `verify` recomputes.
@@ -104,7 +104,9 @@ fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Opt
         return Ok(Some(mismatch));
     }
     for file in [SCORES, MATRIX, MATRIX_MARKDOWN, "accuracy.svg", "tokens.svg"] {
-        if let Some(mismatch) = compare_file(&kept.join(file), &folder.join(file), &name(file))? {
+        if let Some(mismatch) =
+            compare_file(&kept.join(file), &folder.join(file), &name(file), TABLES)?
+        {
             return Ok(Some(mismatch));
         }
     }
@@ -147,39 +149,8 @@ fn what_was_judged(checked: &ArchiveClaims) -> String {
     }
 }
 
-/// The first line where `archived` and `recomputed` differ, naming the file (`name`, its path
-/// inside the archive), line and question; a file on one side only is a mismatch.
-fn compare_file(archived: &Path, recomputed: &Path, name: &str) -> anyhow::Result<Option<String>> {
-    let (Ok(want), Ok(have)) =
-        (std::fs::read_to_string(archived), std::fs::read_to_string(recomputed))
-    else {
-        return Ok((archived.is_file() != recomputed.is_file()).then(|| {
-            if archived.is_file() {
-                format!("{name}: archived, but recomputing the eval tables does not write it")
-            } else {
-                format!("{name}: recomputing the eval tables writes it, but it is not archived")
-            }
-        }));
-    };
-    let (want, have): (Vec<&str>, Vec<&str>) = (want.lines().collect(), have.lines().collect());
-    for number in 0..want.len().max(have.len()) {
-        let (a, b) = (want.get(number).copied(), have.get(number).copied());
-        if a != b {
-            let question = a
-                .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .and_then(|value| value["question_id"].as_str().map(str::to_string))
-                .map_or_else(String::new, |id| format!(" (question {id})"));
-            return Ok(Some(format!(
-                "{name} line {}{question}: the archived line differs from the one recomputed: {:?} ≠ {:?}",
-                number + 1,
-                excerpt(a.unwrap_or("(none)")),
-                excerpt(b.unwrap_or("(none)"))
-            )));
-        }
-    }
-    Ok(None)
-}
-
+/// What writes the recomputed tables, in messages.
+const TABLES: &str = "recomputing the eval tables";
 const SCORES: &str = "scores.jsonl";
 /// The key variable named in messages (nothing is sent, so no key is read).
 const KEY: &str = "OPENAI_API_KEY";
@@ -268,10 +239,5 @@ fn compare_summary_markdown(
     };
     std::fs::write(folder.join(SUMMARY_MARKDOWN), crate::eval::summary_markdown(&summary))
         .context("writing the recomputed summary page")?;
-    compare_file(&kept.join(SUMMARY_MARKDOWN), &folder.join(SUMMARY_MARKDOWN), name)
-}
-
-/// The first 200 characters of `text`, for a message.
-fn excerpt(text: &str) -> String {
-    text.chars().take(200).collect()
+    compare_file(&kept.join(SUMMARY_MARKDOWN), &folder.join(SUMMARY_MARKDOWN), name, TABLES)
 }

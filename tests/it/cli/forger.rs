@@ -334,11 +334,7 @@ async fn every_forged_member_kind_is_named() {
         })
         .unwrap()
         .clone();
-    let memory = members
-        .keys()
-        .find(|name| name.starts_with("data/locomo/rewrite_") && name.contains("/conv-7_"))
-        .unwrap()
-        .clone();
+    let memory = super::learn_archive::rewritten_memory(&members);
 
     let mut cases: Vec<(&str, Forgery, Vec<String>)> = Vec::new();
     for file in ["matrix.json", "matrix.md", "summary.md", "accuracy.svg", "tokens.svg"] {
@@ -353,6 +349,18 @@ async fn every_forged_member_kind_is_named() {
             vec![name],
         ));
     }
+    // Bytes that are not text: compared as bytes, never taken for equal because neither side
+    // reads as text.
+    cases.push((
+        "a byte that is not UTF-8 in a chart",
+        Box::new(|m| {
+            let name = format!("{EVAL}/accuracy.svg");
+            let mut bytes = m[&name].clone();
+            bytes.insert(10, 0xff);
+            m.insert(name, bytes);
+        }),
+        vec![format!("{EVAL}/accuracy.svg line 1")],
+    ));
     cases.push((
         "a summary field",
         Box::new(|m| edit_json(m, &format!("{EVAL}/summary.json"), |s| s["judge_runs"] = 3.into())),

@@ -49,6 +49,15 @@ pub(super) fn forge_prediction(members: &mut BTreeMap<String, Vec<u8>>, name: &s
     members.insert(name.to_string(), text.into_bytes());
 }
 
+/// The member holding conv-7's rewritten memory.
+pub(super) fn rewritten_memory(members: &BTreeMap<String, Vec<u8>>) -> String {
+    members
+        .keys()
+        .find(|name| name.starts_with("data/locomo/rewrite_") && name.contains("/conv-7_"))
+        .unwrap()
+        .clone()
+}
+
 /// Moves the first session of the rewritten memory `name` to another year.
 pub(super) fn forge_memory(members: &mut BTreeMap<String, Vec<u8>>, name: &str) {
     let text = String::from_utf8(members[name].clone()).unwrap();
@@ -98,11 +107,7 @@ async fn a_learn_run_exports_verifies_and_names_every_forged_member() {
         .find(|name| name.starts_with(&format!("{META}/runs/result/")) && name.ends_with(".jsonl"))
         .unwrap()
         .clone();
-    let memory = members
-        .keys()
-        .find(|name| name.starts_with("data/locomo/rewrite_") && name.contains("/conv-7_"))
-        .unwrap()
-        .clone();
+    let memory = rewritten_memory(&members);
     let mut cases: Vec<(String, Forgery, Vec<String>)> = Vec::new();
     for file in
         ["rules.json", "report.md", "validation.svg", "fold0/step1.json", "fold1/rules.json"]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mragent::agent::rules::{Rule, RuleSet};
 use mragent::llm::scripted::ScriptedServer;
@@ -259,13 +259,7 @@ async fn export_then_verify_passes_and_an_altered_archive_fails() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     drop(live);
 
-    let output =
-        mragent_in(dir.path(), &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let archive = dir.path().join("export/locomo/local-tiny_t.tar.zst");
-    let elsewhere = tempfile::tempdir().unwrap();
-    let (code, said) = verify(elsewhere.path(), &archive).await;
-    assert_eq!(code, Some(0), "{said}");
+    let (archive, elsewhere, said) = export_and_verify(dir.path()).await;
     assert!(said.starts_with("VERIFIED"), "{said}");
     assert!(said.contains("9 result lines replayed"), "{said}");
 
@@ -322,6 +316,18 @@ async fn export_then_verify_passes_and_an_altered_archive_fails() {
     assert!(said.contains("MISMATCH"), "{said}");
 }
 
+/// Run `t` of the project at `dir` exported and verified elsewhere: the archive, the folder
+/// verify ran in, and what it said (VERIFIED, asserted).
+async fn export_and_verify(dir: &Path) -> (PathBuf, tempfile::TempDir, String) {
+    let output = mragent_in(dir, &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let archive = dir.join("export/locomo/local-tiny_t.tar.zst");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, said) = verify(elsewhere.path(), &archive).await;
+    assert_eq!(code, Some(0), "{said}");
+    (archive, elsewhere, said)
+}
+
 /// A project whose run `t` answered with MemGAS on (the local model): its folder and dataset.
 async fn memgas_run() -> (tempfile::TempDir, std::path::PathBuf) {
     let model_dir = crate::retrieval::embedder().model_dir().to_str().unwrap().to_string();
@@ -367,13 +373,7 @@ async fn local_query_embeddings_are_replayed_without_loading_the_model() {
 #[tokio::test]
 async fn verify_never_loads_the_local_model_to_rebuild_a_missing_index() {
     let (dir, _data) = memgas_run().await;
-    let output =
-        mragent_in(dir.path(), &["export", "--model", "local/tiny", "--file", "t"], &[]).await;
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let archive = dir.path().join("export/locomo/local-tiny_t.tar.zst");
-    let elsewhere = tempfile::tempdir().unwrap();
-    let (code, said) = verify(elsewhere.path(), &archive).await;
-    assert_eq!(code, Some(0), "{said}");
+    let (archive, elsewhere, _said) = export_and_verify(dir.path()).await;
 
     let mut members = read_archive(&archive);
     let before = members.len();
