@@ -38,7 +38,13 @@ pub struct ExportArgs {
     /// its test answers and the memories it learned over).
     #[arg(long, value_name = "NAME")]
     pub learn: Option<String>,
-    /// Archive to write (default: export/<dataset>/<model>_<file>.tar.zst, or
+    /// Archive the comparison of the run with run B too (`compare FILE B`, `eval --file FILE
+    /// --paired-with B`): both runs, the comparison's outputs, how it was made and its judge's
+    /// recorded calls.
+    #[arg(long, value_name = "B", conflicts_with = "learn")]
+    pub vs: Option<String>,
+    /// Archive to write (default: export/<dataset>/<model>_<file>.tar.zst,
+    /// export/<dataset>/<model>_<file>_vs_<B>.tar.zst, or
     /// export/<dataset>/learn_<name>.tar.zst).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

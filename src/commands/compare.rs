@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
+
 use super::Outcome;
 use super::judging::{judge_client, latched, taped};
 use super::output::outln;
@@ -12,6 +14,7 @@ use crate::eval::paired::BootstrapSettings;
 use crate::llm::fatal::FatalLatch;
 use crate::llm::fatal::until_fatal;
 use crate::recorded::RunFiles;
+use crate::recorded::eval_record::CompareRecord;
 use crate::recorded::tape::lend_calls;
 use crate::settings::{CompareJob, Scoring};
 
@@ -44,6 +47,11 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
         crate::eval::evaluate_paired(&scoring.settings, run_b, bootstrap, judge.as_ref()),
     )
     .await?;
+    // How the comparison was made, for `export --vs` and `verify`.
+    let record = CompareRecord::of(&scoring.settings, run_b, bootstrap);
+    let text =
+        serde_json::to_string_pretty(&record).context("serialising the comparison record")?;
+    crate::fsutil::write_atomic(&files.comparison_record(run_b), text + "\n")?;
     outln!("{}\n", paired.paired.pairing_line())?;
     outln!("{}", paired.paired.table())?;
     for line in paired.paired.noise_lines() {

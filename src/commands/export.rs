@@ -13,10 +13,13 @@ pub fn execute(job: &ExportJob) -> anyhow::Result<Outcome> {
     write_archive(&job.output, &index, &sources)?;
     let bytes = std::fs::metadata(&job.output).map(|meta| meta.len()).unwrap_or(0);
     let total: u64 = index.files.iter().map(|member| member.bytes).sum();
+    let what = match (&job.vs, job.learn) {
+        (_, true) => format!("learn run {}", job.file),
+        (Some(other), false) => format!("runs {} and {other} and their comparison", job.file),
+        (None, false) => format!("run {}", job.file),
+    };
     outln!(
-        "exported {} {} ({} files, {} bytes unpacked) to {} ({bytes} bytes)",
-        if job.learn { "learn run" } else { "run" },
-        job.file,
+        "exported {what} ({} files, {} bytes unpacked) to {} ({bytes} bytes)",
         index.files.len(),
         total,
         job.output.display()

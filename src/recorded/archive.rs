@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use super::RunFiles;
-use super::eval_record::EvalRecord;
+use super::eval_record::{CompareRecord, EvalRecord};
 use crate::settings::ExportJob;
 
 /// The archive format.
@@ -48,8 +48,27 @@ pub struct ArchiveIndex {
     /// A `learn` run's archive: its name (`file` too), its folder's manifest in `manifest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learn: Option<String>,
+    /// A comparison's archive (`export --vs B`): run B, and how the runs were compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compared: Option<ComparedRun>,
     /// Every other member, in path order.
     pub files: Vec<Member>,
+}
+
+/// Run B of a comparison's archive, and the comparison (run A is the archive's run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparedRun {
+    /// Run B's tag (same dataset and model as run A).
+    pub file: String,
+    /// Run B's manifest as it was written.
+    pub manifest: serde_json::Value,
+    /// How run B was last evaluated with a judge, when it was.
+    pub eval: Option<EvalRecord>,
+    /// Run B's meta-rules file inside the archive, when it had one.
+    pub meta_rules: Option<String>,
+    /// How the runs were compared (`record/…/<model>_<A>_vs_<B>.compare.json`), its audit
+    /// file named by its member.
+    pub comparison: CompareRecord,
 }
 
 /// One archived file.
@@ -66,53 +85,48 @@ pub struct Member {
 /// The index of `job`'s archive and each member's source file.
 pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> {
     let root = &job.paths.root;
-    let dataset = job.dataset.as_str();
-    let (manifest_path, manifest) = complete_manifest(job)?;
-    let (calls, mut eval_settings) = recorded_calls(job)?;
-    let mut paths: Vec<PathBuf> = vec![manifest_path];
-    paths.extend(calls);
-    let dataset_file = PathBuf::from(manifest["dataset_file"].as_str().unwrap_or_default());
-    let samples: Vec<String> = manifest["settings"]["samples"]
-        .as_array()
-        .map(|samples| samples.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
-        .unwrap_or_default();
-    paths.extend(run_outputs(job, &samples)?);
-    let mut members: Vec<(String, PathBuf)> = paths
-        .into_iter()
-        .map(|path| Ok((relative(root, &path)?, path)))
-        .collect::<anyhow::Result<_>>()?;
+    let mut members: Vec<(String, PathBuf)> = Vec::new();
+    let run = run_part(job, &job.file, &mut members)?;
+    let dataset_file = PathBuf::from(run.manifest["dataset_file"].as_str().unwrap_or_default());
     let dataset_member = format!("data/{}", file_name(&dataset_file)?);
     members.push((dataset_member.clone(), root.join(&dataset_file)));
-    let meta_rules = rules_member(&manifest, root, &mut members)?;
-    if let Some(audit) = eval_settings.as_mut().and_then(|record| record.audit_file.as_mut()) {
-        let member = format!("data/audit/{}", file_name(Path::new(audit.as_str()))?);
-        members.push((member.clone(), root.join(audit.as_str())));
-        *audit = member;
-    }
+    let compared = match &job.vs {
+        Some(other) => Some(compared_part(job, other, &run.manifest, &mut members)?),
+        None => None,
+    };
     let (files, sources) = listed(members)?;
     let index = ArchiveIndex {
         format: ARCHIVE_FORMAT.to_string(),
-        dataset: dataset.to_string(),
+        dataset: job.dataset.as_str().to_string(),
         model: job.model.clone(),
         file: job.file.clone(),
         dataset_file: dataset_member,
-        meta_rules,
-        manifest,
-        eval: eval_settings,
+        meta_rules: run.meta_rules,
+        manifest: run.manifest,
+        eval: run.eval,
         build: Some(crate::provenance::Build::of_this_binary()),
         learn: None,
+        compared,
         files,
     };
     Ok((index, sources))
 }
 
 /// The members `(path inside the archive, source)` in path order, each once, hashed; and their
-/// sources in the same order.
+/// sources in the same order. Two sources under one path are refused.
 pub(super) fn listed(
     mut members: Vec<(String, PathBuf)>,
 ) -> anyhow::Result<(Vec<Member>, Vec<PathBuf>)> {
     members.sort();
-    members.dedup_by(|a, b| a.0 == b.0);
+    members.dedup();
+    if let Some(pair) = members.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        anyhow::bail!(
+            "{} and {} would both be archived as {}: rename one",
+            pair[0].1.display(),
+            pair[1].1.display(),
+            pair[0].0
+        );
+    }
     let files = members
         .iter()
         .map(|(path, source)| member(path, source))
@@ -120,21 +134,134 @@ pub(super) fn listed(
     Ok((files, members.into_iter().map(|(_, source)| source).collect()))
 }
 
-/// The files of the run `job` archives.
-fn files(job: &ExportJob) -> RunFiles {
-    RunFiles::new(&job.paths.root, job.dataset.as_str(), &job.model, &job.file)
+/// What one run of an archive says of itself, beside its members.
+struct RunPart {
+    manifest: serde_json::Value,
+    eval: Option<EvalRecord>,
+    meta_rules: Option<String>,
+}
+
+/// The run `tag` of `job`'s dataset and model: its manifest, recorded calls, outputs, rules
+/// and audit added to `members`.
+fn run_part(
+    job: &ExportJob,
+    tag: &str,
+    members: &mut Vec<(String, PathBuf)>,
+) -> anyhow::Result<RunPart> {
+    let root = &job.paths.root;
+    let files = RunFiles::new(root, job.dataset.as_str(), &job.model, tag);
+    let (manifest_path, manifest) = complete_manifest(&files, tag, &job.model)?;
+    let (calls, mut eval) = recorded_calls(&files, tag)?;
+    let samples: Vec<String> = manifest["settings"]["samples"]
+        .as_array()
+        .map(|samples| samples.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let mut paths = vec![manifest_path];
+    paths.extend(calls);
+    paths.extend(run_outputs(&files, &samples)?);
+    for path in paths {
+        members.push((relative(root, &path)?, path));
+    }
+    let meta_rules = rules_member(&manifest, root, members)?;
+    if let Some(record) = eval.as_mut() {
+        audit_member(record, root, members)?;
+    }
+    Ok(RunPart { manifest, eval, meta_rules })
+}
+
+/// Run B of a comparison (`export --vs B`), the comparison's record, recorded judge calls and
+/// outputs, added to `members`.
+fn compared_part(
+    job: &ExportJob,
+    other: &str,
+    manifest_a: &serde_json::Value,
+    members: &mut Vec<(String, PathBuf)>,
+) -> anyhow::Result<ComparedRun> {
+    let root = &job.paths.root;
+    let run = run_part(job, other, members)?;
+    for field in ["dataset_file", "dataset_sha256"] {
+        if run.manifest[field] != manifest_a[field] {
+            anyhow::bail!(
+                "runs {} and {other} answered different dataset files ({field} differs): a comparison archive holds one",
+                job.file
+            );
+        }
+    }
+    let files = RunFiles::new(root, job.dataset.as_str(), &job.model, &job.file);
+    let record_path = files.comparison_record(other);
+    let text = std::fs::read_to_string(&record_path).with_context(|| {
+        format!(
+            "run {} was not compared with run {other} by this version ({} is missing): run `mragent compare {} {other}` first",
+            job.file,
+            record_path.display(),
+            job.file
+        )
+    })?;
+    let mut comparison: CompareRecord = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a comparison record", record_path.display()))?;
+    if comparison.run_b != other {
+        anyhow::bail!("{} names run {}, not {other}", record_path.display(), comparison.run_b);
+    }
+    let mut paths = vec![record_path];
+    if comparison.judged {
+        let tape = files.comparison_judge_calls(other);
+        if !tape.is_file() {
+            anyhow::bail!("the comparison's recorded judge calls are missing ({})", tape.display());
+        }
+        crate::llm::tape::CallStore::open(&tape)?.checkpoint()?;
+        paths.push(tape);
+    }
+    for output in files.comparison_outputs(other) {
+        if !output.is_file() {
+            anyhow::bail!(
+                "the comparison's {} is missing: run `mragent compare {} {other}` again",
+                output.display(),
+                job.file
+            );
+        }
+        paths.push(output);
+    }
+    let scored = files_under(&files.comparison_folder(other))?;
+    paths.extend(scored.into_iter().filter(|path| !is_judge_cache(path)));
+    for path in paths {
+        members.push((relative(root, &path)?, path));
+    }
+    audit_member(&mut comparison.settings, root, members)?;
+    Ok(ComparedRun {
+        file: other.to_string(),
+        manifest: run.manifest,
+        eval: run.eval,
+        meta_rules: run.meta_rules,
+        comparison,
+    })
+}
+
+/// The audit file `record` names, archived under `data/audit/`; the record names the member.
+fn audit_member(
+    record: &mut EvalRecord,
+    root: &Path,
+    members: &mut Vec<(String, PathBuf)>,
+) -> anyhow::Result<()> {
+    if let Some(audit) = record.audit_file.as_mut() {
+        let member = format!("data/audit/{}", file_name(Path::new(audit.as_str()))?);
+        members.push((member.clone(), root.join(audit.as_str())));
+        *audit = member;
+    }
+    Ok(())
 }
 
 /// The run's manifest (its path and its JSON), refused unless the run is complete.
-fn complete_manifest(job: &ExportJob) -> anyhow::Result<(PathBuf, serde_json::Value)> {
-    let manifest_path = files(job).manifest();
-    let manifest: serde_json::Value = read_json(&manifest_path).with_context(|| {
-        format!("run {} of model {} has no manifest; run it first", job.file, job.model)
-    })?;
+fn complete_manifest(
+    files: &RunFiles,
+    tag: &str,
+    model: &str,
+) -> anyhow::Result<(PathBuf, serde_json::Value)> {
+    let manifest_path = files.manifest();
+    let manifest: serde_json::Value = read_json(&manifest_path)
+        .with_context(|| format!("run {tag} of model {model} has no manifest; run it first"))?;
     if manifest["status"] != "complete" {
         anyhow::bail!(
-            "run {} is {} (see {}): export a complete run",
-            job.file,
+            "run {tag} is {} (see {}): export a complete run",
             manifest["status"],
             manifest_path.display()
         );
@@ -144,11 +271,13 @@ fn complete_manifest(job: &ExportJob) -> anyhow::Result<(PathBuf, serde_json::Va
 
 /// The run's recorded calls, and the judge's with the eval record when the run was judged
 /// (the record too), each call store checkpointed into one file.
-fn recorded_calls(job: &ExportJob) -> anyhow::Result<(Vec<PathBuf>, Option<EvalRecord>)> {
-    let files = files(job);
+fn recorded_calls(
+    files: &RunFiles,
+    tag: &str,
+) -> anyhow::Result<(Vec<PathBuf>, Option<EvalRecord>)> {
     let calls = files.calls();
     if !calls.is_file() {
-        anyhow::bail!("run {} has no recorded calls ({} is missing)", job.file, calls.display());
+        anyhow::bail!("run {tag} has no recorded calls ({} is missing)", calls.display());
     }
     let (judge_calls, eval_record) = (files.judge_calls(), files.eval_record());
     let eval_settings: Option<EvalRecord> = if judge_calls.is_file() {
@@ -171,8 +300,7 @@ fn recorded_calls(job: &ExportJob) -> anyhow::Result<(Vec<PathBuf>, Option<EvalR
 
 /// What the run wrote for `samples`: its result files, traces, eval folder (the judge cache
 /// aside) and the memory caches its answers were made from.
-fn run_outputs(job: &ExportJob, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let files = files(job);
+fn run_outputs(files: &RunFiles, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     for sample in samples {
         let result = files.results(sample);
@@ -380,6 +508,10 @@ fn unsafe_listing(index: &ArchiveIndex) -> Option<String> {
         (crate::names::NameKind::Tag, index.dataset.as_str()),
         (crate::names::NameKind::Tag, index.model.as_str()),
         (crate::names::NameKind::Tag, index.file.as_str()),
+        (
+            crate::names::NameKind::Tag,
+            index.compared.as_ref().map_or("b", |compared| compared.file.as_str()),
+        ),
     ];
     names.iter().find_map(|(kind, name)| {
         crate::names::check_name(*kind, name)
@@ -432,11 +564,29 @@ mod tests {
             eval: None,
             build: None,
             learn: None,
+            compared: None,
             files: paths
                 .iter()
                 .map(|path| Member { path: path.to_string(), sha256: String::new(), bytes: 0 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn two_files_under_one_member_path_are_refused_and_one_file_twice_is_kept_once() {
+        let directory = tempfile::tempdir().unwrap();
+        let (a, b) = (directory.path().join("a/rules.md"), directory.path().join("b/rules.md"));
+        for (path, text) in [(&a, "rule one\n"), (&b, "rule two\n")] {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let once = vec![("rules/rules.md".to_string(), a.clone()); 2];
+        let (files, sources) = listed(once).unwrap();
+        assert_eq!((files.len(), sources), (1, vec![a.clone()]));
+        let error = listed(vec![("rules/rules.md".into(), b), ("rules/rules.md".into(), a)])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("would both be archived as rules/rules.md"), "{error}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! How a run was last judged (`RunFiles::eval_record`): the settings of its judged evaluation
-//! that decide the tables, what `verify` recomputes them with from the recorded judge calls.
+//! that decide the tables, what `verify` recomputes them with from the recorded judge calls;
+//! and how two runs were compared (`RunFiles::comparison_record`).
 
 use serde::{Deserialize, Serialize};
 
@@ -62,5 +63,43 @@ impl EvalRecord {
         settings.partial = self.partial;
         settings.audit_file = self.audit_file.as_ref().map(|file| settings.root.join(file));
         settings.overall_with_adversarial = self.overall_with_adversarial;
+    }
+}
+
+/// How run A was compared with run B (`compare A B`, `eval --file A --paired-with B`): what
+/// `verify` recomputes the comparison with, from the comparison's recorded judge calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareRecord {
+    /// Run B's tag.
+    pub run_b: String,
+    /// Whether a judge scored both runs (else F1 alone is compared).
+    pub judged: bool,
+    /// The scoring settings both runs were scored with (one protocol; the judge model is empty
+    /// when not judged).
+    pub settings: EvalRecord,
+    /// How the intervals were bootstrapped.
+    pub bootstrap: crate::eval::paired::BootstrapSettings,
+}
+
+impl CompareRecord {
+    pub(crate) fn of(
+        settings: &crate::eval::EvalSettings,
+        run_b: &str,
+        bootstrap: crate::eval::paired::BootstrapSettings,
+    ) -> Self {
+        Self {
+            run_b: run_b.to_string(),
+            judged: settings.judge_model.is_some(),
+            settings: EvalRecord::of(settings, &[settings.protocol]),
+            bootstrap,
+        }
+    }
+
+    /// Applies the record to `settings`.
+    pub fn apply(&self, settings: &mut crate::eval::EvalSettings) {
+        self.settings.apply(settings);
+        if !self.judged {
+            settings.judge_model = None;
+        }
     }
 }

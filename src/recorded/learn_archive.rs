@@ -56,6 +56,7 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
         eval: None,
         build: Some(crate::provenance::Build::of_this_binary()),
         learn: Some(job.file.clone()),
+        compared: None,
         files,
     };
     Ok((index, sources))

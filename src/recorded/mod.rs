@@ -99,6 +99,31 @@ impl RunFiles {
         self.record(&format!("_vs_{other}.judge.sqlite"))
     }
 
+    /// `record/<dataset>/<model>_<tag>_vs_<other>.compare.json`: how the run was compared
+    /// with run `other` ([`eval_record::CompareRecord`]).
+    pub fn comparison_record(&self, other: &str) -> PathBuf {
+        self.record(&format!("_vs_{other}.compare.json"))
+    }
+
+    /// `<model>_<tag>_vs_<other>`: the name of the comparison with run `other`, beside the runs
+    /// in `eval/<dataset>/`: its folder (each run scored for it) and its page and table
+    /// (`.md`, `.json`).
+    pub fn comparison_stem(&self, other: &str) -> String {
+        format!("{}_{}_vs_{other}", self.model, self.tag)
+    }
+
+    /// `eval/<dataset>/<model>_<tag>_vs_<other>/`: both runs scored for the comparison.
+    pub fn comparison_folder(&self, other: &str) -> PathBuf {
+        self.eval_dir().join(self.comparison_stem(other))
+    }
+
+    /// `eval/<dataset>/<model>_<tag>_vs_<other>.md` and `.json`: the comparison's page and its
+    /// table.
+    pub fn comparison_outputs(&self, other: &str) -> [PathBuf; 2] {
+        let stem = self.comparison_stem(other);
+        ["md", "json"].map(|extension| self.eval_dir().join(format!("{stem}.{extension}")))
+    }
+
     /// `record/<dataset>/<model>_<tag>.eval.json`: how the run was last judged.
     pub fn eval_record(&self) -> PathBuf {
         self.record(".eval.json")
@@ -111,7 +136,11 @@ impl RunFiles {
 
     /// `eval/<dataset>/<tag>/`: the run's eval folder.
     pub fn eval_folder(&self) -> PathBuf {
-        self.root.join("eval").join(&self.dataset).join(&self.tag)
+        self.eval_dir().join(&self.tag)
+    }
+
+    fn eval_dir(&self) -> PathBuf {
+        self.root.join("eval").join(&self.dataset)
     }
 
     /// `data/<dataset>/`: the memory caches its conversations were answered from.
@@ -183,6 +212,18 @@ mod tests {
         assert_eq!(
             files.comparison_judge_calls("t2"),
             Path::new("/p/record/locomo/gpt_t1_vs_t2.judge.sqlite")
+        );
+        assert_eq!(
+            files.comparison_record("t2"),
+            Path::new("/p/record/locomo/gpt_t1_vs_t2.compare.json")
+        );
+        assert_eq!(files.comparison_folder("t2"), Path::new("/p/eval/locomo/gpt_t1_vs_t2"));
+        assert_eq!(
+            files.comparison_outputs("t2"),
+            [
+                PathBuf::from("/p/eval/locomo/gpt_t1_vs_t2.md"),
+                PathBuf::from("/p/eval/locomo/gpt_t1_vs_t2.json")
+            ]
         );
         assert_eq!(files.traces(), Path::new("/p/log/locomo/t1"));
         assert_eq!(files.eval_folder(), Path::new("/p/eval/locomo/t1"));

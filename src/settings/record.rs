@@ -201,6 +201,8 @@ pub struct ExportJob {
     pub file: String,
     /// `--learn`: the run is a learning run, named `file`.
     pub learn: bool,
+    /// `--vs B`: the comparison of the run with run B, archived with both runs.
+    pub vs: Option<String>,
     /// Archive to write.
     pub output: PathBuf,
 }
@@ -222,13 +224,23 @@ impl ExportJob {
         check("--model", crate::names::NameKind::Tag, &model)?;
         let dataset = dataset_kind(args.data);
         let learn = args.learn.is_some();
-        let default_name =
-            if learn { format!("learn_{file}.tar.zst") } else { format!("{model}_{file}.tar.zst") };
+        if let Some(other) = &args.vs {
+            check("--vs", crate::names::NameKind::Tag, other)?;
+            if other == file {
+                anyhow::bail!("--vs names the run --file already names ({other})");
+            }
+        }
+        let default_name = match (learn, &args.vs) {
+            (true, _) => format!("learn_{file}.tar.zst"),
+            (false, Some(other)) => format!("{model}_{file}_vs_{other}.tar.zst"),
+            (false, None) => format!("{model}_{file}.tar.zst"),
+        };
         let output = args.output.as_deref().map_or_else(
             || paths.root.join("export").join(dataset.as_str()).join(default_name),
             |output| paths.under_root(output),
         );
-        Ok(Self { paths: paths.clone(), dataset, model, file: file.clone(), learn, output })
+        let vs = args.vs.clone();
+        Ok(Self { paths: paths.clone(), dataset, model, file: file.clone(), learn, vs, output })
     }
 }
 

@@ -522,8 +522,13 @@ fn the_recorded_run_is_one_room_that_names_no_command() {
             found.push(format!("{}: the recorded room names a command", shown.display()));
         }
         if path.starts_with("commands") {
-            for spelled in ["\"record\"", ".calls.sqlite\"", ".judge.sqlite\"", ".manifest.json\""]
-            {
+            for spelled in [
+                "\"record\"",
+                ".calls.sqlite\"",
+                ".judge.sqlite\"",
+                ".manifest.json\"",
+                ".compare.json\"",
+            ] {
                 if text.contains(spelled) {
                     found.push(format!("{}: spells a run's path {spelled}", shown.display()));
                 }

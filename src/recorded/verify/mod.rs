@@ -15,7 +15,11 @@
 //!    archive lacks, or an archived one the replay did not make, is a mismatch;
 //! 6. the eval folder recomputed (official F1 and exact match from the results and the
 //!    dataset, the judge tables and matrix from the recorded judge calls) against the
-//!    archived one.
+//!    archived one;
+//! 7. in a comparison's archive (`export --vs B`), steps 2 to 6 for run B too, then the
+//!    comparison recomputed from both runs' results and its own recorded judge calls, with
+//!    the settings of its hashed record, against the archived one: each run scored for it, its
+//!    table and its page (`comparison`).
 //!
 //! What it cannot recompute it lists as "carried, not verified": the manifest's counts, times
 //! and host, the earlier attempts of a trace (a question answered again after a failure or an
@@ -24,6 +28,7 @@
 //! that is not on them is a mismatch.
 
 mod archive;
+mod comparison;
 mod learn;
 mod replay;
 mod tables;
@@ -36,7 +41,7 @@ use self::archive::check_index;
 use self::replay::replay;
 use self::tables::check_eval;
 use self::traces::{check_traces, compare_traces};
-use crate::recorded::archive::ArchiveIndex;
+use crate::recorded::archive::{ArchiveIndex, INDEX};
 use crate::recorded::archive::{check_members, unpack};
 
 /// What `verify` plays back that the commands own: a run's answers (`run`'s pipeline with a
@@ -126,59 +131,103 @@ pub async fn verify(
         return Ok(Err(mismatch));
     }
     if index.learn.is_some() {
+        if index.compared.is_some() {
+            return Ok(Err(format!("{INDEX}: a learn run's archive holds no comparison")));
+        }
         return learn::verify_learn(index, root, replayer).await;
     }
-    let checked = match check_index(index, root)? {
-        Ok(checked) => checked,
+    let runs = match comparison::runs_of(&index) {
+        Ok(runs) => runs,
         Err(mismatch) => return Ok(Err(mismatch)),
     };
-    let lines = match check_traces(&checked, root)? {
-        Ok(lines) => lines,
-        Err(mismatch) => return Ok(Err(mismatch)),
-    };
-    let mut report = Report { lines, ..Report::default() };
-    if let Err(mismatch) = replay(&checked, root, replayer).await? {
-        return Ok(Err(mismatch));
+    let mut claims = Vec::new();
+    for run in runs {
+        match check_index(run, root)? {
+            Ok(checked) => claims.push(checked),
+            Err(mismatch) => return Ok(Err(mismatch)),
+        }
     }
-    if let Some(mismatch) = compare_traces(&checked, root, &mut report)? {
-        return Ok(Err(mismatch));
+    let mut report = Report::default();
+    let mut judged = Vec::new();
+    for checked in &claims {
+        match check_run(checked, root, replayer, &mut report).await? {
+            Ok(said) if claims.len() > 1 => {
+                judged.push(format!("run {}: {said}", checked.index.file))
+            }
+            Ok(said) => judged.push(said),
+            Err(mismatch) => return Ok(Err(mismatch)),
+        }
     }
-    report.judged = match check_eval(&checked, root, &mut report).await? {
-        Ok(judged) => judged,
-        Err(mismatch) => return Ok(Err(mismatch)),
-    };
-    classify(&checked, &mut report);
+    if let Some(compared) = &index.compared {
+        match comparison::check_comparison(&index, compared, root, &mut report).await? {
+            Ok(said) => judged.push(said),
+            Err(mismatch) => return Ok(Err(mismatch)),
+        }
+    }
+    report.judged = judged.join("; ");
+    classify(&index, &claims, &mut report);
     Ok(Ok(report))
 }
 
+/// One run of the archive checked (steps 3 to 6): what its eval check did.
+async fn check_run(
+    checked: &ArchiveClaims,
+    root: &Path,
+    replayer: &impl Replayer,
+    report: &mut Report,
+) -> anyhow::Result<Result<String, String>> {
+    report.lines += match check_traces(checked, root)? {
+        Ok(lines) => lines,
+        Err(mismatch) => return Ok(Err(mismatch)),
+    };
+    if let Err(mismatch) = replay(checked, root, replayer).await? {
+        return Ok(Err(mismatch));
+    }
+    if let Some(mismatch) = compare_traces(checked, root, report)? {
+        return Ok(Err(mismatch));
+    }
+    check_eval(checked, root, report).await
+}
+
 /// Sorts every member into recomputed, inputs and carried (see [`Report`]).
-fn classify(checked: &ArchiveClaims, report: &mut Report) {
-    let index = &checked.index;
-    let samples = checked.samples();
+fn classify(index: &ArchiveIndex, claims: &[ArchiveClaims], report: &mut Report) {
+    let result_files: BTreeSet<String> = claims
+        .iter()
+        .flat_map(|checked| {
+            let run = &checked.index;
+            checked.samples().into_iter().map(move |sample| {
+                crate::results::result_path(
+                    Path::new(""),
+                    &run.dataset,
+                    &sample,
+                    &run.model,
+                    &run.file,
+                )
+                .to_string_lossy()
+                .into_owned()
+            })
+        })
+        .collect();
+    let mut read: BTreeSet<&str> = BTreeSet::from([index.dataset_file.as_str()]);
+    for checked in claims {
+        read.extend(checked.index.meta_rules.as_deref());
+        read.extend(checked.eval.as_ref().and_then(|eval| eval.audit_file.as_deref()));
+    }
+    if let Some(compared) = &index.compared {
+        read.extend(compared.comparison.settings.audit_file.as_deref());
+    }
     for member in &index.files {
         let path = member.path.as_str();
         if report.recomputed.contains(path) || report.carried.contains(path) {
             continue;
         }
-        let result_file = samples.iter().any(|sample| {
-            let file = crate::results::result_path(
-                Path::new(""),
-                &index.dataset,
-                sample,
-                &index.model,
-                &index.file,
-            );
-            file.to_string_lossy() == path
-        });
-        let input = result_file
-            || path == index.dataset_file
-            || index.meta_rules.as_deref() == Some(path)
-            || checked.eval.as_ref().and_then(|eval| eval.audit_file.as_deref()) == Some(path)
+        let input = read.contains(path)
             || path.ends_with(".calls.sqlite")
             || path.ends_with(".judge.sqlite")
             || path.ends_with(".eval.json")
+            || path.ends_with(".compare.json")
             || (path.starts_with("data/") && !path.starts_with("data/audit/"));
-        if result_file {
+        if result_files.contains(path) {
             // Every result line was replayed from the recorded calls and found identical.
             report.recomputed.insert(path.to_string());
         } else if input {
@@ -187,10 +236,12 @@ fn classify(checked: &ArchiveClaims, report: &mut Report) {
             report.carried.insert(path.to_string());
         }
     }
-    // The manifest's replay arguments, settings and dataset hash were used; its counts, times
-    // and host were not checked.
-    report.carried.insert(checked.manifest_member.clone());
-    report.inputs.remove(&checked.manifest_member);
+    // The manifests' replay arguments, settings and dataset hash were used; their counts,
+    // times and host were not checked.
+    for checked in claims {
+        report.carried.insert(checked.manifest_member.clone());
+        report.inputs.remove(&checked.manifest_member);
+    }
 }
 
 /// The tag the replay answers into: `<tag>-verify`.

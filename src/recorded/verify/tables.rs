@@ -25,16 +25,28 @@ pub(super) async fn check_eval(
     if !folder.is_dir() {
         return Ok(Ok("no eval tables in the archive".to_string()));
     }
-    let kept = root.join(".archived-eval");
-    std::fs::rename(&folder, &kept).context("setting the archived eval folder aside")?;
+    let kept = set_aside(root, &folder)?;
     if let Err(mismatch) = recompute(checked, root).await? {
         return Ok(Err(mismatch));
     }
     if let Some(mismatch) = compare_tables(root, &kept, &folder)? {
         return Ok(Err(mismatch));
     }
-    sort_eval_members(checked, &kept, report)?;
+    let inside = format!("eval/{}/{}", index.dataset, index.file);
+    sort_eval_members(&kept, &inside, report)?;
     Ok(Ok(what_was_judged(checked)))
+}
+
+/// Moves the archived `path` (a file or folder under `root`) aside, under `.archived/` at the
+/// same relative path, so that a recomputation writes it anew: where it now is.
+pub(super) fn set_aside(root: &Path, path: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let kept = root.join(".archived").join(path.strip_prefix(root).unwrap_or(path));
+    if let Some(parent) = kept.parent() {
+        std::fs::create_dir_all(parent).context("making the folder of archived files")?;
+    }
+    std::fs::rename(path, &kept)
+        .with_context(|| format!("setting {} aside", relative(root, path)))?;
+    Ok(kept)
 }
 
 /// Writes the eval folder anew from the results and the dataset, judged (when the run was)
@@ -98,8 +110,17 @@ async fn judged_from_tape(
 
 /// The first difference between the archived eval folder (`kept`) and the recomputed one
 /// (`folder`): the tables and plots, the summary's fields, then its page.
-fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Option<String>> {
+pub(super) fn compare_tables(
+    root: &Path,
+    kept: &Path,
+    folder: &Path,
+) -> anyhow::Result<Option<String>> {
     let name = |file: &str| relative(root, &folder.join(file));
+    match (kept.join(SUMMARY).is_file(), folder.join(SUMMARY).is_file()) {
+        (true, true) => {}
+        (false, _) => return Ok(Some(format!("{}: it is not archived", name(SUMMARY)))),
+        (true, false) => return Ok(Some(format!("{}: {TABLES} does not write it", name(SUMMARY)))),
+    }
     if let Some(mismatch) = matrix_with_archived_audit_path(kept, folder, &name(MATRIX))? {
         return Ok(Some(mismatch));
     }
@@ -116,17 +137,16 @@ fn compare_tables(root: &Path, kept: &Path, folder: &Path) -> anyhow::Result<Opt
     compare_summary_markdown(kept, folder, &name(SUMMARY_MARKDOWN))
 }
 
-/// Sorts the archived eval folder's files (`kept`) into recomputed (those of [`RECOMPUTED`]
-/// at its top) and carried.
-fn sort_eval_members(
-    checked: &ArchiveClaims,
+/// Sorts the archived eval folder's files (`kept`, at `folder` inside the archive) into
+/// recomputed (those of [`RECOMPUTED`] at its top) and carried.
+pub(super) fn sort_eval_members(
     kept: &Path,
+    folder: &str,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let index = &checked.index;
     for file in crate::recorded::archive::files_under(kept)? {
         let file_name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let inside = format!("eval/{}/{}/{}", index.dataset, index.file, relative(kept, &file));
+        let inside = format!("{folder}/{}", relative(kept, &file));
         if RECOMPUTED.contains(&file_name.as_str()) && file.parent() == Some(kept) {
             report.recomputed.insert(inside);
         } else {

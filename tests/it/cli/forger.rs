@@ -545,3 +545,160 @@ async fn every_forged_member_kind_is_named() {
     assert!(!said.contains("carried, not verified: log/"), "{said}");
     assert!(said.contains("carried, not verified: notes/claim.md"), "{said}");
 }
+
+const COMPARISON: &str = "eval/locomo/local-tiny_t_vs_u";
+const COMPARE_RECORD: &str = "record/locomo/local-tiny_t_vs_u.compare.json";
+const COMPARE_TAPE: &str = "record/locomo/local-tiny_t_vs_u.judge.sqlite";
+const RESULT_B: &str = "result/locomo/conv-7_result_local-tiny_u.jsonl";
+const MANIFEST_B: &str = "result/locomo/local-tiny_u.manifest.json";
+
+/// The honest sequence's comparison of `t` with `u` exported (`export --file t --vs u`).
+async fn honest_comparison() -> (tempfile::TempDir, PathBuf) {
+    let (dir, _) = honest_archive().await;
+    let export = ["export", "--model", "local/tiny", "--file", "t", "--vs", "u"];
+    let output = mragent_in(dir.path(), &export, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("runs t and u and their comparison"));
+    let archive = dir.path().join("export/locomo/local-tiny_t_vs_u.tar.zst");
+    (dir, archive)
+}
+
+/// A comparison's archive (run → eval → compare → export --vs → verify) verifies under a
+/// hostile environment, every file of the comparison recomputed from the comparison's recorded
+/// judge calls; each forged member of it is named; a comparison made before its record was
+/// kept is refused at export.
+#[tokio::test]
+async fn a_comparison_exports_verifies_and_names_every_forged_member() {
+    let (dir, archive) = honest_comparison().await;
+    let members = read_archive(&archive);
+    for member in [COMPARE_RECORD, COMPARE_TAPE, RESULT_B, MANIFEST_B, RESULT, MANIFEST] {
+        assert!(members.contains_key(member), "{member}: {:?}", members.keys());
+    }
+    let hostile_root = tempfile::tempdir().unwrap();
+    let env = hostile_env(hostile_root.path().to_str().unwrap());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output = mragent_in(elsewhere.path(), &["verify", archive.to_str().unwrap()], &env).await;
+    let (said, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{said}{stderr}");
+    assert!(said.starts_with("VERIFIED"), "{said}");
+    assert_eq!(stderr, "", "verify is quiet unless asked");
+    assert!(said.contains("the comparison of t with u (judge/x, 2 run(s))"), "{said}");
+    assert!(said.contains("run t: F1, exact match and the judge tables"), "{said}");
+    for manifest in [MANIFEST, MANIFEST_B] {
+        assert!(said.contains(&format!("carried, not verified: {manifest}")), "{said}");
+    }
+    assert!(!said.contains(&format!("carried, not verified: {COMPARISON}")), "{said}");
+    assert!(!said.contains("carried, not verified: log/"), "{said}");
+    assert!(snapshot(hostile_root.path()).is_empty(), "verify wrote under MRAGENT_ROOT");
+
+    let question_line = |name: &str| format!("{name} line");
+    let mut cases: Vec<(&str, Forgery, Vec<String>)> = Vec::new();
+    let page = format!("{COMPARISON}.md");
+    cases.push((
+        "a number on the comparison's page",
+        Box::new({
+            let page = page.clone();
+            move |m| {
+                let bytes = change_a_digit(&m[&page]);
+                m.insert(page.clone(), bytes);
+            }
+        }),
+        vec![question_line(&page)],
+    ));
+    let table = format!("{COMPARISON}.json");
+    cases.push((
+        "the comparison's table",
+        Box::new({
+            let table = table.clone();
+            move |m| edit_json(m, &table, |t| t["rows"][0]["n"] = 99.into())
+        }),
+        vec![question_line(&table)],
+    ));
+    cases.push((
+        "a summary of run B scored for the comparison",
+        Box::new(|m| {
+            edit_json(m, &format!("{COMPARISON}/u/summary.json"), |s| s["judge_runs"] = 3.into())
+        }),
+        vec![format!("{COMPARISON}/u/summary.json: field judge_runs")],
+    ));
+    cases.push((
+        "a verdict of run A scored for the comparison",
+        Box::new(|m| {
+            let name = format!("{COMPARISON}/t/scores.jsonl");
+            let text = String::from_utf8(m[&name].clone()).unwrap();
+            let flipped = text.replacen("\"correct\":true", "\"correct\":false", 1);
+            assert_ne!(flipped, text);
+            m.insert(name, flipped.into_bytes());
+        }),
+        vec![format!("{COMPARISON}/t/scores.jsonl line"), "(question conv-7:".into()],
+    ));
+    cases.push((
+        "the comparison's record",
+        Box::new(|m| edit_json(m, COMPARE_RECORD, |r| r["bootstrap"]["seed"] = 7.into())),
+        vec![format!("archive.json: its comparison settings differ from {COMPARE_RECORD}")],
+    ));
+    cases.push((
+        "the comparison's record, both copies",
+        Box::new(|m| {
+            edit_json(m, COMPARE_RECORD, |r| r["bootstrap"]["seed"] = 7.into());
+            edit_json(m, "archive.json", |i| {
+                i["compared"]["comparison"]["bootstrap"]["seed"] = 7.into()
+            });
+        }),
+        vec![question_line(&table)],
+    ));
+    cases.push((
+        "a verdict recorded by the comparison's judge",
+        Box::new(|m| delete_call(m, COMPARE_TAPE, "chat", "judging question conv-7:")),
+        vec![COMPARE_TAPE.into(), "judging question conv-7:".into()],
+    ));
+    cases.push((
+        "the comparison removed",
+        Box::new({
+            let table = table.clone();
+            move |m| {
+                m.remove(&table);
+            }
+        }),
+        vec![format!("{table}: the comparison is not archived")],
+    ));
+    cases.push((
+        "a prediction of run B",
+        Box::new(|m| super::learn_archive::forge_prediction(m, RESULT_B)),
+        vec![RESULT_B.into(), "question conv-7:".into()],
+    ));
+    cases.push((
+        "archive.json's copy of run B's manifest",
+        Box::new(|m| {
+            edit_json(m, "archive.json", |i| {
+                i["compared"]["manifest"]["settings"]["traces"] = false.into()
+            })
+        }),
+        vec![format!("archive.json: its copy of the manifest differs from {MANIFEST_B}")],
+    ));
+    cases.push((
+        "run B named as run A's replay",
+        Box::new(|m| edit_json(m, "archive.json", |i| i["compared"]["file"] = "t-verify".into())),
+        vec!["archive.json: its runs t and t-verify cannot be replayed apart".into()],
+    ));
+    let trace_b = members.keys().find(|name| name.starts_with("log/locomo/u/")).unwrap().clone();
+    cases.push((
+        "a trace of run B",
+        Box::new({
+            let trace_b = trace_b.clone();
+            move |m| {
+                let bytes = [&m[&trace_b][..], b"{\"forged\":true}\n"].concat();
+                m.insert(trace_b.clone(), bytes);
+            }
+        }),
+        vec![format!("{trace_b} (question")],
+    ));
+    assert_each_forgery_is_named(&members, &cases, elsewhere.path()).await;
+
+    // A comparison without its record (made by an older version) is not exported.
+    std::fs::remove_file(dir.path().join(COMPARE_RECORD)).unwrap();
+    let export = ["export", "--model", "local/tiny", "--file", "t", "--vs", "u"];
+    let output = mragent_in(dir.path(), &export, &[]).await;
+    assert!(!output.status.success());
+    assert!(text(&output.stderr).contains("mragent compare t u"), "{}", text(&output.stderr));
+}

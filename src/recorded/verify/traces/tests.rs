@@ -14,6 +14,7 @@ fn index() -> ArchiveIndex {
         eval: None,
         build: None,
         learn: None,
+        compared: None,
         files: Vec::new(),
     }
 }
