@@ -3,7 +3,8 @@
 
 use super::Outcome;
 use super::output::outln;
-use crate::recorded::archive::{collect, write_archive};
+use crate::recorded::archive::write_archive;
+use crate::recorded::run_archive::collect;
 use crate::settings::ExportJob;
 
 /// Writes the archive and prints what went in.

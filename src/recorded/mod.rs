@@ -1,7 +1,7 @@
 //! A recorded run on disk: where its files are ([`RunFiles`], the one owner of the layout;
 //! [`LearnFiles`] for a `learn` run's folder), its recorded model calls ([`tape`]), its lock
 //! ([`lock`]), its manifest ([`manifest`]), how it was judged ([`eval_record`]), its archive
-//! ([`archive`], [`learn_archive`]: what `export` writes) and the offline checks of an archive
+//! ([`archive`], [`run_archive`], [`learn_archive`]: what `export` writes) and the offline checks of an archive
 //! ([`verify`]).
 //!
 //! The commands read and write a run only through this room: `run` takes its lock, writes its
@@ -15,6 +15,7 @@ pub mod eval_record;
 pub mod learn_archive;
 pub mod lock;
 pub mod manifest;
+pub mod run_archive;
 pub mod tape;
 pub mod verify;
 
