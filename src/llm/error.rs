@@ -8,7 +8,10 @@ use super::Usage;
 /// handling, stopping a run on a fatal error ([`Error::is_fatal`]), and per-question error
 /// reporting all depend on it. `Clone` so that the fatal latch can hand the same error to
 /// every later call.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// Serialisable so that a call that failed at the endpoint is recorded on a run's tape with
+/// its error, and replayed as the same error ([`super::tape`]).
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Error {
     /// HTTP 429 after all retries.
     #[error("rate limited by the endpoint after {attempts} attempts (status 429): {body}")]

@@ -19,10 +19,17 @@
 //! The work item of a call comes from [`within`], a task-local label the answer loop sets per
 //! question (and `learn` per fold, step and pass around it).
 //!
+//! A chat call that fails at the endpoint after the client's retries (a 5xx, a timeout, an
+//! unusable reply; not a refused key) is recorded with its error ([`FAILED_CHAT`]), so a
+//! replay meets the same failure and grades or salvages it as the run did. Recording, a
+//! failure this run recorded is met again by an identical request; an earlier run's is asked
+//! afresh and replaced by what comes back.
+//!
 //! A judgement is one unit of calls ([`afresh_on_failure`]): answered from the tape when all its
 //! calls were recorded; when it failed with every call replayed, its calls are taken off the
 //! tape and it is asked afresh, so a failure is never replayed forever.
 
+mod keys;
 pub mod store;
 mod taped;
 mod unit;
@@ -35,8 +42,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use store::{CallStore, NewCall, StoreSize, StoredCall, TapeError};
+pub use keys::{chat_key, decode_vector, embed_key, encode_vector};
+pub use store::{CallStore, FAILED_CHAT, NewCall, StoreSize, StoredCall, TapeError};
 pub use taped::{Offline, TapedChat, TapedEmbedder};
+
+use keys::{describe_chat, describe_embed};
 pub use unit::{UnitCalls, afresh_on_failure};
 
 use super::{ChatRequest, ChatResponse, Embeddings, Error, Usage};
@@ -133,7 +143,9 @@ impl Tape {
 
     /// No call is ever taken off this tape, a failed one included: for a run whose records on
     /// disk rest on every reply it met (`learn`'s steps), so that its replay meets the same
-    /// replies. A failure recorded on it is met again until the tape is deleted.
+    /// replies. A reply that failed to be used (unreadable, off-schema) is met again until the
+    /// tape is deleted; a failure at the endpoint ([`FAILED_CHAT`]) is still asked afresh by a
+    /// later run, as on every tape, so an unreachable endpoint can be fixed and the run resumed.
     pub fn keep_failures(&self) {
         self.forgets.store(false, Ordering::Relaxed);
     }
@@ -231,7 +243,16 @@ impl Tape {
         Fut: Future<Output = Result<ChatResponse, Error>>,
     {
         let key = key.to_string();
-        if let Some(bytes) = self.lookup(&key).await? {
+        let recorded = match self.lookup_chat(&key).await? {
+            Some((true, error)) => match self.recorded_failure(&key, &error) {
+                Some(error) => return Err(error),
+                // An earlier run's failure, recording: asked afresh, and replaced.
+                None => None,
+            },
+            Some((false, reply)) => Some(reply),
+            None => None,
+        };
+        if let Some(bytes) = recorded {
             let response = serde_json::from_slice(&bytes).map_err(|error| {
                 Error::Tape(format!("the recorded reply of {key} is unreadable: {error}"))
             })?;
@@ -253,7 +274,19 @@ impl Tape {
             return Err(self.unrecorded(describe_chat(&key, request)));
         }
         unit::note_sent();
-        let response = send().await?;
+        let response = match send().await {
+            Ok(response) => response,
+            Err(error) => {
+                if records_failure(&error) {
+                    let failure = serde_json::to_vec(&error).map_err(|error| tape_error(&error))?;
+                    self.fresh.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
+                    let model = request.model.clone();
+                    let stored = self.record(key, FAILED_CHAT, model, value, failure).await?;
+                    self.count_sent(1, stored as u64);
+                }
+                return Err(error);
+            }
+        };
         unit::note_usage(response.usage);
         let reply = serde_json::to_vec(&response).map_err(|error| tape_error(&error))?;
         self.fresh.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
@@ -333,8 +366,27 @@ impl Tape {
         Ok(Embeddings { vectors: vectors.into_iter().flatten().collect(), usage })
     }
 
-    async fn lookup(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.lookup_all(vec![key.to_string()]).await?.pop().flatten())
+    /// The error a failed call recorded for `key` is played back as: always when replaying,
+    /// and when recording if this run recorded it (a request stands for one reply per run);
+    /// `None` for an earlier run's failure while recording, which is asked afresh.
+    fn recorded_failure(&self, key: &str, error: &[u8]) -> Option<Error> {
+        let ours = self.fresh.lock().unwrap_or_else(PoisonError::into_inner).contains(key);
+        if self.mode == TapeMode::Record && !ours {
+            return None;
+        }
+        self.count_hit(1);
+        Some(serde_json::from_slice(error).unwrap_or_else(|error| {
+            Error::Tape(format!("the recorded failure of {key} is unreadable: {error}"))
+        }))
+    }
+
+    async fn lookup_chat(&self, key: &str) -> Result<Option<(bool, Vec<u8>)>, Error> {
+        let store = Arc::clone(&self.store);
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || store.chat_reply(&key))
+            .await
+            .map_err(|error| Error::Tape(format!("reading the recorded calls: {error}")))?
+            .map_err(|error| Error::Tape(error.to_string()))
     }
 
     async fn lookup_all(&self, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, Error> {
@@ -386,73 +438,23 @@ impl Tape {
     }
 }
 
+/// Whether a call that failed with `error` is recorded: a failure at the endpoint after the
+/// client's retries, which the caller grades or salvages, so that a replay meets it too. Not a
+/// refused key or an unknown model (fatal: the run stops), nor a failure of this process
+/// (configuration, the tape itself).
+fn records_failure(error: &Error) -> bool {
+    !matches!(
+        error,
+        Error::Auth { .. }
+            | Error::ModelNotFound { .. }
+            | Error::Config(_)
+            | Error::Unrecorded { .. }
+            | Error::Tape(_)
+    )
+}
+
 fn tape_error(error: &serde_json::Error) -> Error {
     Error::Tape(format!("a request or reply could not be written as JSON: {error}"))
-}
-
-/// The key of a chat request given as JSON.
-pub fn chat_key(request: &Value) -> String {
-    let bytes = serde_json::to_vec(request).unwrap_or_default();
-    let mut keyed = b"chat\0".to_vec();
-    keyed.extend_from_slice(&bytes);
-    crate::text::short_hash(&keyed, 16)
-}
-
-/// The key of one text embedded by `model`.
-pub fn embed_key(model: &str, text: &str) -> String {
-    crate::text::short_hash(format!("embed\0{model}\0{text}").as_bytes(), 16)
-}
-
-/// A vector as little-endian `f32` bytes.
-pub fn encode_vector(vector: &[f32]) -> Vec<u8> {
-    vector.iter().flat_map(|value| value.to_le_bytes()).collect()
-}
-
-/// The vector of [`encode_vector`]'s bytes (a trailing partial value is dropped).
-pub fn decode_vector(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
-        .collect()
-}
-
-/// How an unrecorded chat request is named: work item, key, model, size and its last message.
-fn describe_chat(key: &str, request: &ChatRequest) -> String {
-    let last = request.messages.last().map_or_else(String::new, |message| {
-        let text = message.content.as_deref().unwrap_or_default();
-        format!("; last message ({:?}): {:?}", message.role, excerpt(text))
-    });
-    format!(
-        "{}chat request {key} to {} ({} messages, {} tools{last})",
-        item(),
-        request.model,
-        request.messages.len(),
-        request.tools.len()
-    )
-}
-
-fn describe_embed(key: &str, model: &str, text: &str, missing: usize) -> String {
-    format!(
-        "{}embedding request {key} by {model} for {:?} ({missing} text(s) of the batch missing)",
-        item(),
-        excerpt(text)
-    )
-}
-
-fn item() -> String {
-    let label = context();
-    if label.is_empty() { String::new() } else { format!("{label}: ") }
-}
-
-fn excerpt(text: &str) -> String {
-    const LIMIT: usize = 160;
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= LIMIT {
-        flat
-    } else {
-        let cut: String = flat.chars().take(LIMIT).collect();
-        format!("{cut}…")
-    }
 }
 
 /// A task's hold on the gate of its key. Dropped when the call ends, fails or is cancelled

@@ -17,6 +17,11 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, params};
 use serde_json::Value;
 
+/// The kind of a chat call that failed at the endpoint (after the client's retries): its reply
+/// is the error, as JSON. A later record of the same request replaces it; nothing replaces a
+/// reply.
+pub const FAILED_CHAT: &str = "chat-failed";
+
 /// The store's format; a file of another format is refused.
 const FORMAT: &str = "mragent-calls-1";
 /// zstd level: the default trade-off (fast, a few times smaller on JSON).
@@ -203,13 +208,29 @@ impl CallStore {
             .collect()
     }
 
+    /// The chat call recorded for `key`: whether it failed ([`FAILED_CHAT`]) and its reply
+    /// (the error's JSON when it failed), decompressed.
+    pub fn chat_reply(&self, key: &str) -> Result<Option<(bool, Vec<u8>)>, TapeError> {
+        let row: Option<(String, Vec<u8>)> = self
+            .lock()
+            .prepare_cached("SELECT kind, reply FROM calls WHERE key = ?1")
+            .and_then(|mut statement| {
+                statement.query_row([key], |row| Ok((row.get(0)?, row.get(1)?))).optional()
+            })
+            .map_err(|source| sql(&self.path, source))?;
+        row.map(|(kind, blob)| {
+            Ok((kind == FAILED_CHAT, self.unpack(&blob, &format!("the reply of {key}"))?))
+        })
+        .transpose()
+    }
+
     /// Records one call (see [`CallStore::put_all`]); whether it was new.
     pub fn put(&self, call: &NewCall<'_>) -> Result<bool, TapeError> {
         Ok(self.put_all(std::slice::from_ref(call))? == 1)
     }
 
-    /// Records calls in one transaction (a request already recorded keeps its first reply);
-    /// how many were new. Each request is split into a skeleton and bodies by
+    /// Records calls in one transaction (a request already recorded keeps its first reply; a
+    /// failed one, [`FAILED_CHAT`], is replaced); how many were new or replaced. Each request is split into a skeleton and bodies by
     /// [`split_request`].
     pub fn put_all(&self, calls: &[NewCall<'_>]) -> Result<usize, TapeError> {
         let mut packed = Vec::with_capacity(calls.len());
@@ -235,11 +256,24 @@ impl CallStore {
                     )
                     .map_err(|source| sql(&self.path, source))?;
             }
+            // A failed call is replaced by the next record of its request; a reply never is.
             inserted += transaction
                 .execute(
-                    "INSERT OR IGNORE INTO calls(key, kind, model, context, request, reply)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![call.key, call.kind, call.model, call.context, skeleton, reply],
+                    "INSERT INTO calls(key, kind, model, context, request, reply)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT(key) DO UPDATE SET kind = excluded.kind,
+                         model = excluded.model, context = excluded.context,
+                         request = excluded.request, reply = excluded.reply
+                     WHERE calls.kind = ?7",
+                    params![
+                        call.key,
+                        call.kind,
+                        call.model,
+                        call.context,
+                        skeleton,
+                        reply,
+                        FAILED_CHAT
+                    ],
                 )
                 .map_err(|source| sql(&self.path, source))?;
         }

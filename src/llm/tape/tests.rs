@@ -280,3 +280,62 @@ async fn a_tape_that_keeps_failures_never_asks_an_earlier_failure_again() {
     assert_eq!(sent.load(Ordering::SeqCst), 1, "the recorded failure was asked again");
     assert!(calls.from_tape());
 }
+
+/// A failure at the endpoint is recorded with its error: a replay meets the same error, kind
+/// and fields; the same run asking it again meets it without sending; a later recording run
+/// asks it afresh and its reply replaces the failure; a failure never replaces a reply, and a
+/// refused key is never recorded.
+#[tokio::test]
+async fn an_endpoint_failure_is_replayed_as_itself_and_asked_afresh_by_a_later_run() {
+    let directory = tempfile::tempdir().unwrap();
+    let timeout =
+        || Error::Timeout { attempts: 4, timeout: std::time::Duration::from_millis(1500) };
+    let recorder = tape(directory.path(), TapeMode::Record);
+    let failed =
+        within("question q-1".into(), recorder.chat(&request("a"), || async { Err(timeout()) }))
+            .await
+            .unwrap_err();
+    let again = recorder
+        .chat(&request("a"), || async { Ok(reply("must not be sent in this run")) })
+        .await
+        .unwrap_err();
+    assert_eq!(format!("{again:?}"), format!("{failed:?}"));
+    let refused = Error::Auth { status: 401, body: String::new(), key_variable: "K".into() };
+    let auth = recorder.chat(&request("k"), || async { Err(refused) }).await.unwrap_err();
+    assert!(matches!(auth, Error::Auth { .. }));
+    assert_eq!(recorder.totals(), TapeTotals { recorded: 1, reused: 1, ..TapeTotals::default() });
+    let calls = recorder.store().calls().unwrap();
+    assert_eq!(calls.len(), 1, "a refused key is not recorded");
+    assert_eq!((calls[0].kind.as_str(), calls[0].context.as_str()), (FAILED_CHAT, "question q-1"));
+    drop(recorder);
+
+    let player = tape(directory.path(), TapeMode::Replay { fill: false });
+    let played = player.chat(&request("a"), || async { Ok(reply("not sent")) }).await.unwrap_err();
+    assert_eq!(format!("{played:?}"), format!("{:?}", timeout()));
+    assert_eq!(player.first_unrecorded(), None);
+    assert_eq!(player.totals().replayed, 1);
+
+    let later = tape(directory.path(), TapeMode::Record);
+    let answered = later.chat(&request("a"), || async { Ok(reply("A")) }).await.unwrap();
+    assert_eq!(answered, reply("A"));
+    let kept = later.chat(&request("a"), || async { Err(timeout()) }).await.unwrap();
+    assert_eq!(kept, answered);
+    drop(later);
+    let store = CallStore::open(&directory.path().join("calls.sqlite")).unwrap();
+    let key = chat_key(&serde_json::to_value(request("a")).unwrap());
+    let value = serde_json::to_value(request("a")).unwrap();
+    let failure = serde_json::to_vec(&timeout()).unwrap();
+    let call = NewCall {
+        key: &key,
+        kind: FAILED_CHAT,
+        model: "m",
+        context: "",
+        request: &value,
+        reply: &failure,
+    };
+    assert!(!store.put(&call).unwrap(), "a failure never replaces a reply");
+    let calls = store.calls().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].kind, "chat");
+    assert_eq!(serde_json::from_slice::<ChatResponse>(&calls[0].reply).unwrap(), answered);
+}

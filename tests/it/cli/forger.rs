@@ -702,3 +702,47 @@ async fn a_comparison_exports_verifies_and_names_every_forged_member() {
     assert!(!output.status.success());
     assert!(text(&output.stderr).contains("mragent compare t u"), "{}", text(&output.stderr));
 }
+
+/// An honest eval whose judge failed one judgement at the endpoint (scored partial) exports
+/// and verifies: the failure is on the judge's tape with its error, and the replay meets it. A
+/// later eval asks it afresh; that too verifies, with no judgement failed.
+#[tokio::test]
+async fn an_eval_whose_judge_failed_at_the_endpoint_exports_and_verifies() {
+    use mragent::llm::scripted::ScriptedReply;
+    let (dir, data) = project(|_| {});
+    let live = judging_server().await;
+    let output = mragent_in(dir.path(), &run_args(&data, &live, "t"), &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let failing = super::safety::server(|request| {
+        let asked = request.last_message_text().to_lowercase();
+        if asked.contains("gold answer:") && asked.contains("harbour marathon") {
+            return Some(ScriptedReply::Status { status: 400, message: "judge is down".into() });
+        }
+        mragent::eval::judge::scripted_verdict(request)
+    })
+    .await;
+    let archive = dir.path().join("export/locomo/local-tiny_t.tar.zst");
+    let export = ["export", "--model", "local/tiny", "--file", "t"];
+    let elsewhere = tempfile::tempdir().unwrap();
+    for (judge, failed) in [(&failing, 2), (&live, 0)] {
+        let mut eval = vec!["eval", "--file", "t"];
+        eval.extend(scoring(&data, judge.base_url()));
+        let output = mragent_in(dir.path(), &eval, &[]).await;
+        assert_eq!(output.status.success(), failed == 0, "{}", text(&output.stderr));
+        let summary = std::fs::read(dir.path().join(EVAL).join("summary.json")).unwrap();
+        let summary: Value = serde_json::from_slice(&summary).unwrap();
+        assert_eq!(summary["judge_failed"], failed, "{summary}");
+        let output = mragent_in(dir.path(), &export, &[]).await;
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let (code, said) = verify(elsewhere.path(), &archive).await;
+        assert_eq!(code, Some(0), "{failed} failed: {said}");
+        assert!(said.starts_with("VERIFIED"), "{said}");
+    }
+    let judged = mragent::llm::tape::CallStore::open_read_only(
+        &dir.path().join("record/locomo/local-tiny_t.judge.sqlite"),
+    )
+    .unwrap()
+    .calls()
+    .unwrap();
+    assert!(judged.iter().all(|call| call.kind == "chat"), "the failures were replaced");
+}
