@@ -38,6 +38,15 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
         let sources = [files.judge_calls(), RunFiles::of_eval(&twin).judge_calls()];
         lend_calls(&sources, &tape)?;
     }
+    // An earlier comparison's record goes first: until this one is written, export refuses.
+    let record_path = files.comparison_record(run_b);
+    match std::fs::remove_file(&record_path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(error).with_context(|| format!("removing {}", record_path.display()));
+        }
+    }
     let taped = taped(client.as_ref(), &tape)?;
     let latch = Arc::new(FatalLatch::default());
     let judge = latched(taped.as_ref(), &latch, scoring);
@@ -51,7 +60,7 @@ pub(super) async fn compare_runs(scoring: &Scoring, run_b: &str) -> anyhow::Resu
     let record = CompareRecord::of(&scoring.settings, run_b, bootstrap);
     let text =
         serde_json::to_string_pretty(&record).context("serialising the comparison record")?;
-    crate::fsutil::write_atomic(&files.comparison_record(run_b), text + "\n")?;
+    crate::fsutil::write_atomic(&record_path, text + "\n")?;
     outln!("{}\n", paired.paired.pairing_line())?;
     outln!("{}", paired.paired.table())?;
     for line in paired.paired.noise_lines() {

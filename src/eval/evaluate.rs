@@ -293,6 +293,15 @@ pub async fn evaluate_paired<M: ChatModel>(
     // never changes it.
     let directory = settings.root.join("eval").join(settings.dataset.as_str());
     let own = directory.join(format!("{}_{}_vs_{other}", settings.model, settings.file));
+    // What an earlier comparison of the two left there (a matrix an unjudged one would not
+    // write again) goes first: the folder is this comparison's alone.
+    match std::fs::remove_dir_all(&own) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(error).with_context(|| format!("clearing {}", own.display()));
+        }
+    }
     let run_a = EvalSettings { output: Some(own.join(&settings.file)), ..settings.clone() };
     let run_b =
         EvalSettings { file: other.to_string(), output: Some(own.join(other)), ..settings.clone() };

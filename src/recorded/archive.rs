@@ -17,6 +17,9 @@ use super::eval_record::{CompareRecord, EvalRecord};
 
 /// The archive format.
 pub const ARCHIVE_FORMAT: &str = "mragent-archive-1";
+/// The format of a comparison's archive (`export --vs`): a verifier that knows only
+/// [`ARCHIVE_FORMAT`] refuses it rather than check run A alone.
+pub const COMPARISON_FORMAT: &str = "mragent-archive-2";
 /// The index member.
 pub const INDEX: &str = "archive.json";
 
@@ -105,19 +108,23 @@ pub(super) fn listed(
 /// Files of the memory of `samples` under `data/<dataset>/`: every file whose name starts with
 /// a sample id followed by `_` or `.`, outside learning folders (`meta/`).
 pub(super) fn memory_caches(directory: &Path, samples: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let prefixes: Vec<String> =
-        samples.iter().map(|sample| crate::fsutil::safe_name(sample, '_')).collect();
     Ok(files_under(directory)?
         .into_iter()
-        .filter(|path| !path.components().any(|part| part.as_os_str() == "meta"))
-        .filter(|path| {
-            let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
-            prefixes.iter().any(|prefix| {
-                name.strip_prefix(prefix.as_str())
-                    .is_some_and(|rest| rest.starts_with('_') || rest.starts_with('.'))
-            })
-        })
+        .filter(|path| is_memory_cache(path.strip_prefix(directory).unwrap_or(path), samples))
         .collect())
+}
+
+/// Whether `path` (under the memory folder `data/<dataset>/`) is a file of the memory of
+/// `samples`: outside learning folders (`meta/`), named by a sample id followed by `_` or `.`.
+pub(super) fn is_memory_cache(path: &Path, samples: &[String]) -> bool {
+    if path.components().any(|part| part.as_os_str() == "meta") {
+        return false;
+    }
+    let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+    samples.iter().any(|sample| {
+        name.strip_prefix(crate::fsutil::safe_name(sample, '_').as_str())
+            .is_some_and(|rest| rest.starts_with('_') || rest.starts_with('.'))
+    })
 }
 
 /// Every file under `directory` (none when it is missing), in path order.
@@ -247,8 +254,11 @@ pub fn unpack(archive: &Path, root: &Path) -> anyhow::Result<ArchiveIndex> {
         std::fs::write(&target, bytes).with_context(|| format!("writing {}", target.display()))?;
     }
     let index = index.context("the archive has no archive.json")?;
-    if index.format != ARCHIVE_FORMAT {
-        anyhow::bail!("archive format {:?} is not {ARCHIVE_FORMAT}", index.format);
+    if index.format != ARCHIVE_FORMAT && index.format != COMPARISON_FORMAT {
+        anyhow::bail!(
+            "archive format {:?} is neither {ARCHIVE_FORMAT} nor {COMPARISON_FORMAT}",
+            index.format
+        );
     }
     Ok(index)
 }

@@ -10,8 +10,8 @@ use anyhow::Context as _;
 
 use super::RunFiles;
 use super::archive::{
-    ARCHIVE_FORMAT, ArchiveIndex, ComparedRun, file_name, files_under, listed, memory_caches,
-    read_json, relative,
+    ARCHIVE_FORMAT, ArchiveIndex, COMPARISON_FORMAT, ComparedRun, file_name, files_under, listed,
+    memory_caches, read_json, relative,
 };
 use super::eval_record::{CompareRecord, EvalRecord};
 use crate::settings::ExportJob;
@@ -30,7 +30,7 @@ pub fn collect(job: &ExportJob) -> anyhow::Result<(ArchiveIndex, Vec<PathBuf>)> 
     };
     let (files, sources) = listed(members)?;
     let index = ArchiveIndex {
-        format: ARCHIVE_FORMAT.to_string(),
+        format: if compared.is_some() { COMPARISON_FORMAT } else { ARCHIVE_FORMAT }.to_string(),
         dataset: job.dataset.as_str().to_string(),
         model: job.model.clone(),
         file: job.file.clone(),
@@ -91,13 +91,19 @@ fn compared_part(
 ) -> anyhow::Result<ComparedRun> {
     let root = &job.paths.root;
     let run = run_part(job, other, members)?;
-    for field in ["dataset_file", "dataset_sha256"] {
-        if run.manifest[field] != manifest_a[field] {
-            anyhow::bail!(
-                "runs {} and {other} answered different dataset files ({field} differs): a comparison archive holds one",
-                job.file
-            );
-        }
+    // One dataset file: the same content under the same name, wherever each run read it.
+    let name = |manifest: &serde_json::Value| {
+        Path::new(manifest["dataset_file"].as_str().unwrap_or_default())
+            .file_name()
+            .map(|name| name.to_owned())
+    };
+    if name(&run.manifest) != name(manifest_a)
+        || run.manifest["dataset_sha256"] != manifest_a["dataset_sha256"]
+    {
+        anyhow::bail!(
+            "runs {} and {other} answered different dataset files (name or SHA-256): a comparison archive holds one",
+            job.file
+        );
     }
     let files = RunFiles::new(root, job.dataset.as_str(), &job.model, &job.file);
     let record_path = files.comparison_record(other);

@@ -22,13 +22,15 @@
 //! A chat call that fails at the endpoint after the client's retries (a 5xx, a timeout, an
 //! unusable reply; not a refused key) is recorded with its error ([`FAILED_CHAT`]), so a
 //! replay meets the same failure and grades or salvages it as the run did. Recording, a
-//! failure this run recorded is met again by an identical request; an earlier run's is asked
-//! afresh and replaced by what comes back.
+//! failure is met again by an identical request, unless an earlier run recorded it for the
+//! same work item (a question asked again by a resumed run): that one is asked afresh and
+//! replaced by what comes back.
 //!
 //! A judgement is one unit of calls ([`afresh_on_failure`]): answered from the tape when all its
 //! calls were recorded; when it failed with every call replayed, its calls are taken off the
 //! tape and it is asked afresh, so a failure is never replayed forever.
 
+mod bodies;
 mod keys;
 pub mod store;
 mod taped;
@@ -244,12 +246,13 @@ impl Tape {
     {
         let key = key.to_string();
         let recorded = match self.lookup_chat(&key).await? {
-            Some((true, error)) => match self.recorded_failure(&key, &error) {
+            Some(call) if call.failed => match self.recorded_failure(&key, call) {
                 Some(error) => return Err(error),
-                // An earlier run's failure, recording: asked afresh, and replaced.
+                // An earlier run's failure of this work item, recording: asked afresh, and
+                // replaced.
                 None => None,
             },
-            Some((false, reply)) => Some(reply),
+            Some(call) => Some(call.reply),
             None => None,
         };
         if let Some(bytes) = recorded {
@@ -366,21 +369,32 @@ impl Tape {
         Ok(Embeddings { vectors: vectors.into_iter().flatten().collect(), usage })
     }
 
-    /// The error a failed call recorded for `key` is played back as: always when replaying,
-    /// and when recording if this run recorded it (a request stands for one reply per run);
-    /// `None` for an earlier run's failure while recording, which is asked afresh.
-    fn recorded_failure(&self, key: &str, error: &[u8]) -> Option<Error> {
+    /// The error a failed call recorded for `key` is played back as: always when replaying;
+    /// when recording, if this run recorded it (a request stands for one reply per run) or
+    /// another work item recorded it (what that item wrote rests on the failure). `None` for
+    /// an earlier run's failure of the work item asking now, which is asked afresh.
+    fn recorded_failure(&self, key: &str, call: store::RecordedChat) -> Option<Error> {
         let ours = self.fresh.lock().unwrap_or_else(PoisonError::into_inner).contains(key);
-        if self.mode == TapeMode::Record && !ours {
+        if self.mode == TapeMode::Record && !ours && call.context == context() {
             return None;
         }
         self.count_hit(1);
-        Some(serde_json::from_slice(error).unwrap_or_else(|error| {
+        if self.mode == TapeMode::Record {
+            // Met again, not sent: a unit that fails on it must not take other calls off the
+            // tape as if every call it met were an earlier run's (`unit::afresh_on_failure`).
+            unit::note_replayed(unit::Replayed {
+                store: Arc::clone(&self.store),
+                key: key.to_string(),
+                reply: call.reply.clone(),
+                earlier: false,
+            });
+        }
+        Some(serde_json::from_slice(&call.reply).unwrap_or_else(|error| {
             Error::Tape(format!("the recorded failure of {key} is unreadable: {error}"))
         }))
     }
 
-    async fn lookup_chat(&self, key: &str) -> Result<Option<(bool, Vec<u8>)>, Error> {
+    async fn lookup_chat(&self, key: &str) -> Result<Option<store::RecordedChat>, Error> {
         let store = Arc::clone(&self.store);
         let key = key.to_string();
         tokio::task::spawn_blocking(move || store.chat_reply(&key))

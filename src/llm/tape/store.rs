@@ -17,6 +17,8 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, params};
 use serde_json::Value;
 
+use super::bodies::{rejoin, split_request};
+
 /// The kind of a chat call that failed at the endpoint (after the client's retries): its reply
 /// is the error, as JSON. A later record of the same request replaces it; nothing replaces a
 /// reply.
@@ -72,6 +74,17 @@ pub struct StoredCall {
     /// The request, bodies put back in place.
     pub request: Value,
     /// The reply bytes (decompressed): chat JSON, or an embedding's `f32` bytes.
+    pub reply: Vec<u8>,
+}
+
+/// A recorded chat call, as the tape looks it up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedChat {
+    /// It failed at the endpoint ([`FAILED_CHAT`]): `reply` is the error.
+    pub failed: bool,
+    /// The work item it was recorded for.
+    pub context: String,
+    /// The reply (or the error) as JSON.
     pub reply: Vec<u8>,
 }
 
@@ -208,18 +221,21 @@ impl CallStore {
             .collect()
     }
 
-    /// The chat call recorded for `key`: whether it failed ([`FAILED_CHAT`]) and its reply
-    /// (the error's JSON when it failed), decompressed.
-    pub fn chat_reply(&self, key: &str) -> Result<Option<(bool, Vec<u8>)>, TapeError> {
-        let row: Option<(String, Vec<u8>)> = self
+    /// The chat call recorded for `key`: whether it failed ([`FAILED_CHAT`]), the work item it
+    /// was recorded for, and its reply (the error's JSON when it failed), decompressed.
+    pub fn chat_reply(&self, key: &str) -> Result<Option<RecordedChat>, TapeError> {
+        let row: Option<(String, String, Vec<u8>)> = self
             .lock()
-            .prepare_cached("SELECT kind, reply FROM calls WHERE key = ?1")
+            .prepare_cached("SELECT kind, context, reply FROM calls WHERE key = ?1")
             .and_then(|mut statement| {
-                statement.query_row([key], |row| Ok((row.get(0)?, row.get(1)?))).optional()
+                statement
+                    .query_row([key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .optional()
             })
             .map_err(|source| sql(&self.path, source))?;
-        row.map(|(kind, blob)| {
-            Ok((kind == FAILED_CHAT, self.unpack(&blob, &format!("the reply of {key}"))?))
+        row.map(|(kind, context, blob)| {
+            let reply = self.unpack(&blob, &format!("the reply of {key}"))?;
+            Ok(RecordedChat { failed: kind == FAILED_CHAT, context, reply })
         })
         .transpose()
     }
@@ -420,46 +436,6 @@ pub struct NewCall<'a> {
     pub request: &'a Value,
     /// The reply bytes.
     pub reply: &'a [u8],
-}
-
-/// The prefix of a body reference in a skeleton.
-const BODY_REF: &str = "@body:";
-
-/// Splits a request into a skeleton (each message and the tool list replaced by a reference)
-/// and the bodies it references, each with its content hash.
-pub fn split_request(request: &Value) -> (Value, Vec<(String, Vec<u8>)>) {
-    let mut skeleton = request.clone();
-    let mut bodies = Vec::new();
-    let mut take = |value: &mut Value| {
-        let bytes = serde_json::to_vec(value).unwrap_or_default();
-        let hash = crate::text::short_hash(&bytes, 16);
-        *value = Value::String(format!("{BODY_REF}{hash}"));
-        bodies.push((hash, bytes));
-    };
-    if let Some(Value::Array(messages)) = skeleton.get_mut("messages") {
-        messages.iter_mut().for_each(&mut take);
-    }
-    if let Some(tools) = skeleton.get_mut("tools").filter(|tools| tools.is_array()) {
-        take(tools);
-    }
-    (skeleton, bodies)
-}
-
-/// Puts bodies back into a skeleton made by [`split_request`].
-fn rejoin(value: &mut Value, fetch: &mut impl FnMut(&str) -> Option<Value>) {
-    let mut restore = |slot: &mut Value| {
-        if let Some(hash) = slot.as_str().and_then(|text| text.strip_prefix(BODY_REF))
-            && let Some(body) = fetch(hash)
-        {
-            *slot = body;
-        }
-    };
-    if let Some(Value::Array(messages)) = value.get_mut("messages") {
-        messages.iter_mut().for_each(&mut restore);
-    }
-    if let Some(tools) = value.get_mut("tools") {
-        restore(tools);
-    }
 }
 
 /// The immutable URI of an archived store ([`CallStore::open_archived`]); `None` when a

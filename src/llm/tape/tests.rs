@@ -283,8 +283,9 @@ async fn a_tape_that_keeps_failures_never_asks_an_earlier_failure_again() {
 
 /// A failure at the endpoint is recorded with its error: a replay meets the same error, kind
 /// and fields; the same run asking it again meets it without sending; a later recording run
-/// asks it afresh and its reply replaces the failure; a failure never replaces a reply, and a
-/// refused key is never recorded.
+/// asks it afresh for the work item that recorded it, and its reply replaces the failure,
+/// while another work item meets the failure; a failure never replaces a reply, and a refused
+/// key is never recorded.
 #[tokio::test]
 async fn an_endpoint_failure_is_replayed_as_itself_and_asked_afresh_by_a_later_run() {
     let directory = tempfile::tempdir().unwrap();
@@ -315,8 +316,20 @@ async fn an_endpoint_failure_is_replayed_as_itself_and_asked_afresh_by_a_later_r
     assert_eq!(player.first_unrecorded(), None);
     assert_eq!(player.totals().replayed, 1);
 
+    // A later run: another work item meets the failure its recorder's files rest on; the
+    // work item that recorded it asks it afresh, and the reply replaces it.
     let later = tape(directory.path(), TapeMode::Record);
-    let answered = later.chat(&request("a"), || async { Ok(reply("A")) }).await.unwrap();
+    let other = within(
+        "question q-2".into(),
+        later.chat(&request("a"), || async { Ok(reply("must not be sent for another work item")) }),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(format!("{other:?}"), format!("{:?}", timeout()));
+    let answered =
+        within("question q-1".into(), later.chat(&request("a"), || async { Ok(reply("A")) }))
+            .await
+            .unwrap();
     assert_eq!(answered, reply("A"));
     let kept = later.chat(&request("a"), || async { Err(timeout()) }).await.unwrap();
     assert_eq!(kept, answered);

@@ -79,15 +79,34 @@ pub(super) async fn check_comparison(
         }
     }
     report.recomputed.extend([relative(root, &json), relative(root, &markdown)]);
+    let selection = selection(&record);
     Ok(Ok(match record.judged {
         true => format!(
-            "the comparison of {} with {other} ({}, {} run(s)) recomputed from its recorded judge calls is identical",
+            "the comparison of {} with {other} ({}, {} run(s){selection}) recomputed from its recorded judge calls is identical",
             index.file, record.settings.judge_model, record.settings.judge_runs
         ),
-        false => {
-            format!("the comparison of {} with {other} (F1) recomputed is identical", index.file)
-        }
+        false => format!(
+            "the comparison of {} with {other} (F1{selection}) recomputed is identical",
+            index.file
+        ),
     }))
+}
+
+/// Which questions the comparison took, when not the whole dataset: its sample, its type and
+/// whether questions without a result line were left out.
+fn selection(record: &CompareRecord) -> String {
+    let settings = &record.settings;
+    let mut said = String::new();
+    if let Some(sample) = &settings.sample {
+        said += &format!(", sample {sample}");
+    }
+    if let Some(kind) = settings.question_type {
+        said += &format!(", type {}", serde_json::to_value(kind).unwrap_or_default());
+    }
+    if settings.partial {
+        said += ", partial: questions without a result line left out";
+    }
+    said
 }
 
 /// The archived comparison record, checked against `archive.json`'s copy.
@@ -111,6 +130,15 @@ fn checked_record(
     });
     if record != compared.comparison || record.run_b != compared.file {
         return Err(format!("{INDEX}: its comparison settings differ from {member}"));
+    }
+    // `compare` draws with one bootstrap: another (a seed tried until an interval excludes 0,
+    // or resamples without end) was not made by it.
+    let drawn = crate::eval::paired::BootstrapSettings::default();
+    if record.bootstrap != drawn {
+        return Err(format!(
+            "{member}: its bootstrap ({} resamples, seed {}) is not the one compare draws ({} resamples, seed {})",
+            record.bootstrap.resamples, record.bootstrap.seed, drawn.resamples, drawn.seed
+        ));
     }
     Ok(record)
 }

@@ -176,6 +176,9 @@ async fn check_run(
     replayer: &impl Replayer,
     report: &mut Report,
 ) -> anyhow::Result<Result<String, String>> {
+    if let Some(mismatch) = unreplayed_results(checked, root)? {
+        return Ok(Err(mismatch));
+    }
     report.lines += match check_traces(checked, root)? {
         Ok(lines) => lines,
         Err(mismatch) => return Ok(Err(mismatch)),
@@ -187,6 +190,29 @@ async fn check_run(
         return Ok(Err(mismatch));
     }
     check_eval(checked, root, report).await
+}
+
+/// A result file of the run for no conversation its manifest names: the replay never made it,
+/// yet scoring the run (`eval::find_result_files`) would read it.
+fn unreplayed_results(checked: &ArchiveClaims, root: &Path) -> anyhow::Result<Option<String>> {
+    let run = &checked.index;
+    let dataset = crate::dataset::DatasetKind::from_name(&run.dataset)?;
+    let settings = crate::eval::EvalSettings::new(root, dataset, &run.model, &run.file);
+    let Ok(found) = crate::eval::find_result_files(&settings) else { return Ok(None) };
+    let replayed: BTreeSet<std::path::PathBuf> = checked
+        .samples()
+        .iter()
+        .map(|sample| {
+            crate::results::result_path(root, &run.dataset, sample, &run.model, &run.file)
+        })
+        .collect();
+    Ok(found.into_iter().find(|file| !replayed.contains(file)).map(|file| {
+        format!(
+            "{}: a result file of run {} for no conversation its manifest names (never replayed)",
+            relative(root, &file),
+            run.file
+        )
+    }))
 }
 
 /// Sorts every member into recomputed, inputs and carried (see [`Report`]).
@@ -208,25 +234,39 @@ fn classify(index: &ArchiveIndex, claims: &[ArchiveClaims], report: &mut Report)
             })
         })
         .collect();
-    let mut read: BTreeSet<&str> = BTreeSet::from([index.dataset_file.as_str()]);
+    let mut read: BTreeSet<String> = BTreeSet::from([index.dataset_file.clone()]);
     for checked in claims {
-        read.extend(checked.index.meta_rules.as_deref());
-        read.extend(checked.eval.as_ref().and_then(|eval| eval.audit_file.as_deref()));
+        let run = &checked.index;
+        let files = crate::recorded::RunFiles::in_archive(&run.dataset, &run.model, &run.file);
+        read.insert(files.calls().display().to_string());
+        read.extend(run.meta_rules.clone());
+        if let Some(eval) = &checked.eval {
+            read.extend(eval.audit_file.clone());
+            read.insert(files.judge_calls().display().to_string());
+            read.insert(files.eval_record().display().to_string());
+        }
     }
     if let Some(compared) = &index.compared {
-        read.extend(compared.comparison.settings.audit_file.as_deref());
+        let files =
+            crate::recorded::RunFiles::in_archive(&index.dataset, &index.model, &index.file);
+        let record = &compared.comparison;
+        read.extend(record.settings.audit_file.clone());
+        read.insert(files.comparison_record(&compared.file).display().to_string());
+        if record.judged {
+            read.insert(files.comparison_judge_calls(&compared.file).display().to_string());
+        }
     }
+    let samples: Vec<String> = claims.iter().flat_map(ArchiveClaims::samples).collect();
+    let memory = Path::new("data").join(&index.dataset);
     for member in &index.files {
         let path = member.path.as_str();
         if report.recomputed.contains(path) || report.carried.contains(path) {
             continue;
         }
         let input = read.contains(path)
-            || path.ends_with(".calls.sqlite")
-            || path.ends_with(".judge.sqlite")
-            || path.ends_with(".eval.json")
-            || path.ends_with(".compare.json")
-            || (path.starts_with("data/") && !path.starts_with("data/audit/"));
+            || Path::new(path)
+                .strip_prefix(&memory)
+                .is_ok_and(|inside| crate::recorded::archive::is_memory_cache(inside, &samples));
         if result_files.contains(path) {
             // Every result line was replayed from the recorded calls and found identical.
             report.recomputed.insert(path.to_string());

@@ -640,12 +640,22 @@ async fn a_comparison_exports_verifies_and_names_every_forged_member() {
     cases.push((
         "the comparison's record, both copies",
         Box::new(|m| {
+            edit_json(m, COMPARE_RECORD, |r| r["settings"]["judge_runs"] = 1.into());
+            edit_json(m, "archive.json", |i| {
+                i["compared"]["comparison"]["settings"]["judge_runs"] = 1.into()
+            });
+        }),
+        vec![format!("{COMPARISON}/")],
+    ));
+    cases.push((
+        "the comparison's bootstrap seed, both copies",
+        Box::new(|m| {
             edit_json(m, COMPARE_RECORD, |r| r["bootstrap"]["seed"] = 7.into());
             edit_json(m, "archive.json", |i| {
                 i["compared"]["comparison"]["bootstrap"]["seed"] = 7.into()
             });
         }),
-        vec![question_line(&table)],
+        vec![format!("{COMPARE_RECORD}: its bootstrap (")],
     ));
     cases.push((
         "a verdict recorded by the comparison's judge",
@@ -680,6 +690,15 @@ async fn a_comparison_exports_verifies_and_names_every_forged_member() {
         "run B named as run A's replay",
         Box::new(|m| edit_json(m, "archive.json", |i| i["compared"]["file"] = "t-verify".into())),
         vec!["archive.json: its runs t and t-verify cannot be replayed apart".into()],
+    ));
+    let extra = "result/locomo/conv-99_result_local-tiny_u.jsonl";
+    cases.push((
+        "a result file of run B for no conversation its manifest names",
+        Box::new(move |m| {
+            let lines = String::from_utf8(m[RESULT_B].clone()).unwrap();
+            m.insert(extra.into(), lines.replace("conv-7:", "conv-99:").into_bytes());
+        }),
+        vec![format!("{extra}: a result file of run u for no conversation its manifest names")],
     ));
     let trace_b = members.keys().find(|name| name.starts_with("log/locomo/u/")).unwrap().clone();
     cases.push((
@@ -745,4 +764,40 @@ async fn an_eval_whose_judge_failed_at_the_endpoint_exports_and_verifies() {
     .calls()
     .unwrap();
     assert!(judged.iter().all(|call| call.kind == "chat"), "the failures were replaced");
+}
+
+/// A comparison made without a judge (F1 alone) of two runs never judged, after a judged one,
+/// exports and verifies: no judge tape is archived or needed, and its outputs are recomputed.
+#[tokio::test]
+async fn an_unjudged_comparison_exports_and_verifies() {
+    let (dir, data) = project(|_| {});
+    let live = judging_server().await;
+    for tag in ["t", "u"] {
+        let output = mragent_in(dir.path(), &run_args(&data, &live, tag), &[]).await;
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+    // A judged comparison first: what it wrote that an unjudged one does not (the matrices of
+    // each run scored for it, the judge's tape) is not taken for the unjudged one's.
+    let mut judged = vec!["compare", "t", "u"];
+    judged.extend(scoring(&data, live.base_url()));
+    let output = mragent_in(dir.path(), &judged, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(dir.path().join(format!("{COMPARISON}/t/matrix.json")).is_file());
+    drop(live);
+    let data_file = data.to_str().unwrap();
+    let compare =
+        ["compare", "t", "u", "--data-file", data_file, "--model", "local/tiny", "--no-audit"];
+    let output = mragent_in(dir.path(), &compare, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(!dir.path().join(format!("{COMPARISON}/t/matrix.json")).exists());
+    let export = ["export", "--model", "local/tiny", "--file", "t", "--vs", "u"];
+    let output = mragent_in(dir.path(), &export, &[]).await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let archive = dir.path().join("export/locomo/local-tiny_t_vs_u.tar.zst");
+    assert!(!read_archive(&archive).contains_key(COMPARE_TAPE));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, said) = verify(elsewhere.path(), &archive).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("the comparison of t with u (F1) recomputed is identical"), "{said}");
+    assert!(!said.contains(&format!("carried, not verified: {COMPARISON}")), "{said}");
 }
