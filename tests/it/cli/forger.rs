@@ -270,6 +270,14 @@ pub(super) fn edit_json(
     members.insert(name.to_string(), serde_json::to_vec_pretty(&value).unwrap());
 }
 
+/// The first correct verdict of the scores member `name` made wrong.
+fn flip_a_verdict(members: &mut BTreeMap<String, Vec<u8>>, name: &str) {
+    let text = String::from_utf8(members[name].clone()).unwrap();
+    let flipped = text.replacen("\"correct\":true", "\"correct\":false", 1);
+    assert_ne!(flipped, text);
+    members.insert(name.to_string(), flipped.into_bytes());
+}
+
 /// A changed manifest, in its member and in `archive.json` alike.
 fn edit_manifest(members: &mut BTreeMap<String, Vec<u8>>, change: impl Fn(&mut Value)) {
     edit_json(members, MANIFEST, &change);
@@ -368,13 +376,7 @@ async fn every_forged_member_kind_is_named() {
     ));
     cases.push((
         "a verdict",
-        Box::new(|m| {
-            let name = format!("{EVAL}/scores.jsonl");
-            let text = String::from_utf8(m[&name].clone()).unwrap();
-            let flipped = text.replacen("\"correct\":true", "\"correct\":false", 1);
-            assert_ne!(flipped, text);
-            m.insert(name, flipped.into_bytes());
-        }),
+        Box::new(|m| flip_a_verdict(m, &format!("{EVAL}/scores.jsonl"))),
         vec![format!("{EVAL}/scores.jsonl line"), "(question conv-7:".into()],
     ));
     cases.push((
@@ -623,13 +625,7 @@ async fn a_comparison_exports_verifies_and_names_every_forged_member() {
     ));
     cases.push((
         "a verdict of run A scored for the comparison",
-        Box::new(|m| {
-            let name = format!("{COMPARISON}/t/scores.jsonl");
-            let text = String::from_utf8(m[&name].clone()).unwrap();
-            let flipped = text.replacen("\"correct\":true", "\"correct\":false", 1);
-            assert_ne!(flipped, text);
-            m.insert(name, flipped.into_bytes());
-        }),
+        Box::new(|m| flip_a_verdict(m, &format!("{COMPARISON}/t/scores.jsonl"))),
         vec![format!("{COMPARISON}/t/scores.jsonl line"), "(question conv-7:".into()],
     ));
     cases.push((
