@@ -51,6 +51,13 @@ impl EvalRecord {
         }
     }
 
+    /// The record as an archive names it: its audit file by the member that holds it
+    /// ([`audit_member`]).
+    pub fn archived(mut self) -> Self {
+        self.audit_file = self.audit_file.as_deref().map(audit_member);
+        self
+    }
+
     /// Applies the record to `settings`.
     pub fn apply(&self, settings: &mut crate::eval::EvalSettings) {
         settings.judge_model = Some(self.judge_model.clone());
@@ -64,6 +71,13 @@ impl EvalRecord {
         settings.audit_file = self.audit_file.as_ref().map(|file| settings.root.join(file));
         settings.overall_with_adversarial = self.overall_with_adversarial;
     }
+}
+
+/// `data/audit/<file name>`: the member an archive holds the audit file `path` as (the record
+/// names the project's path, or the judging host's).
+pub fn audit_member(path: &str) -> String {
+    let name = std::path::Path::new(path).file_name().unwrap_or_default().to_string_lossy();
+    format!("data/audit/{name}")
 }
 
 /// How run A was compared with run B (`compare A B`, `eval --file A --paired-with B`): what

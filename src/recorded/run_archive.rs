@@ -160,11 +160,11 @@ fn audit_member(
     root: &Path,
     members: &mut Vec<(String, PathBuf)>,
 ) -> anyhow::Result<()> {
-    if let Some(audit) = record.audit_file.as_mut() {
-        let member = format!("data/audit/{}", file_name(Path::new(audit.as_str()))?);
-        members.push((member.clone(), root.join(audit.as_str())));
-        *audit = member;
+    if let Some(audit) = &record.audit_file {
+        file_name(Path::new(audit))?;
+        members.push((super::eval_record::audit_member(audit), root.join(audit)));
     }
+    *record = record.clone().archived();
     Ok(())
 }
 

@@ -97,6 +97,8 @@ pub struct TapeTotals {
     pub reused: u64,
     /// Replay with `fill`: requests that were missing and were sent.
     pub filled: u64,
+    /// Of `recorded` and `filled`: chat requests that failed at the endpoint, with their error.
+    pub failed: u64,
     /// Embedded texts sent at the same time as an identical one (two batches asking at once):
     /// the store keeps the first vector, so they are neither recorded nor filled. (Identical
     /// chat requests wait for each other and are not sent twice.)
@@ -109,6 +111,7 @@ struct TapeCounters {
     replayed: AtomicU64,
     reused: AtomicU64,
     filled: AtomicU64,
+    failed: AtomicU64,
     duplicates: AtomicU64,
 }
 
@@ -184,6 +187,7 @@ impl Tape {
             replayed: load(&self.counters.replayed),
             reused: load(&self.counters.reused),
             filled: load(&self.counters.filled),
+            failed: load(&self.counters.failed),
             duplicates: load(&self.counters.duplicates),
         }
     }
@@ -286,6 +290,7 @@ impl Tape {
                     let model = request.model.clone();
                     let stored = self.record(key, FAILED_CHAT, model, value, failure).await?;
                     self.count_sent(1, stored as u64);
+                    self.counters.failed.fetch_add(stored as u64, Ordering::Relaxed);
                 }
                 return Err(error);
             }

@@ -304,7 +304,8 @@ async fn an_endpoint_failure_is_replayed_as_itself_and_asked_afresh_by_a_later_r
     let refused = Error::Auth { status: 401, body: String::new(), key_variable: "K".into() };
     let auth = recorder.chat(&request("k"), || async { Err(refused) }).await.unwrap_err();
     assert!(matches!(auth, Error::Auth { .. }));
-    assert_eq!(recorder.totals(), TapeTotals { recorded: 1, reused: 1, ..TapeTotals::default() });
+    let totals = TapeTotals { recorded: 1, reused: 1, failed: 1, ..TapeTotals::default() };
+    assert_eq!(recorder.totals(), totals);
     let calls = recorder.store().calls().unwrap();
     assert_eq!(calls.len(), 1, "a refused key is not recorded");
     assert_eq!((calls[0].kind.as_str(), calls[0].context.as_str()), (FAILED_CHAT, "question q-1"));

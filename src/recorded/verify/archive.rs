@@ -63,17 +63,7 @@ pub(super) fn check_index(
         Err(_) => None,
     };
     // The index names the archived audit file where the record names the project's.
-    let audit_member = |record: &crate::recorded::eval_record::EvalRecord| {
-        record.audit_file.as_ref().map(|audit| {
-            let name =
-                Path::new(audit).file_name().unwrap_or_default().to_string_lossy().into_owned();
-            format!("data/audit/{name}")
-        })
-    };
-    let eval = eval.map(|mut record| {
-        record.audit_file = audit_member(&record);
-        record
-    });
+    let eval = eval.map(crate::recorded::eval_record::EvalRecord::archived);
     if eval != index.eval {
         return Ok(Err(format!("{INDEX}: its judge settings differ from {record_member}")));
     }

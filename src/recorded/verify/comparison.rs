@@ -124,10 +124,7 @@ fn checked_record(
         return Err(format!("{member} is not a comparison record"));
     };
     // The index names the archived audit file where the record names the project's.
-    record.settings.audit_file = record.settings.audit_file.as_ref().map(|audit| {
-        let name = Path::new(audit).file_name().unwrap_or_default().to_string_lossy().into_owned();
-        format!("data/audit/{name}")
-    });
+    record.settings = record.settings.archived();
     if record != compared.comparison || record.run_b != compared.file {
         return Err(format!("{INDEX}: its comparison settings differ from {member}"));
     }
