@@ -459,17 +459,10 @@ impl Tape {
 
 /// Whether a call that failed with `error` is recorded: a failure at the endpoint after the
 /// client's retries, which the caller grades or salvages, so that a replay meets it too. Not a
-/// refused key or an unknown model (fatal: the run stops), nor a failure of this process
-/// (configuration, the tape itself).
+/// fatal one ([`Error::is_fatal`]: a refused key, an unknown model, this process's
+/// configuration or its tape), which stops the run.
 fn records_failure(error: &Error) -> bool {
-    !matches!(
-        error,
-        Error::Auth { .. }
-            | Error::ModelNotFound { .. }
-            | Error::Config(_)
-            | Error::Unrecorded { .. }
-            | Error::Tape(_)
-    )
+    !error.is_fatal()
 }
 
 fn tape_error(error: &serde_json::Error) -> Error {
